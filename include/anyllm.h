@@ -1,0 +1,221 @@
+/* anyllm.h: run GGUF language models on the CPU (and, later, on GPUs through Vulkan).
+ *
+ * This header is the specification of the library. Everything not declared here is
+ * private. Conventions:
+ *   - Objects are opaque handles with create/destroy (or load/destroy) pairs; every
+ *     destroy function accepts NULL.
+ *   - Functions that can fail return an al_status. On failure their out-parameters are
+ *     set to NULL and al_last_error() describes what went wrong, naming the file, field
+ *     and value at fault.
+ *   - An al_model is immutable once loaded and may be shared by threads; an al_context
+ *     (one sequence: KV cache and scratch) is used by one thread at a time.
+ */
+#ifndef AL_ANYLLM_H
+#define AL_ANYLLM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum al_status {
+    AL_OK = 0,
+    AL_ERR_ARG,         /* the caller passed something invalid             */
+    AL_ERR_IO,          /* open / read / mmap failed                       */
+    AL_ERR_FORMAT,      /* the file is not valid GGUF, or is inconsistent  */
+    AL_ERR_UNSUPPORTED, /* architecture, type or op not implemented here   */
+    AL_ERR_NOMEM,
+    AL_ERR_DEVICE,      /* a backend failed, e.g. the GPU was lost         */
+} al_status;
+
+/* A short English name for a status ("format error", ...). Never NULL. */
+const char *al_status_str(al_status s);
+
+/* The message of the last failure on the calling thread. Never NULL; "" if none. */
+const char *al_last_error(void);
+
+typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
+typedef struct al_context al_context; /* KV cache + scratch for one sequence          */
+
+typedef struct al_model_params {
+    int n_threads; /* worker threads for the CPU backend; 0 = number of cores */
+} al_model_params;
+
+al_model_params al_model_default_params(void);
+
+/* Maps and validates a GGUF file and binds the weights of a supported architecture.
+ * The weights stay in the mapping (no copy). On success *out owns the mapping. */
+al_status al_model_load(const char *path, const al_model_params *params, al_model **out);
+void al_model_destroy(al_model *m);
+
+/* Hyper-parameters, as read from the file. */
+typedef struct al_model_info {
+    const char *arch;   /* "llama" or "qwen2"                           */
+    int n_vocab;        /* logits per position                          */
+    int n_ctx_train;    /* context length the model was trained with    */
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int n_ff;
+    uint64_t n_params;  /* elements over all tensors                    */
+    uint64_t n_bytes;   /* bytes of tensor data                         */
+} al_model_info;
+
+void al_model_get_info(const al_model *m, al_model_info *out);
+
+typedef struct al_context_params {
+    int n_ctx;   /* positions the KV cache holds; 0 = min(model's, 4096) */
+} al_context_params;
+
+al_context_params al_context_default_params(void);
+
+/* A sequence over a model. The model must outlive the context. */
+al_status al_context_create(const al_model *m, const al_context_params *params,
+                            al_context **out);
+void al_context_destroy(al_context *c);
+
+/* Positions held in the KV cache so far. */
+int al_context_n_past(const al_context *c);
+
+/* Forgets every position; the next al_eval starts a new sequence. */
+void al_context_reset(al_context *c);
+
+/* Forgets positions n_past and later, keeping the first n_past (a shared prefix).
+ * AL_ERR_ARG if n_past is negative or beyond the positions held. */
+al_status al_context_truncate(al_context *c, int n_past);
+
+/* Positions the context holds at most. */
+int al_context_n_ctx(const al_context *c);
+
+/* Evaluates n_tokens tokens as one batch at positions n_past .. n_past+n_tokens-1 and
+ * appends them to the KV cache. If logits is not NULL it receives the logits:
+ *   all_logits: [n_tokens][n_vocab], else only the last position's [n_vocab].
+ * Fails with AL_ERR_ARG (and changes nothing) if a token id is out of range or the
+ * batch does not fit in the context. */
+al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *logits,
+                  bool all_logits);
+
+/* ---- vocabulary and tokenizer ---------------------------------------------------------
+ * The tokenizer of a model comes from its file's tokenizer.ggml.* keys. Supported:
+ * SentencePiece-style ("llama": scores, byte fallback) and byte-level BPE ("gpt2":
+ * merges, with the pre-tokenizer named by tokenizer.ggml.pre). A vocabulary is
+ * immutable once loaded and may be shared by threads. */
+
+typedef struct al_vocab al_vocab;
+
+/* Loads only the vocabulary of a GGUF file (vocabulary-only files included). */
+al_status al_vocab_load(const char *path, al_vocab **out);
+void al_vocab_destroy(al_vocab *v);
+
+/* The vocabulary of a loaded model, or NULL if its file has none. Owned by the model. */
+const al_vocab *al_model_vocab(const al_model *m);
+
+int al_vocab_n_tokens(const al_vocab *v);
+int32_t al_vocab_bos(const al_vocab *v);  /* -1 if none */
+int32_t al_vocab_eos(const al_vocab *v);  /* -1 if none */
+/* True for tokens that end a turn or the text: EOS, EOT, <|im_end|>, <|eot_id|>, ... */
+bool al_vocab_is_eog(const al_vocab *v, int32_t id);
+/* True for control tokens (BOS, EOS, <|im_start|>, ...), which print as nothing. */
+bool al_vocab_is_control(const al_vocab *v, int32_t id);
+/* Looks up the id of a token's exact text; -1 if absent. */
+int32_t al_vocab_find(const al_vocab *v, const char *text);
+/* The token's stored text (e.g. "▁the", "Ġthe", "<0x0A>"), NUL-terminated. */
+const char *al_vocab_text(const al_vocab *v, int32_t id);
+
+typedef struct al_tokenize_params {
+    bool add_special;   /* add BOS (and EOS) as the file's add_bos/add_eos flags say */
+    bool parse_special; /* recognise special tokens' text (e.g. "<|im_start|>") in the input */
+} al_tokenize_params;
+
+al_tokenize_params al_tokenize_default_params(void); /* both false */
+
+/* Tokenizes len bytes of text. On success *tokens is an array of *n_tokens ids that the
+ * caller frees with al_free_tokens(). Text that is not valid UTF-8 is tokenized byte by
+ * byte where the vocabulary can express bytes, and is an error otherwise. */
+al_status al_tokenize(const al_vocab *v, const char *text, size_t len,
+                      const al_tokenize_params *params, int32_t **tokens, int *n_tokens);
+void al_free_tokens(int32_t *tokens);
+
+/* The bytes a token stands for in text (byte-level BPE and <0xNN> tokens decoded,
+ * "▁" as space). Control tokens give "" unless show_special is set. Writes at most
+ * size bytes (no NUL) and returns the full length, which may exceed size. */
+int al_token_to_bytes(const al_vocab *v, int32_t id, bool show_special, char *buf, int size);
+
+/* Streaming detokenizer: pushes tokens and returns text that is complete UTF-8, holding
+ * back the bytes of a character that is not complete yet (a byte-fallback or
+ * byte-level token may carry part of one). */
+typedef struct al_detok al_detok;
+al_status al_detok_create(const al_vocab *v, al_detok **out);
+void al_detok_destroy(al_detok *d);
+/* Appends the token; *text is the newly completed text (valid until the next call),
+ * *len its length. */
+al_status al_detok_push(al_detok *d, int32_t id, const char **text, size_t *len);
+/* Returns whatever is held back (possibly an invalid tail) and resets. */
+void al_detok_flush(al_detok *d, const char **text, size_t *len);
+
+/* ---- sampling -------------------------------------------------------------------------
+ * Picks the next token from logits. Steps, in order: repetition/frequency/presence
+ * penalties over the last penalty_last_n accepted tokens, top-k, top-p, min-p,
+ * temperature, then a draw from the seeded generator. temperature <= 0 is greedy. */
+
+typedef struct al_sampler_params {
+    float temperature;       /* <= 0: greedy (argmax)                       */
+    int top_k;               /* keep the k most likely; <= 0: all            */
+    float top_p;             /* keep the smallest set with mass >= p; 1: all */
+    float min_p;             /* drop tokens below min_p * p(best); 0: none   */
+    float repeat_penalty;    /* divide positive / multiply negative logits of
+                                recent tokens; 1: none                      */
+    float frequency_penalty; /* minus count * this; 0: none                  */
+    float presence_penalty;  /* minus this if seen; 0: none                  */
+    int penalty_last_n;      /* how many recent tokens the penalties see     */
+    uint64_t seed;
+} al_sampler_params;
+
+typedef struct al_sampler al_sampler;
+
+al_sampler_params al_sampler_default_params(void);
+/* Fails with AL_ERR_ARG naming the first field that is out of range. */
+al_status al_sampler_create(const al_sampler_params *p, int n_vocab, al_sampler **out);
+void al_sampler_destroy(al_sampler *s);
+/* Picks a token from logits [n_vocab] (not modified). */
+int32_t al_sampler_sample(al_sampler *s, const float *logits);
+/* Records a token of the sequence (prompt or generated) for the penalties. */
+void al_sampler_accept(al_sampler *s, int32_t token);
+/* Forgets the history and reseeds with the original seed. */
+void al_sampler_reset(al_sampler *s);
+
+/* ---- chat templates ---------------------------------------------------------------------
+ * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
+ * the common formats from the template's text and renders them in C. Formats:
+ * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3". A template
+ * that is not recognised is an error, never a guess. The rendered text holds no BOS;
+ * tokenize it with add_special and parse_special set. */
+
+typedef struct al_chat_message {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content;
+} al_chat_message;
+
+/* The model's tokenizer.chat_template text, or NULL if it has none. Owned by the model. */
+const char *al_model_chat_template(const al_model *m);
+
+/* Recognises a Jinja template: *name is one of the format names above (static). */
+al_status al_chat_template_detect(const char *tmpl, const char **name);
+
+/* Renders n messages in the named format, then the assistant's header when
+ * add_generation_prompt. tmpl, if not NULL, is the model's template: a default system
+ * prompt written into it (as SmolLM2's and Qwen's are) is used when the messages have
+ * none. On success *out is a NUL-terminated string freed with al_string_free(). */
+al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs,
+                         int n, bool add_generation_prompt, char **out);
+void al_string_free(char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AL_ANYLLM_H */

@@ -1,0 +1,103 @@
+/* backend.h: the seam between the model code and the hardware.
+ *
+ * The forward pass (model.c) is written once against the small op set below. A
+ * backend implements the ops for its hardware; the CPU reference backend
+ * (cpu/ops_ref.c) implements each one in plain C and is the oracle every optimized
+ * kernel and every other backend is tested against.
+ *
+ * Tensors are descriptors, not storage: `data` is where the backend keeps the bytes
+ * (a host address on the CPU; a device buffer handle on a GPU) and `offset` says where
+ * in it the tensor starts, so a view of some rows is a copy of the descriptor with a
+ * larger offset. Activations are float32 and row-major: ne[0] is the row length.
+ * Weights may be any type of quant.h; a weight matrix of ne = {n_in, n_out} maps
+ * n_in inputs to n_out outputs, one quantized row per output.
+ */
+#ifndef AL_BACKEND_H
+#define AL_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "anyllm.h"
+
+typedef struct al_tensor {
+    uint32_t type;    /* al_type of quant.h */
+    int64_t ne[2];    /* ne[0] elements per row, ne[1] rows */
+    void *data;       /* backend storage (CPU: host address of byte 0) */
+    uint64_t offset;  /* bytes from data to the first element */
+    uint64_t row_bytes; /* stride between rows in bytes */
+} al_tensor;
+
+/* Rotary position embedding parameters, shared by every layer. */
+typedef struct al_rope {
+    int n_rot;               /* leading elements of each head that rotate (even) */
+    bool neox;               /* pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    float freq_base;         /* theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i */
+    float freq_scale;        /* 1 / linear scaling factor */
+    const float *freq_factors; /* [n_rot/2] or NULL (Llama 3 rope_freqs) */
+} al_rope;
+
+/* Shape of one attention call. */
+typedef struct al_attn_shape {
+    int n_head;     /* query heads */
+    int n_head_kv;  /* key/value heads; n_head is a multiple of it */
+    int head_dim;
+    int n_past;     /* positions already in the cache before this batch */
+    int n_tokens;   /* new positions in this batch (its queries are causal) */
+} al_attn_shape;
+
+typedef struct al_backend al_backend;
+
+typedef struct al_backend_ops {
+    const char *name;
+    void (*destroy)(al_backend *be);
+
+    /* Storage for activations and caches, zero-filled: ne[1] rows of ne[0] f32. */
+    al_status (*tensor_alloc)(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);
+    void (*tensor_free)(al_backend *be, al_tensor *t);
+    /* Copies n_bytes between host memory and a tensor starting at its first element. */
+    void (*tensor_read)(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes);
+    /* Prepares scratch for ops on rows of up to max_cols elements and attention over
+     * up to max_ctx positions; called when a context is created, so that the ops
+     * themselves never allocate. */
+    al_status (*reserve)(al_backend *be, int64_t max_cols, int64_t max_ctx);
+
+    /* out[i] = dequantized row ids[i] of table, for n ids. */
+    void (*get_rows)(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
+                     al_tensor *out);
+    /* out = x / rms(x) * w per row; w is an f32 weight [ne0]. */
+    void (*rms_norm)(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
+                     al_tensor *out);
+    /* out[t][o] = sum_i x[t][i] * w[o][i] (+ bias[o] if bias): x is [n][n_in]. */
+    void (*matmul)(al_backend *be, const al_tensor *x, const al_tensor *w,
+                   const al_tensor *bias, al_tensor *out);
+    /* Rotates each head of each row in place; row t is at position pos0 + t. */
+    void (*rope)(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0,
+                 const al_rope *rope);
+    /* Appends k, v ([n_tokens][n_head_kv*head_dim]) to the caches at n_past, then
+     * out[t] = causal softmax(q k^T / sqrt(head_dim)) v over positions 0..n_past+t. */
+    void (*attention)(al_backend *be, const al_tensor *q, const al_tensor *k,
+                      const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
+                      const al_attn_shape *shape, al_tensor *out);
+    /* g = silu(g) * u, elementwise. */
+    void (*silu_mul)(al_backend *be, al_tensor *g, const al_tensor *u);
+    /* x += y, elementwise. */
+    void (*add)(al_backend *be, al_tensor *x, const al_tensor *y);
+} al_backend_ops;
+
+struct al_backend {
+    const al_backend_ops *ops;
+};
+
+/* The CPU backend with the plain-C reference ops, n_threads workers (0 = cores). */
+al_status cpu_backend_create(int n_threads, al_backend **out);
+
+/* A view of rows [row0, row0 + n_rows) of t. */
+static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {
+    al_tensor v = *t;
+    v.offset += (uint64_t)row0 * t->row_bytes;
+    v.ne[1] = n_rows;
+    return v;
+}
+
+#endif /* AL_BACKEND_H */

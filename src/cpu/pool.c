@@ -1,0 +1,141 @@
+/* pool.c: worker threads for pool.h.
+ *
+ * Jobs are published by bumping a generation counter under a mutex. Workers spin
+ * briefly on the counter before sleeping on a condition variable: a decode step runs
+ * a few hundred short ops back to back, and a futex wake-up for each would cost more
+ * than the op itself.
+ */
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "util.h"
+
+enum { SPIN_ITERS = 20000 };
+
+struct al_pool {
+    int n_threads;
+    pthread_t *threads;      /* [n_threads - 1]; the caller is worker 0 */
+    pthread_mutex_t run_lock; /* serializes pool_run callers */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;     /* workers wait for a new generation */
+    pthread_cond_t done;     /* the caller waits for n_pending == 0 */
+    al_pool_fn fn;
+    void *arg;
+    unsigned generation;     /* bumped per job; read with atomics while spinning */
+    int n_pending;           /* workers still running the current job */
+    bool quit;
+};
+
+typedef struct worker_arg {
+    al_pool *pool;
+    int ith;
+} worker_arg;
+
+static void *worker_main(void *varg) {
+    worker_arg *wa = varg;
+    al_pool *p = wa->pool;
+    int ith = wa->ith;
+    al_free(wa);
+    unsigned seen = 0;
+    for (;;) {
+        for (int i = 0; i < SPIN_ITERS; i++) {
+            if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen) break;
+            if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) break;
+        }
+        pthread_mutex_lock(&p->lock);
+        while (p->generation == seen && !p->quit) pthread_cond_wait(&p->wake, &p->lock);
+        if (p->quit) {
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        seen = p->generation;
+        al_pool_fn fn = p->fn;
+        void *arg = p->arg;
+        pthread_mutex_unlock(&p->lock);
+
+        fn(arg, ith, p->n_threads);
+
+        pthread_mutex_lock(&p->lock);
+        if (--p->n_pending == 0) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+int pool_n_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+al_status pool_create(int n_threads, al_pool **out) {
+    *out = NULL;
+    if (n_threads <= 0) n_threads = pool_n_cpus();
+    if (n_threads > 256) return al_error(AL_ERR_ARG, "n_threads %d exceeds 256", n_threads);
+    al_pool *p = al_calloc(1, sizeof *p);
+    if (!p) return al_error(AL_ERR_NOMEM, "out of memory creating a thread pool");
+    p->n_threads = 1;
+    pthread_mutex_init(&p->run_lock, NULL);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->threads = al_calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) goto nomem;
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = al_malloc(sizeof *wa);
+        if (!wa) goto nomem;
+        *wa = (worker_arg){.pool = p, .ith = i};
+        if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
+            al_free(wa);
+            pool_destroy(p);
+            return al_error(AL_ERR_NOMEM, "cannot create worker thread %d of %d", i,
+                            n_threads);
+        }
+        p->n_threads = i + 1;
+    }
+    *out = p;
+    return AL_OK;
+nomem:
+    pool_destroy(p);
+    return al_error(AL_ERR_NOMEM, "out of memory creating a thread pool");
+}
+
+void pool_destroy(al_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&p->quit, true, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->run_lock);
+    al_free(p->threads);
+    al_free(p);
+}
+
+int pool_size(const al_pool *p) { return p->n_threads; }
+
+void pool_run(al_pool *p, al_pool_fn fn, void *arg) {
+    if (p->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&p->run_lock);
+    pthread_mutex_lock(&p->lock);
+    p->fn = fn;
+    p->arg = arg;
+    p->n_pending = p->n_threads - 1;
+    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+
+    fn(arg, 0, p->n_threads);
+
+    pthread_mutex_lock(&p->lock);
+    while (p->n_pending > 0) pthread_cond_wait(&p->done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&p->run_lock);
+}

@@ -1,0 +1,537 @@
+/* model.c: decoder-only transformers of the llama family, read from GGUF.
+ *
+ * Supported architectures (general.architecture):
+ *   llama  Llama 2/3/3.x, Mistral, TinyLlama, SmolLM2: RMSNorm, rotary positions on
+ *          adjacent pairs, grouped-query attention, SwiGLU feed-forward; the output
+ *          projection is the token embedding when output.weight is absent.
+ *   qwen2  the same with biases on Q, K and V and rotary positions on split halves.
+ * Every hyper-parameter comes from the file's "<arch>.*" keys, and every tensor's
+ * type and shape is checked against them before the model is usable.
+ *
+ * Weights are descriptors pointing into the file mapping: loading copies nothing but
+ * the few small 1-D tensors that are not stored as f32.
+ *
+ * The forward pass for a batch of n tokens at positions n_past .. n_past+n-1 is
+ *   x = embed(tokens)
+ *   per layer:  x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
+ *               x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
+ *   logits = Wout · norm(x)
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct layer_weights {
+    al_tensor attn_norm; /* [n_embd] f32 */
+    al_tensor wq;        /* [n_embd] -> [n_head * head_dim] */
+    al_tensor wk;        /* [n_embd] -> [n_head_kv * head_dim] */
+    al_tensor wv;        /* [n_embd] -> [n_head_kv * head_dim] */
+    al_tensor bq, bk, bv; /* qwen2 biases, f32, same widths as the outputs; else data NULL */
+    al_tensor wo;        /* [n_head * head_dim] -> [n_embd] */
+    al_tensor ffn_norm;  /* [n_embd] f32 */
+    al_tensor w_gate;    /* [n_embd] -> [n_ff] */
+    al_tensor w_up;      /* [n_embd] -> [n_ff] */
+    al_tensor w_down;    /* [n_ff] -> [n_embd] */
+} layer_weights;
+
+struct al_model {
+    gguf_file *file;
+    al_backend *be;
+    char arch[16];
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    float norm_eps;
+    al_rope rope;
+    al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
+    al_tensor output_norm; /* [n_embd] f32 */
+    al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied */
+    layer_weights *layers; /* [n_layer] */
+    float **owned;         /* f32 copies of 1-D tensors stored in other types */
+    int n_owned;
+    uint64_t n_params, n_bytes;
+    al_vocab *vocab;       /* NULL if the file has no usable tokenizer */
+    char vocab_error[256]; /* why vocab is NULL */
+    char *chat_template;   /* tokenizer.chat_template, NUL-terminated, or NULL */
+};
+
+/* Rows of logits computed per output matmul: all-position logits of a long batch
+ * are produced a slice at a time, so scratch never holds [n_batch][n_vocab]. */
+enum { LOGIT_ROWS = 16 };
+
+struct al_context {
+    const al_model *m;
+    al_backend *be;
+    int n_ctx;             /* positions the cache holds */
+    int n_batch;           /* tokens per forward chunk */
+    int n_past;
+    al_tensor *k_cache;    /* [n_layer] each [n_ctx][n_head_kv * head_dim] */
+    al_tensor *v_cache;    /* [n_layer] each [n_ctx][n_head_kv * head_dim] */
+    al_tensor x;           /* [n_batch][n_embd] residual stream */
+    al_tensor xb;          /* [n_batch][n_embd] normed input / sublayer output */
+    al_tensor q;           /* [n_batch][n_head * head_dim] */
+    al_tensor k, v;        /* [n_batch][n_head_kv * head_dim] */
+    al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
+    al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
+    al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
+};
+
+/* ---- hyper-parameters ------------------------------------------------------------ */
+
+static al_status get_arch_u32(const al_model *m, const char *suffix, uint32_t dflt,
+                              bool required, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    uint32_t v;
+    al_status st = required ? gguf_get_u32(m->file, key, &v)
+                            : gguf_get_u32_or(m->file, key, dflt, &v);
+    if (st != AL_OK) return st;
+    if (v > (1u << 30))
+        return al_error(AL_ERR_FORMAT, "%s: %s = %u is out of range", m->file->path, key, v);
+    *out = (int)v;
+    return AL_OK;
+}
+
+static al_status get_arch_f32(const al_model *m, const char *suffix, float dflt, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    return gguf_get_f32_or(m->file, key, dflt, out);
+}
+
+static al_status read_rope_scaling(al_model *m) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
+    m->rope.freq_scale = 1.0f;
+    const gguf_kv *kv = gguf_find_key(m->file, key);
+    float factor = 0;
+    if (kv) {
+        gguf_str type;
+        al_status st = gguf_get_str(m->file, key, &type);
+        if (st != AL_OK) return st;
+        if (gguf_str_eq(type, "none")) return AL_OK;
+        if (!gguf_str_eq(type, "linear")) {
+            char buf[64];
+            return al_error(AL_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (none, linear)",
+                            m->file->path, key, gguf_str_copy(type, buf, sizeof buf));
+        }
+        al_status st2 = get_arch_f32(m, "rope.scaling.factor", 1.0f, &factor);
+        if (st2 != AL_OK) return st2;
+    } else {
+        al_status st = get_arch_f32(m, "rope.scale_linear", 1.0f, &factor); /* older key */
+        if (st != AL_OK) return st;
+    }
+    if (!(factor >= 1.0f && factor <= 1024.0f))
+        return al_error(AL_ERR_FORMAT, "%s: rope scaling factor %g is out of range [1, 1024]",
+                        m->file->path, (double)factor);
+    m->rope.freq_scale = 1.0f / factor;
+    return AL_OK;
+}
+
+static al_status read_hparams(al_model *m) {
+    const char *path = m->file->path;
+    al_status st;
+    if ((st = get_arch_u32(m, "embedding_length", 0, true, &m->n_embd)) ||
+        (st = get_arch_u32(m, "block_count", 0, true, &m->n_layer)) ||
+        (st = get_arch_u32(m, "feed_forward_length", 0, true, &m->n_ff)) ||
+        (st = get_arch_u32(m, "attention.head_count", 0, true, &m->n_head)) ||
+        (st = get_arch_u32(m, "context_length", 2048, false, &m->n_ctx_train)) ||
+        (st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &m->norm_eps)) ||
+        (st = get_arch_f32(m, "rope.freq_base", 10000.0f, &m->rope.freq_base)))
+        return st;
+    if (m->n_embd <= 0 || m->n_layer <= 0 || m->n_ff <= 0 || m->n_head <= 0)
+        return al_error(AL_ERR_FORMAT, "%s: embedding_length, block_count, "
+                        "feed_forward_length and head_count must be positive", path);
+    if ((st = get_arch_u32(m, "attention.head_count_kv", (uint32_t)m->n_head, false,
+                           &m->n_head_kv)))
+        return st;
+    if (m->n_head_kv <= 0 || m->n_head % m->n_head_kv != 0)
+        return al_error(AL_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                        path, m->n_head, m->n_head_kv);
+    if (m->n_embd % m->n_head != 0)
+        return al_error(AL_ERR_FORMAT, "%s: embedding_length %d is not a multiple of head_count %d",
+                        path, m->n_embd, m->n_head);
+    if ((st = get_arch_u32(m, "attention.key_length", (uint32_t)(m->n_embd / m->n_head), false,
+                           &m->head_dim)) ||
+        (st = get_arch_u32(m, "rope.dimension_count", (uint32_t)m->head_dim, false,
+                           &m->rope.n_rot)))
+        return st;
+    if (m->head_dim <= 0 || m->rope.n_rot <= 0 || m->rope.n_rot > m->head_dim || m->rope.n_rot % 2)
+        return al_error(AL_ERR_FORMAT, "%s: rope.dimension_count %d must be even and within "
+                        "the head size %d", path, m->rope.n_rot, m->head_dim);
+    if (!(m->norm_eps > 0 && m->norm_eps < 1))
+        return al_error(AL_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range", path,
+                        (double)m->norm_eps);
+    if (!(m->rope.freq_base > 0))
+        return al_error(AL_ERR_FORMAT, "%s: rope.freq_base %g must be positive", path,
+                        (double)m->rope.freq_base);
+    m->rope.neox = strcmp(m->arch, "qwen2") == 0;
+    return read_rope_scaling(m);
+}
+
+/* ---- binding tensors ------------------------------------------------------------- */
+
+/* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector). Missing
+ * optional tensors leave out zeroed. */
+static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                      al_tensor *out) {
+    const char *path = m->file->path;
+    memset(out, 0, sizeof *out);
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    if (!t) {
+        if (optional) return AL_OK;
+        return al_error(AL_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    }
+    int64_t want1 = ne1 ? ne1 : 1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1 &&
+              (ne1 ? t->n_dims <= 2 : t->n_dims == 1);
+    if (!ok)
+        return al_error(AL_ERR_FORMAT,
+                        "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                        path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                        (long long)t->ne[3], (long long)ne0, (long long)want1);
+    const quant_traits *tr = quant_get_traits(t->type);
+    if (!tr || !tr->dequantize)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (%u), which is not "
+                        "supported for weights", path, name, quant_type_name(t->type), t->type);
+    *out = (al_tensor){.type = t->type, .ne = {t->ne[0], want1}, .data = (void *)t->data,
+                       .row_bytes = quant_row_bytes(t->type, t->ne[0])};
+    if (ne1 == 0 && t->type != AL_TYPE_F32) {
+        /* vectors are read as f32 by every op; the rare file storing them otherwise
+         * gets a small owned copy */
+        float *copy = al_malloc((size_t)ne0 * sizeof(float));
+        float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+        if (!copy || !owned) {
+            al_free(copy);
+            if (owned) m->owned = owned;
+            return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
+        }
+        m->owned = owned;
+        m->owned[m->n_owned++] = copy;
+        quant_dequantize(t->type, t->data, copy, ne0);
+        *out = (al_tensor){.type = AL_TYPE_F32, .ne = {ne0, 1}, .data = copy,
+                           .row_bytes = (uint64_t)ne0 * sizeof(float)};
+    }
+    return AL_OK;
+}
+
+static al_status bind_layer(al_model *m, int il, layer_weights *l) {
+    int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim;
+    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim, f = m->n_ff;
+    bool bias = strcmp(m->arch, "qwen2") == 0;
+    char name[96];
+    al_status st = AL_OK;
+#define BIND(field, suffix, ne0, ne1, opt)                                                  \
+    do {                                                                                   \
+        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                              \
+        if ((st = bind(m, name, ne0, ne1, opt, &l->field)) != AL_OK) return st;            \
+    } while (0)
+    BIND(attn_norm, "attn_norm.weight", e, 0, false);
+    BIND(wq, "attn_q.weight", e, qd, false);
+    BIND(wk, "attn_k.weight", e, kvd, false);
+    BIND(wv, "attn_v.weight", e, kvd, false);
+    BIND(bq, "attn_q.bias", qd, 0, !bias);
+    BIND(bk, "attn_k.bias", kvd, 0, !bias);
+    BIND(bv, "attn_v.bias", kvd, 0, !bias);
+    BIND(wo, "attn_output.weight", qd, e, false);
+    BIND(ffn_norm, "ffn_norm.weight", e, 0, false);
+    BIND(w_gate, "ffn_gate.weight", e, f, false);
+    BIND(w_up, "ffn_up.weight", e, f, false);
+    BIND(w_down, "ffn_down.weight", f, e, false);
+#undef BIND
+    return st;
+}
+
+static al_status bind_weights(al_model *m) {
+    const gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+    if (!emb) return al_error(AL_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing",
+                              m->file->path);
+    if (emb->ne[1] <= 0 || emb->ne[1] > (1 << 24))
+        return al_error(AL_ERR_FORMAT, "%s: token_embd.weight has %lld rows", m->file->path,
+                        (long long)emb->ne[1]);
+    m->n_vocab = (int)emb->ne[1];
+    al_status st;
+    if ((st = bind(m, "token_embd.weight", m->n_embd, m->n_vocab, false, &m->tok_embd)) ||
+        (st = bind(m, "output_norm.weight", m->n_embd, 0, false, &m->output_norm)) ||
+        (st = bind(m, "output.weight", m->n_embd, m->n_vocab, true, &m->output)))
+        return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+
+    al_tensor freqs;
+    if ((st = bind(m, "rope_freqs.weight", m->rope.n_rot / 2, 0, true, &freqs))) return st;
+    m->rope.freq_factors = freqs.data;
+
+    m->layers = al_calloc((size_t)m->n_layer, sizeof *m->layers);
+    if (!m->layers) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
+    for (int il = 0; il < m->n_layer; il++)
+        if ((st = bind_layer(m, il, &m->layers[il]))) return st;
+    return AL_OK;
+}
+
+/* ---- model ------------------------------------------------------------------------ */
+
+al_model_params al_model_default_params(void) {
+    return (al_model_params){.n_threads = 0};
+}
+
+static al_status read_arch(al_model *m) {
+    gguf_str arch;
+    al_status st = gguf_get_str(m->file, "general.architecture", &arch);
+    if (st != AL_OK) return st;
+    if (gguf_str_eq(arch, "llama") || gguf_str_eq(arch, "qwen2")) {
+        gguf_str_copy(arch, m->arch, sizeof m->arch);
+        return AL_OK;
+    }
+    char buf[64];
+    return al_error(AL_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported "
+                    "(supported: llama, qwen2)", m->file->path,
+                    gguf_str_copy(arch, buf, sizeof buf));
+}
+
+/* The tokenizer and chat template. A model whose tokenizer cannot be used still
+ * computes logits from token ids, so only running out of memory fails the load; the
+ * reason is kept for al_model_vocab's callers. */
+static al_status load_text_parts(al_model *m) {
+    al_status st = vocab_from_gguf(m->file, &m->vocab);
+    if (st == AL_ERR_NOMEM) return st;
+    if (st != AL_OK) snprintf(m->vocab_error, sizeof m->vocab_error, "%s", al_last_error());
+    const gguf_kv *kv = gguf_find_key(m->file, "tokenizer.chat_template");
+    if (kv && kv->type == GGUF_VT_STRING) {
+        m->chat_template = al_malloc(kv->v.str.n + 1);
+        if (!m->chat_template) return al_error(AL_ERR_NOMEM, "out of memory for the chat template");
+        gguf_str_copy(kv->v.str, m->chat_template, kv->v.str.n + 1);
+    }
+    return AL_OK;
+}
+
+const al_vocab *al_model_vocab(const al_model *m) {
+    if (!m->vocab) al_error(AL_ERR_UNSUPPORTED, "%s", m->vocab_error);
+    return m->vocab;
+}
+
+const char *al_model_chat_template(const al_model *m) { return m->chat_template; }
+
+al_status al_model_load(const char *path, const al_model_params *params, al_model **out) {
+    *out = NULL;
+    if (!path) return al_error(AL_ERR_ARG, "al_model_load: path is NULL");
+    al_model_params p = params ? *params : al_model_default_params();
+    al_model *m = al_calloc(1, sizeof *m);
+    if (!m) return al_error(AL_ERR_NOMEM, "out of memory loading %s", path);
+    al_status st;
+    if ((st = gguf_open(path, &m->file)) || (st = read_arch(m)) || (st = read_hparams(m)) ||
+        (st = bind_weights(m)) || (st = cpu_backend_create(p.n_threads, &m->be)))
+        goto fail;
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) {
+        m->n_params += m->file->tensors[i].n_elem;
+        m->n_bytes += m->file->tensors[i].n_bytes;
+    }
+    if ((st = load_text_parts(m)) != AL_OK) goto fail;
+    *out = m;
+    return AL_OK;
+fail:
+    al_model_destroy(m);
+    return st;
+}
+
+void al_model_destroy(al_model *m) {
+    if (!m) return;
+    if (m->be) m->be->ops->destroy(m->be);
+    al_vocab_destroy(m->vocab);
+    al_free(m->chat_template);
+    for (int i = 0; i < m->n_owned; i++) al_free(m->owned[i]);
+    al_free(m->owned);
+    al_free(m->layers);
+    gguf_close(m->file);
+    al_free(m);
+}
+
+void al_model_get_info(const al_model *m, al_model_info *out) {
+    *out = (al_model_info){
+        .arch = m->arch, .n_vocab = m->n_vocab, .n_ctx_train = m->n_ctx_train,
+        .n_embd = m->n_embd, .n_layer = m->n_layer, .n_head = m->n_head,
+        .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .n_ff = m->n_ff,
+        .n_params = m->n_params, .n_bytes = m->n_bytes,
+    };
+}
+
+const gguf_file *model_file(const al_model *m) { return m->file; }
+
+uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
+    return 2ull * (uint64_t)m->n_layer * (uint64_t)n_ctx * (uint64_t)m->n_head_kv *
+           (uint64_t)m->head_dim * sizeof(float);
+}
+
+/* ---- context ------------------------------------------------------------------------ */
+
+al_context_params al_context_default_params(void) {
+    return (al_context_params){.n_ctx = 0};
+}
+
+static al_status context_alloc(al_context *c) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    int64_t nb = c->n_batch, qd = (int64_t)m->n_head * m->head_dim;
+    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
+    al_status st;
+    c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
+    c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
+    if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
+    for (int il = 0; il < m->n_layer; il++)
+        if ((st = be->ops->tensor_alloc(be, kvd, c->n_ctx, &c->k_cache[il])) ||
+            (st = be->ops->tensor_alloc(be, kvd, c->n_ctx, &c->v_cache[il])))
+            return st;
+    if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xb)) ||
+        (st = be->ops->tensor_alloc(be, qd, nb, &c->q)) ||
+        (st = be->ops->tensor_alloc(be, kvd, nb, &c->k)) ||
+        (st = be->ops->tensor_alloc(be, kvd, nb, &c->v)) ||
+        (st = be->ops->tensor_alloc(be, qd, nb, &c->att)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb2)) ||
+        (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
+        return st;
+    int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
+    if (qd > max_cols) max_cols = qd;
+    return be->ops->reserve(be, max_cols, c->n_ctx);
+}
+
+al_status al_context_create(const al_model *m, const al_context_params *params,
+                            al_context **out) {
+    *out = NULL;
+    if (!m) return al_error(AL_ERR_ARG, "al_context_create: model is NULL");
+    al_context_params p = params ? *params : al_context_default_params();
+    int n_ctx = p.n_ctx;
+    if (n_ctx == 0) n_ctx = m->n_ctx_train < 4096 ? m->n_ctx_train : 4096;
+    if (n_ctx <= 0 || n_ctx > (1 << 24))
+        return al_error(AL_ERR_ARG, "context size %d is out of range [1, %d]", n_ctx, 1 << 24);
+    al_context *c = al_calloc(1, sizeof *c);
+    if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
+    c->m = m;
+    c->be = m->be;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_ctx < 512 ? n_ctx : 512;
+    al_status st = context_alloc(c);
+    if (st != AL_OK) {
+        al_context_destroy(c);
+        return st;
+    }
+    *out = c;
+    return AL_OK;
+}
+
+void al_context_destroy(al_context *c) {
+    if (!c) return;
+    const al_backend_ops *ops = c->be->ops;
+    for (int il = 0; il < c->m->n_layer; il++) {
+        if (c->k_cache) ops->tensor_free(c->be, &c->k_cache[il]);
+        if (c->v_cache) ops->tensor_free(c->be, &c->v_cache[il]);
+    }
+    al_free(c->k_cache);
+    al_free(c->v_cache);
+    al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
+                            &c->logits};
+    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++) ops->tensor_free(c->be, scratch[i]);
+    al_free(c);
+}
+
+int al_context_n_past(const al_context *c) { return c->n_past; }
+
+void al_context_reset(al_context *c) { c->n_past = 0; }
+
+al_status al_context_truncate(al_context *c, int n_past) {
+    if (n_past < 0 || n_past > c->n_past)
+        return al_error(AL_ERR_ARG, "cannot truncate to %d positions: %d are held", n_past,
+                        c->n_past);
+    c->n_past = n_past; /* later positions are overwritten by the next al_eval */
+    return AL_OK;
+}
+
+int al_context_n_ctx(const al_context *c) { return c->n_ctx; }
+
+/* ---- forward pass --------------------------------------------------------------------- */
+
+static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
+
+/* One transformer block over the n rows of the residual stream. */
+static void forward_layer(al_context *c, int il, int n) {
+    const al_model *m = c->m;
+    const layer_weights *l = &m->layers[il];
+    al_backend *be = c->be;
+    const al_backend_ops *op = be->ops;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor q = al_tensor_rows(&c->q, 0, n), k = al_tensor_rows(&c->k, 0, n);
+    al_tensor v = al_tensor_rows(&c->v, 0, n), att = al_tensor_rows(&c->att, 0, n);
+    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
+
+    /* attention */
+    op->rms_norm(be, &x, &l->attn_norm, m->norm_eps, &xb);
+    op->matmul(be, &xb, &l->wq, opt(&l->bq), &q);
+    op->matmul(be, &xb, &l->wk, opt(&l->bk), &k);
+    op->matmul(be, &xb, &l->wv, opt(&l->bv), &v);
+    op->rope(be, &q, m->n_head, m->head_dim, c->n_past, &m->rope);
+    op->rope(be, &k, m->n_head_kv, m->head_dim, c->n_past, &m->rope);
+    al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
+                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n};
+    op->attention(be, &q, &k, &v, &c->k_cache[il], &c->v_cache[il], &shape, &att);
+    op->matmul(be, &att, &l->wo, NULL, &xb);
+    op->add(be, &x, &xb);
+
+    /* feed-forward */
+    op->rms_norm(be, &x, &l->ffn_norm, m->norm_eps, &xb);
+    op->matmul(be, &xb, &l->w_gate, NULL, &hb);
+    op->matmul(be, &xb, &l->w_up, NULL, &hb2);
+    op->silu_mul(be, &hb, &hb2);
+    op->matmul(be, &hb, &l->w_down, NULL, &xb);
+    op->add(be, &x, &xb);
+}
+
+/* Evaluates one chunk of at most n_batch tokens. Logits of rows [first_row, n) are
+ * written to logits (row-major, n_vocab each) when logits is not NULL. */
+static void forward_chunk(al_context *c, const int32_t *tokens, int n, int first_row,
+                          float *logits) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
+    for (int il = 0; il < m->n_layer; il++) forward_layer(c, il, n);
+    c->n_past += n;
+    if (!logits) return;
+    be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);
+    for (int r = first_row; r < n; r += LOGIT_ROWS) {
+        int nr = n - r < LOGIT_ROWS ? n - r : LOGIT_ROWS;
+        al_tensor in = al_tensor_rows(&c->xb, r, nr), out = al_tensor_rows(&c->logits, 0, nr);
+        be->ops->matmul(be, &in, &m->output, NULL, &out);
+        be->ops->tensor_read(be, &out, logits + (size_t)(r - first_row) * m->n_vocab,
+                             (uint64_t)nr * m->n_vocab * sizeof(float));
+    }
+}
+
+al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *logits,
+                  bool all_logits) {
+    if (!c || !tokens || n_tokens <= 0)
+        return al_error(AL_ERR_ARG, "al_eval: no tokens to evaluate");
+    const al_model *m = c->m;
+    if (n_tokens > c->n_ctx - c->n_past)
+        return al_error(AL_ERR_ARG, "al_eval: %d tokens do not fit: %d of %d positions used",
+                        n_tokens, c->n_past, c->n_ctx);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
+            return al_error(AL_ERR_ARG, "al_eval: token %d at index %d is out of range [0, %d)",
+                            tokens[i], i, m->n_vocab);
+    for (int done = 0; done < n_tokens; done += c->n_batch) {
+        int n = n_tokens - done < c->n_batch ? n_tokens - done : c->n_batch;
+        bool last = done + n == n_tokens;
+        float *dst = NULL;
+        int first_row = 0;
+        if (logits && all_logits) {
+            dst = logits + (size_t)done * m->n_vocab;
+        } else if (logits && last) {
+            dst = logits;
+            first_row = n - 1;
+        }
+        forward_chunk(c, tokens + done, n, first_row, dst);
+    }
+    return AL_OK;
+}

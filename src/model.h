@@ -1,0 +1,19 @@
+/* model.h: the model and context objects behind anyllm.h, for the library's own use.
+ *
+ * model.c binds the tensors of a GGUF file to the hyper-parameters of its
+ * architecture and runs the forward pass against the backend op table (backend.h).
+ */
+#ifndef AL_MODEL_H
+#define AL_MODEL_H
+
+#include "anyllm.h"
+#include "backend.h"
+#include "gguf.h"
+
+/* The parsed file behind a model (metadata and tensor table), owned by the model. */
+const gguf_file *model_file(const al_model *m);
+
+/* Bytes of KV cache a context of n_ctx positions needs. */
+uint64_t model_kv_bytes(const al_model *m, int n_ctx);
+
+#endif /* AL_MODEL_H */

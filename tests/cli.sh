@@ -1,0 +1,66 @@
+#!/bin/sh
+# End-to-end tests of the anyllm command line: `info` on every shared GGUF file,
+# `logits` against a reference, and one-line errors with a non-zero exit for bad use.
+BUILD=${BUILD:-build}
+SHARED=${SHARED:-../shared}
+bin=$BUILD/anyllm
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# expect_error NAME CMD...: non-zero exit, exactly one line on stderr, no crash
+expect_error() {
+    name=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ]; then
+        ok "$name: $(cat "$tmp/err")"
+    else
+        bad "$name: exit $rc, $lines stderr lines"; cat "$tmp/err"
+    fi
+}
+
+if [ ! -d "$SHARED/models" ]; then
+    echo "skip: $SHARED/models not found (the shared test data is missing)"
+    echo "0 passed, 0 failed, 1 skipped"
+    exit 0
+fi
+
+for f in "$SHARED"/models/*.gguf "$SHARED"/models/ref/*.gguf "$SHARED"/vocab/*.gguf; do
+    if "$bin" info -m "$f" >"$tmp/info" 2>"$tmp/err" && grep -q '^parameters' "$tmp/info"; then
+        ok "info $(basename "$f")"
+    else
+        bad "info $(basename "$f")"; cat "$tmp/err"
+    fi
+done
+if "$bin" info -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" | grep -q 'vocabulary-only'; then
+    ok "info says a vocabulary-only file has no weights"
+else
+    bad "info on a vocabulary-only file"
+fi
+
+ref=$SHARED/models/ref/ref-llama-f32
+tokens=$(tr -d ' \n' <"$ref.ref.json" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/')
+if "$bin" logits -m "$ref.gguf" --tokens "$tokens" --out "$tmp/l.f32" -t 2 &&
+        "$BUILD/test_ref" --compare "$tmp/l.f32" "$ref.logits.f32" 1e-4; then
+    ok "logits ref-llama-f32 matches its reference"
+else
+    bad "logits ref-llama-f32"
+fi
+
+m=$SHARED/models/ref/ref-llama-Q8_0.gguf
+expect_error "missing file" "$bin" info -m /nonexistent.gguf
+expect_error "not a gguf" "$bin" info -m /etc/hostname
+expect_error "no command" "$bin" frobnicate -m "$m"
+expect_error "no model" "$bin" logits --tokens 1 --out "$tmp/x"
+expect_error "bad token list" "$bin" logits -m "$m" --tokens 1,x,3 --out "$tmp/x"
+expect_error "token out of range" "$bin" logits -m "$m" --tokens 1,99999 --out "$tmp/x"
+expect_error "unwritable output" "$bin" logits -m "$m" --tokens 1,2 --out /nonexistent/dir/x
+expect_error "vocabulary-only model" "$bin" logits -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokens 1 --out "$tmp/x"
+expect_error "bad thread count" "$bin" logits -m "$m" --tokens 1 --out "$tmp/x" -t 0
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,72 @@
+/* test.h: a minimal test harness. Each test program calls TEST_RUN(fn) per test and
+ * returns test_finish(); the last line printed is "N passed, M failed", which
+ * tests/run.sh sums over programs. CHECK records a failure and carries on. */
+#ifndef AL_TEST_H
+#define AL_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_n_pass, test_n_fail, test_n_skip, test_cur_failed, test_cur_skipped;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);          \
+            test_cur_failed = 1;                                                      \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                          \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fprintf(stderr, "\n");                                                    \
+            test_cur_failed = 1;                                                      \
+        }                                                                             \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                         \
+    CHECK_MSG(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)",          \
+              (double)(a), (double)(b), (double)(tol))
+
+/* Marks the running test skipped, with the reason printed; it counts as neither. */
+#define TEST_SKIP(...)                                                                \
+    do {                                                                              \
+        printf("skip: ");                                                             \
+        printf(__VA_ARGS__);                                                          \
+        printf("\n");                                                                 \
+        test_cur_skipped = 1;                                                         \
+    } while (0)
+
+#define TEST_RUN(fn)                                                                  \
+    do {                                                                              \
+        test_cur_failed = 0;                                                          \
+        test_cur_skipped = 0;                                                         \
+        fn();                                                                         \
+        if (test_cur_skipped && !test_cur_failed) {                                   \
+            test_n_skip++;                                                            \
+            printf("SKIP %s\n", #fn);                                                 \
+        } else if (test_cur_failed) {                                                 \
+            test_n_fail++;                                                            \
+            printf("FAIL %s\n", #fn);                                                 \
+        } else {                                                                      \
+            test_n_pass++;                                                            \
+            printf("ok   %s\n", #fn);                                                 \
+        }                                                                             \
+        fflush(stdout);                                                               \
+    } while (0)
+
+static inline const char *test_shared_dir(void) {
+    const char *s = getenv("SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static inline int test_finish(void) {
+    printf("%d passed, %d failed, %d skipped\n", test_n_pass, test_n_fail, test_n_skip);
+    return test_n_fail ? 1 : 0;
+}
+
+#endif /* AL_TEST_H */

@@ -1,0 +1,277 @@
+/* test_text.c: chat-template recognition and rendering, and the sampler.
+ *
+ * The sampler is checked on synthetic logits: greedy and top-k 1 pick the argmax,
+ * draws follow softmax(logits / T) (frequencies within a few standard errors), the
+ * cuts keep exactly the tokens they should, penalties move the right logits, and one
+ * seed always gives one sequence.
+ */
+#include <string.h>
+
+#include "anyllm.h"
+#include "test.h"
+
+/* ---- chat templates ------------------------------------------------------------------- */
+
+static void test_detect(void) {
+    static const struct {
+        const char *tmpl, *want;
+    } cases[] = {
+        {"{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+         "'<|im_end|>\\n'}}{% endfor %}", "chatml"},
+        {"{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
+         "<|end_header_id|>\\n\\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}", "llama3"},
+        {"{% if messages[0]['role'] == 'system' %}<<SYS>>\\n{{ s }}\\n<</SYS>>{% endif %}"
+         "[INST] {{ m }} [/INST]", "llama2"},
+        {"{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}",
+         "mistral"},
+        {"{{ bos_token }}<start_of_turn>{{ role }}\\n{{ m['content'] }}<end_of_turn>\\n", "gemma"},
+        {"{% for m in messages %}<|user|>\\n{{ m['content'] }}<|end|>\\n{% endfor %}", "phi3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *name = NULL;
+        CHECK(al_chat_template_detect(cases[i].tmpl, &name) == AL_OK);
+        CHECK_MSG(name && !strcmp(name, cases[i].want), "case %zu: got %s, want %s", i,
+                  name ? name : "(null)", cases[i].want);
+    }
+    const char *name = "x";
+    CHECK(al_chat_template_detect("{{ messages | tojson }}", &name) == AL_ERR_UNSUPPORTED);
+    CHECK(name == NULL && strstr(al_last_error(), "--chat-template"));
+    CHECK(al_chat_template_detect(NULL, &name) == AL_ERR_ARG);
+}
+
+static void expect_render(const char *name, const char *tmpl, const al_chat_message *m, int n,
+                          const char *want) {
+    char *out = NULL;
+    al_status st = al_chat_render(name, tmpl, m, n, true, &out);
+    CHECK_MSG(st == AL_OK, "%s: %s", name, al_last_error());
+    CHECK_MSG(out && !strcmp(out, want), "%s rendered\n[%s]\nwant\n[%s]", name, out ? out : "",
+              want);
+    al_string_free(out);
+}
+
+static void test_render(void) {
+    const al_chat_message conv[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"},
+    };
+    expect_render("chatml", NULL, conv, 4,
+                  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    expect_render("llama3", NULL, conv, 4,
+                  "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect_render("llama2", NULL, conv, 4,
+                  "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST]");
+    expect_render("mistral", NULL, conv, 4,
+                  "[INST] Be brief.\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST]");
+    expect_render("gemma", NULL, conv, 4,
+                  "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+                  "Hello!<end_of_turn>\n<start_of_turn>user\n2+2?<end_of_turn>\n"
+                  "<start_of_turn>model\n");
+    expect_render("phi3", NULL, conv, 4,
+                  "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+                  "<|user|>\n2+2?<|end|>\n<|assistant|>\n");
+}
+
+/* A default system prompt written into a ChatML template is used when the
+ * conversation has none, and only then. */
+static void test_default_system(void) {
+    const char *tmpl_nl = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+                          "You are a helper.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+                          "message['role'] + '\n' + message['content']}}";
+    const char *tmpl_esc = "{%- if not sys %}{{- '<|im_start|>system\\nYou are Q.<|im_end|>\\n' }}"
+                           "{%- endif %}";
+    const char *tmpl_none = "{{'<|im_start|>' + message['role'] + '\\n' + message['content']}}";
+    const al_chat_message user[] = {{"user", "Hi"}};
+    const al_chat_message with_sys[] = {{"system", "S"}, {"user", "Hi"}};
+    expect_render("chatml", tmpl_nl, user, 1,
+                  "<|im_start|>system\nYou are a helper.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    expect_render("chatml", tmpl_esc, user, 1,
+                  "<|im_start|>system\nYou are Q.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    expect_render("chatml", tmpl_none, user, 1,
+                  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    expect_render("chatml", tmpl_nl, with_sys, 2,
+                  "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+}
+
+static void test_render_errors(void) {
+    char *out = (char *)1;
+    const al_chat_message bad_role[] = {{"wizard", "x"}};
+    CHECK(al_chat_render("chatml", NULL, bad_role, 1, true, &out) == AL_ERR_ARG && !out);
+    CHECK(strstr(al_last_error(), "wizard") != NULL);
+    const al_chat_message ok[] = {{"user", "x"}};
+    out = (char *)1;
+    CHECK(al_chat_render("jinja-magic", NULL, ok, 1, true, &out) == AL_ERR_UNSUPPORTED && !out);
+    const al_chat_message null_content[] = {{"user", NULL}};
+    CHECK(al_chat_render("chatml", NULL, null_content, 1, true, &out) == AL_ERR_ARG);
+}
+
+/* ---- sampler --------------------------------------------------------------------------- */
+
+enum { NV = 16 };
+
+static al_sampler *make(float temp, int top_k, float top_p, float min_p, uint64_t seed) {
+    al_sampler_params p = al_sampler_default_params();
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = seed;
+    al_sampler *s = NULL;
+    CHECK(al_sampler_create(&p, NV, &s) == AL_OK);
+    return s;
+}
+
+static void fill_logits(float *l) {
+    for (int i = 0; i < NV; i++) l[i] = (float)((i * 7) % NV) * 0.25f; /* max at id 9: 63 % 16 = 15 */
+}
+
+static void test_greedy(void) {
+    float l[NV];
+    fill_logits(l);
+    al_sampler *g = make(0, 40, 1, 0, 1), *k1 = make(1.0f, 1, 1, 0, 2);
+    for (int i = 0; i < 20; i++) {
+        CHECK(al_sampler_sample(g, l) == 9);
+        CHECK(al_sampler_sample(k1, l) == 9);
+    }
+    al_sampler_destroy(g);
+    al_sampler_destroy(k1);
+}
+
+/* At temperature T with no cuts, frequencies follow softmax(l / T). */
+static void test_distribution(void) {
+    float l[NV];
+    fill_logits(l);
+    const float temp = 1.5f;
+    al_sampler *s = make(temp, 0, 1, 0, 42);
+    enum { N = 40000 };
+    int counts[NV] = {0};
+    for (int i = 0; i < N; i++) counts[al_sampler_sample(s, l)]++;
+    double z = 0, p[NV];
+    for (int i = 0; i < NV; i++) z += exp(l[i] / temp);
+    for (int i = 0; i < NV; i++) {
+        p[i] = exp(l[i] / temp) / z;
+        double se = sqrt(p[i] * (1 - p[i]) / N);
+        CHECK_MSG(fabs(counts[i] / (double)N - p[i]) < 5 * se + 1e-4, "id %d: %g vs %g", i,
+                  counts[i] / (double)N, p[i]);
+    }
+    al_sampler_destroy(s);
+}
+
+/* Each cut keeps exactly its tokens: draws never leave the kept set, and every kept
+ * token is drawn. */
+static void check_support(al_sampler *s, const float *l, const int *keep, int n_keep) {
+    int seen[NV] = {0};
+    for (int i = 0; i < 5000; i++) seen[al_sampler_sample(s, l)]++;
+    int in_set[NV] = {0};
+    for (int i = 0; i < n_keep; i++) in_set[keep[i]] = 1;
+    for (int i = 0; i < NV; i++)
+        CHECK_MSG(in_set[i] ? seen[i] > 0 : seen[i] == 0, "id %d drawn %d times (kept %d)", i,
+                  seen[i], in_set[i]);
+}
+
+static void test_cuts(void) {
+    float l[NV] = {0};
+    l[3] = 3.0f; /* probabilities at T=1 (before cuts): e^3, e^2, e^1, 13 x e^0 */
+    l[5] = 2.0f;
+    l[7] = 1.0f;
+    al_sampler *k2 = make(1, 2, 1, 0, 7);
+    check_support(k2, l, (const int[]){3, 5}, 2);
+    /* mass: 20.09, 7.39, 2.72, 13 -> total 43.2; p = .465, .171, .063, .023 each */
+    al_sampler *tp = make(1, 0, 0.6f, 0, 7);
+    check_support(tp, l, (const int[]){3, 5}, 2);
+    al_sampler *mp = make(1, 0, 1, 0.1f, 7); /* keep p >= 0.1 * p_max: e^-2 = 0.135 passes */
+    check_support(mp, l, (const int[]){3, 5, 7}, 3);
+    al_sampler_destroy(k2);
+    al_sampler_destroy(tp);
+    al_sampler_destroy(mp);
+}
+
+static void test_penalties(void) {
+    float l[NV] = {0};
+    l[2] = 2.0f;
+    l[4] = 1.9f;
+    al_sampler_params p = al_sampler_default_params();
+    p.temperature = 0;
+    p.repeat_penalty = 1.5f; /* 2.0 / 1.5 = 1.33 < 1.9 */
+    al_sampler *s = NULL;
+    CHECK(al_sampler_create(&p, NV, &s) == AL_OK);
+    CHECK(al_sampler_sample(s, l) == 2);
+    al_sampler_accept(s, 2);
+    al_sampler_accept(s, 2); /* repeated: the penalty applies once */
+    CHECK(al_sampler_sample(s, l) == 4);
+    al_sampler_reset(s);
+    CHECK(al_sampler_sample(s, l) == 2);
+    al_sampler_destroy(s);
+
+    p.repeat_penalty = 1;
+    p.frequency_penalty = 0.06f; /* two occurrences: 2.0 - 0.12 = 1.88 < 1.9 */
+    CHECK(al_sampler_create(&p, NV, &s) == AL_OK);
+    al_sampler_accept(s, 2);
+    CHECK(al_sampler_sample(s, l) == 2); /* 1.94 > 1.9 */
+    al_sampler_accept(s, 2);
+    CHECK(al_sampler_sample(s, l) == 4);
+    al_sampler_destroy(s);
+
+    p.frequency_penalty = 0;
+    p.presence_penalty = 0.2f;
+    p.penalty_last_n = 2; /* the ring forgets */
+    CHECK(al_sampler_create(&p, NV, &s) == AL_OK);
+    al_sampler_accept(s, 2);
+    CHECK(al_sampler_sample(s, l) == 4);
+    al_sampler_accept(s, 9);
+    al_sampler_accept(s, 9);
+    CHECK(al_sampler_sample(s, l) == 2);
+    al_sampler_destroy(s);
+}
+
+static void test_seed(void) {
+    float l[NV];
+    fill_logits(l);
+    al_sampler *a = make(1, 0, 1, 0, 123), *b = make(1, 0, 1, 0, 123), *c = make(1, 0, 1, 0, 124);
+    int same_ab = 1, same_ac = 1;
+    for (int i = 0; i < 64; i++) {
+        int x = al_sampler_sample(a, l), y = al_sampler_sample(b, l), z = al_sampler_sample(c, l);
+        same_ab &= x == y;
+        same_ac &= x == z;
+    }
+    CHECK(same_ab);
+    CHECK(!same_ac);
+    al_sampler_destroy(a);
+    al_sampler_destroy(b);
+    al_sampler_destroy(c);
+}
+
+static void test_sampler_params(void) {
+    al_sampler_params p = al_sampler_default_params();
+    al_sampler *s = (al_sampler *)1;
+    p.top_p = 1.5f;
+    CHECK(al_sampler_create(&p, NV, &s) == AL_ERR_ARG && s == NULL);
+    CHECK(strstr(al_last_error(), "top_p") != NULL);
+    p = al_sampler_default_params();
+    p.temperature = NAN;
+    CHECK(al_sampler_create(&p, NV, &s) == AL_ERR_ARG);
+    p = al_sampler_default_params();
+    CHECK(al_sampler_create(&p, 0, &s) == AL_ERR_ARG);
+    al_sampler_destroy(NULL);
+}
+
+int main(void) {
+    TEST_RUN(test_detect);
+    TEST_RUN(test_render);
+    TEST_RUN(test_default_system);
+    TEST_RUN(test_render_errors);
+    TEST_RUN(test_greedy);
+    TEST_RUN(test_distribution);
+    TEST_RUN(test_cuts);
+    TEST_RUN(test_penalties);
+    TEST_RUN(test_seed);
+    TEST_RUN(test_sampler_params);
+    return test_finish();
+}

@@ -1,0 +1,50 @@
+/* cli.h: shared pieces of the anyllm command line (the tools folder). */
+#ifndef AL_CLI_H
+#define AL_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "anyllm.h"
+
+typedef struct cli_opts {
+    const char *command;
+    const char *model;         /* -m */
+    const char *prompt;        /* -p */
+    const char *prompt_file;   /* -f */
+    const char *tokens;        /* --tokens 1,2,3 */
+    const char *out;           /* --out */
+    const char *chat_template; /* --chat-template NAME */
+    const char *system;        /* -s / --system */
+    int n_threads;             /* -t; 0 = all cores */
+    int n_predict;             /* -n */
+    int n_ctx;                 /* -c / --ctx; 0 = command's default */
+    int n_chunks;              /* --chunks (perplexity); 0 = all */
+    bool bos;                  /* --bos (tokenize) */
+    bool special;              /* --special */
+    bool seed_set;
+    al_sampler_params sampling;
+} cli_opts;
+
+/* Prints "anyllm: MESSAGE" on one line to stderr and returns 1 (an exit status). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+int cli_fail(const char *fmt, ...);
+/* The same with the library's last error. */
+int cli_fail_status(al_status st);
+
+/* Reads a whole file; NULL (with a message printed) on failure. Free with free(). */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Loads the model and a context of n_ctx positions (0 = the library's default). */
+int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c);
+
+int cmd_info(const cli_opts *o);
+int cmd_logits(const cli_opts *o);
+int cmd_tokenize(const cli_opts *o);
+int cmd_run(const cli_opts *o);
+int cmd_chat(const cli_opts *o);
+int cmd_perplexity(const cli_opts *o);
+
+#endif /* AL_CLI_H */

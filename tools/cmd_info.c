@@ -1,0 +1,193 @@
+/* cmd_info.c: `anyllm info` and `anyllm logits`.
+ *
+ * `info` reads the GGUF container directly (gguf.h), so it also describes files the
+ * engine cannot run, such as vocabulary-only files; when the file is runnable it adds
+ * the hyper-parameters and the memory a context needs.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gguf.h"
+#include "model.h"
+#include "quant.h"
+
+/* ---- info ------------------------------------------------------------------------------ */
+
+static void print_value(const gguf_kv *kv) {
+    char buf[96];
+    switch (kv->type) {
+    case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64:
+        printf("%" PRIu64, kv->v.u);
+        break;
+    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64:
+        printf("%" PRId64, kv->v.i);
+        break;
+    case GGUF_VT_F32: case GGUF_VT_F64: printf("%g", kv->v.f); break;
+    case GGUF_VT_BOOL: printf("%s", kv->v.u ? "true" : "false"); break;
+    case GGUF_VT_STRING: {
+        gguf_str_copy(kv->v.str, buf, sizeof buf);
+        for (char *p = buf; *p; p++)
+            if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+        printf("\"%s\"%s", buf, kv->v.str.n >= sizeof buf ? "..." : "");
+        break;
+    }
+    case GGUF_VT_ARRAY:
+        printf("[%s x %" PRIu64 "]", gguf_vtype_name(kv->v.arr.type), kv->v.arr.n);
+        break;
+    default: printf("?"); break;
+    }
+}
+
+static void print_size(const char *label, uint64_t n_bytes) {
+    printf("%-22s %" PRIu64 " bytes (%.2f MiB)\n", label, n_bytes, (double)n_bytes / 1048576.0);
+}
+
+int cmd_info(const cli_opts *o) {
+    gguf_file *f;
+    al_status st = gguf_open(o->model, &f);
+    if (st != AL_OK) return cli_fail_status(st);
+    char key[256];
+    printf("file                   %s\n", o->model);
+    printf("gguf version           %u\n", f->version);
+    print_size("file size", f->size);
+    printf("alignment              %" PRIu64 "\n\n", f->alignment);
+    printf("metadata (%" PRIu64 " keys):\n", f->n_kv);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        printf("  %-44s %-7s ", gguf_str_copy(f->kv[i].key, key, sizeof key),
+               gguf_vtype_name(f->kv[i].type));
+        print_value(&f->kv[i]);
+        printf("\n");
+    }
+    uint64_t n_params = 0, n_bytes = 0;
+    printf("\ntensors (%" PRIu64 "):\n", f->n_tensors);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        char shape[128];
+        int len = snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%" PRId64, d ? ", " : "",
+                            t->ne[d]);
+        snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        printf("  %-36s %-6s %-24s %12" PRIu64 " bytes\n", gguf_str_copy(t->name, key, sizeof key),
+               quant_type_name(t->type), shape, t->n_bytes);
+        n_params += t->n_elem;
+        n_bytes += t->n_bytes;
+    }
+    printf("\nparameters             %" PRIu64 " (%.3f M)\n", n_params, (double)n_params / 1e6);
+    print_size("tensor data", n_bytes);
+    uint64_t n_tensors = f->n_tensors;
+    gguf_close(f);
+
+    if (n_tensors == 0) {
+        printf("(vocabulary-only file: no weights to run)\n");
+        return 0;
+    }
+    al_model *m;
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = 1;
+    st = al_model_load(o->model, &mp, &m);
+    if (st != AL_OK) {
+        printf("runnable               no: %s\n", al_last_error());
+        return 0;
+    }
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    int n_ctx = mi.n_ctx_train < 4096 ? mi.n_ctx_train : 4096;
+    printf("architecture           %s: %d layers, n_embd %d, %d heads (%d kv, dim %d), ffn %d, "
+           "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,
+           mi.head_dim, mi.n_ff, mi.n_vocab, mi.n_ctx_train);
+    char label[64];
+    snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx);
+    print_size(label, model_kv_bytes(m, n_ctx));
+    print_size("memory needed", mi.n_bytes + model_kv_bytes(m, n_ctx));
+    al_model_destroy(m);
+    return 0;
+}
+
+/* ---- logits ---------------------------------------------------------------------------- */
+
+static int parse_tokens(const char *s, int32_t **out, int *n_out) {
+    int cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return cli_fail("out of memory"), 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(ids);
+            return cli_fail("--tokens: '%s' is not a comma-separated list of token ids", s), 0;
+        }
+        if (n == cap) {
+            int32_t *bigger = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+            if (!bigger) {
+                free(ids);
+                return cli_fail("out of memory"), 0;
+            }
+            ids = bigger;
+        }
+        ids[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) {
+        free(ids);
+        return cli_fail("--tokens: the list is empty"), 0;
+    }
+    *out = ids;
+    *n_out = n;
+    return 1;
+}
+
+int cmd_logits(const cli_opts *o) {
+    if (!o->tokens || !o->out) return cli_fail("logits: --tokens and --out are required");
+    int32_t *ids;
+    int n;
+    if (!parse_tokens(o->tokens, &ids, &n)) return 1;
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = o->n_threads;
+    al_model *m = NULL;
+    al_context *c = NULL;
+    float *logits = NULL;
+    int rc = 1;
+    al_status st = al_model_load(o->model, &mp, &m);
+    if (st != AL_OK) goto done;
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = n;
+    if ((st = al_context_create(m, &cp, &c)) != AL_OK) goto done;
+    logits = malloc((size_t)n * (size_t)mi.n_vocab * sizeof(float));
+    if (!logits) {
+        cli_fail("out of memory for logits");
+        goto cleanup;
+    }
+    if ((st = al_eval(c, ids, n, logits, true)) != AL_OK) goto done;
+    FILE *f = fopen(o->out, "wb");
+    if (!f) {
+        cli_fail("cannot open %s for writing", o->out);
+        goto cleanup;
+    }
+    size_t n_vals = (size_t)n * (size_t)mi.n_vocab;
+    int ok = fwrite(logits, sizeof(float), n_vals, f) == n_vals;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        cli_fail("error writing %s", o->out);
+        goto cleanup;
+    }
+    rc = 0;
+    goto cleanup;
+done:
+    rc = cli_fail_status(st);
+cleanup:
+    free(logits);
+    free(ids);
+    al_context_destroy(c);
+    al_model_destroy(m);
+    return rc;
+}
+
