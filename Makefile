@@ -19,6 +19,7 @@ ifeq ($(CI),true)
 WARN    += -Werror
 endif
 CFLAGS  ?= -O2 -g
+AL_BUILD := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE
 LDLIBS  := -lpcre2-8 -lm -lpthread
 
@@ -39,6 +40,8 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h tools/*.h
 $(BUILD)/libanyllm.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(BUILD)/tools/cmd_bench.o: CFLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 
 $(BUILD)/anyllm: $(CLI_OBJ) $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

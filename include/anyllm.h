@@ -64,6 +64,9 @@ typedef struct al_model_info {
     int n_ff;
     uint64_t n_params;  /* elements over all tensors                    */
     uint64_t n_bytes;   /* bytes of tensor data                         */
+    uint64_t n_bytes_per_token; /* weight bytes one decode step reads: every
+                                   matrix, the output, one embedding row */
+    const char *backend; /* where the model runs, e.g. "cpu avx512" */
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -124,26 +127,30 @@ bool al_vocab_is_eog(const al_vocab *v, int32_t id);
 bool al_vocab_is_control(const al_vocab *v, int32_t id);
 /* Looks up the id of a token's exact text; -1 if absent. */
 int32_t al_vocab_find(const al_vocab *v, const char *text);
-/* The token's stored text (e.g. "▁the", "Ġthe", "<0x0A>"), NUL-terminated. */
+/* The token's stored text (e.g. "▁the", "Ġthe", "<0x0A>"), NUL-terminated; NULL for
+ * an id out of range. */
 const char *al_vocab_text(const al_vocab *v, int32_t id);
 
 typedef struct al_tokenize_params {
     bool add_special;   /* add BOS (and EOS) as the file's add_bos/add_eos flags say */
-    bool parse_special; /* recognise special tokens' text (e.g. "<|im_start|>") in the input */
+    bool parse_special; /* recognise control tokens' text (e.g. "<|im_start|>") in the
+                           input; user-defined tokens are always recognised */
 } al_tokenize_params;
 
 al_tokenize_params al_tokenize_default_params(void); /* both false */
 
-/* Tokenizes len bytes of text. On success *tokens is an array of *n_tokens ids that the
- * caller frees with al_free_tokens(). Text that is not valid UTF-8 is tokenized byte by
- * byte where the vocabulary can express bytes, and is an error otherwise. */
+/* Tokenizes len bytes of text (params NULL = the defaults). On success *tokens is an
+ * array of *n_tokens ids that the caller frees with al_free_tokens(). Text the
+ * vocabulary cannot spell falls back to byte tokens, else to the unknown token; it is
+ * an error only when the vocabulary has neither. */
 al_status al_tokenize(const al_vocab *v, const char *text, size_t len,
                       const al_tokenize_params *params, int32_t **tokens, int *n_tokens);
 void al_free_tokens(int32_t *tokens);
 
 /* The bytes a token stands for in text (byte-level BPE and <0xNN> tokens decoded,
- * "▁" as space). Control tokens give "" unless show_special is set. Writes at most
- * size bytes (no NUL) and returns the full length, which may exceed size. */
+ * "▁" as space). Control and unknown tokens give "" unless show_special is set; an id
+ * out of range gives 0. Writes at most size bytes (no NUL) and returns the full
+ * length, which may exceed size. */
 int al_token_to_bytes(const al_vocab *v, int32_t id, bool show_special, char *buf, int size);
 
 /* Streaming detokenizer: pushes tokens and returns text that is complete UTF-8, holding

@@ -87,6 +87,7 @@ typedef struct al_backend_ops {
 
 struct al_backend {
     const al_backend_ops *ops;
+    char desc[64]; /* for reports, e.g. "cpu avx512"; the backend fills it */
 };
 
 /* The CPU backend with the plain-C reference ops, n_threads workers (0 = cores). */

@@ -14,6 +14,13 @@
  * never a read outside the file or an allocation the file's size cannot justify.
  * After a successful parse every pointer below points into the mapping and every
  * tensor's data lies wholly inside the file, aligned, and not overlapping another.
+ * Keys and tensor names are non-empty, NUL-free, valid UTF-8 and unique; string values
+ * may hold any bytes (vocabularies do).
+ *
+ * Status codes: AL_ERR_FORMAT for broken content (truncation, bad counts, an empty
+ * file); AL_ERR_UNSUPPORTED for well-formed content this build does not handle (a
+ * version other than 2 or 3, an unknown tensor type, an array of arrays); AL_ERR_IO
+ * when the file cannot be opened or mapped or is not a regular file; AL_ERR_NOMEM.
  */
 #ifndef AL_GGUF_H
 #define AL_GGUF_H
@@ -58,7 +65,8 @@ typedef struct gguf_kv {
             gguf_vtype type;     /* element type; never ARRAY (nested arrays rejected) */
             uint64_t n;          /* element count */
             const void *data;    /* first element, in the mapping (may be unaligned) */
-            gguf_str *strs;      /* STRING arrays only: [n] index built at parse time */
+            gguf_str *strs;      /* STRING arrays only: [n] index built at parse time;
+                                    NULL for other and for empty arrays */
         } arr;
     } v;
 } gguf_kv;
@@ -85,7 +93,8 @@ typedef struct gguf_file {
     uint64_t n_tensors;
     gguf_tensor *tensors;  /* [n_tensors] */
     uint64_t alignment;
-    uint64_t data_offset;  /* start of the tensor data section in the file */
+    uint64_t data_offset;  /* start of the tensor data section; may be >= size when
+                              the file has no tensors */
 } gguf_file;
 
 /* Maps the file read-only and parses it. */
@@ -103,8 +112,9 @@ const gguf_kv *gguf_find_key(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 
 /* Typed getters. They fail with a message naming the file and key if the key is
- * absent (unless a default is given via the *_or variants) or has another type.
- * Integer getters accept any integer type whose value fits the result. */
+ * absent (unless a default is given via the *_or variants) or has another type; on
+ * failure *out is 0 (or the default). Integer getters accept any integer type whose
+ * value fits the result; gguf_get_f32 also accepts an f64 that fits. */
 al_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
 al_status gguf_get_u32_or(const gguf_file *f, const char *key, uint32_t dflt, uint32_t *out);
 al_status gguf_get_f32(const gguf_file *f, const char *key, float *out);

@@ -347,12 +347,32 @@ void al_model_destroy(al_model *m) {
     al_free(m);
 }
 
+static uint64_t tensor_bytes(const al_tensor *t) {
+    return t->data ? t->row_bytes * (uint64_t)t->ne[1] : 0;
+}
+
+/* Weight bytes one token's forward pass reads: the embedding table contributes one
+ * row, every other weight all of its bytes (the output matrix even when it is the
+ * tied embedding table). */
+static uint64_t bytes_per_token(const al_model *m) {
+    uint64_t n = m->tok_embd.row_bytes + tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);
+    for (int il = 0; il < m->n_layer; il++) {
+        const layer_weights *l = &m->layers[il];
+        const al_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->bq, &l->bk, &l->bv,
+                                 &l->wo, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) n += tensor_bytes(ts[i]);
+    }
+    return n;
+}
+
 void al_model_get_info(const al_model *m, al_model_info *out) {
     *out = (al_model_info){
         .arch = m->arch, .n_vocab = m->n_vocab, .n_ctx_train = m->n_ctx_train,
         .n_embd = m->n_embd, .n_layer = m->n_layer, .n_head = m->n_head,
         .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .n_ff = m->n_ff,
         .n_params = m->n_params, .n_bytes = m->n_bytes,
+        .n_bytes_per_token = bytes_per_token(m),
+        .backend = m->be->desc[0] ? m->be->desc : m->be->ops->name,
     };
 }
 

@@ -49,15 +49,20 @@ size_t utf8_valid_len(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     size_t len;
     unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
-        if (c == 0xE0) lo = 0xA0;      /* no overlongs */
-        else if (c == 0xED) hi = 0x9F; /* no surrogates */
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlongs */
+        else if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         len = 4;
-        if (c == 0xF0) lo = 0x90;
-        else if (c == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F; /* nothing above U+10FFFF */
     } else
         return 0;
     if (n < len || s[1] < lo || s[1] > hi) return 0;
@@ -80,7 +85,8 @@ al_status tok_vec_push(tok_vec *tv, int32_t id) {
 
 static al_status hash_init(tok_hash *h, size_t n_entries) {
     size_t n_slots = 16;
-    while (n_slots < 2 * n_entries) n_slots *= 2;
+    while (n_slots < 2 * n_entries)
+        n_slots *= 2;
     h->slots = al_malloc(n_slots * sizeof *h->slots);
     if (h->slots == NULL) return al_error(AL_ERR_NOMEM, "vocab: out of memory");
     memset(h->slots, 0xff, n_slots * sizeof *h->slots); /* every slot -1 */
@@ -126,8 +132,7 @@ int32_t merge_lookup(const al_vocab *v, const char *s, size_t n_left, size_t n) 
     }
 }
 
-int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b,
-                         size_t n_b) {
+int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b, size_t n_b) {
     if (v == NULL || v->is_spm || a == NULL || b == NULL) return -1;
     char *buf = al_malloc(n_a + n_b);
     if (buf == NULL) return -1;
@@ -149,8 +154,8 @@ static al_status find_array(const gguf_file *f, const char *key, bool required,
         return al_error(AL_ERR_FORMAT, "%s: key '%s' is missing", f->path, key);
     }
     if ((*kv)->type != GGUF_VT_ARRAY)
-        return al_error(AL_ERR_FORMAT, "%s: key '%s' has type %s; expected an array", f->path,
-                        key, gguf_vtype_name((*kv)->type));
+        return al_error(AL_ERR_FORMAT, "%s: key '%s' has type %s; expected an array", f->path, key,
+                        gguf_vtype_name((*kv)->type));
     return AL_OK;
 }
 
@@ -164,8 +169,8 @@ static al_status load_tokens(al_vocab *v, const gguf_file *f) {
                         gguf_vtype_name(kv->v.arr.type));
     uint64_t n = kv->v.arr.n;
     if (n == 0 || n > VOCAB_MAX_TOKENS)
-        return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu tokens; expected 1 to %d", f->path,
-                        key, (unsigned long long)n, VOCAB_MAX_TOKENS);
+        return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu tokens; expected 1 to %d", f->path, key,
+                        (unsigned long long)n, VOCAB_MAX_TOKENS);
     v->n_tokens = (int32_t)n;
 
     /* An empty text cannot be looked up or matched; like llama.cpp, name it by its id. */
@@ -173,8 +178,7 @@ static al_status load_tokens(al_vocab *v, const gguf_file *f) {
     for (uint64_t i = 0; i < n; i++) {
         uint64_t len = kv->v.arr.strs[i].n ? kv->v.arr.strs[i].n : 24;
         if (!al_add_u64(pool, len + 1, &pool) || pool > VOCAB_MAX_POOL)
-            return al_error(AL_ERR_FORMAT, "%s: '%s' holds more text than supported", f->path,
-                            key);
+            return al_error(AL_ERR_FORMAT, "%s: '%s' holds more text than supported", f->path, key);
     }
     v->text = al_malloc((size_t)pool);
     v->text_off = al_calloc((size_t)n, sizeof *v->text_off);
@@ -194,8 +198,8 @@ static al_status load_tokens(al_vocab *v, const gguf_file *f) {
         off += len + 1;
         int32_t dup = vocab_insert(v, i);
         if (dup >= 0)
-            return al_error(AL_ERR_FORMAT, "%s: '%s': token %d ('%.*s') repeats token %d",
-                            f->path, key, i, (int)(len > 64 ? 64 : len), dst, dup);
+            return al_error(AL_ERR_FORMAT, "%s: '%s': token %d ('%.*s') repeats token %d", f->path,
+                            key, i, (int)(len > 64 ? 64 : len), dst, dup);
     }
     return AL_OK;
 }
@@ -204,10 +208,23 @@ static al_status load_tokens(al_vocab *v, const gguf_file *f) {
 static double array_num(const gguf_kv *kv, uint64_t i) {
     const unsigned char *p = kv->v.arr.data;
     switch (kv->v.arr.type) {
-    case GGUF_VT_F32: { float x; memcpy(&x, p + i * 4, 4); return x; }
-    case GGUF_VT_I32: { int32_t x; memcpy(&x, p + i * 4, 4); return x; }
-    case GGUF_VT_U32: { uint32_t x; memcpy(&x, p + i * 4, 4); return x; }
-    default: return 0;
+    case GGUF_VT_F32: {
+        float x;
+        memcpy(&x, p + i * 4, 4);
+        return x;
+    }
+    case GGUF_VT_I32: {
+        int32_t x;
+        memcpy(&x, p + i * 4, 4);
+        return x;
+    }
+    case GGUF_VT_U32: {
+        uint32_t x;
+        memcpy(&x, p + i * 4, 4);
+        return x;
+    }
+    default:
+        return 0;
     }
 }
 
@@ -215,7 +232,8 @@ static al_status load_scores_types(al_vocab *v, const gguf_file *f) {
     v->score = al_calloc((size_t)v->n_tokens, sizeof *v->score);
     v->type = al_malloc((size_t)v->n_tokens);
     v->eog = al_calloc((size_t)v->n_tokens, 1);
-    if (!v->score || !v->type || !v->eog) return al_error(AL_ERR_NOMEM, "%s: out of memory", f->path);
+    if (!v->score || !v->type || !v->eog)
+        return al_error(AL_ERR_NOMEM, "%s: out of memory", f->path);
     memset(v->type, TOK_NORMAL, (size_t)v->n_tokens);
 
     const char *key = "tokenizer.ggml.scores";
@@ -227,8 +245,8 @@ static al_status load_scores_types(al_vocab *v, const gguf_file *f) {
             return al_error(AL_ERR_FORMAT, "%s: '%s' holds %s; expected f32", f->path, key,
                             gguf_vtype_name(kv->v.arr.type));
         if (kv->v.arr.n != (uint64_t)v->n_tokens)
-            return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu entries for %d tokens", f->path,
-                            key, (unsigned long long)kv->v.arr.n, v->n_tokens);
+            return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu entries for %d tokens", f->path, key,
+                            (unsigned long long)kv->v.arr.n, v->n_tokens);
         for (int32_t i = 0; i < v->n_tokens; i++) {
             v->score[i] = (float)array_num(kv, (uint64_t)i);
             if (isnan(v->score[i]))
@@ -243,13 +261,13 @@ static al_status load_scores_types(al_vocab *v, const gguf_file *f) {
             return al_error(AL_ERR_FORMAT, "%s: '%s' holds %s; expected i32", f->path, key,
                             gguf_vtype_name(kv->v.arr.type));
         if (kv->v.arr.n != (uint64_t)v->n_tokens)
-            return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu entries for %d tokens", f->path,
-                            key, (unsigned long long)kv->v.arr.n, v->n_tokens);
+            return al_error(AL_ERR_FORMAT, "%s: '%s' has %llu entries for %d tokens", f->path, key,
+                            (unsigned long long)kv->v.arr.n, v->n_tokens);
         for (int32_t i = 0; i < v->n_tokens; i++) {
             double t = array_num(kv, (uint64_t)i);
             if (t < TOK_UNDEFINED || t > TOK_BYTE)
-                return al_error(AL_ERR_FORMAT, "%s: '%s'[%d] is %g; expected 0 to 6", f->path,
-                                key, i, t);
+                return al_error(AL_ERR_FORMAT, "%s: '%s'[%d] is %g; expected 0 to 6", f->path, key,
+                                i, t);
             v->type[i] = (uint8_t)t;
         }
     }
@@ -260,13 +278,13 @@ static al_status load_scores_types(al_vocab *v, const gguf_file *f) {
 
 /* An id key: absent gives dflt (or -1 if dflt is out of range); a negative signed value
  * means "none"; anything else must be a valid id. */
-static al_status read_id(const al_vocab *v, const gguf_file *f, const char *key,
-                         int32_t dflt, int32_t *out) {
+static al_status read_id(const al_vocab *v, const gguf_file *f, const char *key, int32_t dflt,
+                         int32_t *out) {
     *out = dflt < v->n_tokens ? dflt : -1;
     const gguf_kv *kv = gguf_find_key(f, key);
     if (kv == NULL) return AL_OK;
-    bool is_signed = kv->type == GGUF_VT_I8 || kv->type == GGUF_VT_I16 ||
-                     kv->type == GGUF_VT_I32 || kv->type == GGUF_VT_I64;
+    bool is_signed = kv->type == GGUF_VT_I8 || kv->type == GGUF_VT_I16 || kv->type == GGUF_VT_I32 ||
+                     kv->type == GGUF_VT_I64;
     if (is_signed && kv->v.i < 0) {
         *out = -1;
         return AL_OK;
@@ -275,8 +293,8 @@ static al_status read_id(const al_vocab *v, const gguf_file *f, const char *key,
     al_status st = gguf_get_u32(f, key, &id);
     if (st != AL_OK) return st;
     if (id >= (uint32_t)v->n_tokens)
-        return al_error(AL_ERR_FORMAT, "%s: key '%s' is %u; the vocabulary has %d tokens",
-                        f->path, key, id, v->n_tokens);
+        return al_error(AL_ERR_FORMAT, "%s: key '%s' is %u; the vocabulary has %d tokens", f->path,
+                        key, id, v->n_tokens);
     *out = (int32_t)id;
     return AL_OK;
 }
@@ -292,18 +310,21 @@ static al_status load_special_ids(al_vocab *v, const gguf_file *f, bool add_bos_
         (st = read_id(v, f, "tokenizer.ggml.eot_token_id", -1, &v->eot)) ||
         (st = read_id(v, f, "tokenizer.ggml.eom_token_id", -1, &v->eom)))
         return st;
-    if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_bos_token", add_bos_default,
-                               &v->add_bos)) ||
+    if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_bos_token", add_bos_default, &v->add_bos)) ||
         (st = gguf_get_bool_or(f, "tokenizer.ggml.add_eos_token", false, &v->add_eos)) ||
         (st = gguf_get_bool_or(f, "tokenizer.ggml.add_space_prefix", v->is_spm,
                                &v->add_space_prefix)))
         return st;
     if (v->add_bos && v->bos < 0)
-        return al_error(AL_ERR_FORMAT, "%s: tokenizer.ggml.add_bos_token is true but there is "
-                        "no tokenizer.ggml.bos_token_id", f->path);
+        return al_error(AL_ERR_FORMAT,
+                        "%s: tokenizer.ggml.add_bos_token is true but there is "
+                        "no tokenizer.ggml.bos_token_id",
+                        f->path);
     if (v->add_eos && v->eos < 0)
-        return al_error(AL_ERR_FORMAT, "%s: tokenizer.ggml.add_eos_token is true but there is "
-                        "no tokenizer.ggml.eos_token_id", f->path);
+        return al_error(AL_ERR_FORMAT,
+                        "%s: tokenizer.ggml.add_eos_token is true but there is "
+                        "no tokenizer.ggml.eos_token_id",
+                        f->path);
     return AL_OK;
 }
 
@@ -323,8 +344,7 @@ static al_status load_merges(al_vocab *v, const gguf_file *f) {
                         f->path, key, (unsigned long long)n, VOCAB_MAX_TOKENS);
     for (uint64_t i = 0; i < n; i++)
         if (!al_add_u64(pool, kv->v.arr.strs[i].n, &pool) || pool > VOCAB_MAX_POOL)
-            return al_error(AL_ERR_FORMAT, "%s: '%s' holds more text than supported", f->path,
-                            key);
+            return al_error(AL_ERR_FORMAT, "%s: '%s' holds more text than supported", f->path, key);
     v->n_merges = (int32_t)n;
     v->merge_text = al_malloc((size_t)pool);
     v->merge_off = al_calloc((size_t)n, sizeof *v->merge_off);
@@ -339,8 +359,8 @@ static al_status load_merges(al_vocab *v, const gguf_file *f) {
         gguf_str s = kv->v.arr.strs[r];
         const char *sp = s.n > 1 ? memchr(s.s + 1, ' ', (size_t)s.n - 1) : NULL;
         if (sp == NULL || sp + 1 == s.s + s.n)
-            return al_error(AL_ERR_FORMAT, "%s: '%s'[%d] is '%.*s'; expected 'left right'",
-                            f->path, key, r, (int)(s.n > 64 ? 64 : s.n), s.s);
+            return al_error(AL_ERR_FORMAT, "%s: '%s'[%d] is '%.*s'; expected 'left right'", f->path,
+                            key, r, (int)(s.n > 64 ? 64 : s.n), s.s);
         uint32_t n_left = (uint32_t)(sp - s.s), n_all = (uint32_t)s.n - 1;
         memcpy(v->merge_text + off, s.s, n_left);
         memcpy(v->merge_text + off + n_left, sp + 1, n_all - n_left);
@@ -352,7 +372,8 @@ static al_status load_merges(al_vocab *v, const gguf_file *f) {
         const char *t = v->merge_text + v->merge_off[r];
         if (merge_lookup(v, t, n_left, n_all) >= 0) continue;
         uint32_t i = tok_hash_bytes(t, n_all, n_left * 0x9E3779B1u) & v->merges.mask;
-        while (v->merges.slots[i] >= 0) i = (i + 1) & v->merges.mask;
+        while (v->merges.slots[i] >= 0)
+            i = (i + 1) & v->merges.mask;
         v->merges.slots[i] = r;
     }
     return AL_OK;
@@ -364,9 +385,18 @@ static al_status load_merges(al_vocab *v, const gguf_file *f) {
  * converters rarely record these ids; a token found here also becomes a control token
  * so that it prints as nothing. */
 static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
 };
 
 static void mark_eog(al_vocab *v) {
@@ -409,7 +439,8 @@ static uint32_t bpe_decode(const char *s, uint32_t n, char *dst) {
         uint32_t cp = (unsigned char)s[i];
         if (k == 2) cp = ((cp & 0x1F) << 6) | ((unsigned char)s[i + 1] & 0x3F);
         int b = k <= 2 ? bpe_cp_byte(cp) : -1;
-        if (b >= 0) dst[o++] = (char)b;
+        if (b >= 0)
+            dst[o++] = (char)b;
         else {
             memcpy(dst + o, s + i, k);
             o += (uint32_t)k;
@@ -449,8 +480,10 @@ static al_status build_pieces(al_vocab *v, const char *path) {
         case TOK_BYTE: {
             int b = byte_token_value(s, n);
             if (b < 0)
-                return al_error(AL_ERR_FORMAT, "%s: token %d ('%.*s') has type byte but is "
-                                "not <0xNN>", path, id, (int)(n > 64 ? 64 : n), s);
+                return al_error(AL_ERR_FORMAT,
+                                "%s: token %d ('%.*s') has type byte but is "
+                                "not <0xNN>",
+                                path, id, (int)(n > 64 ? 64 : n), s);
             dst[o++] = (char)b;
             break;
         }
@@ -486,7 +519,8 @@ static void build_byte_tokens(al_vocab *v) {
         } else {
             uint32_t cp = bpe_byte_cp((uint8_t)b);
             size_t n = 1;
-            if (cp < 0x80) buf[0] = (char)cp;
+            if (cp < 0x80)
+                buf[0] = (char)cp;
             else {
                 buf[0] = (char)(0xC0 | (cp >> 6));
                 buf[1] = (char)(0x80 | (cp & 0x3F));
@@ -530,7 +564,8 @@ static al_status build_special_list(al_vocab *v, const char *path) {
             keys[n++] = (special_key){v->text_len[id], id};
     }
     qsort(keys, (size_t)n, sizeof *keys, special_cmp);
-    for (int i = 0; i < n; i++) v->special[i] = keys[i].id;
+    for (int i = 0; i < n; i++)
+        v->special[i] = keys[i].id;
     v->n_special = n;
     al_free(keys);
     return AL_OK;
@@ -572,9 +607,10 @@ static al_status load_kind(al_vocab *v, const gguf_file *f, bool *add_bos_defaul
         return AL_OK;
     }
     if (!gguf_str_eq(model, "gpt2"))
-        return al_error(AL_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported "
-                        "(only 'llama' and 'gpt2')", f->path,
-                        (int)(model.n > 64 ? 64 : model.n), model.s);
+        return al_error(AL_ERR_UNSUPPORTED,
+                        "%s: tokenizer.ggml.model '%.*s' is not supported "
+                        "(only 'llama' and 'gpt2')",
+                        f->path, (int)(model.n > 64 ? 64 : model.n), model.s);
     char name[128] = "";
     const gguf_kv *kv = gguf_find_key(f, "tokenizer.ggml.pre");
     if (kv != NULL) {
@@ -636,10 +672,18 @@ static bool valid_id(const al_vocab *v, int32_t id) {
     return v != NULL && id >= 0 && id < v->n_tokens;
 }
 
-int al_vocab_n_tokens(const al_vocab *v) { return v ? v->n_tokens : 0; }
-int32_t al_vocab_bos(const al_vocab *v) { return v ? v->bos : -1; }
-int32_t al_vocab_eos(const al_vocab *v) { return v ? v->eos : -1; }
-bool al_vocab_is_eog(const al_vocab *v, int32_t id) { return valid_id(v, id) && v->eog[id]; }
+int al_vocab_n_tokens(const al_vocab *v) {
+    return v ? v->n_tokens : 0;
+}
+int32_t al_vocab_bos(const al_vocab *v) {
+    return v ? v->bos : -1;
+}
+int32_t al_vocab_eos(const al_vocab *v) {
+    return v ? v->eos : -1;
+}
+bool al_vocab_is_eog(const al_vocab *v, int32_t id) {
+    return valid_id(v, id) && v->eog[id];
+}
 
 bool al_vocab_is_control(const al_vocab *v, int32_t id) {
     return valid_id(v, id) && v->type[id] == TOK_CONTROL;
@@ -654,9 +698,12 @@ const char *al_vocab_text(const al_vocab *v, int32_t id) {
     return valid_id(v, id) ? v->text + v->text_off[id] : NULL;
 }
 
-int vocab_token_type(const al_vocab *v, int32_t id) { return valid_id(v, id) ? v->type[id] : -1; }
-bool vocab_is_spm(const al_vocab *v) { return v != NULL && v->is_spm; }
-float vocab_token_score(const al_vocab *v, int32_t id) { return valid_id(v, id) ? v->score[id] : 0; }
+int vocab_token_type(const al_vocab *v, int32_t id) {
+    return valid_id(v, id) ? v->type[id] : -1;
+}
+bool vocab_is_spm(const al_vocab *v) {
+    return v != NULL && v->is_spm;
+}
 
 /* ---- tokenize -------------------------------------------------------------------------- */
 
@@ -787,10 +834,12 @@ al_status al_tokenize(const al_vocab *v, const char *text, size_t len,
     return finish_tokens(&tv, tokens, n_tokens);
 }
 
-void al_free_tokens(int32_t *tokens) { al_free(tokens); }
+void al_free_tokens(int32_t *tokens) {
+    al_free(tokens);
+}
 
-al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len,
-                               int32_t **tokens, int *n_tokens) {
+al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len, int32_t **tokens,
+                               int *n_tokens) {
     if (tokens != NULL) *tokens = NULL;
     if (n_tokens != NULL) *n_tokens = 0;
     if (v == NULL || tokens == NULL || n_tokens == NULL || (text == NULL && len > 0))
@@ -835,7 +884,8 @@ int al_token_to_bytes(const al_vocab *v, int32_t id, bool show_special, char *bu
     uint8_t t = v->type[id];
     if (!show_special && (t == TOK_CONTROL || t == TOK_UNKNOWN)) return 0;
     uint32_t n = v->piece_len[id];
-    if (buf != NULL && size > 0) memcpy(buf, v->piece + v->piece_off[id], n < (uint32_t)size ? n : (size_t)size);
+    if (buf != NULL && size > 0)
+        memcpy(buf, v->piece + v->piece_off[id], n < (uint32_t)size ? n : (size_t)size);
     return (int)n;
 }
 
@@ -843,10 +893,10 @@ int al_token_to_bytes(const al_vocab *v, int32_t id, bool show_special, char *bu
 
 struct al_detok {
     const al_vocab *v;
-    char *buf;              /* held-back bytes followed by the newest token's bytes */
+    char *buf; /* held-back bytes followed by the newest token's bytes */
     size_t cap;
-    unsigned char hold[4];  /* start of a character still waiting for its other bytes */
-    size_t n_hold;          /* 0 to 3 */
+    unsigned char hold[4]; /* start of a character still waiting for its other bytes */
+    size_t n_hold;         /* 0 to 3 */
     char flushed[4];
 };
 
@@ -863,7 +913,8 @@ static size_t utf8_incomplete_tail(const unsigned char *s, size_t n) {
          * well-formed and see whether a valid character results. */
         unsigned char tmp[4];
         memcpy(tmp, p, k);
-        for (size_t i = k; i < need; i++) tmp[i] = 0x80;
+        for (size_t i = k; i < need; i++)
+            tmp[i] = 0x80;
         if (k == 1 && (*p == 0xE0 || *p == 0xF0)) tmp[1] = *p == 0xE0 ? 0xA0 : 0x90;
         return utf8_valid_len(tmp, need) == need ? k : 0;
     }
@@ -892,13 +943,14 @@ al_status al_detok_push(al_detok *d, int32_t id, const char **text, size_t *len)
     if (d == NULL || text == NULL || len == NULL)
         return al_error(AL_ERR_ARG, "al_detok_push: NULL argument");
     if (!valid_id(d->v, id))
-        return al_error(AL_ERR_ARG, "al_detok_push: token %d is not in the vocabulary of %d",
-                        id, d->v->n_tokens);
+        return al_error(AL_ERR_ARG, "al_detok_push: token %d is not in the vocabulary of %d", id,
+                        d->v->n_tokens);
     size_t n_piece = (size_t)al_token_to_bytes(d->v, id, false, NULL, 0);
     size_t need = d->n_hold + n_piece;
     if (need > d->cap) {
         size_t cap = d->cap ? d->cap : 64;
-        while (cap < need) cap *= 2;
+        while (cap < need)
+            cap *= 2;
         char *buf = al_realloc(d->buf, cap);
         if (buf == NULL) return al_error(AL_ERR_NOMEM, "al_detok_push: out of memory");
         d->buf = buf;

@@ -49,8 +49,8 @@ bool vocab_is_spm(const al_vocab *v);
 
 /* Tokenizes len bytes as one plain stretch of text: no special-token matching, no BOS or
  * EOS, and for SentencePiece no leading "▁" added. Same ownership as al_tokenize(). */
-al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len,
-                               int32_t **tokens, int *n_tokens);
+al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len, int32_t **tokens,
+                               int *n_tokens);
 
 /* Where the pre-tokenizer cuts len bytes of text: *ends (freed with al_free) receives the
  * end offset of each of the *n_pieces pieces, in order. A SentencePiece vocabulary has
@@ -60,11 +60,7 @@ al_status vocab_pre_split(const al_vocab *v, const char *text, size_t len, size_
 
 /* BPE only: the rank of the merge "a b" (a and b in the vocabulary's byte-level
  * spelling), or -1 if there is no such merge. */
-int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b,
-                         size_t n_b);
-
-/* The score of a token (SentencePiece merge priority; 0 for BPE), 0 if out of range. */
-float vocab_token_score(const al_vocab *v, int32_t id);
+int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b, size_t n_b);
 
 #ifdef TOKENIZER_INTERNAL
 /* ---- shared by tokenizer*.c only ----------------------------------------------------- */
@@ -86,17 +82,17 @@ typedef struct tok_hash {
 struct bpe_pre; /* compiled pre-tokenizer regexes, tokenizer_bpe.c */
 
 struct al_vocab {
-    char *path;        /* for messages */
-    bool is_spm;       /* "llama" (SentencePiece-style); else "gpt2" (byte-level BPE) */
+    char *path;  /* for messages */
+    bool is_spm; /* "llama" (SentencePiece-style); else "gpt2" (byte-level BPE) */
     int32_t n_tokens;
 
-    char *text;          /* all token texts, each NUL-terminated */
-    uint32_t *text_off;  /* [n_tokens] into text */
-    uint32_t *text_len;  /* [n_tokens] bytes, without the NUL */
-    float *score;        /* [n_tokens] SPM merge priority (higher merges first) */
-    uint8_t *type;       /* [n_tokens] TOK_* */
-    uint8_t *eog;        /* [n_tokens] 1 for tokens that end generation */
-    tok_hash by_text;    /* text -> id */
+    char *text;         /* all token texts, each NUL-terminated */
+    uint32_t *text_off; /* [n_tokens] into text */
+    uint32_t *text_len; /* [n_tokens] bytes, without the NUL */
+    float *score;       /* [n_tokens] SPM merge priority (higher merges first) */
+    uint8_t *type;      /* [n_tokens] TOK_* */
+    uint8_t *eog;       /* [n_tokens] 1 for tokens that end generation */
+    tok_hash by_text;   /* text -> id */
 
     char *piece;         /* the bytes each token stands for, decoded once at load */
     uint32_t *piece_off; /* [n_tokens] into piece */
@@ -110,13 +106,13 @@ struct al_vocab {
     int n_special;           /* longest text first                                       */
 
     /* BPE: merges "left right" keyed by (left, right) text; rank = position in the file */
-    char *merge_text;        /* left and right concatenated, no separator */
-    uint32_t *merge_off;     /* [n_merges] */
-    uint32_t *merge_n_left;  /* [n_merges] bytes of the left part */
-    uint32_t *merge_n;       /* [n_merges] bytes of both parts */
+    char *merge_text;       /* left and right concatenated, no separator */
+    uint32_t *merge_off;    /* [n_merges] */
+    uint32_t *merge_n_left; /* [n_merges] bytes of the left part */
+    uint32_t *merge_n;      /* [n_merges] bytes of both parts */
     int32_t n_merges;
-    tok_hash merges;         /* slots hold ranks */
-    bool ignore_merges;      /* a pre-token that is itself a token is emitted whole */
+    tok_hash merges;    /* slots hold ranks */
+    bool ignore_merges; /* a pre-token that is itself a token is emitted whole */
     struct bpe_pre *pre;
 };
 

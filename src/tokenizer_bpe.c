@@ -17,9 +17,9 @@
  *
  * The regexes run on PCRE2 in UTF + UCP mode (Unicode properties for \p, \s, \d), JIT
  * compiled once when the vocabulary is loaded; match data is per call, so a vocabulary
- * can be shared by threads. PCRE2 requires valid UTF-8, so bytes that are not
- * well-formed UTF-8 are set aside first: each run of them is a piece of its own, which
- * byte-level BPE can still spell exactly. (llama.cpp replaces them with U+FFFD.)
+ * can be shared by threads. Text that is not valid UTF-8 is cut as llama.cpp cuts it
+ * (see matchable_text()), but unlike llama.cpp, which turns such bytes into U+FFFD, the
+ * tokens spell the original bytes exactly.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #define TOKENIZER_INTERNAL
@@ -68,15 +68,14 @@ static size_t spell_byte(uint8_t b, char *dst) {
 /* The regex of GPT-2: English contractions, letters with an optional leading space,
  * numbers likewise, other symbols likewise, then whitespace (a run of whitespace before
  * a word leaves its last space to the word). */
-#define RE_GPT2                                                                           \
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 /* Llama 3: contractions in either case, a letter run with one optional leading
  * non-letter, digits in groups of up to three, symbols with trailing newlines, and
  * newlines kept with the whitespace before them. The case-insensitive group is spelled
  * out so that only ASCII letters match (PCRE2's caseless mode would also match U+017F
  * for 's', unlike llama.cpp). */
-#define RE_LLAMA3_HEAD                                                                    \
+#define RE_LLAMA3_HEAD                                                                             \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
 #define RE_LLAMA3_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
@@ -85,14 +84,21 @@ static const char *const k_re_llama3[] = {RE_LLAMA3_HEAD "\\p{N}{1,3}" RE_LLAMA3
 static const char *const k_re_qwen2[] = {RE_LLAMA3_HEAD "\\p{N}" RE_LLAMA3_TAIL, NULL};
 /* StarCoder and relatives: every digit on its own, then GPT-2. */
 static const char *const k_re_starcoder[] = {"\\p{N}", RE_GPT2, NULL};
-static const char *const k_re_falcon[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2,
-                                          "[0-9][0-9][0-9]", NULL};
+static const char *const k_re_falcon[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]",
+                                          NULL};
 /* llama.cpp's choice for files that name no pre-tokenizer. */
 static const char *const k_re_default[] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+",
                                            "[0-9][0-9][0-9]", NULL};
+/* clang-format off */
 static const char *const k_re_deepseek_coder[] = {
-    "[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}", NULL};
+    "[\\r\\n]",
+    "\\s?\\p{L}+",
+    "\\s?\\p{P}+",
+    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", /* as tokenizer.json has it */
+    "\\p{N}",
+    NULL,
+};
+/* clang-format on */
 /* DeepSeek LLM: the second regex lists the cased letters of Unicode explicitly, as the
  * model's tokenizer.json does (rather than \p{L}, which would include CJK). */
 static const char *const k_re_deepseek_llm[] = {
@@ -168,7 +174,8 @@ static void pcre_free(void *p, void *data) {
 
 void bpe_pre_destroy(struct bpe_pre *p) {
     if (p == NULL) return;
-    for (int i = 0; i < p->n_code; i++) pcre2_code_free(p->code[i]);
+    for (int i = 0; i < p->n_code; i++)
+        pcre2_code_free(p->code[i]);
     pcre2_general_context_free(p->gctx);
     al_free(p);
 }
@@ -188,8 +195,8 @@ static al_status compile_all(struct bpe_pre *p, const char *path) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(err, msg, sizeof msg);
             st = al_error(err == PCRE2_ERROR_HEAP_FAILED ? AL_ERR_NOMEM : AL_ERR_UNSUPPORTED,
-                          "%s: pre-tokenizer '%s': regex %d: %s at offset %zu", path,
-                          p->def->name, i, (const char *)msg, (size_t)at);
+                          "%s: pre-tokenizer '%s': regex %d: %s at offset %zu", path, p->def->name,
+                          i, (const char *)msg, (size_t)at);
             break;
         }
         p->code[p->n_code++] = c;
@@ -208,13 +215,14 @@ al_status bpe_pre_create(const char *path, const char *name, struct bpe_pre **ou
     for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
         if (strcmp(k_pre[i].name, want) == 0) def = &k_pre[i];
     if (def == NULL)
-        return al_error(AL_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported",
-                        path, want);
+        return al_error(AL_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported", path,
+                        want);
     struct bpe_pre *p = al_calloc(1, sizeof *p);
     if (p == NULL) return al_error(AL_ERR_NOMEM, "%s: out of memory", path);
     p->def = def;
     p->gctx = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
-    al_status st = p->gctx ? compile_all(p, path) : al_error(AL_ERR_NOMEM, "%s: out of memory", path);
+    al_status st =
+        p->gctx ? compile_all(p, path) : al_error(AL_ERR_NOMEM, "%s: out of memory", path);
     if (st != AL_OK) {
         bpe_pre_destroy(p);
         return st;
@@ -227,10 +235,8 @@ al_status bpe_pre_create(const char *path, const char *name, struct bpe_pre **ou
 
 /* ---- splitting ------------------------------------------------------------------------ */
 
-/* A piece of the text; raw pieces (bytes that are not UTF-8) are never cut by a regex. */
 typedef struct span {
     size_t off, len;
-    bool raw;
 } span;
 
 typedef struct span_vec {
@@ -238,7 +244,7 @@ typedef struct span_vec {
     size_t n, cap;
 } span_vec;
 
-static al_status span_push(span_vec *sv, size_t off, size_t len, bool raw) {
+static al_status span_push(span_vec *sv, size_t off, size_t len) {
     if (sv->n == sv->cap) {
         size_t cap = sv->cap ? sv->cap * 2 : 32;
         span *s = al_realloc(sv->s, cap * sizeof *s);
@@ -246,7 +252,7 @@ static al_status span_push(span_vec *sv, size_t off, size_t len, bool raw) {
         sv->s = s;
         sv->cap = cap;
     }
-    sv->s[sv->n++] = (span){off, len, raw};
+    sv->s[sv->n++] = (span){off, len};
     return AL_OK;
 }
 
@@ -275,44 +281,55 @@ static al_status cut(const struct bpe_pre *p, int r, pcre2_match_data *md, const
             pos = a + (k ? k : 1);
             continue;
         }
-        if (a > gap) st = span_push(out, sp.off + gap, a - gap, false);
-        if (st == AL_OK) st = span_push(out, sp.off + a, b - a, false);
+        if (a > gap) st = span_push(out, sp.off + gap, a - gap);
+        if (st == AL_OK) st = span_push(out, sp.off + a, b - a);
         gap = pos = b;
     }
-    if (st == AL_OK && gap < n) st = span_push(out, sp.off + gap, n - gap, false);
+    if (st == AL_OK && gap < n) st = span_push(out, sp.off + gap, n - gap);
     return st;
+}
+
+/* PCRE2 needs valid UTF-8. Each byte that is not part of a well-formed character is
+ * matched as if it were the control character U+0001: like U+FFFD, which llama.cpp puts
+ * in its place, it is neither space, letter, digit nor punctuation, so the cuts are
+ * llama.cpp's, while the bytes themselves survive for the merges. Returns text itself
+ * when it is valid, else a copy in *copy. */
+static const char *matchable_text(const char *text, size_t len, char **copy) {
+    *copy = NULL;
+    size_t i = 0, k;
+    while (i < len && (k = utf8_valid_len((const unsigned char *)text + i, len - i)) > 0)
+        i += k;
+    if (i == len) return text;
+    if ((*copy = al_malloc(len)) == NULL) return NULL;
+    memcpy(*copy, text, len);
+    while (i < len) {
+        k = utf8_valid_len((const unsigned char *)text + i, len - i);
+        if (k == 0) (*copy)[i] = '\x01';
+        i += k ? k : 1;
+    }
+    return *copy;
 }
 
 /* Step 1 of the header comment, into *out. */
 static al_status split_spans(const al_vocab *v, const char *text, size_t len, span_vec *out) {
     const struct bpe_pre *p = v->pre;
+    char *copy;
+    const char *m = matchable_text(text, len, &copy);
     span_vec other = {0};
-    al_status st = AL_OK;
-    /* Runs of well-formed UTF-8 and runs of stray bytes. */
-    for (size_t i = 0; i < len && st == AL_OK;) {
-        size_t j = i;
-        bool raw = utf8_valid_len((const unsigned char *)text + i, len - i) == 0;
-        while (j < len) {
-            size_t k = utf8_valid_len((const unsigned char *)text + j, len - j);
-            if ((k == 0) != raw) break;
-            j += k ? k : 1;
-        }
-        st = span_push(out, i, j - i, raw);
-        i = j;
-    }
+    al_status st = m ? span_push(out, 0, len) : al_error(AL_ERR_NOMEM, "tokenize: out of memory");
     pcre2_match_data *md = st == AL_OK ? pcre2_match_data_create(1, p->gctx) : NULL;
     if (st == AL_OK && md == NULL) st = al_error(AL_ERR_NOMEM, "tokenize: out of memory");
     for (int r = 0; r < p->n_code && st == AL_OK; r++) {
         other.n = 0;
         for (size_t i = 0; i < out->n && st == AL_OK; i++)
-            st = out->s[i].raw ? span_push(&other, out->s[i].off, out->s[i].len, true)
-                               : cut(p, r, md, text, out->s[i], &other);
+            st = cut(p, r, md, m, out->s[i], &other);
         span_vec t = *out;
         *out = other;
         other = t;
     }
     pcre2_match_data_free(md);
     al_free(other.s);
+    al_free(copy);
     return st;
 }
 
@@ -323,7 +340,8 @@ al_status bpe_split(const al_vocab *v, const char *text, size_t len, size_t **en
     size_t *e = st == AL_OK ? al_malloc((sv.n + 1) * sizeof *e) : NULL;
     if (st == AL_OK && e == NULL) st = al_error(AL_ERR_NOMEM, "tokenize: out of memory");
     if (st == AL_OK) {
-        for (size_t i = 0; i < sv.n; i++) e[i] = sv.s[i].off + sv.s[i].len;
+        for (size_t i = 0; i < sv.n; i++)
+            e[i] = sv.s[i].off + sv.s[i].len;
         *ends = e;
         *n_pieces = sv.n;
     }
@@ -346,17 +364,24 @@ typedef struct bpe_pair {
 
 typedef struct bpe_state {
     const al_vocab *v;
-    char *word;      /* the piece in GPT-2's spelling */
+    char *word; /* the piece in GPT-2's spelling */
     bpe_sym *sym;
     bpe_pair *heap;
-    size_t n_heap;
+    size_t n_heap, cap_heap;
 } bpe_state;
 
 static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(bpe_state *st, bpe_pair p) {
+static al_status heap_push(bpe_state *st, bpe_pair p) {
+    if (st->n_heap == st->cap_heap) {
+        size_t cap = st->cap_heap * 2 + 16;
+        bpe_pair *h = al_realloc(st->heap, cap * sizeof *h);
+        if (h == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
+        st->heap = h;
+        st->cap_heap = cap;
+    }
     size_t i = st->n_heap++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
@@ -365,6 +390,7 @@ static void heap_push(bpe_state *st, bpe_pair p) {
         i = up;
     }
     st->heap[i] = p;
+    return AL_OK;
 }
 
 static bpe_pair heap_pop(bpe_state *st) {
@@ -382,11 +408,11 @@ static bpe_pair heap_pop(bpe_state *st) {
     return top;
 }
 
-static void try_pair(bpe_state *st, int left, int right) {
-    if (left < 0 || right < 0) return;
+static al_status try_pair(bpe_state *st, int left, int right) {
+    if (left < 0 || right < 0) return AL_OK;
     uint32_t n_left = st->sym[left].n, n = n_left + st->sym[right].n;
     int32_t rank = merge_lookup(st->v, st->word + st->sym[left].off, n_left, n);
-    if (rank >= 0) heap_push(st, (bpe_pair){rank, left, right, n});
+    return rank < 0 ? AL_OK : heap_push(st, (bpe_pair){rank, left, right, n});
 }
 
 /* The token of a final symbol, or the tokens of its bytes. */
@@ -401,8 +427,10 @@ static al_status emit_symbol(const al_vocab *v, const char *s, uint32_t n, tok_v
         AL_ASSERT(k >= 1 && k <= 2 && b >= 0); /* the word was spelled by spell_byte() */
         int32_t t = v->byte_token[b] >= 0 ? v->byte_token[b] : v->unk;
         if (t < 0)
-            return al_error(AL_ERR_ARG, "%s: the vocabulary has no token for byte 0x%02X and "
-                            "no unknown token", v->path, b);
+            return al_error(AL_ERR_ARG,
+                            "%s: the vocabulary has no token for byte 0x%02X and "
+                            "no unknown token",
+                            v->path, b);
         al_status st = tok_vec_push(out, t);
         if (st != AL_OK) return st;
         i += (uint32_t)k;
@@ -427,8 +455,10 @@ static al_status merge_piece(bpe_state *st, const char *piece, size_t len, tok_v
         if (id >= 0) return tok_vec_push(out, id);
     }
     st->n_heap = 0;
-    for (int i = 1; i < n_sym; i++) try_pair(st, i - 1, i);
-    while (st->n_heap > 0) {
+    al_status s = AL_OK;
+    for (int i = 1; i < n_sym && s == AL_OK; i++)
+        s = try_pair(st, i - 1, i);
+    while (st->n_heap > 0 && s == AL_OK) {
         bpe_pair p = heap_pop(st);
         bpe_sym *l = &st->sym[p.left], *r = &st->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue; /* stale */
@@ -436,10 +466,9 @@ static al_status merge_piece(bpe_state *st, const char *piece, size_t len, tok_v
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) st->sym[r->next].prev = p.left;
-        try_pair(st, l->prev, p.left);
-        try_pair(st, p.left, l->next);
+        s = try_pair(st, l->prev, p.left);
+        if (s == AL_OK) s = try_pair(st, p.left, l->next);
     }
-    al_status s = AL_OK;
     for (int i = 0; i >= 0 && s == AL_OK; i = st->sym[i].next)
         s = emit_symbol(v, st->word + st->sym[i].off, st->sym[i].n, out);
     return s;
@@ -456,14 +485,11 @@ al_status bpe_tokenize(const al_vocab *v, const char *text, size_t len, tok_vec 
     size_t longest = 0;
     for (size_t i = 0; i < sv.n; i++)
         if (sv.s[i].len > longest) longest = sv.s[i].len;
-    /* A piece of k bytes spells as at most 2k bytes and has k symbols; every merge queues
-     * at most two pairs, so 3k heap entries suffice. */
+    /* A piece of k bytes spells as at most 2k bytes and starts as k symbols. */
     bpe_state bs = {.v = v};
     bs.word = al_malloc(2 * longest);
     bs.sym = al_malloc(longest * sizeof *bs.sym);
-    bs.heap = al_malloc(3 * longest * sizeof *bs.heap);
-    if (bs.word == NULL || bs.sym == NULL || bs.heap == NULL)
-        st = al_error(AL_ERR_NOMEM, "tokenize: out of memory");
+    if (bs.word == NULL || bs.sym == NULL) st = al_error(AL_ERR_NOMEM, "tokenize: out of memory");
     for (size_t i = 0; i < sv.n && st == AL_OK; i++)
         st = merge_piece(&bs, text + sv.s[i].off, sv.s[i].len, out);
     al_free(bs.word);

@@ -30,17 +30,17 @@ typedef struct spm_sym {
 } spm_sym;
 
 typedef struct spm_pair {
-    float score;    /* of the token the pair would become */
+    float score; /* of the token the pair would become */
     int left, right;
-    uint32_t n;     /* bytes of both symbols when the pair was queued */
+    uint32_t n; /* bytes of both symbols when the pair was queued */
 } spm_pair;
 
 typedef struct spm_state {
     const al_vocab *v;
-    const char *s;  /* escaped text */
+    const char *s; /* escaped text */
     spm_sym *sym;
     spm_pair *heap;
-    size_t n_heap;
+    size_t n_heap, cap_heap;
 } spm_state;
 
 /* Heap order: higher score first, then the leftmost pair. */
@@ -48,7 +48,14 @@ static bool pair_before(const spm_pair *a, const spm_pair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(spm_state *st, spm_pair p) {
+static al_status heap_push(spm_state *st, spm_pair p) {
+    if (st->n_heap == st->cap_heap) {
+        size_t cap = st->cap_heap * 2 + 16;
+        spm_pair *h = al_realloc(st->heap, cap * sizeof *h);
+        if (h == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
+        st->heap = h;
+        st->cap_heap = cap;
+    }
     size_t i = st->n_heap++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
@@ -57,6 +64,7 @@ static void heap_push(spm_state *st, spm_pair p) {
         i = up;
     }
     st->heap[i] = p;
+    return AL_OK;
 }
 
 static spm_pair heap_pop(spm_state *st) {
@@ -75,12 +83,11 @@ static spm_pair heap_pop(spm_state *st) {
 }
 
 /* Queues the pair (left, right) if together they spell a token. */
-static void try_pair(spm_state *st, int left, int right) {
-    if (left < 0 || right < 0) return;
+static al_status try_pair(spm_state *st, int left, int right) {
+    if (left < 0 || right < 0) return AL_OK;
     uint32_t n = st->sym[left].n + st->sym[right].n;
     int32_t id = vocab_lookup(st->v, st->s + st->sym[left].off, n);
-    if (id < 0) return;
-    heap_push(st, (spm_pair){st->v->score[id], left, right, n});
+    return id < 0 ? AL_OK : heap_push(st, (spm_pair){st->v->score[id], left, right, n});
 }
 
 /* Appends the token of a final symbol, or byte tokens for each of its bytes. */
@@ -91,8 +98,10 @@ static al_status emit_symbol(const al_vocab *v, const char *s, uint32_t n, tok_v
         int32_t b = v->byte_token[(unsigned char)s[i]];
         if (b < 0) b = v->unk;
         if (b < 0)
-            return al_error(AL_ERR_ARG, "%s: the vocabulary has no token for byte 0x%02X and "
-                            "no unknown token", v->path, (unsigned char)s[i]);
+            return al_error(AL_ERR_ARG,
+                            "%s: the vocabulary has no token for byte 0x%02X and "
+                            "no unknown token",
+                            v->path, (unsigned char)s[i]);
         al_status st = tok_vec_push(out, b);
         if (st != AL_OK) return st;
     }
@@ -132,15 +141,13 @@ al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add
         al_free(s);
         return AL_OK;
     }
-    /* Every merge queues at most two pairs, so 3n entries always suffice. */
+    /* One symbol per character (at most n of them). */
     spm_state ss = {.v = v, .s = s};
     ss.sym = al_malloc(n * sizeof *ss.sym);
-    ss.heap = al_malloc(3 * n * sizeof *ss.heap);
-    if (ss.sym == NULL || ss.heap == NULL) {
-        st = al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        goto done;
+    if (ss.sym == NULL) {
+        al_free(s);
+        return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
     }
-
     int n_sym = 0;
     for (size_t i = 0; i < n;) {
         size_t k = utf8_valid_len((const unsigned char *)s + i, n - i);
@@ -150,9 +157,10 @@ al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add
         n_sym++;
         i += k;
     }
-    for (int i = 1; i < n_sym; i++) try_pair(&ss, i - 1, i);
+    for (int i = 1; i < n_sym && st == AL_OK; i++)
+        st = try_pair(&ss, i - 1, i);
 
-    while (ss.n_heap > 0) {
+    while (ss.n_heap > 0 && st == AL_OK) {
         spm_pair p = heap_pop(&ss);
         spm_sym *l = &ss.sym[p.left], *r = &ss.sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue; /* stale */
@@ -160,13 +168,12 @@ al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) ss.sym[r->next].prev = p.left;
-        try_pair(&ss, l->prev, p.left);
-        try_pair(&ss, p.left, l->next);
+        st = try_pair(&ss, l->prev, p.left);
+        if (st == AL_OK) st = try_pair(&ss, p.left, l->next);
     }
 
     for (int i = 0; i >= 0 && st == AL_OK; i = ss.sym[i].next)
         st = emit_symbol(v, s + ss.sym[i].off, ss.sym[i].n, out);
-done:
     al_free(ss.sym);
     al_free(ss.heap);
     al_free(s);

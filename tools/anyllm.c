@@ -6,6 +6,7 @@
  *   anyllm run        -m FILE -p TEXT [-n N] [sampling options]
  *   anyllm chat       -m FILE [-s SYSTEM] [--chat-template NAME] [sampling options]
  *   anyllm perplexity -m FILE -f TEXT [--ctx N] [--chunks N]
+ *   anyllm bench      -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]
  *
  * Every error ends the program with a non-zero status and one line on stderr.
  */
@@ -90,6 +91,7 @@ static void usage(FILE *f) {
         "  run          -p TEXT | -f FILE [-n N]: continue the text, streamed\n"
         "  chat         interactive chat in the model's template (stdin may be a pipe)\n"
         "  perplexity   -f TEXT [--ctx N] [--chunks N]: teacher-forced perplexity\n"
+        "  bench        [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]: speed\n"
         "options:\n"
         "  -t N               threads (default: all cores)\n"
         "  -c, --ctx N        context size\n"
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
         cli_opts o;

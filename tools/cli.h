@@ -46,5 +46,7 @@ int cmd_tokenize(const cli_opts *o);
 int cmd_run(const cli_opts *o);
 int cmd_chat(const cli_opts *o);
 int cmd_perplexity(const cli_opts *o);
+/* bench parses its own options (it takes several -m). argv[0] is "bench". */
+int cmd_bench(int argc, char **argv);
 
 #endif /* AL_CLI_H */

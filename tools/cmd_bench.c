@@ -1,0 +1,408 @@
+/* cmd_bench.c: `anyllm bench`, prompt-processing and generation speed per model.
+ *
+ *   anyllm bench -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]
+ *
+ * pp N: a prompt of N tokens evaluated as one batch from an empty context (its time is
+ * also the time to first token); tg N: N tokens evaluated one at a time from an empty
+ * context. Each test runs once as a warm-up, then -r times; the mean and standard
+ * deviation of tokens/s are reported. Lists (-p 128,512) run each value. Field names
+ * of the JSON and CSV output follow llama-bench's where the meaning is the same.
+ *
+ * The roofline column: generation reads every weight once per token, so its speed is
+ * bounded by memory bandwidth / bytes read per token. The bandwidth is measured at
+ * start by a multi-threaded read of a buffer much larger than the caches.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <time.h>
+
+#include "anyllm.h"
+#include "cli.h"
+#include "util.h"
+
+#ifndef AL_BUILD
+#define AL_BUILD "unknown"
+#endif
+
+enum { MAX_LIST = 8, MAX_MODELS = 16, MAX_REPS = 100 };
+
+typedef struct bench_opts {
+    const char *models[MAX_MODELS];
+    int n_models;
+    int pp[MAX_LIST], n_pp;
+    int tg[MAX_LIST], n_tg;
+    int threads[MAX_LIST], n_threads;
+    int reps;
+    const char *format;
+} bench_opts;
+
+typedef struct bench_result {
+    const char *model;
+    al_model_info info;   /* its strings point to arch and backend below */
+    char arch[16], backend[64];
+    uint64_t file_bytes;
+    int n_threads;
+    bool is_pp;
+    int n_tokens;
+    double load_ms;
+    double ts[MAX_REPS]; /* tokens/s per repetition */
+    double mean_ts, sd_ts, mean_ms;
+} bench_result;
+
+/* ---- memory bandwidth --------------------------------------------------------------- */
+
+typedef struct bw_arg {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_arg;
+
+static void *bw_read(void *varg) {
+    bw_arg *a = varg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->p[i];
+        s1 += a->p[i + 1];
+        s2 += a->p[i + 2];
+        s3 += a->p[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Best of several multi-threaded passes over a 512 MiB buffer, in GB/s (1e9 B/s). */
+static double bandwidth_pass(int n_threads) {
+    const size_t n_bytes = (size_t)512 << 20, n = n_bytes / 8;
+    uint64_t *buf = malloc(n_bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page */
+    double best = 0;
+    pthread_t th[MAX_LIST * 32];
+    bw_arg args[MAX_LIST * 32];
+    if (n_threads > (int)(sizeof th / sizeof *th)) n_threads = (int)(sizeof th / sizeof *th);
+    uint64_t sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = al_time_s();
+        size_t per = n / (size_t)n_threads;
+        for (int t = 0; t < n_threads; t++) {
+            args[t] = (bw_arg){.p = buf + per * (size_t)t, .n = per};
+            if (t > 0) pthread_create(&th[t], NULL, bw_read, &args[t]);
+        }
+        bw_read(&args[0]);
+        for (int t = 1; t < n_threads; t++) pthread_join(th[t], NULL);
+        double dt = al_time_s() - t0;
+        for (int t = 0; t < n_threads; t++) sink += args[t].sum;
+        if (n_bytes / dt / 1e9 > best) best = (double)n_bytes / dt / 1e9;
+    }
+    free(buf);
+    return sink == 42 ? best + 1e-9 : best; /* keep the sums alive */
+}
+
+/* Measures in a child process, so that the buffer does not count in this process's
+ * peak RSS, which bench reports. */
+static double measure_bandwidth(int n_threads) {
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        double gbs = bandwidth_pass(n_threads);
+        ssize_t w = write(fd[1], &gbs, sizeof gbs);
+        _exit(w == (ssize_t)sizeof gbs ? 0 : 1);
+    }
+    close(fd[1]);
+    double gbs = 0;
+    if (pid < 0 || read(fd[0], &gbs, sizeof gbs) != (ssize_t)sizeof gbs) gbs = 0;
+    close(fd[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    return gbs;
+}
+
+static void cpu_name(char *buf, size_t size) {
+    snprintf(buf, size, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += 2;
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(buf, size, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+/* ---- runs ------------------------------------------------------------------------------ */
+
+static void fill_tokens(int32_t *ids, int n, int n_vocab, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((seed >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+/* One timed repetition; returns seconds, or a negative value on failure. */
+static double run_once(al_context *c, const int32_t *ids, int n, bool is_pp, float *logits) {
+    al_context_reset(c);
+    double t0 = al_time_s();
+    if (is_pp) {
+        if (al_eval(c, ids, n, logits, false) != AL_OK) return -1;
+    } else {
+        for (int i = 0; i < n; i++)
+            if (al_eval(c, ids + i, 1, logits, false) != AL_OK) return -1;
+    }
+    return al_time_s() - t0;
+}
+
+static int run_test(const bench_opts *o, al_context *c, int32_t *ids, float *logits,
+                    bench_result *r, int model_i) {
+    const char *kind = r->is_pp ? "pp" : "tg";
+    for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
+        fprintf(stderr, "\rbench: model %d/%d, %s%d, t=%d, %s %d/%d   ", model_i + 1,
+                o->n_models, kind, r->n_tokens, r->n_threads, rep < 0 ? "warm-up" : "rep",
+                rep < 0 ? 1 : rep + 1, rep < 0 ? 1 : o->reps);
+        double dt = run_once(c, ids, r->n_tokens, r->is_pp, logits);
+        if (dt < 0) return cli_fail_status(AL_ERR_ARG);
+        if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
+    }
+    double sum = 0, sq = 0;
+    for (int i = 0; i < o->reps; i++) sum += r->ts[i];
+    r->mean_ts = sum / o->reps;
+    for (int i = 0; i < o->reps; i++) sq += (r->ts[i] - r->mean_ts) * (r->ts[i] - r->mean_ts);
+    r->sd_ts = o->reps > 1 ? sqrt(sq / (o->reps - 1)) : 0;
+    r->mean_ms = 1000.0 * r->n_tokens / r->mean_ts;
+    return 0;
+}
+
+static uint64_t file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
+/* Runs every test of one model at one thread count, appending to res. */
+static int bench_model(const bench_opts *o, int mi, int n_threads, bench_result *res, int *n_res) {
+    int max_tokens = 1;
+    for (int i = 0; i < o->n_pp; i++) max_tokens = o->pp[i] > max_tokens ? o->pp[i] : max_tokens;
+    for (int i = 0; i < o->n_tg; i++) max_tokens = o->tg[i] > max_tokens ? o->tg[i] : max_tokens;
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = n_threads;
+    al_model *m = NULL;
+    al_context *c = NULL;
+    double t0 = al_time_s();
+    al_status st = al_model_load(o->models[mi], &mp, &m);
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = max_tokens;
+    if (st == AL_OK) st = al_context_create(m, &cp, &c);
+    double load_ms = 1000 * (al_time_s() - t0);
+    if (st != AL_OK) {
+        al_model_destroy(m);
+        return cli_fail_status(st);
+    }
+    al_model_info info;
+    al_model_get_info(m, &info);
+    int32_t *ids = malloc((size_t)max_tokens * sizeof *ids);
+    float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
+    int rc = ids && logits ? 0 : cli_fail("out of memory");
+    if (ids) fill_tokens(ids, max_tokens, info.n_vocab, 1234);
+    for (int k = 0; !rc && k < o->n_pp + o->n_tg; k++) {
+        bench_result *r = &res[(*n_res)++];
+        *r = (bench_result){.model = o->models[mi], .info = info, .n_threads = n_threads,
+                            .is_pp = k < o->n_pp, .load_ms = load_ms,
+                            .file_bytes = file_size(o->models[mi])};
+        r->n_tokens = r->is_pp ? o->pp[k] : o->tg[k - o->n_pp];
+        snprintf(r->arch, sizeof r->arch, "%s", info.arch);
+        snprintf(r->backend, sizeof r->backend, "%s", info.backend);
+        r->info.arch = r->arch; /* the model's own strings die with it */
+        r->info.backend = r->backend;
+        rc = run_test(o, c, ids, logits, r, mi);
+    }
+    free(ids);
+    free(logits);
+    al_context_destroy(c);
+    al_model_destroy(m);
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+typedef struct bench_env {
+    char cpu[128];
+    double bandwidth_gbs;
+    long peak_rss_kib;
+} bench_env;
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* tg speed as a share of the bandwidth bound: bytes per token / bandwidth. */
+static double roofline_pct(const bench_result *r, double gbs) {
+    if (r->is_pp || gbs <= 0) return 0;
+    double bound_ts = gbs * 1e9 / (double)r->info.n_bytes_per_token;
+    return 100.0 * r->mean_ts / bound_ts;
+}
+
+static void print_md(const bench_result *res, int n, const bench_env *env) {
+    printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms | roofline |\n");
+    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        char ttft[32] = "", roof[32] = "";
+        if (r->is_pp) snprintf(ttft, sizeof ttft, "%.1f", r->mean_ms);
+        else snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
+        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s%d | %.2f ± %.2f | %s | %.0f | %s |\n",
+               base_name(r->model), (double)r->file_bytes / (1u << 30), r->info.n_params / 1e9,
+               r->info.backend, r->n_threads, r->is_pp ? "pp" : "tg", r->n_tokens, r->mean_ts,
+               r->sd_ts, ttft, r->load_ms, roof);
+    }
+    printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured) | peak RSS %.0f MiB\n",
+           AL_BUILD, env->cpu, env->bandwidth_gbs, env->peak_rss_kib / 1024.0);
+}
+
+static void print_json(const bench_result *res, int n, const bench_env *env) {
+    printf("[\n");
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        printf("  {\"build_commit\": \"%s\", \"cpu_info\": \"%s\", \"backends\": \"%s\", "
+               "\"model_filename\": \"%s\", \"model_type\": \"%s\", \"model_size\": %" PRIu64 ", "
+               "\"model_n_params\": %" PRIu64 ", \"n_threads\": %d, \"n_prompt\": %d, "
+               "\"n_gen\": %d, \"avg_ns\": %.0f, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
+               "\"ttft_ms\": %.3f, \"load_ms\": %.3f, \"bandwidth_gbs\": %.2f, "
+               "\"bytes_per_token\": %" PRIu64 ", \"roofline_pct\": %.2f, \"peak_rss_mib\": %.1f}%s\n",
+               AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
+               r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
+               r->is_pp ? 0 : r->n_tokens, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
+               r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
+               r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
+               env->peak_rss_kib / 1024.0, i + 1 < n ? "," : "");
+    }
+    printf("]\n");
+}
+
+static void print_csv(const bench_result *res, int n, const bench_env *env) {
+    printf("build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,"
+           "n_threads,n_prompt,n_gen,avg_ns,avg_ts,stddev_ts,ttft_ms,load_ms,bandwidth_gbs,"
+           "roofline_pct\n");
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        printf("%s,\"%s\",%s,%s,%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%.0f,%.4f,%.4f,%.3f,%.3f,%.2f,%.2f\n",
+               AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
+               r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
+               r->is_pp ? 0 : r->n_tokens, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
+               r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
+               roofline_pct(r, env->bandwidth_gbs));
+    }
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+/* "128,512" -> {128, 512}; each in [lo, hi]. */
+static int parse_list(const char *opt, const char *s, int lo, int hi, int *out, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < lo || v > hi || (*end && *end != ',') || *n == MAX_LIST)
+            return cli_fail("%s %s: expected up to %d comma-separated integers in [%d, %d]", opt,
+                            s, MAX_LIST, lo, hi);
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+    }
+    return *n ? 0 : cli_fail("%s: empty list", opt);
+}
+
+static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5, .format = "md"};
+    o->threads[0] = 2;
+    o->n_threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: anyllm bench -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] "
+                   "[--backend cpu] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
+                   "-p 0 or -n 0 skips that test\n");
+            return -1;
+        }
+        if (!v) return cli_fail("bench: option %s needs a value", a);
+        i++;
+        int rc = 0, reps[MAX_LIST], n_reps;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (o->n_models == MAX_MODELS) return cli_fail("bench: at most %d models", MAX_MODELS);
+            o->models[o->n_models++] = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            rc = parse_list(a, v, 0, 1 << 16, o->pp, &o->n_pp);
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            rc = parse_list(a, v, 0, 1 << 16, o->tg, &o->n_tg);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            rc = parse_list(a, v, 1, 256, o->threads, &o->n_threads);
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            rc = parse_list(a, v, 1, MAX_REPS, reps, &n_reps);
+            o->reps = reps[0];
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (strcmp(v, "md") && strcmp(v, "json") && strcmp(v, "csv"))
+                return cli_fail("bench: -o %s: expected md, json or csv", v);
+            o->format = v;
+        } else if (!strcmp(a, "--backend")) {
+            if (strcmp(v, "cpu") && strcmp(v, "auto"))
+                return cli_fail("bench: --backend %s: only cpu is built in so far", v);
+        } else {
+            return cli_fail("bench: unknown option %s (see anyllm bench --help)", a);
+        }
+        if (rc) return rc;
+    }
+    /* a 0 in -p or -n means "skip" */
+    int k = 0;
+    for (int i = 0; i < o->n_pp; i++) if (o->pp[i] > 0) o->pp[k++] = o->pp[i];
+    o->n_pp = k;
+    k = 0;
+    for (int i = 0; i < o->n_tg; i++) if (o->tg[i] > 0) o->tg[k++] = o->tg[i];
+    o->n_tg = k;
+    if (!o->n_models) return cli_fail("bench: -m FILE is required");
+    if (!o->n_pp && !o->n_tg) return cli_fail("bench: nothing to run (-p 0 and -n 0)");
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_bench_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    int max_res = o.n_models * o.n_threads * (o.n_pp + o.n_tg);
+    bench_result *res = calloc((size_t)max_res, sizeof *res);
+    if (!res) return cli_fail("out of memory");
+    bench_env env = {0};
+    cpu_name(env.cpu, sizeof env.cpu);
+    int max_threads = 1;
+    for (int i = 0; i < o.n_threads; i++) max_threads = o.threads[i] > max_threads ? o.threads[i] : max_threads;
+    fprintf(stderr, "bench: measuring memory read bandwidth with %d threads...", max_threads);
+    env.bandwidth_gbs = measure_bandwidth(max_threads);
+    int n_res = 0;
+    for (int mi = 0; !rc && mi < o.n_models; mi++)
+        for (int ti = 0; !rc && ti < o.n_threads; ti++)
+            rc = bench_model(&o, mi, o.threads[ti], res, &n_res);
+    fprintf(stderr, "\r%-70s\r", "");
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) env.peak_rss_kib = ru.ru_maxrss;
+    if (!rc) {
+        if (!strcmp(o.format, "json")) print_json(res, n_res, &env);
+        else if (!strcmp(o.format, "csv")) print_csv(res, n_res, &env);
+        else print_md(res, n_res, &env);
+    }
+    free(res);
+    return rc;
+}
