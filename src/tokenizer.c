@@ -979,3 +979,43 @@ void al_detok_flush(al_detok *d, const char **text, size_t *len) {
     *len = d->n_hold;
     d->n_hold = 0;
 }
+
+/* ---- the merge queue shared by both tokenizers ----------------------------------------- */
+
+static bool pair_before(const tok_pair *a, const tok_pair *b) {
+    return a->key < b->key || (a->key == b->key && a->left < b->left);
+}
+
+al_status tok_heap_push(tok_heap *h, tok_pair p) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap * 2 + 16;
+        tok_pair *a = al_realloc(h->a, cap * sizeof *a);
+        if (a == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
+        h->a = a;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!pair_before(&p, &h->a[up])) break;
+        h->a[i] = h->a[up];
+        i = up;
+    }
+    h->a[i] = p;
+    return AL_OK;
+}
+
+tok_pair tok_heap_pop(tok_heap *h) {
+    tok_pair top = h->a[0], last = h->a[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && pair_before(&h->a[c + 1], &h->a[c])) c++;
+        if (!pair_before(&h->a[c], &last)) break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (n > 0) h->a[i] = last;
+    return top;
+}

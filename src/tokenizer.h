@@ -79,6 +79,24 @@ typedef struct tok_hash {
     uint32_t mask; /* n_slots - 1; n_slots is a power of two, at least twice the entries */
 } tok_hash;
 
+/* A candidate merge of two adjacent symbols, for both tokenizers: the pair with the
+ * smallest key merges first (BPE: the merge rank; SentencePiece: minus the score of
+ * the token it forms), the leftmost on ties. */
+typedef struct tok_pair {
+    double key;
+    int left, right;
+    uint32_t n; /* bytes of both symbols when queued: a changed length marks it stale */
+} tok_pair;
+
+/* A binary min-heap of pairs. */
+typedef struct tok_heap {
+    tok_pair *a;
+    size_t n, cap;
+} tok_heap;
+
+al_status tok_heap_push(tok_heap *h, tok_pair p);
+tok_pair tok_heap_pop(tok_heap *h); /* h->n must be > 0 */
+
 struct bpe_pre; /* compiled pre-tokenizer regexes, tokenizer_bpe.c */
 
 struct al_vocab {

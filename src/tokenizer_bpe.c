@@ -356,63 +356,18 @@ typedef struct bpe_sym {
     uint32_t off, n; /* in the spelled piece; n is 0 once merged into the left neighbour */
 } bpe_sym;
 
-typedef struct bpe_pair {
-    int32_t rank;
-    int left, right;
-    uint32_t n;
-} bpe_pair;
-
 typedef struct bpe_state {
     const al_vocab *v;
     char *word; /* the piece in GPT-2's spelling */
     bpe_sym *sym;
-    bpe_pair *heap;
-    size_t n_heap, cap_heap;
+    tok_heap heap;
 } bpe_state;
-
-static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static al_status heap_push(bpe_state *st, bpe_pair p) {
-    if (st->n_heap == st->cap_heap) {
-        size_t cap = st->cap_heap * 2 + 16;
-        bpe_pair *h = al_realloc(st->heap, cap * sizeof *h);
-        if (h == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        st->heap = h;
-        st->cap_heap = cap;
-    }
-    size_t i = st->n_heap++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &st->heap[up])) break;
-        st->heap[i] = st->heap[up];
-        i = up;
-    }
-    st->heap[i] = p;
-    return AL_OK;
-}
-
-static bpe_pair heap_pop(bpe_state *st) {
-    bpe_pair top = st->heap[0], last = st->heap[--st->n_heap];
-    size_t i = 0, n = st->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&st->heap[c + 1], &st->heap[c])) c++;
-        if (!pair_before(&st->heap[c], &last)) break;
-        st->heap[i] = st->heap[c];
-        i = c;
-    }
-    if (n > 0) st->heap[i] = last;
-    return top;
-}
 
 static al_status try_pair(bpe_state *st, int left, int right) {
     if (left < 0 || right < 0) return AL_OK;
     uint32_t n_left = st->sym[left].n, n = n_left + st->sym[right].n;
     int32_t rank = merge_lookup(st->v, st->word + st->sym[left].off, n_left, n);
-    return rank < 0 ? AL_OK : heap_push(st, (bpe_pair){rank, left, right, n});
+    return rank < 0 ? AL_OK : tok_heap_push(&st->heap, (tok_pair){rank, left, right, n});
 }
 
 /* The token of a final symbol, or the tokens of its bytes. */
@@ -454,12 +409,12 @@ static al_status merge_piece(bpe_state *st, const char *piece, size_t len, tok_v
         int32_t id = vocab_lookup(v, st->word, n);
         if (id >= 0) return tok_vec_push(out, id);
     }
-    st->n_heap = 0;
+    st->heap.n = 0;
     al_status s = AL_OK;
     for (int i = 1; i < n_sym && s == AL_OK; i++)
         s = try_pair(st, i - 1, i);
-    while (st->n_heap > 0 && s == AL_OK) {
-        bpe_pair p = heap_pop(st);
+    while (st->heap.n > 0 && s == AL_OK) {
+        tok_pair p = tok_heap_pop(&st->heap);
         bpe_sym *l = &st->sym[p.left], *r = &st->sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue; /* stale */
         l->n += r->n;
@@ -494,7 +449,7 @@ al_status bpe_tokenize(const al_vocab *v, const char *text, size_t len, tok_vec 
         st = merge_piece(&bs, text + sv.s[i].off, sv.s[i].len, out);
     al_free(bs.word);
     al_free(bs.sym);
-    al_free(bs.heap);
+    al_free(bs.heap.a);
     al_free(sv.s);
     return st;
 }

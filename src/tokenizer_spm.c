@@ -8,7 +8,8 @@
  * the vocabulary lacks, one byte token "<0xNN>" per byte (the unknown token if there are
  * no byte tokens).
  *
- * The candidate pairs sit in a max-heap. A merge changes two symbols, so entries for
+ * The candidate pairs sit in the merge heap shared with BPE (tok_heap), keyed by minus
+ * the score, so the best-scoring pair comes out first. A merge changes two symbols, so entries for
  * pairs that no longer exist are left in the heap and skipped when they come out: an
  * entry is stale when either symbol has been absorbed or their lengths no longer add up
  * to the entry's length (symbols only grow, so equal lengths mean the same pair).
@@ -29,65 +30,20 @@ typedef struct spm_sym {
     uint32_t n;     /* bytes; 0 once merged into its left neighbour */
 } spm_sym;
 
-typedef struct spm_pair {
-    float score; /* of the token the pair would become */
-    int left, right;
-    uint32_t n; /* bytes of both symbols when the pair was queued */
-} spm_pair;
-
 typedef struct spm_state {
     const al_vocab *v;
     const char *s; /* escaped text */
     spm_sym *sym;
-    spm_pair *heap;
-    size_t n_heap, cap_heap;
+    tok_heap heap;
 } spm_state;
-
-/* Heap order: higher score first, then the leftmost pair. */
-static bool pair_before(const spm_pair *a, const spm_pair *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static al_status heap_push(spm_state *st, spm_pair p) {
-    if (st->n_heap == st->cap_heap) {
-        size_t cap = st->cap_heap * 2 + 16;
-        spm_pair *h = al_realloc(st->heap, cap * sizeof *h);
-        if (h == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        st->heap = h;
-        st->cap_heap = cap;
-    }
-    size_t i = st->n_heap++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &st->heap[up])) break;
-        st->heap[i] = st->heap[up];
-        i = up;
-    }
-    st->heap[i] = p;
-    return AL_OK;
-}
-
-static spm_pair heap_pop(spm_state *st) {
-    spm_pair top = st->heap[0], last = st->heap[--st->n_heap];
-    size_t i = 0, n = st->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&st->heap[c + 1], &st->heap[c])) c++;
-        if (!pair_before(&st->heap[c], &last)) break;
-        st->heap[i] = st->heap[c];
-        i = c;
-    }
-    if (n > 0) st->heap[i] = last;
-    return top;
-}
 
 /* Queues the pair (left, right) if together they spell a token. */
 static al_status try_pair(spm_state *st, int left, int right) {
     if (left < 0 || right < 0) return AL_OK;
     uint32_t n = st->sym[left].n + st->sym[right].n;
     int32_t id = vocab_lookup(st->v, st->s + st->sym[left].off, n);
-    return id < 0 ? AL_OK : heap_push(st, (spm_pair){st->v->score[id], left, right, n});
+    return id < 0 ? AL_OK
+                  : tok_heap_push(&st->heap, (tok_pair){-(double)st->v->score[id], left, right, n});
 }
 
 /* Appends the token of a final symbol, or byte tokens for each of its bytes. */
@@ -160,8 +116,8 @@ al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add
     for (int i = 1; i < n_sym && st == AL_OK; i++)
         st = try_pair(&ss, i - 1, i);
 
-    while (ss.n_heap > 0 && st == AL_OK) {
-        spm_pair p = heap_pop(&ss);
+    while (ss.heap.n > 0 && st == AL_OK) {
+        tok_pair p = tok_heap_pop(&ss.heap);
         spm_sym *l = &ss.sym[p.left], *r = &ss.sym[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.n) continue; /* stale */
         l->n += r->n;
@@ -175,7 +131,7 @@ al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add
     for (int i = 0; i >= 0 && st == AL_OK; i = ss.sym[i].next)
         st = emit_symbol(v, s + ss.sym[i].off, ss.sym[i].n, out);
     al_free(ss.sym);
-    al_free(ss.heap);
+    al_free(ss.heap.a);
     al_free(s);
     return st;
 }
