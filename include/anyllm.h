@@ -103,6 +103,13 @@ int al_context_n_ctx(const al_context *c);
 al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *logits,
                   bool all_logits);
 
+/* Continuous batching: evaluates the next token of each of n sequences as one batch,
+ * so the weights are read once for all of them, and appends each token to its own
+ * context. logits, if not NULL, receives [n][n_vocab]. The contexts must share one
+ * model, be distinct, each have room for one more position, and n must not exceed
+ * the first context's batch size (min(n_ctx, 512)). On failure nothing changes. */
+al_status al_eval_multi(al_context *const *ctxs, const int32_t *tokens, int n, float *logits);
+
 /* ---- vocabulary and tokenizer ---------------------------------------------------------
  * The tokenizer of a model comes from its file's tokenizer.ggml.* keys. Supported:
  * SentencePiece-style ("llama": scores, byte fallback) and byte-level BPE ("gpt2":

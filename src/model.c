@@ -474,8 +474,37 @@ int al_context_n_ctx(const al_context *c) { return c->n_ctx; }
 
 static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
 
-/* One transformer block over the n rows of the residual stream. */
-static void forward_layer(al_context *c, int il, int n) {
+/* Rotary positions and attention for rows of one sequence, or of several: when seqs
+ * is NULL the n rows are consecutive positions of c; otherwise row i is the next
+ * position of seqs[i], attending to that sequence's own cache. */
+static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
+                        al_tensor *k, al_tensor *v, al_tensor *att) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    const al_backend_ops *op = be->ops;
+    al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
+                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n};
+    if (!seqs) {
+        op->rope(be, q, m->n_head, m->head_dim, c->n_past, &m->rope);
+        op->rope(be, k, m->n_head_kv, m->head_dim, c->n_past, &m->rope);
+        op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        al_context *s = seqs[i];
+        al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
+        al_tensor vi = al_tensor_rows(v, i, 1), ai = al_tensor_rows(att, i, 1);
+        op->rope(be, &qi, m->n_head, m->head_dim, s->n_past, &m->rope);
+        op->rope(be, &ki, m->n_head_kv, m->head_dim, s->n_past, &m->rope);
+        shape.n_past = s->n_past;
+        shape.n_tokens = 1;
+        op->attention(be, &qi, &ki, &vi, &s->k_cache[il], &s->v_cache[il], &shape, &ai);
+    }
+}
+
+/* One transformer block over the n rows of c's residual stream (see attend_rows for
+ * seqs). */
+static void forward_layer(al_context *c, al_context *const *seqs, int il, int n) {
     const al_model *m = c->m;
     const layer_weights *l = &m->layers[il];
     al_backend *be = c->be;
@@ -490,11 +519,7 @@ static void forward_layer(al_context *c, int il, int n) {
     op->matmul(be, &xb, &l->wq, opt(&l->bq), &q);
     op->matmul(be, &xb, &l->wk, opt(&l->bk), &k);
     op->matmul(be, &xb, &l->wv, opt(&l->bv), &v);
-    op->rope(be, &q, m->n_head, m->head_dim, c->n_past, &m->rope);
-    op->rope(be, &k, m->n_head_kv, m->head_dim, c->n_past, &m->rope);
-    al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
-                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n};
-    op->attention(be, &q, &k, &v, &c->k_cache[il], &c->v_cache[il], &shape, &att);
+    attend_rows(c, seqs, il, n, &q, &k, &v, &att);
     op->matmul(be, &att, &l->wo, NULL, &xb);
     op->add(be, &x, &xb);
 
@@ -507,16 +532,15 @@ static void forward_layer(al_context *c, int il, int n) {
     op->add(be, &x, &xb);
 }
 
-/* Evaluates one chunk of at most n_batch tokens. Logits of rows [first_row, n) are
- * written to logits (row-major, n_vocab each) when logits is not NULL. */
-static void forward_chunk(al_context *c, const int32_t *tokens, int n, int first_row,
-                          float *logits) {
+/* Runs n rows through the network in c's scratch and writes the logits of rows
+ * [first_row, n) to logits (n_vocab each) when logits is not NULL. */
+static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *tokens, int n,
+                         int first_row, float *logits) {
     const al_model *m = c->m;
     al_backend *be = c->be;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
-    for (int il = 0; il < m->n_layer; il++) forward_layer(c, il, n);
-    c->n_past += n;
+    for (int il = 0; il < m->n_layer; il++) forward_layer(c, seqs, il, n);
     if (!logits) return;
     be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);
     for (int r = first_row; r < n; r += LOGIT_ROWS) {
@@ -528,6 +552,38 @@ static void forward_chunk(al_context *c, const int32_t *tokens, int n, int first
     }
 }
 
+static al_status check_tokens(const al_model *m, const int32_t *tokens, int n) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
+            return al_error(AL_ERR_ARG, "al_eval: token %d at index %d is out of range [0, %d)",
+                            tokens[i], i, m->n_vocab);
+    return AL_OK;
+}
+
+al_status al_eval_multi(al_context *const *ctxs, const int32_t *tokens, int n, float *logits) {
+    if (!ctxs || !tokens || n <= 0 || !ctxs[0])
+        return al_error(AL_ERR_ARG, "al_eval_multi: no sequences to evaluate");
+    al_context *c0 = ctxs[0];
+    if (n > c0->n_batch)
+        return al_error(AL_ERR_ARG, "al_eval_multi: %d sequences exceed the batch of %d of the "
+                        "first context", n, c0->n_batch);
+    for (int i = 0; i < n; i++) {
+        if (!ctxs[i] || ctxs[i]->m != c0->m)
+            return al_error(AL_ERR_ARG, "al_eval_multi: context %d is NULL or of another model", i);
+        if (ctxs[i]->n_past >= ctxs[i]->n_ctx)
+            return al_error(AL_ERR_ARG, "al_eval_multi: context %d is full (%d positions)", i,
+                            ctxs[i]->n_ctx);
+        for (int j = 0; j < i; j++)
+            if (ctxs[j] == ctxs[i])
+                return al_error(AL_ERR_ARG, "al_eval_multi: context %d appears twice", i);
+    }
+    al_status st = check_tokens(c0->m, tokens, n);
+    if (st != AL_OK) return st;
+    forward_rows(c0, ctxs, tokens, n, 0, logits);
+    for (int i = 0; i < n; i++) ctxs[i]->n_past++;
+    return AL_OK;
+}
+
 al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *logits,
                   bool all_logits) {
     if (!c || !tokens || n_tokens <= 0)
@@ -536,10 +592,8 @@ al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *log
     if (n_tokens > c->n_ctx - c->n_past)
         return al_error(AL_ERR_ARG, "al_eval: %d tokens do not fit: %d of %d positions used",
                         n_tokens, c->n_past, c->n_ctx);
-    for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
-            return al_error(AL_ERR_ARG, "al_eval: token %d at index %d is out of range [0, %d)",
-                            tokens[i], i, m->n_vocab);
+    al_status st = check_tokens(m, tokens, n_tokens);
+    if (st != AL_OK) return st;
     for (int done = 0; done < n_tokens; done += c->n_batch) {
         int n = n_tokens - done < c->n_batch ? n_tokens - done : c->n_batch;
         bool last = done + n == n_tokens;
@@ -551,7 +605,8 @@ al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *log
             dst = logits;
             first_row = n - 1;
         }
-        forward_chunk(c, tokens + done, n, first_row, dst);
+        forward_rows(c, NULL, tokens + done, n, first_row, dst);
+        c->n_past += n;
     }
     return AL_OK;
 }
