@@ -51,6 +51,19 @@ else
     bad "logits ref-llama-f32"
 fi
 
+# tokenize works on vocabulary-only files; the expected ids are the .out line of the
+# "Hello world" test string
+for v in gpt-2 llama-spm; do
+    vf=$SHARED/vocab/ggml-vocab-$v.gguf
+    want=$(awk 'BEGIN{RS="\n__ggml_vocab_test__\n"} $0=="Hello world"{print NR; exit}' "$vf.inp")
+    want=$(sed -n "${want:-0}p" "$vf.out" | sed 's/^ *//')
+    got=$("$bin" tokenize -m "$vf" -p "Hello world" 2>&1)
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "tokenize $v 'Hello world': $got"
+    else bad "tokenize $v: got '$got', want '$want'"; fi
+done
+got=$("$bin" tokenize -m "$SHARED/vocab/ggml-vocab-llama-spm.gguf" -p "Hello world" --bos)
+case "$got" in "1 "*) ok "tokenize --bos adds BOS: $got";; *) bad "tokenize --bos: $got";; esac
+
 m=$SHARED/models/ref/ref-llama-Q8_0.gguf
 expect_error "missing file" "$bin" info -m /nonexistent.gguf
 expect_error "not a gguf" "$bin" info -m /etc/hostname
