@@ -41,7 +41,9 @@ typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; 
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */
 
 typedef struct al_model_params {
-    int n_threads; /* worker threads for the CPU backend; 0 = number of cores */
+    int n_threads;       /* worker threads for the CPU backend; 0 = number of cores   */
+    const char *backend; /* "cpu", "vulkan", "vulkan:N" (device N) or "auto" (the
+                            first GPU that works, else the CPU); NULL = "cpu"          */
 } al_model_params;
 
 al_model_params al_model_default_params(void);

@@ -57,6 +57,10 @@ typedef struct al_backend_ops {
     void (*tensor_free)(al_backend *be, al_tensor *t);
     /* Copies n_bytes between host memory and a tensor starting at its first element. */
     void (*tensor_read)(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes);
+    /* Makes a weight (whose data is a host address in the file mapping) usable by
+     * the backend: a GPU imports or uploads it and points data/offset at its copy.
+     * NULL when host addresses work as they are. */
+    al_status (*weight_load)(al_backend *be, al_tensor *w);
     /* Prepares scratch for ops on rows of up to max_cols elements and attention over
      * up to max_ctx positions; called when a context is created, so that the ops
      * themselves never allocate. */
@@ -90,8 +94,12 @@ struct al_backend {
     char desc[64]; /* for reports, e.g. "cpu avx512"; the backend fills it */
 };
 
-/* The CPU backend with the plain-C reference ops, n_threads workers (0 = cores). */
+/* The CPU backend, n_threads workers (0 = cores). */
 al_status cpu_backend_create(int n_threads, al_backend **out);
+
+/* A backend by name: "cpu", "vulkan", "vulkan:N" or "auto" (NULL = "cpu"). With "auto"
+ * a GPU that cannot be used is reported on stderr and the CPU is used instead. */
+al_status backend_create(const char *spec, int n_threads, al_backend **out);
 
 /* A view of rows [row0, row0 + n_rows) of t. */
 static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {

@@ -270,10 +270,31 @@ static al_status bind_weights(al_model *m) {
     return AL_OK;
 }
 
+/* Hands every weight to the backend (a GPU copies or imports them). */
+static al_status load_weights(al_model *m) {
+    al_backend *be = m->be;
+    if (!be->ops->weight_load) return AL_OK;
+    bool tied = m->output.data == m->tok_embd.data;
+    al_status st;
+    if ((st = be->ops->weight_load(be, &m->tok_embd)) ||
+        (st = be->ops->weight_load(be, &m->output_norm)))
+        return st;
+    if (tied) m->output = m->tok_embd;
+    else if ((st = be->ops->weight_load(be, &m->output))) return st;
+    for (int il = 0; il < m->n_layer; il++) {
+        layer_weights *l = &m->layers[il];
+        al_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->bq, &l->bk, &l->bv,
+                           &l->wo, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            if (ts[i]->data && (st = be->ops->weight_load(be, ts[i]))) return st;
+    }
+    return AL_OK;
+}
+
 /* ---- model ------------------------------------------------------------------------ */
 
 al_model_params al_model_default_params(void) {
-    return (al_model_params){.n_threads = 0};
+    return (al_model_params){.n_threads = 0, .backend = NULL};
 }
 
 static al_status read_arch(al_model *m) {
@@ -321,7 +342,8 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
     if (!m) return al_error(AL_ERR_NOMEM, "out of memory loading %s", path);
     al_status st;
     if ((st = gguf_open(path, &m->file)) || (st = read_arch(m)) || (st = read_hparams(m)) ||
-        (st = bind_weights(m)) || (st = cpu_backend_create(p.n_threads, &m->be)))
+        (st = bind_weights(m)) || (st = backend_create(p.backend, p.n_threads, &m->be)) ||
+        (st = load_weights(m)))
         goto fail;
     for (uint64_t i = 0; i < m->file->n_tensors; i++) {
         m->n_params += m->file->tensors[i].n_elem;

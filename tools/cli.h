@@ -16,6 +16,7 @@ typedef struct cli_opts {
     const char *out;           /* --out */
     const char *chat_template; /* --chat-template NAME */
     const char *system;        /* -s / --system */
+    const char *backend;       /* --backend cpu|vulkan[:N]|auto */
     int n_threads;             /* -t; 0 = all cores */
     int n_predict;             /* -n */
     int n_ctx;                 /* -c / --ctx; 0 = command's default */

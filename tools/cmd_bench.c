@@ -42,6 +42,8 @@ typedef struct bench_opts {
     int threads[MAX_LIST], n_threads;
     int reps;
     const char *format;
+    const char *backends[MAX_LIST]; /* --backend cpu,vulkan */
+    int n_backends;
 } bench_opts;
 
 typedef struct bench_result {
@@ -192,13 +194,15 @@ static uint64_t file_size(const char *path) {
     return n > 0 ? (uint64_t)n : 0;
 }
 
-/* Runs every test of one model at one thread count, appending to res. */
-static int bench_model(const bench_opts *o, int mi, int n_threads, bench_result *res, int *n_res) {
+/* Runs every test of one model on one backend at one thread count, appending to res. */
+static int bench_model(const bench_opts *o, int mi, const char *backend, int n_threads,
+                       bench_result *res, int *n_res) {
     int max_tokens = 1;
     for (int i = 0; i < o->n_pp; i++) max_tokens = o->pp[i] > max_tokens ? o->pp[i] : max_tokens;
     for (int i = 0; i < o->n_tg; i++) max_tokens = o->tg[i] > max_tokens ? o->tg[i] : max_tokens;
     al_model_params mp = al_model_default_params();
     mp.n_threads = n_threads;
+    mp.backend = backend;
     al_model *m = NULL;
     al_context *c = NULL;
     double t0 = al_time_s();
@@ -335,7 +339,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: anyllm bench -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] "
-                   "[--backend cpu] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
+                   "[--backend cpu] [--backend vulkan ...] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
                    "-p 0 or -n 0 skips that test\n");
             return -1;
         }
@@ -359,8 +363,8 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
                 return cli_fail("bench: -o %s: expected md, json or csv", v);
             o->format = v;
         } else if (!strcmp(a, "--backend")) {
-            if (strcmp(v, "cpu") && strcmp(v, "auto"))
-                return cli_fail("bench: --backend %s: only cpu is built in so far", v);
+            if (o->n_backends == MAX_LIST) return cli_fail("bench: at most %d backends", MAX_LIST);
+            o->backends[o->n_backends++] = v;
         } else {
             return cli_fail("bench: unknown option %s (see anyllm bench --help)", a);
         }
@@ -374,6 +378,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     for (int i = 0; i < o->n_tg; i++) if (o->tg[i] > 0) o->tg[k++] = o->tg[i];
     o->n_tg = k;
     if (!o->n_models) return cli_fail("bench: -m FILE is required");
+    if (!o->n_backends) o->backends[o->n_backends++] = "cpu";
     if (!o->n_pp && !o->n_tg) return cli_fail("bench: nothing to run (-p 0 and -n 0)");
     return 0;
 }
@@ -382,7 +387,7 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse_bench_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    int max_res = o.n_models * o.n_threads * (o.n_pp + o.n_tg);
+    int max_res = o.n_models * o.n_backends * o.n_threads * (o.n_pp + o.n_tg);
     bench_result *res = calloc((size_t)max_res, sizeof *res);
     if (!res) return cli_fail("out of memory");
     bench_env env = {0};
@@ -393,8 +398,9 @@ int cmd_bench(int argc, char **argv) {
     env.bandwidth_gbs = measure_bandwidth(max_threads);
     int n_res = 0;
     for (int mi = 0; !rc && mi < o.n_models; mi++)
-        for (int ti = 0; !rc && ti < o.n_threads; ti++)
-            rc = bench_model(&o, mi, o.threads[ti], res, &n_res);
+        for (int bi = 0; !rc && bi < o.n_backends; bi++)
+            for (int ti = 0; !rc && ti < o.n_threads; ti++)
+                rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], res, &n_res);
     fprintf(stderr, "\r%-70s\r", "");
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) env.peak_rss_kib = ru.ru_maxrss;

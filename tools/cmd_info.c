@@ -150,6 +150,7 @@ int cmd_logits(const cli_opts *o) {
     if (!parse_tokens(o->tokens, &ids, &n)) return 1;
     al_model_params mp = al_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.backend = o->backend;
     al_model *m = NULL;
     al_context *c = NULL;
     float *logits = NULL;

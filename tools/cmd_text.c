@@ -157,6 +157,7 @@ int cmd_run(const cli_opts *o) {
     int n = 0, rc = 1, n_predict = o->n_predict ? o->n_predict : 128;
     al_model_params mp = al_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.backend = o->backend;
     al_status st = al_model_load(o->model, &mp, &m);
     if (st != AL_OK) {
         rc = cli_fail_status(st);

@@ -1,0 +1,52 @@
+/* backend.c: choosing a backend by name.
+ *
+ * "cpu" is always there. "vulkan" and "vulkan:N" exist when the build has the Vulkan
+ * backend (AL_HAVE_VULKAN), which loads libvulkan at run time, so the same binary
+ * runs where Vulkan is absent. "auto" takes the first GPU that works and otherwise
+ * falls back to the CPU, saying why on stderr: a missing driver or device is a
+ * normal situation for "auto", not an error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "util.h"
+
+#ifdef AL_HAVE_VULKAN
+al_status vk_backend_create(int device_index, al_backend **out);
+#endif
+
+/* Parses "vulkan" or "vulkan:N"; -1 if spec names no Vulkan device. */
+static int vulkan_device_index(const char *spec) {
+    if (strncmp(spec, "vulkan", 6) != 0) return -1;
+    if (spec[6] == 0) return 0;
+    if (spec[6] != ':' || spec[7] < '0' || spec[7] > '9') return -1;
+    char *end;
+    long n = strtol(spec + 7, &end, 10);
+    return *end || n > 255 ? -1 : (int)n;
+}
+
+static al_status vulkan_create(int device, al_backend **out) {
+#ifdef AL_HAVE_VULKAN
+    return vk_backend_create(device, out);
+#else
+    (void)device;
+    *out = NULL;
+    return al_error(AL_ERR_UNSUPPORTED, "this build of anyllm has no Vulkan backend");
+#endif
+}
+
+al_status backend_create(const char *spec, int n_threads, al_backend **out) {
+    *out = NULL;
+    if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, out);
+    if (!strcmp(spec, "auto")) {
+        al_status st = vulkan_create(0, out);
+        if (st == AL_OK || st == AL_ERR_NOMEM) return st;
+        fprintf(stderr, "anyllm: no usable GPU (%s); using the CPU\n", al_last_error());
+        return cpu_backend_create(n_threads, out);
+    }
+    int dev = vulkan_device_index(spec);
+    if (dev >= 0) return vulkan_create(dev, out);
+    return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, vulkan, vulkan:N, auto)", spec);
+}
