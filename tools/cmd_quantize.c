@@ -1,0 +1,471 @@
+/* cmd_quantize.c: `anyllm quantize` (F32/F16/BF16 GGUF -> a quantized GGUF, the way
+ * llama.cpp's llama-quantize does it, byte for byte) and `anyllm gen-model`.
+ *
+ * gen-model writes models with RANDOM WEIGHTS, FOR BENCHMARKS ONLY: real shapes and
+ * hyper-parameters, a minimal vocabulary, general.name "anyllm random benchmark
+ * model". They load and run everywhere a real model of that shape does and so measure
+ * speed and memory, but their output is noise. Each tensor is generated and quantized
+ * a chunk of rows at a time on worker threads, so a 1.1 B-parameter model never needs
+ * its f32 weights in memory; every row's values depend only on the seed, the tensor
+ * and the row, so the file is the same for any thread count.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd_quantize.h"
+#include "gguf_write.h"
+#include "quant.h"
+#include "quantize.h"
+#include "util.h"
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static double mib(uint64_t n) { return (double)n / (1024.0 * 1024.0); }
+
+/* "Q8_0, Q6_K, ..." for messages. */
+static const char *scheme_list(void) {
+    static char list[256];
+    int n;
+    const quant_scheme *s = quant_schemes(&n);
+    list[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        strncat(list, s[i].name, sizeof list - strlen(list) - 1);
+        if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
+    }
+    return list;
+}
+
+/* ---- quantize ----------------------------------------------------------------------- */
+
+static void quantize_usage(void) {
+    int n;
+    const quant_scheme *s = quant_schemes(&n);
+    printf("usage: anyllm quantize IN.gguf OUT.gguf TYPE [-t N] [--pure]\n"
+           "Quantizes an F32/F16/BF16 GGUF model as llama.cpp's llama-quantize does (same\n"
+           "bytes, no importance matrix). TYPE (case-insensitive; Q4_K and Q5_K mean Q4_K_M\n"
+           "and Q5_K_M, as in llama.cpp):\n");
+    for (int i = 0; i < n; i++) printf("  %-8s %s\n", s[i].name, s[i].help);
+    printf("options:\n"
+           "  -t N     threads (default: all cores)\n"
+           "  --pure   every weight matrix in TYPE: no Q6_K output, no per-layer mix\n");
+}
+
+static void print_progress(void *ud, const quant_progress *p) {
+    (void)ud;
+    char shape[96];
+    int len = snprintf(shape, sizeof shape, "[%" PRId64, p->ne[0]);
+    for (uint32_t d = 1; d < p->n_dims && d < 4; d++)
+        len += snprintf(shape + len, sizeof shape - (size_t)len, ", %" PRId64, p->ne[d]);
+    snprintf(shape + len, sizeof shape - (size_t)len, "]");
+    fprintf(stderr, "[%4d/%4d] %-36s %-14s %5s -> %-5s %9.2f MiB -> %8.2f MiB%s\n", p->index,
+            p->count, p->name, shape, quant_type_name(p->from_type), quant_type_name(p->to_type),
+            mib(p->from_bytes), mib(p->to_bytes),
+            p->fell_back ? "  (fallback: ne[0] is not a multiple of the block size)" : "");
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *pos[3] = {NULL, NULL, NULL};
+    int n_pos = 0, n_threads = default_threads();
+    bool pure = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            quantize_usage();
+            return 0;
+        } else if (!strcmp(a, "--pure")) {
+            pure = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            int64_t v;
+            if (i + 1 >= argc || !parse_i64(argv[i + 1], 1, 256, &v))
+                return cli_fail("quantize: %s needs a thread count in [1, 256]", a);
+            n_threads = (int)v;
+            i++;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return cli_fail("quantize: unknown option %s (see anyllm quantize --help)", a);
+        } else if (n_pos < 3) {
+            pos[n_pos++] = a;
+        } else {
+            return cli_fail("quantize: unexpected argument '%s'", a);
+        }
+    }
+    if (n_pos < 3) return cli_fail("usage: anyllm quantize IN.gguf OUT.gguf TYPE [-t N] [--pure]");
+    const quant_scheme *s = quant_scheme_find(pos[2]);
+    if (s == NULL) return cli_fail("quantize: unknown type '%s' (one of %s)", pos[2], scheme_list());
+
+    quant_params p = {.scheme = s, .n_threads = n_threads, .pure = pure,
+                      .progress = print_progress};
+    quant_report r;
+    double t0 = al_time_s();
+    al_status st = quant_model(pos[0], pos[1], &p, &r);
+    if (st != AL_OK) return cli_fail_status(st);
+    printf("%s: %s%s, %d tensors (%d converted, %d fallbacks), %.2f MiB -> %.2f MiB, %.1f s on "
+           "%d threads\n", pos[1], s->name, pure ? " (pure)" : "", r.n_tensors, r.n_quantized,
+           r.n_fallback, mib(r.in_bytes), mib(r.out_bytes), al_time_s() - t0, n_threads);
+    return 0;
+}
+
+/* ---- gen-model: options -------------------------------------------------------------- */
+
+typedef struct gen_opts {
+    const char *out;
+    const char *arch;        /* "llama" or "qwen2" */
+    int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx, seed, threads;
+    double rope_base;
+    bool tied, pure;
+    const quant_scheme *scheme;
+} gen_opts;
+
+static void gen_usage(void) {
+    printf("usage: anyllm gen-model OUT.gguf --arch llama|qwen2 --dim D --layers L --heads H\n"
+           "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
+           "         [--ctx N] [--seed S] [-t N] [--pure]\n"
+           "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
+           "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
+           "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
+           "a seed (default 1). TYPE as for `anyllm quantize`: %s.\n"
+           "example (a 1.1 B llama):\n"
+           "  anyllm gen-model bench-1b.gguf --arch llama --dim 2048 --layers 16 --heads 32 \\\n"
+           "    --kv-heads 8 --ffn 8192 --vocab 32000 --type Q4_0\n", scheme_list());
+}
+
+/* The numeric options: name, field, range. */
+typedef struct gen_num {
+    const char *name;
+    int64_t *v;
+    int64_t lo, hi;
+} gen_num;
+
+static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const gen_num nums[] = {
+        {"--dim", &o->dim, 1, 1 << 16},      {"--layers", &o->layers, 1, 1024},
+        {"--heads", &o->heads, 1, 1024},     {"--kv-heads", &o->kv_heads, 1, 1024},
+        {"--ffn", &o->ffn, 1, 1 << 18},      {"--vocab", &o->vocab, 259, 1 << 22},
+        {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
+        {"-t", &o->threads, 1, 256},
+    };
+    if (!strcmp(a, "--tied")) return o->tied = true, 0;
+    if (!strcmp(a, "--pure")) return o->pure = true, 0;
+    if (*i + 1 >= argc) return cli_fail("gen-model: option %s needs a value", a);
+    const char *val = argv[++*i];
+    for (size_t k = 0; k < sizeof nums / sizeof *nums; k++) {
+        if (strcmp(a, nums[k].name)) continue;
+        if (!parse_i64(val, nums[k].lo, nums[k].hi, nums[k].v))
+            return cli_fail("gen-model: %s %s: expected an integer in [%" PRId64 ", %" PRId64 "]",
+                            a, val, nums[k].lo, nums[k].hi);
+        return 0;
+    }
+    if (!strcmp(a, "--arch")) {
+        if (strcmp(val, "llama") && strcmp(val, "qwen2"))
+            return cli_fail("gen-model: --arch %s: expected llama or qwen2", val);
+        o->arch = val;
+    } else if (!strcmp(a, "--type")) {
+        if (!(o->scheme = quant_scheme_find(val)))
+            return cli_fail("gen-model: unknown type '%s' (one of %s)", val, scheme_list());
+    } else if (!strcmp(a, "--rope-base")) {
+        char *end;
+        o->rope_base = strtod(val, &end);
+        if (end == val || *end || !(o->rope_base > 0 && o->rope_base < 1e12))
+            return cli_fail("gen-model: --rope-base %s: expected a positive number", val);
+    } else {
+        return cli_fail("gen-model: unknown option %s (see anyllm gen-model --help)", a);
+    }
+    return 0;
+}
+
+/* Returns 0, 1 after an error, or -1 after --help. */
+static int gen_parse(int argc, char **argv, gen_opts *o) {
+    *o = (gen_opts){.ctx = 4096, .seed = 1, .threads = default_threads()};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return gen_usage(), -1;
+        if (argv[i][0] != '-') {
+            if (o->out) return cli_fail("gen-model: unexpected argument '%s'", argv[i]);
+            o->out = argv[i];
+            continue;
+        }
+        int rc = gen_parse_one(o, argc, argv, &i);
+        if (rc) return rc;
+    }
+    if (!o->out) return cli_fail("gen-model: OUT.gguf is required (see anyllm gen-model --help)");
+    if (!o->arch || !o->dim || !o->layers || !o->heads || !o->kv_heads || !o->ffn || !o->vocab ||
+        !o->scheme)
+        return cli_fail("gen-model: --arch, --dim, --layers, --heads, --kv-heads, --ffn, --vocab "
+                        "and --type are required");
+    if (o->dim % o->heads || (o->dim / o->heads) % 2)
+        return cli_fail("gen-model: --dim %" PRId64 " must be --heads %" PRId64 " times an even "
+                        "head size", o->dim, o->heads);
+    if (o->heads % o->kv_heads)
+        return cli_fail("gen-model: --heads %" PRId64 " is not a multiple of --kv-heads %" PRId64,
+                        o->heads, o->kv_heads);
+    if (o->rope_base == 0) o->rope_base = strcmp(o->arch, "qwen2") ? 10000.0 : 1000000.0;
+    return 0;
+}
+
+/* ---- gen-model: the vocabulary and the metadata -------------------------------------- */
+
+enum { N_SPECIAL = 3, N_BYTES = 256 };
+
+/* Token i of the vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,
+ * then distinct filler pieces: words of letters a..z in bijective base 26, alternately
+ * with and without the SentencePiece word marker U+2581. */
+static void token_text(int64_t i, char *buf, size_t size) {
+    static const char *const special[N_SPECIAL] = {"<unk>", "<s>", "</s>"};
+    if (i < N_SPECIAL) {
+        snprintf(buf, size, "%s", special[i]);
+        return;
+    }
+    if (i < N_SPECIAL + N_BYTES) {
+        snprintf(buf, size, "<0x%02X>", (unsigned)(i - N_SPECIAL));
+        return;
+    }
+    int64_t k = i - N_SPECIAL - N_BYTES;
+    char word[16];
+    int n = 0;
+    for (int64_t v = k / 2 + 1; v > 0 && n < (int)sizeof word; v = (v - 1) / 26)
+        word[n++] = (char)('a' + (v - 1) % 26);
+    size_t len = 0;
+    if (k % 2 == 0) len = (size_t)snprintf(buf, size, "\xe2\x96\x81"); /* U+2581 */
+    for (int j = n - 1; j >= 0 && len + 1 < size; j--) buf[len++] = word[j];
+    buf[len] = '\0';
+}
+
+static al_status gen_vocab(gguf_writer *w, int64_t n_vocab) {
+    char **toks = calloc((size_t)n_vocab, sizeof *toks);
+    float *scores = malloc((size_t)n_vocab * sizeof *scores);
+    int32_t *types = malloc((size_t)n_vocab * sizeof *types);
+    al_status st = AL_OK;
+    if (!toks || !scores || !types) st = al_error(AL_ERR_NOMEM, "out of memory for the vocabulary");
+    for (int64_t i = 0; st == AL_OK && i < n_vocab; i++) {
+        char buf[32];
+        token_text(i, buf, sizeof buf);
+        if (!(toks[i] = strdup(buf))) st = al_error(AL_ERR_NOMEM, "out of memory for the vocabulary");
+        /* token_type: 1 normal, 2 unknown, 3 control, 6 byte; later pieces merge last */
+        types[i] = i == 0 ? 2 : i < N_SPECIAL ? 3 : i < N_SPECIAL + N_BYTES ? 6 : 1;
+        scores[i] = i < N_SPECIAL + N_BYTES ? 0.0f : -(float)(i - N_SPECIAL - N_BYTES);
+    }
+    if (st == AL_OK) st = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    if (st == AL_OK)
+        st = gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL,
+                                       (uint64_t)n_vocab);
+    if (st == AL_OK) st = gguf_writer_set_array(w, "tokenizer.ggml.scores", GGUF_VT_F32, scores, (uint64_t)n_vocab);
+    if (st == AL_OK) st = gguf_writer_set_array(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, (uint64_t)n_vocab);
+    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (st == AL_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    for (int64_t i = 0; toks && i < n_vocab; i++) free(toks[i]);
+    free(toks);
+    free(scores);
+    free(types);
+    return st;
+}
+
+static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
+    struct { const char *suffix; int64_t v; } u32s[] = {
+        {"context_length", o->ctx},          {"embedding_length", o->dim},
+        {"block_count", o->layers},          {"feed_forward_length", o->ffn},
+        {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
+        {"rope.dimension_count", o->dim / o->heads},
+    };
+    char key[128];
+    al_status st = gguf_writer_set_str(w, "general.architecture", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_str(w, "general.name", "anyllm random benchmark model");
+    if (st == AL_OK)
+        st = gguf_writer_set_str(w, "general.description", "random weights for benchmarks only, "
+                                 "written by anyllm gen-model; not a language model");
+    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
+        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
+    }
+    snprintf(key, sizeof key, "%s.rope.freq_base", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, (float)o->rope_base);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, strcmp(o->arch, "qwen2") ? 1e-5f : 1e-6f);
+    if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
+    if (st == AL_OK) st = gen_vocab(w, o->vocab);
+    return st;
+}
+
+/* ---- gen-model: tensors ------------------------------------------------------------- */
+
+typedef enum { FILL_RANDOM, FILL_ONES } fill_kind;
+
+typedef struct gen_tensor {
+    char name[64];
+    int64_t ne[2];      /* ne[1] = 1 for a vector */
+    fill_kind fill;
+    float std;          /* of FILL_RANDOM */
+    uint32_t type;
+    bool fell_back;
+} gen_tensor;
+
+/* The row source: row `row` of tensor `id` from the seed alone. */
+typedef struct gen_source {
+    uint64_t seed, id;
+    const gen_tensor *t;
+} gen_source;
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Triangular noise (the sum of two uniforms): bell-shaped enough for weights, cheap,
+ * and scaled so its standard deviation is t->std (the triangle on [-a, a] has std
+ * a / sqrt(6)). */
+static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
+    const gen_source *g = ctx;
+    if (g->t->fill == FILL_ONES) {
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+        return;
+    }
+    uint64_t s = g->seed * 0xD1B54A32D192ED03ull ^ (g->id << 40) ^ (uint64_t)row;
+    splitmix64(&s);
+    const float a = g->t->std * 2.4494897f / 4294967296.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t r = splitmix64(&s);
+        dst[i] = ((float)(uint32_t)r + (float)(uint32_t)(r >> 32) - 4294967296.0f) * a;
+    }
+}
+
+static void add_tensor(gen_tensor *ts, int *n, int max, const char *name, int64_t ne0,
+                       int64_t ne1, fill_kind fill, float std) {
+    if (*n >= max) return;
+    ts[*n] = (gen_tensor){.ne = {ne0, ne1}, .fill = fill, .std = std};
+    snprintf(ts[*n].name, sizeof ts[*n].name, "%s", name);
+    (*n)++;
+}
+
+/* The tensors of the architecture, with their types under the scheme. Returns the count
+ * (at most max). */
+static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
+    const int64_t d = o->dim, hd = o->dim / o->heads, kv = o->kv_heads * hd, q = o->heads * hd;
+    const int64_t f = o->ffn;
+    int n = 0;
+    add_tensor(ts, &n, max, "token_embd.weight", d, o->vocab, FILL_RANDOM, 0.02f);
+    add_tensor(ts, &n, max, "output_norm.weight", d, 1, FILL_ONES, 0);
+    if (!o->tied) add_tensor(ts, &n, max, "output.weight", d, o->vocab, FILL_RANDOM, 0.02f);
+    /* per layer: suffix, shape, fill; the biases only for qwen2 */
+    const struct { const char *suffix; int64_t ne0, ne1; fill_kind fill; float std; bool bias; } layer[] = {
+        {"attn_norm.weight", d, 1, FILL_ONES, 0, false},
+        {"attn_q.weight", d, q, FILL_RANDOM, 0.02f, false},
+        {"attn_k.weight", d, kv, FILL_RANDOM, 0.02f, false},
+        {"attn_v.weight", d, kv, FILL_RANDOM, 0.02f, false},
+        {"attn_q.bias", q, 1, FILL_RANDOM, 0.01f, true},
+        {"attn_k.bias", kv, 1, FILL_RANDOM, 0.01f, true},
+        {"attn_v.bias", kv, 1, FILL_RANDOM, 0.01f, true},
+        {"attn_output.weight", q, d, FILL_RANDOM, 0.02f, false},
+        {"ffn_norm.weight", d, 1, FILL_ONES, 0, false},
+        {"ffn_gate.weight", d, f, FILL_RANDOM, 0.02f, false},
+        {"ffn_up.weight", d, f, FILL_RANDOM, 0.02f, false},
+        {"ffn_down.weight", f, d, FILL_RANDOM, 0.02f, false},
+    };
+    const bool qwen = !strcmp(o->arch, "qwen2");
+    for (int64_t il = 0; il < o->layers; il++) {
+        for (size_t k = 0; k < sizeof layer / sizeof *layer; k++) {
+            if (layer[k].bias && !qwen) continue;
+            char name[64];
+            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, layer[k].suffix);
+            add_tensor(ts, &n, max, name, layer[k].ne0, layer[k].ne1, layer[k].fill, layer[k].std);
+        }
+    }
+    quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
+                          .has_output = !o->tied, .pure = o->pure};
+    for (int i = 0; i < n; i++) {
+        const int64_t ne[4] = {ts[i].ne[0], ts[i].ne[1], 1, 1};
+        ts[i].type = quant_pick_type(o->scheme, &m, ts[i].name, ts[i].ne[1] > 1 ? 2 : 1, ne,
+                                     AL_TYPE_F32, &ts[i].fell_back);
+    }
+    return n;
+}
+
+/* Generates and writes one tensor, a chunk of rows at a time. */
+static al_status gen_tensor_data(gguf_writer *w, const gen_opts *o, const gen_tensor *t, int id,
+                                 uint8_t *buf, uint64_t buf_bytes) {
+    const uint64_t row_bytes = quant_row_bytes(t->type, t->ne[0]);
+    int64_t chunk = (int64_t)(buf_bytes / row_bytes);
+    gen_source src = {.seed = (uint64_t)o->seed, .id = (uint64_t)id, .t = t};
+    al_status st = AL_OK;
+    for (int64_t r = 0; r < t->ne[1] && st == AL_OK; r += chunk) {
+        const int64_t k = t->ne[1] - r < chunk ? t->ne[1] - r : chunk;
+        st = quant_rows(t->type, t->ne[0], r, k, gen_row, &src, buf, (int)o->threads);
+        if (st == AL_OK) st = gguf_writer_write(w, buf, row_bytes * (uint64_t)k);
+    }
+    return st;
+}
+
+static al_status gen_write(const gen_opts *o, gen_tensor *ts, int n, uint64_t *n_bytes) {
+    gguf_writer *w = NULL;
+    uint8_t *buf = NULL;
+    uint64_t buf_bytes = 32u << 20, total = 0;
+    al_status st = gguf_writer_create(&w);
+    if (st == AL_OK) st = gen_metadata(w, o);
+    for (int i = 0; st == AL_OK && i < n; i++) {
+        st = gguf_writer_add_tensor(w, ts[i].name, ts[i].ne[1] > 1 ? 2 : 1, ts[i].ne, ts[i].type);
+        const uint64_t rb = quant_row_bytes(ts[i].type, ts[i].ne[0]);
+        if (rb > buf_bytes) buf_bytes = rb;
+    }
+    if (st == AL_OK && !(buf = al_malloc((size_t)buf_bytes)))
+        st = al_error(AL_ERR_NOMEM, "out of memory for %" PRIu64 " bytes", buf_bytes);
+    if (st == AL_OK) st = gguf_writer_open(w, o->out);
+    const double t0 = al_time_s();
+    for (int i = 0; st == AL_OK && i < n; i++) {
+        st = gen_tensor_data(w, o, &ts[i], i, buf, buf_bytes);
+        total += gguf_writer_tensor_bytes(w, (uint64_t)i);
+        /* one line per layer: its last tensor is ffn_down */
+        int layer;
+        if (st == AL_OK && strstr(ts[i].name, "ffn_down") && sscanf(ts[i].name, "blk.%d.", &layer) == 1)
+            fprintf(stderr, "gen-model: layer %d/%" PRId64 " written, %.1f s\n", layer + 1, o->layers,
+                    al_time_s() - t0);
+    }
+    if (st == AL_OK) st = gguf_writer_close(w);
+    gguf_writer_destroy(w);
+    al_free(buf);
+    *n_bytes = total;
+    return st;
+}
+
+int cmd_gen_model(int argc, char **argv) {
+    gen_opts o;
+    int rc = gen_parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    const int max = 3 + 12 * (int)o.layers;
+    gen_tensor *ts = calloc((size_t)max, sizeof *ts);
+    if (!ts) return cli_fail("gen-model: out of memory");
+    const int n = gen_plan(&o, ts, max);
+    uint64_t n_params = 0, n_bytes = 0;
+    int n_fallback = 0;
+    for (int i = 0; i < n; i++) {
+        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
+        n_fallback += ts[i].fell_back;
+    }
+    const double t0 = al_time_s();
+    al_status st = gen_write(&o, ts, n, &n_bytes);
+    free(ts);
+    if (st != AL_OK) return cli_fail_status(st);
+    printf("%s: random benchmark model, %s, %.3f B parameters, %s, %.2f MiB of tensors "
+           "(%d fallbacks), %.1f s on %" PRId64 " threads\n", o.out, o.arch, (double)n_params / 1e9,
+           o.scheme->name, mib(n_bytes), n_fallback, al_time_s() - t0, o.threads);
+    return 0;
+}
