@@ -41,7 +41,8 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out) {
     *out = NULL;
     if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, out);
     if (!strcmp(spec, "auto")) {
-        al_status st = vulkan_create(0, out);
+        /* -1: the first real GPU; a software Vulkan device is slower than the CPU */
+        al_status st = vulkan_create(-1, out);
         if (st == AL_OK || st == AL_ERR_NOMEM) return st;
         fprintf(stderr, "anyllm: no usable GPU (%s); using the CPU\n", al_last_error());
         return cpu_backend_create(n_threads, out);

@@ -65,6 +65,11 @@ typedef struct al_backend_ops {
      * up to max_ctx positions; called when a context is created, so that the ops
      * themselves never allocate. */
     al_status (*reserve)(al_backend *be, int64_t max_cols, int64_t max_ctx);
+    /* Waits until every op called so far has finished and returns the first failure
+     * since the backend was made (a lost GPU, a fence timeout); the ops themselves
+     * return nothing, so a GPU keeps its failure until this reports it. NULL when
+     * ops cannot fail (the CPU). */
+    al_status (*sync)(al_backend *be);
 
     /* out[i] = dequantized row ids[i] of table, for n ids. */
     void (*get_rows)(al_backend *be, const al_tensor *table, const int32_t *ids, int n,

@@ -400,6 +400,8 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
 
 const gguf_file *model_file(const al_model *m) { return m->file; }
 
+al_backend *model_backend(const al_model *m) { return m->be; }
+
 uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
     return 2ull * (uint64_t)m->n_layer * (uint64_t)n_ctx * (uint64_t)m->n_head_kv *
            (uint64_t)m->head_dim * sizeof(float);
@@ -574,6 +576,11 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     }
 }
 
+/* A GPU reports failures of the recorded ops here (backend.h: sync). */
+static al_status backend_sync(al_backend *be) {
+    return be->ops->sync ? be->ops->sync(be) : AL_OK;
+}
+
 static al_status check_tokens(const al_model *m, const int32_t *tokens, int n) {
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
@@ -602,6 +609,7 @@ al_status al_eval_multi(al_context *const *ctxs, const int32_t *tokens, int n, f
     al_status st = check_tokens(c0->m, tokens, n);
     if (st != AL_OK) return st;
     forward_rows(c0, ctxs, tokens, n, 0, logits);
+    if ((st = backend_sync(c0->be)) != AL_OK) return st;
     for (int i = 0; i < n; i++) ctxs[i]->n_past++;
     return AL_OK;
 }
@@ -628,6 +636,7 @@ al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *log
             first_row = n - 1;
         }
         forward_rows(c, NULL, tokens + done, n, first_row, dst);
+        if ((st = backend_sync(c->be)) != AL_OK) return st;
         c->n_past += n;
     }
     return AL_OK;

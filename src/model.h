@@ -13,6 +13,9 @@
 /* The parsed file behind a model (metadata and tensor table), owned by the model. */
 const gguf_file *model_file(const al_model *m);
 
+/* The backend the model runs on (for backend-specific reports). */
+al_backend *model_backend(const al_model *m);
+
 /* Bytes of KV cache a context of n_ctx positions needs. */
 uint64_t model_kv_bytes(const al_model *m, int n_ctx);
 

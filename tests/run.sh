@@ -4,7 +4,10 @@
 total_pass=0; total_fail=0; total_skip=0; status=0
 for t in "$@"; do
     echo "== $t"
-    out=$("$t" 2>&1); rc=$?
+    case "$t" in
+        *.sh) out=$(sh "$t" 2>&1); rc=$? ;; # scripts need no executable bit
+        *) out=$("$t" 2>&1); rc=$? ;;
+    esac
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     if [ -z "$line" ]; then

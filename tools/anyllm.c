@@ -7,6 +7,8 @@
  *   anyllm chat       -m FILE [-s SYSTEM] [--chat-template NAME] [sampling options]
  *   anyllm perplexity -m FILE -f TEXT [--ctx N] [--chunks N]
  *   anyllm bench      -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]
+ *   anyllm devices    [--bandwidth]
+ *   anyllm serve      -m FILE [--host H] [--port P] [--parallel N] [--api-key K] (HTTP server)
  *   anyllm quantize   IN.gguf OUT.gguf TYPE [-t N] [--pure]
  *   anyllm gen-model  OUT.gguf --arch A --dim D ... --type TYPE (random weights, benchmarks)
  *
@@ -96,6 +98,8 @@ static void usage(FILE *f) {
         "  chat         interactive chat in the model's template (stdin may be a pipe)\n"
         "  perplexity   -f TEXT [--ctx N] [--chunks N]: teacher-forced perplexity\n"
         "  bench        [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]: speed\n"
+        "  devices      [--bandwidth]: the Vulkan devices (for --backend vulkan:N)\n"
+        "  serve        [--host H] [--port P] [--parallel N] [--api-key K]: OpenAI-compatible server (--help)\n"
         "  quantize     IN.gguf OUT.gguf TYPE [-t N] [--pure]: as llama-quantize (--help)\n"
         "  gen-model    OUT.gguf --arch ... --type TYPE: random weights, benchmarks only (--help)\n"
         "options:\n"
@@ -206,6 +210,8 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {

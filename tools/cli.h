@@ -49,5 +49,9 @@ int cmd_chat(const cli_opts *o);
 int cmd_perplexity(const cli_opts *o);
 /* bench parses its own options (it takes several -m). argv[0] is "bench". */
 int cmd_bench(int argc, char **argv);
+/* `devices` lists the Vulkan devices; argv[0] is "devices". */
+int cmd_devices(int argc, char **argv);
+/* serve parses its own options too (src/server/). argv[0] is "serve". */
+int cmd_serve(int argc, char **argv);
 
 #endif /* AL_CLI_H */

@@ -14,6 +14,10 @@
 #include "gguf.h"
 #include "model.h"
 #include "quant.h"
+#include "util.h"
+#ifdef AL_HAVE_VULKAN
+#include "vulkan/vk_backend.h"
+#endif
 
 /* ---- info ------------------------------------------------------------------------------ */
 
@@ -89,13 +93,23 @@ int cmd_info(const cli_opts *o) {
     al_model *m;
     al_model_params mp = al_model_default_params();
     mp.n_threads = 1;
+    mp.backend = o->backend;
+    double t0 = al_time_s();
     st = al_model_load(o->model, &mp, &m);
     if (st != AL_OK) {
         printf("runnable               no: %s\n", al_last_error());
         return 0;
     }
+    double load_s = al_time_s() - t0;
     al_model_info mi;
     al_model_get_info(m, &mi);
+    printf("backend                %s, loaded in %.3f s\n", mi.backend, load_s);
+#ifdef AL_HAVE_VULKAN
+    vk_backend_stats vs;
+    if (vk_backend_get_stats(model_backend(m), &vs))
+        printf("vulkan weights         %s: %" PRIu64 " bytes used in place, %" PRIu64 " bytes "
+               "copied, %.3f s\n", vs.weight_path, vs.bytes_imported, vs.bytes_copied, vs.load_s);
+#endif
     int n_ctx = mi.n_ctx_train < 4096 ? mi.n_ctx_train : 4096;
     printf("architecture           %s: %d layers, n_embd %d, %d heads (%d kv, dim %d), ffn %d, "
            "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,

@@ -1,45 +1,27 @@
-/* ops_ref.c: the CPU backend with the plain-C reference ops.
+/* ops_ref.c: the reference ops of the CPU backend.
  *
- * Every op here is written for clarity first: it is the oracle that the SIMD kernels
- * and the GPU shaders are compared with. Work is still split over the thread pool
- * where it is large (matmul over output rows, attention over (token, head) pairs), so
- * that the reference path is usable on real models.
+ * Every op here is written for clarity first: it is the oracle that the fast kernels
+ * (kernels_*.c) and the GPU shaders are compared with. Work is still split over the
+ * thread pool where it is large (matmul over output rows, attention over (token, head)
+ * pairs), so that the reference path is usable on real models (ANYLLM_ISA=ref).
  *
  * Weights are read in place from the file mapping; a matmul dequantizes one weight
  * row at a time into a per-thread buffer and dots it with every token of the batch,
  * so each weight byte is read once per batch.
  */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
-#include "backend.h"
-#include "pool.h"
+#include "ops.h"
 #include "quant.h"
 #include "util.h"
 
-typedef struct cpu_backend {
-    al_backend base;
-    al_pool *pool;
-    pthread_mutex_t lock;  /* one op at a time: the workspace is shared */
-    float *work;           /* [n_threads][work_per_thread] */
-    uint64_t work_per_thread;
-} cpu_backend;
-
-static inline float *f32_row(const al_tensor *t, int64_t row) {
-    return (float *)((char *)t->data + t->offset + (uint64_t)row * t->row_bytes);
-}
-
-static inline const void *raw_row(const al_tensor *t, int64_t row) {
-    return (const char *)t->data + t->offset + (uint64_t)row * t->row_bytes;
-}
-
 /* Makes sure every thread has n floats of workspace. Called with the lock held. */
-static bool work_reserve(cpu_backend *cb, uint64_t n) {
+bool ref_work_reserve(cpu_backend *cb, uint64_t n) {
     if (n <= cb->work_per_thread) return true;
     n = (n + 15) & ~(uint64_t)15; /* keep each thread's slice 64-byte aligned */
     uint64_t total;
-    if (!al_mul_u64(n, (uint64_t)pool_size(cb->pool) * sizeof(float), &total)) return false;
+    if (!al_mul_u64(n, (uint64_t)cb->n_threads * sizeof(float), &total)) return false;
     float *w = al_aligned_alloc(64, total);
     if (!w) return false;
     al_aligned_free(cb->work);
@@ -48,103 +30,65 @@ static bool work_reserve(cpu_backend *cb, uint64_t n) {
     return true;
 }
 
-static al_status cpu_reserve(al_backend *be, int64_t max_cols, int64_t max_ctx) {
-    cpu_backend *cb = (cpu_backend *)be;
-    uint64_t n = (uint64_t)(max_cols > max_ctx ? max_cols : max_ctx);
-    pthread_mutex_lock(&cb->lock);
-    bool ok = work_reserve(cb, n);
-    pthread_mutex_unlock(&cb->lock);
-    return ok ? AL_OK : al_error(AL_ERR_NOMEM, "out of memory for %llu floats of scratch",
-                                 (unsigned long long)n);
-}
-
 static float *work_for(cpu_backend *cb, int ith) {
     return cb->work + (uint64_t)ith * cb->work_per_thread;
 }
 
-/* ---- storage ------------------------------------------------------------------ */
-
-static al_status cpu_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows,
-                                  al_tensor *out) {
-    (void)be;
-    uint64_t n_bytes;
-    memset(out, 0, sizeof *out);
-    if (n_cols <= 0 || n_rows <= 0 || !al_mul_u64((uint64_t)n_cols, (uint64_t)n_rows, &n_bytes) ||
-        !al_mul_u64(n_bytes, sizeof(float), &n_bytes))
-        return al_error(AL_ERR_ARG, "tensor of %lld x %lld floats is too large",
-                        (long long)n_cols, (long long)n_rows);
-    void *p = al_aligned_alloc(64, n_bytes);
-    if (!p) return al_error(AL_ERR_NOMEM, "out of memory allocating %llu bytes",
-                            (unsigned long long)n_bytes);
-    memset(p, 0, n_bytes);
-    *out = (al_tensor){.type = 0 /* F32 */, .ne = {n_cols, n_rows}, .data = p,
-                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
-    return AL_OK;
-}
-
-static void cpu_tensor_free(al_backend *be, al_tensor *t) {
-    (void)be;
-    if (!t) return;
-    al_aligned_free(t->data);
-    memset(t, 0, sizeof *t);
-}
-
-static void cpu_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes) {
-    (void)be;
-    memcpy(dst, (const char *)t->data + t->offset, n_bytes);
-}
-
 /* ---- elementwise and per-row ops ------------------------------------------------ */
 
-static void cpu_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
-                         al_tensor *out) {
+void ref_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
+                  al_tensor *out) {
     (void)be;
     for (int i = 0; i < n; i++)
-        quant_dequantize(table->type, raw_row(table, ids[i]), f32_row(out, i), table->ne[0]);
+        quant_dequantize(table->type, cpu_raw_row(table, ids[i]), cpu_f32_row(out, i),
+                         table->ne[0]);
 }
 
-static void cpu_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
-                         al_tensor *out) {
+void ref_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
+                  al_tensor *out) {
     (void)be;
     int64_t n = x->ne[0];
-    const float *wv = f32_row(w, 0);
+    const float *wv = cpu_f32_row(w, 0);
     for (int64_t r = 0; r < x->ne[1]; r++) {
-        const float *xr = f32_row(x, r);
-        float *o = f32_row(out, r);
+        const float *xr = cpu_f32_row(x, r);
+        float *o = cpu_f32_row(out, r);
         double ss = 0;
-        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)xr[i] * xr[i];
         float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
-        for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale * wv[i];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = xr[i] * scale * wv[i];
     }
 }
 
-static void cpu_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
+void ref_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
     (void)be;
     for (int64_t r = 0; r < g->ne[1]; r++) {
-        float *gr = f32_row(g, r);
-        const float *ur = f32_row(u, r);
-        for (int64_t i = 0; i < g->ne[0]; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+        float *gr = cpu_f32_row(g, r);
+        const float *ur = cpu_f32_row(u, r);
+        for (int64_t i = 0; i < g->ne[0]; i++)
+            gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
     }
 }
 
-static void cpu_add(al_backend *be, al_tensor *x, const al_tensor *y) {
+void ref_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     (void)be;
     for (int64_t r = 0; r < x->ne[1]; r++) {
-        float *xr = f32_row(x, r);
-        const float *yr = f32_row(y, r);
-        for (int64_t i = 0; i < x->ne[0]; i++) xr[i] += yr[i];
+        float *xr = cpu_f32_row(x, r);
+        const float *yr = cpu_f32_row(y, r);
+        for (int64_t i = 0; i < x->ne[0]; i++)
+            xr[i] += yr[i];
     }
 }
 
 /* ---- rope ---------------------------------------------------------------------- */
 
-static void cpu_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0,
-                     const al_rope *rp) {
+void ref_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0, const al_rope *rp) {
     (void)be;
     int half = rp->n_rot / 2;
     for (int64_t t = 0; t < x->ne[1]; t++) {
         double pos = (double)(pos0 + t) * rp->freq_scale;
-        float *row = f32_row(x, t);
+        float *row = cpu_f32_row(x, t);
         for (int i = 0; i < half; i++) {
             double theta = pos * pow(rp->freq_base, -2.0 * i / rp->n_rot);
             if (rp->freq_factors) theta /= rp->freq_factors[i];
@@ -180,7 +124,8 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
         s2 += a[i + 2] * b[i + 2];
         s3 += a[i + 3] * b[i + 3];
     }
-    for (; i < n; i++) s0 += a[i] * b[i];
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
     return (s0 + s1) + (s2 + s3);
 }
 
@@ -190,22 +135,22 @@ static void matmul_part(void *arg, int ith, int nth) {
     int64_t per = (n_out + nth - 1) / nth;
     int64_t o0 = per * ith, o1 = o0 + per < n_out ? o0 + per : n_out;
     float *wrow = work_for(j->cb, ith);
-    const float *bias = j->bias ? f32_row(j->bias, 0) : NULL;
+    const float *bias = j->bias ? cpu_f32_row(j->bias, 0) : NULL;
     for (int64_t o = o0; o < o1; o++) {
         const float *wv = wrow;
         if (j->w->type == AL_TYPE_F32)
-            wv = (const float *)raw_row(j->w, o);
+            wv = (const float *)cpu_raw_row(j->w, o);
         else
-            quant_dequantize(j->w->type, raw_row(j->w, o), wrow, n_in);
+            quant_dequantize(j->w->type, cpu_raw_row(j->w, o), wrow, n_in);
         for (int64_t t = 0; t < n_tok; t++) {
-            float s = dot_f32(f32_row(j->x, t), wv, n_in);
-            f32_row(j->out, t)[o] = bias ? s + bias[o] : s;
+            float s = dot_f32(cpu_f32_row(j->x, t), wv, n_in);
+            cpu_f32_row(j->out, t)[o] = bias ? s + bias[o] : s;
         }
     }
 }
 
-static void cpu_matmul(al_backend *be, const al_tensor *x, const al_tensor *w,
-                       const al_tensor *bias, al_tensor *out) {
+void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
     AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
     pthread_mutex_lock(&cb->lock);
@@ -230,11 +175,11 @@ static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const al_attn_shape *s = j->s;
     int kvh = h / (s->n_head / s->n_head_kv);
     int64_t n_vis = (int64_t)s->n_past + t + 1;
-    const float *q = f32_row(j->q, t) + (int64_t)h * s->head_dim;
+    const float *q = cpu_f32_row(j->q, t) + (int64_t)h * s->head_dim;
     float scale = 1.0f / sqrtf((float)s->head_dim);
     float mx = -INFINITY;
     for (int64_t p = 0; p < n_vis; p++) {
-        const float *k = f32_row(j->k_cache, p) + (int64_t)kvh * s->head_dim;
+        const float *k = cpu_f32_row(j->k_cache, p) + (int64_t)kvh * s->head_dim;
         scores[p] = dot_f32(q, k, s->head_dim) * scale;
         if (scores[p] > mx) mx = scores[p];
     }
@@ -244,12 +189,13 @@ static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
         sum += scores[p];
     }
     float inv = (float)(1.0 / sum);
-    float *o = f32_row(j->out, t) + (int64_t)h * s->head_dim;
+    float *o = cpu_f32_row(j->out, t) + (int64_t)h * s->head_dim;
     memset(o, 0, (size_t)s->head_dim * sizeof(float));
     for (int64_t p = 0; p < n_vis; p++) {
-        const float *v = f32_row(j->v_cache, p) + (int64_t)kvh * s->head_dim;
+        const float *v = cpu_f32_row(j->v_cache, p) + (int64_t)kvh * s->head_dim;
         float a = scores[p] * inv;
-        for (int d = 0; d < s->head_dim; d++) o[d] += a * v[d];
+        for (int d = 0; d < s->head_dim; d++)
+            o[d] += a * v[d];
     }
 }
 
@@ -261,64 +207,19 @@ static void attn_part(void *arg, int ith, int nth) {
         attend_one(j, it / j->s->n_head, (int)(it % j->s->n_head), scores);
 }
 
-static void cpu_attention(al_backend *be, const al_tensor *q, const al_tensor *k,
-                          const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
-                          const al_attn_shape *s, al_tensor *out) {
+void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
+                   al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s, al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
     AL_ASSERT(s->n_past + s->n_tokens <= k_cache->ne[1]);
     AL_ASSERT(s->n_head % s->n_head_kv == 0);
     uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
     for (int t = 0; t < s->n_tokens; t++) {
-        memcpy(f32_row(k_cache, s->n_past + t), f32_row(k, t), kv_bytes);
-        memcpy(f32_row(v_cache, s->n_past + t), f32_row(v, t), kv_bytes);
+        memcpy(cpu_f32_row(k_cache, s->n_past + t), cpu_f32_row(k, t), kv_bytes);
+        memcpy(cpu_f32_row(v_cache, s->n_past + t), cpu_f32_row(v, t), kv_bytes);
     }
     pthread_mutex_lock(&cb->lock);
     AL_ASSERT(cb->work_per_thread >= (uint64_t)(s->n_past + s->n_tokens));
-    attn_job j = {.cb = cb, .q = q, .k_cache = k_cache, .v_cache = v_cache, .s = s,
-                  .out = out};
+    attn_job j = {.cb = cb, .q = q, .k_cache = k_cache, .v_cache = v_cache, .s = s, .out = out};
     pool_run(cb->pool, attn_part, &j);
     pthread_mutex_unlock(&cb->lock);
-}
-
-/* ---- the backend object -------------------------------------------------------- */
-
-static void cpu_destroy(al_backend *be) {
-    cpu_backend *cb = (cpu_backend *)be;
-    if (!cb) return;
-    pool_destroy(cb->pool);
-    pthread_mutex_destroy(&cb->lock);
-    al_aligned_free(cb->work);
-    al_free(cb);
-}
-
-static const al_backend_ops cpu_ref_ops = {
-    .name = "cpu",
-    .destroy = cpu_destroy,
-    .tensor_alloc = cpu_tensor_alloc,
-    .tensor_free = cpu_tensor_free,
-    .tensor_read = cpu_tensor_read,
-    .reserve = cpu_reserve,
-    .get_rows = cpu_get_rows,
-    .rms_norm = cpu_rms_norm,
-    .matmul = cpu_matmul,
-    .rope = cpu_rope,
-    .attention = cpu_attention,
-    .silu_mul = cpu_silu_mul,
-    .add = cpu_add,
-};
-
-al_status cpu_backend_create(int n_threads, al_backend **out) {
-    *out = NULL;
-    cpu_backend *cb = al_calloc(1, sizeof *cb);
-    if (!cb) return al_error(AL_ERR_NOMEM, "out of memory creating the CPU backend");
-    cb->base.ops = &cpu_ref_ops;
-    pthread_mutex_init(&cb->lock, NULL);
-    al_status st = pool_create(n_threads, &cb->pool);
-    if (st != AL_OK) {
-        pthread_mutex_destroy(&cb->lock);
-        al_free(cb);
-        return st;
-    }
-    *out = &cb->base;
-    return AL_OK;
 }

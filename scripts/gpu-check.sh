@@ -1,0 +1,123 @@
+#!/bin/sh
+# gpu-check.sh: the Vulkan backend on a real GPU, in one go.
+#
+#   scripts/gpu-check.sh [BANDWIDTH_GB/s]
+#
+# 1. the Vulkan devices (anyllm devices), the loader brought in from .gl/*.deb when the
+#    machine has none (see the device machine's notes), NVIDIA's driver file when the
+#    loader finds no driver
+# 2. the op tests against the CPU reference (build/test_vulkan)
+# 3. the reference logits with --backend vulkan, and the no-Vulkan fall-back
+#    (tests/vulkan.sh)
+# 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
+#    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
+#    token / bandwidth, the bandwidth taken from the argument or measured by a
+#    device-to-device copy (anyllm devices --bandwidth)
+#
+# Uses $BUILD/anyllm, test_vulkan and test_ref when they exist (build them elsewhere and
+# carry them: a GPU machine may lack glslc), else runs make. Environment: BUILD (build),
+# SHARED (../shared, else ./shared), MODELS ($BUILD/models), PP and TG (512, 128), REPS
+# (3), BENCH_MODEL (a model file instead of bench-1b Q4_0), ANYLLM_LIBS (a folder of
+# carried shared libraries for LD_LIBRARY_PATH). The last line says "gpu-check: N
+# passed, M failed".
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BUILD=${BUILD:-build}
+SHARED=${SHARED:-../shared}
+[ -d "$SHARED/models/ref" ] || SHARED=shared
+MODELS=${MODELS:-$BUILD/models}
+PP=${PP:-512}
+TG=${TG:-128}
+REPS=${REPS:-3}
+bin=$BUILD/anyllm
+pass=0; fail=0
+step() { echo; echo "== $*"; }
+result() { if [ "$1" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi; }
+if [ -n "${ANYLLM_LIBS:-}" ]; then
+    LD_LIBRARY_PATH=$ANYLLM_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+fi
+
+step "Vulkan loader and driver"
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; then
+    if ls .gl/*.deb >/dev/null 2>&1; then
+        echo "no libvulkan: unpacking .gl/*.deb"
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    else
+        echo "no libvulkan on this machine and no .gl/*.deb to bring it"
+    fi
+fi
+nv_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$nv_icd" ] &&
+    ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
+    export VK_DRIVER_FILES=$nv_icd
+    echo "VK_DRIVER_FILES=$nv_icd"
+fi
+
+step "build"
+if [ -x "$bin" ] && [ -x "$BUILD/test_vulkan" ] && [ -x "$BUILD/test_ref" ]; then
+    echo "using the binaries in $BUILD"
+else
+    make -j"$(nproc 2>/dev/null || echo 4)" BUILD="$BUILD" "$bin" "$BUILD/test_vulkan" \
+        "$BUILD/test_ref" || { echo "gpu-check: 0 passed, 1 failed (build)"; exit 1; }
+fi
+
+step "devices"
+"$bin" devices
+grep_dev=$("$bin" devices 2>&1 | grep -c '^vulkan:')
+if [ "$grep_dev" -eq 0 ]; then
+    echo "no Vulkan device: nothing to check"
+    echo "gpu-check: $pass passed, 1 failed"
+    exit 1
+fi
+
+step "op tests against the CPU reference"
+SHARED=$SHARED "$BUILD/test_vulkan" >"$BUILD/gpu-check-ops.log" 2>&1
+rc=$?
+grep -E '^(ok|FAIL|SKIP|skip|note|--)|passed|FAIL' "$BUILD/gpu-check-ops.log"
+result $rc
+
+step "reference logits with --backend vulkan"
+BUILD=$BUILD SHARED=$SHARED sh tests/vulkan.sh
+result $?
+
+step "bench"
+model=${BENCH_MODEL:-$MODELS/bench-1b-Q4_0.gguf}
+if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    "$bin" gen-model "$model" --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 \
+        --ffn 8192 --vocab 32000 --type Q4_0 || { result 1; model=; }
+fi
+bw=${1:-}
+if [ -z "$bw" ]; then
+    bw=$("$bin" devices --bandwidth 2>/dev/null |
+        sed -nE 's/^vulkan:0  copy bandwidth ([0-9.]+) GB\/s.*/\1/p')
+    echo "device-to-device copy bandwidth of vulkan:0: ${bw:-unknown} GB/s (measured)"
+fi
+if [ -n "$model" ]; then
+    "$bin" bench -m "$model" -p "$PP" -n "$TG" -r "$REPS" --backend vulkan -o json \
+        >"$BUILD/gpu-check-bench.json" 2>"$BUILD/gpu-check-bench.err"
+    rc=$?
+    result $rc
+    if [ $rc -eq 0 ]; then
+        # one JSON object per line: pick avg_ts of the pp and tg lines, bytes_per_token
+        field() { sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
+        pp=$(grep "\"n_prompt\": $PP," "$BUILD/gpu-check-bench.json" | field avg_ts)
+        tg=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field avg_ts)
+        bpt=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field bytes_per_token)
+        dev=$(sed -nE 's/.*"backends": "([^"]*)".*/\1/p' "$BUILD/gpu-check-bench.json" | head -n 1)
+        echo "model $(basename "$model") on $dev"
+        echo "pp$PP: $pp t/s"
+        echo "tg$TG: $tg t/s"
+        if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
+            awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
+                bound = bw * 1e9 / bpt
+                printf "tg roofline: %.0f bytes/token at %.1f GB/s bounds tg at %.1f t/s; " \
+                       "measured %.1f t/s = %.1f%% of it\n", bpt, bw, bound, tg, 100 * tg / bound }'
+        fi
+    fi
+fi
+echo
+echo "gpu-check: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,1002 @@
+/* kernels_avx2.c: the CPU kernels for AVX2 with FMA and F16C.
+ *
+ * Compiled for AVX2 by the target pragma below, whatever the build's flags; cpu.c
+ * calls it only when CPUID says the CPU has these extensions.
+ *
+ * The same algorithms as kernels_avx512.c (see there and ops.h) on 8 lanes: panels of
+ * R = 8 rows, activation tiles of TT = 4 tokens, attention tiles of 8 queries. AVX2
+ * has no vpdpbusd: vpmaddubsw multiplies unsigned weights by signed activations into
+ * pairs of int16, and vpmaddwd against ones widens them to int32. Weights of up to
+ * 6 bits (u <= 63) let two such products be added in int16 first (2 * 2 * 63 * 127 <
+ * 32768). Q8_0 does not fit that bound, so its panels keep signed weights and the
+ * kernel moves each weight's sign onto the activation (vpsignb) instead.
+ */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "quant.h"
+#include "util.h"
+
+enum { R = 8, TT = 4, LANES = 8 };
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INLINE float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* Lanes at or before pos are visible: a mask of all-ones lanes. */
+INLINE __m256 visible(int key, __m256i pos) {
+    return _mm256_castsi256_ps(
+        _mm256_xor_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(key), pos), _mm256_set1_epi32(-1)));
+}
+
+/* ---- exp ---------------------------------------------------------------------------- */
+
+/* e^x to about 1 ulp (Cephes' expf), as exp512 in kernels_avx512.c; 2^n is built in
+ * the exponent field, which the clamp keeps in range. */
+INLINE __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)),
+                      _mm256_set1_ps(-87.3365447505531f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* ---- activations ----------------------------------------------------------------------- */
+
+/* Writes one group of quantized activations (q[n], effective scale d) into a tile,
+ * with ds = d * sum(q) per sub-block of b. */
+INLINE int sum_i8x16(__m128i v) {
+    /* sad against 0 sums unsigned bytes: shift the signed ones by 128 first */
+    const __m128i s =
+        _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
+}
+
+INLINE void put_group(const int8_t *q, int n, float d, cpu_act_fmt f, uint8_t *tile, int slot,
+                      int tt) {
+    const int b = f.b;
+    for (int s0 = 0; s0 < n; s0 += b) {
+        uint8_t *sb = tile + (s0 / b) * cpu_sb_bytes(tt, b);
+        int sum = sum_i8x16(_mm_loadu_si128((const __m128i *)(q + s0)));
+        if (b == 32) sum += sum_i8x16(_mm_loadu_si128((const __m128i *)(q + s0 + 16)));
+        for (int g = 0; g < b / 4; g++)
+            memcpy(sb + (g * tt + slot) * 4, q + s0 + 4 * g, 4);
+        float *da = (float *)(sb + tt * b);
+        da[slot] = d;
+        /* the aux word (ops.h) */
+        if (f.offset) {
+            const int32_t z = -f.offset * sum;
+            memcpy(da + tt + slot, &z, 4);
+        } else {
+            da[tt + slot] = f.group == 32 ? d * (float)sum : (float)sum;
+        }
+    }
+}
+
+/* 8 int32 -> 8 int8 (values within int8 range). */
+INLINE __m128i pack_i8x8(__m256i v) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return _mm_packs_epi16(w, w);
+}
+
+/* As quantize_scalar, bit for bit: the same divisions, round-to-nearest-even. */
+static void quantize_avx2(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
+                          int tt) {
+    const int group = f.group, b = f.b;
+    _Alignas(32) int8_t q[256 + 8];
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int64_t g0 = 0; g0 < n; g0 += group, x += group) {
+        __m256 am = _mm256_setzero_ps();
+        for (int v = 0; v < group; v += 8)
+            am = _mm256_max_ps(am, _mm256_and_ps(_mm256_loadu_ps(x + v), abs_mask));
+        const float amax = hmax8(am);
+        float mul = 0, d;
+        if (group == 32) {
+            mul = amax != 0 ? 127.0f / amax : 0.0f;
+            d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        } else if (amax != 0) {
+            /* the first element of largest magnitude, with its sign */
+            int at = 0;
+            while (fabsf(x[at]) != amax)
+                at++;
+            mul = -127.0f / x[at];
+            d = 1.0f / mul;
+        } else {
+            d = 0;
+        }
+        for (int v = 0; v < group; v += 8) {
+            __m256i qi =
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + v), _mm256_set1_ps(mul)));
+            if (group != 32) qi = _mm256_min_epi32(qi, _mm256_set1_epi32(127));
+            _mm_storel_epi64((__m128i *)(q + v), pack_i8x8(qi));
+        }
+        put_group(q, group, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
+    }
+}
+
+/* ---- packing quantized weights ------------------------------------------------------- */
+/* As in kernels_avx512.c: each pack reads the blocks of 8 rows in place and transposes
+ * them in registers, 4-byte groups of quants into one ymm per group (row r in lane r);
+ * the scales of 8 rows arrive in one vpgatherdd. Q8_0 keeps its weights signed (see
+ * the header comment). */
+
+/* Bytes ahead of the pack in each row that it prefetches (into L2: 16 streams need more
+ * requests in flight than L1 can track). The rows of a panel are R interleaved
+ * streams, which the hardware prefetchers do not follow. */
+enum { PF_AHEAD = 384 };
+
+typedef struct rows8 {
+    const uint8_t *b[2]; /* rows 4k..4k+3 start at b[k] + {0, 1, 2, 3} * rb */
+    int64_t rb, rb3;     /* row stride and 3 times it: a few registers address all rows */
+    int64_t skip;        /* bytes from the start of each row to b[k] */
+} rows8;
+
+INLINE void rows_init(rows8 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip) {
+    rs->rb = (int64_t)row_bytes;
+    rs->rb3 = 3 * rs->rb;
+    rs->skip = skip;
+    for (int k = 0; k < 2; k++)
+        rs->b[k] = w + 4 * k * rs->rb + skip;
+}
+
+INLINE const uint8_t *row_at(const rows8 *rs, int r, int64_t off) {
+    const int i = r % 4;
+    return rs->b[r / 4] + off + (i == 0 ? 0 : i == 1 ? rs->rb : i == 2 ? 2 * rs->rb : rs->rb3);
+}
+
+/* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
+ * the rows, in the next panel's rows (R rows further on), which come next. */
+INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines) {
+    const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 7 * rs->rb : 0);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int l = 0; l < n_lines; l++)
+            _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
+}
+
+/* The 4 bytes at offset off of every row. */
+INLINE __m256i gather32(const rows8 *rs, int64_t off) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm256_set1_epi32((int32_t)rs->rb));
+    return _mm256_i32gather_epi32((const int *)(rs->b[0] + off), idx, 1);
+}
+
+/* The fp16 number in the low (hi = 0) or high half of gather32. */
+INLINE __m256 gather_f16(__m256i g, int hi) {
+    const __m256i v =
+        hi ? _mm256_srli_epi32(g, 16) : _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(
+        _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* d[j] = 4-byte group j of the 16 bytes at off, for every row. */
+INLINE void load_8x16(const rows8 *rs, int64_t off, __m256i d[4]) {
+    __m256i a[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* lanes: rows i and i+4 */
+        a[i] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)row_at(rs, i, off))),
+            _mm_loadu_si128((const __m128i *)row_at(rs, i + 4, off)), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+    d[0] = _mm256_unpacklo_epi64(t0, t2);
+    d[1] = _mm256_unpackhi_epi64(t0, t2);
+    d[2] = _mm256_unpacklo_epi64(t1, t3);
+    d[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* g[j] = 4-byte group j of the 32 bytes at off, for every row: an 8x8 transpose of
+ * 32-bit words. */
+INLINE void load_8x32(const rows8 *rs, int64_t off, __m256i g[8]) {
+    __m256i r[8], t[8], u[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_si256((const __m256i *)row_at(rs, i, off));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        g[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        g[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
+INLINE __m256i lo4(__m256i v) {
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+INLINE __m256i hi4(__m256i v) {
+    return lo4(_mm256_srli_epi16(v, 4));
+}
+
+INLINE void store_q(uint8_t *q, int j, __m256i v) {
+    _mm256_store_si256((__m256i *)(q + 32 * j), v);
+}
+
+INLINE void store_scales(uint8_t *sb, int b, __m256 dw, __m256 m) {
+    _mm256_store_ps((float *)(sb + R * b), dw);
+    _mm256_store_ps((float *)(sb + R * b) + R, m);
+}
+
+/* 0x10 in byte k of lane r where bit 4j + k of qh[r] is set (the Q5 fifth bits of
+ * 4-byte group j): the lane's nibble copied to its 4 bytes, each testing one bit. */
+INLINE __m256i q5_high(__m256i qh, int j) {
+    const __m256i rep = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12,
+                                        12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m256i sel = _mm256_set1_epi32(0x08040201);
+    const __m256i x = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, 4 * j), rep);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(x, sel), sel);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first. */
+INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                        uint8_t *panel) {
+    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
+    static const int ts[] = {18, 20, 22, 24, 34}, qs_off[] = {2, 4, 6, 8, 2};
+    const int64_t t = ts[kind];
+    rows8 rs;
+    rows_init(&rs, w, row_bytes, blk0 * t);
+    for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
+        const int64_t off = i * t;
+        if (!(i & 1)) prefetch_rows(&rs, off, 1); /* two blocks are at most 68 bytes */
+        const __m256i head = gather32(&rs, off);
+        const __m256 d = gather_f16(head, 0);
+        if (kind == Q8_0) {
+            __m256i g[8];
+            load_8x32(&rs, off + 2, g);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                store_q(panel, j, g[j]);
+            store_scales(panel, 32, d, _mm256_setzero_ps());
+            continue;
+        }
+        __m256i q[4];
+        load_8x16(&rs, off + qs_off[kind], q);
+        if (kind == Q5_0 || kind == Q5_1) {
+            const __m256i qh = gather32(&rs, off + (kind == Q5_0 ? 2 : 4));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                store_q(panel, j, _mm256_or_si256(lo4(q[j]), q5_high(qh, j)));
+                store_q(panel, 4 + j, _mm256_or_si256(hi4(q[j]), q5_high(qh, 4 + j)));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                store_q(panel, j, lo4(q[j]));
+                store_q(panel, 4 + j, hi4(q[j]));
+            }
+        }
+        if (kind == Q4_1 || kind == Q5_1)
+            store_scales(panel, 32, d, gather_f16(head, 1));
+        else
+            store_scales(panel, 32, d,
+                         _mm256_mul_ps(d, _mm256_set1_ps(kind == Q4_0 ? -8.0f : -16.0f)));
+    }
+}
+
+/* A panel short of 8 rows (the last of a matrix) takes the portable pack. */
+#define PACK_LEGACY(name, kind)                                                                    \
+    static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
+                     int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
+        if (n_rows < R)                                                                            \
+            cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
+        else                                                                                       \
+            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel);                                   \
+    }
+PACK_LEGACY(pack_q4_0, 0)
+PACK_LEGACY(pack_q4_1, 1)
+PACK_LEGACY(pack_q5_0, 2)
+PACK_LEGACY(pack_q5_1, 3)
+
+/* Q8_0 panels hold signed weights: the portable pack's u = w + 128 and m = -128 dw
+ * are undone for a short panel. */
+static void pack_q8_0(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows == R) {
+        pack_legacy(4, w, row_bytes, blk0, n_blk, panel);
+        return;
+    }
+    cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    for (int64_t i = 0; i < n_blk; i++) {
+        uint8_t *sb = panel + i * cpu_sb_bytes(R, 32);
+        for (int j = 0; j < 8; j++)
+            store_q(sb, j,
+                    _mm256_xor_si256(_mm256_load_si256((const __m256i *)(sb + 32 * j)),
+                                     _mm256_set1_epi8((char)0x80)));
+        _mm256_store_ps((float *)(sb + R * 32) + R, _mm256_setzero_ps());
+    }
+}
+
+INLINE __m256i byte_of(__m256i v, int k) {
+    return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xFF));
+}
+
+/* The 8 scales and mins of Q4_K/Q5_K for 8 rows (the layout of quant.c k4_scale_min). */
+INLINE void k4_scales8(const rows8 *rs, int64_t off, uint8_t *pb) {
+    const __m256i dd = gather32(rs, off);
+    const __m256 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
+    const __m256i s0 = gather32(rs, off + 4), s1 = gather32(rs, off + 8),
+                  s2 = gather32(rs, off + 12);
+    const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m256i sc, mn;
+        if (j < 4) {
+            sc = _mm256_and_si256(byte_of(s0, j), m63);
+            mn = _mm256_and_si256(byte_of(s1, j), m63);
+        } else {
+            const __m256i b2 = byte_of(s2, j - 4);
+            sc = _mm256_or_si256(_mm256_and_si256(b2, m15),
+                                 _mm256_slli_epi32(_mm256_srli_epi32(byte_of(s0, j - 4), 6), 4));
+            mn = _mm256_or_si256(_mm256_srli_epi32(b2, 4),
+                                 _mm256_slli_epi32(_mm256_srli_epi32(byte_of(s1, j - 4), 6), 4));
+        }
+        store_scales(
+            pb + j * cpu_sb_bytes(R, 32), 32, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
+            _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), dmin), _mm256_cvtepi32_ps(mn)));
+    }
+}
+
+/* Q4_K and Q5_K: 4 chunks of 32 bytes, low nibbles = sub-block 2c, high = 2c + 1. */
+INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                     uint8_t *panel) {
+    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    rows8 rs;
+    rows_init(&rs, w, row_bytes, blk0 * t);
+    for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
+        const int64_t off = i * t;
+        prefetch_rows(&rs, off, 3);
+        k4_scales8(&rs, off, panel);
+        __m256i h[8];
+        if (five) load_8x32(&rs, off + 16, h);
+        for (int c = 0; c < 4; c++) {
+            __m256i g[8];
+            load_8x32(&rs, off + (five ? 48 : 16) + 32 * c, g);
+            uint8_t *q0 = panel + 2 * c * sbb, *q1 = q0 + sbb;
+            const __m256i m0 = _mm256_set1_epi8((char)(1 << (2 * c))),
+                          m1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m256i u0 = lo4(g[j]), u1 = hi4(g[j]);
+                if (five) {
+                    /* bit s of qh[l] is the fifth bit of element l of sub-block s */
+                    u0 = _mm256_or_si256(
+                        u0,
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m0), m0), b16));
+                    u1 = _mm256_or_si256(
+                        u1,
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m1), m1), b16));
+                }
+                store_q(q0, j, u0);
+                store_q(q1, j, u1);
+            }
+        }
+    }
+}
+
+static void pack_q4_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_k45(false, w, row_bytes, blk0, n_blk, panel);
+}
+
+static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_k45(true, w, row_bytes, blk0, n_blk, panel);
+}
+
+/* Q6_K: per half, quants from two 32-byte columns of ql and one of qh; 16 sub-blocks
+ * of 16 with signed 8-bit scales. */
+static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    rows8 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 210);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 210;
+        prefetch_rows(&rs, off, 4);
+        for (int half = 0; half < 2; half++) {
+            __m256i l[8], h[8];
+            load_8x32(&rs, off + 128 + 32 * half, h);
+            /* element 32g + l of the half: a nibble of ql column g % 2, and bits
+             * 2g..2g+1 of h moved to 4..5; group j holds l = 4j..4j+3 */
+            for (int col = 0; col < 2; col++) {
+                load_8x32(&rs, off + 64 * half + 32 * col, l);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const __m256i hl =
+                        col ? _mm256_slli_epi16(h[j], 2) : _mm256_slli_epi16(h[j], 4);
+                    const __m256i hh = col ? _mm256_srli_epi16(h[j], 2) : h[j];
+                    const __m256i u0 = _mm256_or_si256(lo4(l[j]), _mm256_and_si256(hl, top));
+                    const __m256i u1 = _mm256_or_si256(hi4(l[j]), _mm256_and_si256(hh, top));
+                    store_q(panel + (8 * half + 2 * col + j / 4) * sbb, j % 4, u0);
+                    store_q(panel + (8 * half + 2 * (col + 2) + j / 4) * sbb, j % 4, u1);
+                }
+            }
+        }
+        /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
+        const __m256 d = gather_f16(gather32(&rs, off + 206), 1);
+        for (int k = 0; k < 4; k++) {
+            const __m256i sc = gather32(&rs, off + 192 + 4 * k);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc, 24 - 8 * b), 24);
+                const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+                store_scales(panel + (4 * k + b) * sbb, 16, dw,
+                             _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f)));
+            }
+        }
+    }
+}
+
+/* Q2_K: per half, 2-bit quants in one 32-byte column, bits 2g..2g+1 of byte l being
+ * element 32g + l; sub-blocks of 16 with a 4-bit scale and a 4-bit min. */
+static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows8 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 84);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 84;
+        prefetch_rows(&rs, off, 2);
+        for (int half = 0; half < 2; half++) {
+            __m256i q[8];
+            load_8x32(&rs, off + 16 + 32 * half, q);
+            for (int g = 0; g < 4; g++)
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4,
+                            _mm256_and_si256(_mm256_srli_epi16(q[j], 2 * g), _mm256_set1_epi8(3)));
+        }
+        const __m256i dd = gather32(&rs, off + 80);
+        const __m256 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
+        for (int k = 0; k < 4; k++) {
+            const __m256i sc = gather32(&rs, off + 4 * k);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                const __m256i v = byte_of(sc, b);
+                store_scales(panel + (4 * k + b) * sbb, 16,
+                             _mm256_mul_ps(
+                                 d, _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)))),
+                             _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), dmin),
+                                           _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))));
+            }
+        }
+    }
+}
+
+/* Q3_K: Q2_K's 2-bit columns plus a third bit from hmask (bit 4 * half + g of byte l),
+ * u = lo + 4 * bit for lo - 4 + 4 * bit; 16 signed 6-bit scales. */
+static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows8 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 110);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 110;
+        prefetch_rows(&rs, off, 2);
+        __m256i hm[8];
+        load_8x32(&rs, off, hm);
+        for (int half = 0; half < 2; half++) {
+            __m256i q[8];
+            load_8x32(&rs, off + 32 + 32 * half, q);
+            for (int g = 0; g < 4; g++) {
+                const int bit = 4 * half + g; /* moved to bit 2 of each byte */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const __m256i hb = bit >= 2 ? _mm256_srli_epi16(hm[j], bit - 2)
+                                                : _mm256_slli_epi16(hm[j], 2 - bit);
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4,
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q[j], 2 * g),
+                                                             _mm256_set1_epi8(3)),
+                                            _mm256_and_si256(hb, _mm256_set1_epi8(4))));
+                }
+            }
+        }
+        /* d is the high half of the 4 bytes at 106 (108 would read past the block) */
+        const __m256 d = gather_f16(gather32(&rs, off + 106), 1);
+        const __m256i s0 = gather32(&rs, off + 96), s1 = gather32(&rs, off + 100);
+        const __m256i s2 = gather32(&rs, off + 104);
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            /* the 6-bit scale s (see quant.c q3_k_scale), stored + 32 */
+            const __m256i lo =
+                s < 8 ? _mm256_and_si256(byte_of(s < 4 ? s0 : s1, s % 4), _mm256_set1_epi32(15))
+                      : _mm256_srli_epi32(byte_of(s < 12 ? s0 : s1, s % 4), 4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(byte_of(s2, s % 4), 2 * (s / 4)),
+                                                _mm256_set1_epi32(3));
+            const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                               _mm256_set1_epi32(32));
+            const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+            store_scales(panel + s * sbb, 16, dw, _mm256_mul_ps(dw, _mm256_set1_ps(-4.0f)));
+        }
+    }
+}
+
+/* ---- quantized microkernel ------------------------------------------------------------- */
+
+INLINE __m256i bcast_group(const uint8_t *x, int g, int t) {
+    return _mm256_set1_epi32(load_i32(x + (g * TT + t) * 4));
+}
+
+/* The integer sums of one sub-block of b for nt tokens. With a constant offset they
+ * start at the tile's -offset * sum(qa). sgn: the panel holds signed weights. */
+INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
+                      bool sgn, __m256i is[TT]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        is[t] = mins ? _mm256_setzero_si256() : _mm256_set1_epi32(zq[t]);
+#pragma GCC unroll 4
+    for (int g = 0; g < b / 4; g += 2) {
+        const __m256i w0 = _mm256_load_si256((const __m256i *)(p + 32 * g));
+        const __m256i w1 = _mm256_load_si256((const __m256i *)(p + 32 * g + 32));
+        if (sgn) {
+            /* |w| * (a with w's sign): no int16 pair may saturate */
+            const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const __m256i p0 =
+                    _mm256_maddubs_epi16(a0, _mm256_sign_epi8(bcast_group(x, g, t), w0));
+                const __m256i p1 =
+                    _mm256_maddubs_epi16(a1, _mm256_sign_epi8(bcast_group(x, g + 1, t), w1));
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
+                                                                 _mm256_madd_epi16(p1, ones)));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const __m256i p01 =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast_group(x, g, t)),
+                                     _mm256_maddubs_epi16(w1, bcast_group(x, g + 1, t)));
+                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p01, ones));
+            }
+        }
+    }
+}
+
+/* As mk_q_body in kernels_avx512.c: legacy types acc += isum * (dw * da) (+ m * ds);
+ * K-quants sacc += isum * dw (+ m * sum(qa)) per super-block, then acc += sacc * da. */
+INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
+                      const bool mins, const bool sgn) {
+    const int per = kq ? 256 / b : 1;
+    const uint8_t *p = a->panel, *x = a->act;
+    __m256 acc[TT];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+    if (!a->first)
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < a->n_rows; r++)
+                ((float *)&acc[t])[r] = a->out[t * a->ldo + r];
+    for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
+        const float *da = (const float *)(x + TT * b);
+        __m256 sacc[TT];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            sacc[t] = _mm256_setzero_ps();
+        for (int s = 0; s < per; s++) {
+            __m256i is[TT];
+            mk_q_sums(p, x, nt, b, mins, sgn, is);
+            const __m256 dw = _mm256_load_ps((const float *)(p + R * b));
+            const __m256 m = _mm256_load_ps((const float *)(p + R * b) + R);
+            const float *aux = (const float *)(x + TT * b) + TT;
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const __m256 fs = _mm256_cvtepi32_ps(is[t]);
+                if (kq)
+                    sacc[t] = _mm256_fmadd_ps(fs, dw, sacc[t]);
+                else
+                    acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
+                if (mins && kq)
+                    sacc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), sacc[t]);
+                else if (mins)
+                    acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
+            }
+            p += R * (b + 8);
+            x += TT * (b + 8);
+        }
+        if (kq) {
+            for (int t = 0; t < nt; t++)
+                acc[t] = _mm256_fmadd_ps(sacc[t], _mm256_set1_ps(da[t]), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float v[R];
+        _mm256_storeu_ps(v, acc[t]);
+        for (int r = 0; r < a->n_rows; r++)
+            a->out[t * a->ldo + r] = a->bias ? v[r] + a->bias[r] : v[r];
+    }
+}
+
+/* One copy of a microkernel per token count, so that its loops over tokens unroll. */
+#define BY_TOKENS(n, CALL)                                                                         \
+    switch (n) {                                                                                   \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    }
+
+static void mk_q_avx2(const cpu_mk_args *a) {
+#define LEGACY(t) mk_q_body(a, t, 32, false, false, false)
+#define LEGACY_M(t) mk_q_body(a, t, 32, false, true, false)
+#define SIGNED(t) mk_q_body(a, t, 32, false, true, true)
+#define K16(t) mk_q_body(a, t, 16, true, false, false)
+#define K16_M(t) mk_q_body(a, t, 16, true, true, false)
+#define K32(t) mk_q_body(a, t, 32, true, false, false)
+#define K32_M(t) mk_q_body(a, t, 32, true, true, false)
+    if (a->signed_w)
+        BY_TOKENS(a->n_tok, SIGNED)
+    else if (a->group == 32 && !a->mins)
+        BY_TOKENS(a->n_tok, LEGACY)
+    else if (a->group == 32)
+        BY_TOKENS(a->n_tok, LEGACY_M)
+    else if (a->bsize == 16 && !a->mins)
+        BY_TOKENS(a->n_tok, K16)
+    else if (a->bsize == 16)
+        BY_TOKENS(a->n_tok, K16_M)
+    else if (!a->mins)
+        BY_TOKENS(a->n_tok, K32)
+    else
+        BY_TOKENS(a->n_tok, K32_M)
+#undef LEGACY
+#undef LEGACY_M
+#undef SIGNED
+#undef K16
+#undef K16_M
+#undef K32
+#undef K32_M
+}
+
+/* ---- float weights --------------------------------------------------------------------- */
+
+INLINE void transpose_8x8_ps(__m256 r[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+INLINE __m256 load8_as_f32(uint32_t type, const uint8_t *p) {
+    if (type == AL_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (type == AL_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* One copy per weight type, so that the loads and the transpose stay in registers. */
+INLINE void pack_f_body(const uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                        int64_t k0, int64_t nk, float *panel) {
+    const int64_t es = type == AL_TYPE_F32 ? 4 : 2;
+    const uint8_t *rows[R];
+    for (int r = 0; r < R; r++)
+        rows[r] = w + (uint64_t)(r < n_rows ? r : n_rows - 1) * row_bytes + k0 * es;
+    int64_t k = 0;
+    for (; k + 8 <= nk; k += 8) {
+        __m256 v[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            v[r] = load8_as_f32(type, rows[r] + k * es);
+        transpose_8x8_ps(v);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            _mm256_store_ps(panel + (k + c) * R, v[c]);
+    }
+    for (; k < nk; k++)
+        for (int r = 0; r < R; r++) {
+            const uint8_t *e = rows[r] + k * es;
+            uint16_t h;
+            memcpy(&h, e, 2);
+            float f;
+            if (type == AL_TYPE_F32)
+                memcpy(&f, e, 4);
+            else
+                f = type == AL_TYPE_F16 ? _cvtsh_ss(h) : al_bf16_to_f32(h);
+            panel[k * R + r] = f;
+        }
+}
+
+static void pack_f_avx2(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t k0,
+                        int64_t nk, float *panel) {
+    if (type == AL_TYPE_F16)
+        pack_f_body(AL_TYPE_F16, w, row_bytes, n_rows, k0, nk, panel);
+    else if (type == AL_TYPE_BF16)
+        pack_f_body(AL_TYPE_BF16, w, row_bytes, n_rows, k0, nk, panel);
+    else
+        pack_f_body(AL_TYPE_F32, w, row_bytes, n_rows, k0, nk, panel);
+}
+
+/* acc[t] += sum_k w[k] x[t][k], in two chains (even and odd k) for every token count:
+ * FMA latency would otherwise bound a single token. */
+INLINE void mk_f_body(const cpu_mk_args *a, const int nt) {
+    const float *p = a->panel, *x = a->act;
+    __m256 acc[TT], acc2[TT];
+    for (int t = 0; t < nt; t++)
+        acc[t] = acc2[t] = _mm256_setzero_ps();
+    if (!a->first)
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < a->n_rows; r++)
+                ((float *)&acc[t])[r] = a->out[t * a->ldo + r];
+    int64_t k = 0;
+    for (; k + 2 <= a->n_k; k += 2) {
+        const __m256 w0 = _mm256_load_ps(p + k * R), w1 = _mm256_load_ps(p + (k + 1) * R);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            acc[t] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t * a->ldx + k]), acc[t]);
+            acc2[t] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[t * a->ldx + k + 1]), acc2[t]);
+        }
+    }
+    if (k < a->n_k)
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_load_ps(p + k * R), _mm256_set1_ps(x[t * a->ldx + k]),
+                                     acc[t]);
+    for (int t = 0; t < nt; t++) {
+        float v[R];
+        _mm256_storeu_ps(v, _mm256_add_ps(acc[t], acc2[t]));
+        for (int r = 0; r < a->n_rows; r++)
+            a->out[t * a->ldo + r] = a->bias ? v[r] + a->bias[r] : v[r];
+    }
+}
+
+static void mk_f_avx2(const cpu_mk_args *a) {
+#define MKF(t) mk_f_body(a, t)
+    BY_TOKENS(a->n_tok, MKF)
+#undef MKF
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
+static __m256 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const float *qt,
+                          __m256i pos, float *e) {
+    const int hd = a->head_dim;
+    __m256 mb = _mm256_set1_ps(-INFINITY);
+    for (int i0 = 0; i0 < n; i0 += 4) {
+        const float *kp[4];
+        for (int i = 0; i < 4; i++)
+            kp[i] = a->k + (int64_t)(kb + i0 + (i0 + i < n ? i : 0)) * a->ldk + (int64_t)kvh * hd;
+        __m256 s[4];
+        for (int i = 0; i < 4; i++)
+            s[i] = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            const __m256 qd = _mm256_load_ps(qt + d * LANES);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                s[i] = _mm256_fmadd_ps(qd, _mm256_set1_ps(kp[i][d]), s[i]);
+        }
+        for (int i = 0; i < 4 && i0 + i < n; i++) {
+            const __m256 sc =
+                _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i], visible(kb + i0 + i, pos));
+            _mm256_store_ps(e + (i0 + i) * LANES, sc);
+            mb = _mm256_max_ps(mb, sc);
+        }
+    }
+    return mb;
+}
+
+/* ot[d] += sum_i e[i] * v_i[d] for 8 dimensions at a time, keys in order. */
+static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const float *e, float *ot) {
+    const int hd = a->head_dim;
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+        __m256 acc[8];
+        for (int d = 0; d < 8; d++)
+            acc[d] = _mm256_load_ps(ot + (d0 + d) * LANES);
+        for (int i = 0; i < n; i++) {
+            const float *v = a->v + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd + d0;
+            const __m256 ei = _mm256_load_ps(e + i * LANES);
+#pragma GCC unroll 8
+            for (int d = 0; d < 8; d++)
+                acc[d] = _mm256_fmadd_ps(ei, _mm256_set1_ps(v[d]), acc[d]);
+        }
+        for (int d = 0; d < 8; d++)
+            _mm256_store_ps(ot + (d0 + d) * LANES, acc[d]);
+    }
+}
+
+static void attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
+    const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
+    float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
+    int pos[LANES], p_end = 0;
+    for (int j = 0; j < LANES; j++) {
+        const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
+        const float *q = a->q + t * a->ldq + (int64_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            qt[d * LANES + j] = q[d] * a->scale;
+        pos[j] = a->n_past + t;
+        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
+    }
+    const __m256i vpos = _mm256_loadu_si256((const __m256i *)pos);
+    __m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
+    memset(ot, 0, (size_t)hd * LANES * sizeof(float));
+    for (int kb = 0; kb < p_end; kb += CPU_ATTN_KEYS) {
+        const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
+        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kvh, kb, n, qt, vpos, e));
+        const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
+        mx = mn;
+        sum = _mm256_mul_ps(sum, alpha);
+        for (int d = 0; d < hd; d++)
+            _mm256_store_ps(ot + d * LANES, _mm256_mul_ps(_mm256_load_ps(ot + d * LANES), alpha));
+        for (int i = 0; i < n; i++) {
+            const __m256 ei = _mm256_and_ps(
+                visible(kb + i, vpos), exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
+            sum = _mm256_add_ps(sum, ei);
+            _mm256_store_ps(e + i * LANES, ei);
+        }
+        attn_values(a, kvh, kb, n, e, ot);
+    }
+    float inv[LANES];
+    _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
+    for (int j = 0; j < nq; j++) {
+        const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
+        float *o = a->out + t * a->ldo + (int64_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = ot[d * LANES + j] * inv[j];
+    }
+}
+
+/* ---- per-row ops ----------------------------------------------------------------------- */
+
+static void rms_norm_avx2(const float *x, const float *w, float eps, float *out, int64_t n) {
+    /* squares summed in double, like the reference: x*x is exact in a double */
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        const __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        s0 = _mm256_fmadd_pd(lo, lo, s0);
+        s1 = _mm256_fmadd_pd(hi, hi, s1);
+    }
+    double sv[4];
+    _mm256_storeu_pd(sv, _mm256_add_pd(s0, s1));
+    double ss = (sv[0] + sv[1]) + (sv[2] + sv[3]);
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sc),
+                                                _mm256_loadu_ps(w + i)));
+    for (; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+static void silu_mul_avx2(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        _mm256_storeu_ps(
+            g + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void add_avx2(float *x, const float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        x[i] += y[i];
+}
+
+const cpu_kernels cpu_kernels_avx2 = {
+    .isa = CPU_ISA_AVX2,
+    .rows = R,
+    .tile = TT,
+    .attn_lanes = LANES,
+    .attn_align = 8,
+    .signed_types = 1ull << AL_TYPE_Q8_0,
+    .quantize = quantize_avx2,
+    .pack_q = {[AL_TYPE_Q4_0] = pack_q4_0,
+               [AL_TYPE_Q4_1] = pack_q4_1,
+               [AL_TYPE_Q5_0] = pack_q5_0,
+               [AL_TYPE_Q5_1] = pack_q5_1,
+               [AL_TYPE_Q8_0] = pack_q8_0,
+               [AL_TYPE_Q4_K] = pack_q4_k,
+               [AL_TYPE_Q5_K] = pack_q5_k,
+               [AL_TYPE_Q6_K] = pack_q6_k,
+               [AL_TYPE_Q2_K] = pack_q2_k,
+               [AL_TYPE_Q3_K] = pack_q3_k},
+    .mk_q = mk_q_avx2,
+    .pack_f = pack_f_avx2,
+    .mk_f = mk_f_avx2,
+    .attn = attn_avx2,
+    .rms_norm = rms_norm_avx2,
+    .silu_mul = silu_mul_avx2,
+    .add = add_avx2,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -1,0 +1,1017 @@
+/* kernels_avx512.c: the CPU kernels for AVX-512 (F, BW, VL, DQ) with VNNI.
+ *
+ * Compiled for AVX-512 by the target pragma below, whatever the build's flags; cpu.c
+ * calls it only when CPUID says the CPU has these extensions.
+ *
+ * Quantized matmul: panels of R = 16 rows, one per 32-bit lane of a zmm register, and
+ * activation tiles of TT = 8 tokens (layouts in ops.h). The microkernel's inner step
+ * is one vpdpbusd per (4 elements, token): 16 rows x 4 unsigned weights times one
+ * broadcast group of 4 signed activations, accumulated in exact int32. Per sub-block
+ * the int32 sums become floats once (mk_q_body). A zmm of weights is loaded once and
+ * used by every token of the tile.
+ *
+ * Packing reads 16 rows' blocks in place and transposes them in registers: 16-byte or
+ * 32-byte columns of 16 rows become vectors of 4-byte groups, and the scales of 16
+ * rows come in one gather. The last panel of a matrix, when short of 16 rows, takes
+ * the portable decoders (cpu_pack_q_generic).
+ *
+ * Attention keeps 16 queries of one kv head in the lanes (ops.h), so both q.k and
+ * p.v are broadcast-FMAs with no horizontal sums.
+ */
+#if defined(__clang__)
+#pragma clang attribute push(                                                                      \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))),        \
+    apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "quant.h"
+#include "util.h"
+
+enum { R = 16, TT = 8, LANES = 16 };
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* ---- exp ---------------------------------------------------------------------------- */
+
+/* e^x to about 1 ulp (Cephes' expf): x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+ * polynomial, 2^n by vscalefps. exp(0) is exactly 1. */
+INLINE __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
+                      _mm512_set1_ps(-87.3365447505531f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ---- activations ----------------------------------------------------------------------- */
+
+/* Writes one group of quantized activations (q[n], effective scale d) into a tile,
+ * with ds = d * sum(q) per sub-block of b. */
+INLINE int sum_i8x16(__m128i v) {
+    /* sad against 0 sums unsigned bytes: shift the signed ones by 128 first */
+    const __m128i s =
+        _mm_sad_epu8(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)), _mm_setzero_si128());
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
+}
+
+INLINE void put_group(const int8_t *q, int n, float d, cpu_act_fmt f, uint8_t *tile, int slot,
+                      int tt) {
+    const int b = f.b;
+    for (int s0 = 0; s0 < n; s0 += b) {
+        uint8_t *sb = tile + (s0 / b) * cpu_sb_bytes(tt, b);
+        int sum = sum_i8x16(_mm_loadu_si128((const __m128i *)(q + s0)));
+        if (b == 32) sum += sum_i8x16(_mm_loadu_si128((const __m128i *)(q + s0 + 16)));
+        for (int g = 0; g < b / 4; g++)
+            memcpy(sb + (g * tt + slot) * 4, q + s0 + 4 * g, 4);
+        float *da = (float *)(sb + tt * b);
+        da[slot] = d;
+        /* the aux word (ops.h) */
+        if (f.offset) {
+            const int32_t z = -f.offset * sum;
+            memcpy(da + tt + slot, &z, 4);
+        } else {
+            da[tt + slot] = f.group == 32 ? d * (float)sum : (float)sum;
+        }
+    }
+}
+
+/* As quantize_scalar, bit for bit: the same divisions, round-to-nearest-even. */
+static void quantize_512(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
+                         int tt) {
+    const int group = f.group, b = f.b;
+    _Alignas(64) int8_t q[256];
+    for (int64_t g0 = 0; g0 < n; g0 += group, x += group) {
+        __m512 am = _mm512_setzero_ps();
+        for (int v = 0; v < group; v += 16)
+            am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(x + v)));
+        const float amax = _mm512_reduce_max_ps(am);
+        float d;
+        if (group == 32) {
+            const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+            for (int v = 0; v < 32; v += 16)
+                _mm_store_si128((__m128i *)(q + v),
+                                _mm512_cvtepi32_epi8(
+                                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + v), id))));
+            d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        } else if (amax == 0) {
+            memset(q, 0, (size_t)group);
+            d = 0;
+        } else {
+            /* the first element of largest magnitude, with its sign */
+            int at = 0;
+            for (int v = 0; v < group; v += 16) {
+                const __mmask16 k = _mm512_cmpeq_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + v)),
+                                                         _mm512_set1_ps(amax));
+                if (k) {
+                    at = v + __builtin_ctz(k);
+                    break;
+                }
+            }
+            const float iscale = -127.0f / x[at];
+            for (int v = 0; v < group; v += 16) {
+                const __m512i qi = _mm512_cvtps_epi32(
+                    _mm512_mul_ps(_mm512_loadu_ps(x + v), _mm512_set1_ps(iscale)));
+                _mm_store_si128((__m128i *)(q + v),
+                                _mm512_cvtepi32_epi8(_mm512_min_epi32(qi, _mm512_set1_epi32(127))));
+            }
+            d = 1.0f / iscale;
+        }
+        put_group(q, group, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
+    }
+}
+
+/* ---- packing quantized weights ------------------------------------------------------- */
+/* Each pack reads the blocks of 16 rows in place and transposes them in registers:
+ * 4-byte groups of quants become one zmm per group (row r in lane r); the fp16 scales
+ * and packed 6-bit scales of 16 rows arrive in one vpgatherdd each. */
+
+/* Bytes ahead of the pack in each row that it prefetches (into L2: 16 streams need more
+ * requests in flight than L1 can track). The rows of a panel are R interleaved
+ * streams, which the hardware prefetchers do not follow. */
+enum { PF_AHEAD = 384 };
+
+typedef struct rows16 {
+    const uint8_t *b[4]; /* rows 4k..4k+3 start at b[k] + {0, 1, 2, 3} * rb */
+    int64_t rb, rb3;     /* row stride and 3 times it: a few registers address all rows */
+    int64_t skip;        /* bytes from the start of each row to b[k] */
+} rows16;
+
+INLINE void rows_init(rows16 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip) {
+    rs->rb = (int64_t)row_bytes;
+    rs->rb3 = 3 * rs->rb;
+    rs->skip = skip;
+    for (int k = 0; k < 4; k++)
+        rs->b[k] = w + 4 * k * rs->rb + skip;
+}
+
+INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
+    const int i = r % 4;
+    return rs->b[r / 4] + off + (i == 0 ? 0 : i == 1 ? rs->rb : i == 2 ? 2 * rs->rb : rs->rb3);
+}
+
+/* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
+ * the rows, in the next panel's rows (R rows further on), which come next. */
+INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines) {
+    const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 15 * rs->rb : 0);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int l = 0; l < n_lines; l++)
+            _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
+}
+
+/* The 4 bytes at offset off of every row. */
+INLINE __m512i gather32(const rows16 *rs, int64_t off) {
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int32_t)rs->rb));
+    return _mm512_i32gather_epi32(idx, rs->b[0] + off, 1);
+}
+
+/* The fp16 number in the low (hi = 0) or high half of gather32. */
+INLINE __m512 gather_f16(__m512i g, int hi) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(g, 16) : g));
+}
+
+/* The fp16 number at offset off of every row. */
+INLINE __m512 gather_d(const rows16 *rs, int64_t off) {
+    return gather_f16(gather32(rs, off), 0);
+}
+
+/* d[j] = 4-byte group j of the 16 bytes at off, for every row. */
+INLINE void load_16x16(const rows16 *rs, int64_t off, __m512i d[4]) {
+    __m512i a[4];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        /* lanes: rows i, i+4, i+8, i+12; the transposes below then give rows in order.
+         * Broadcast loads with merge masks keep the shuffle port free. */
+        __m512i z = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)row_at(rs, i, off)));
+        z = _mm512_mask_broadcast_i32x4(z, 0x00F0,
+                                        _mm_loadu_si128((const __m128i *)row_at(rs, i + 4, off)));
+        z = _mm512_mask_broadcast_i32x4(z, 0x0F00,
+                                        _mm_loadu_si128((const __m128i *)row_at(rs, i + 8, off)));
+        a[i] = _mm512_mask_broadcast_i32x4(
+            z, 0xF000, _mm_loadu_si128((const __m128i *)row_at(rs, i + 12, off)));
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+    d[0] = _mm512_unpacklo_epi64(t0, t2);
+    d[1] = _mm512_unpackhi_epi64(t0, t2);
+    d[2] = _mm512_unpacklo_epi64(t1, t3);
+    d[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* g[j] = 4-byte group j of the 32 bytes at off, for every row: two 8x8 transposes of
+ * 32-bit words, one per 256-bit half. */
+INLINE void load_16x32(const rows16 *rs, int64_t off, __m512i g[8]) {
+    __m512i z[8], t[8], u[8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        /* rows i | i+4 and 8+i | 12+i, so that the last shuffles give rows in order */
+        z[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(row_at(rs, i, off)))),
+            _mm256_loadu_si256((const __m256i *)(row_at(rs, i + 4, off))), 1);
+        z[4 + i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(row_at(rs, 8 + i, off)))),
+            _mm256_loadu_si256((const __m256i *)(row_at(rs, 12 + i, off))), 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        g[i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0x88);
+        g[4 + i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0xDD);
+    }
+}
+
+INLINE __m512i lo4(__m512i v) {
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+}
+INLINE __m512i hi4(__m512i v) {
+    return lo4(_mm512_srli_epi16(v, 4));
+}
+
+INLINE void store_q(uint8_t *q, int j, __m512i v) {
+    _mm512_store_si512((__m512i *)(q + 64 * j), v);
+}
+
+/* dw and m of one sub-block of B elements. */
+INLINE void store_scales(uint8_t *sb, int b, __m512 dw, __m512 m) {
+    _mm512_store_ps((float *)(sb + R * b), dw);
+    _mm512_store_ps((float *)(sb + R * b) + R, m);
+}
+
+/* 0x10 in byte k of lane r where bit 4j + k of qh[r] is set (the Q5 fifth bits of
+ * 4-byte group j): a 16-entry table indexed by the nibble. */
+INLINE __m512i q5_high(__m512i qh, int j) {
+    const __m512i lut =
+        _mm512_set_epi32(0x10101010, 0x10101000, 0x10100010, 0x10100000, 0x10001010, 0x10001000,
+                         0x10000010, 0x10000000, 0x00101010, 0x00101000, 0x00100010, 0x00100000,
+                         0x00001010, 0x00001000, 0x00000010, 0x00000000);
+    return _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 4 * j), lut);
+}
+
+/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first. */
+INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                        uint8_t *panel) {
+    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
+    static const int ts[] = {18, 20, 22, 24, 34}, qs_off[] = {2, 4, 6, 8, 2};
+    const int64_t t = ts[kind];
+    rows16 rs;
+    rows_init(&rs, w, row_bytes, blk0 * t);
+    for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
+        const int64_t off = i * t;
+        if (!(i & 1)) prefetch_rows(&rs, off, 1); /* two blocks are at most 68 bytes */
+        const bool has_m = kind == Q4_1 || kind == Q5_1;
+        const __m512i head = has_m ? gather32(&rs, off) : _mm512_setzero_si512();
+        const __m512 d = has_m ? gather_f16(head, 0) : gather_d(&rs, off);
+        if (kind == Q8_0) {
+            __m512i g[8];
+            load_16x32(&rs, off + 2, g);
+#pragma GCC unroll 16
+            for (int j = 0; j < 8; j++)
+                store_q(panel, j, _mm512_xor_si512(g[j], _mm512_set1_epi8((char)0x80)));
+            store_scales(panel, 32, d, _mm512_mul_ps(d, _mm512_set1_ps(-128.0f)));
+            continue;
+        }
+        __m512i q[4];
+        load_16x16(&rs, off + qs_off[kind], q);
+        if (kind == Q5_0 || kind == Q5_1) {
+            const __m512i qh = gather32(&rs, off + (kind == Q5_0 ? 2 : 4));
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                store_q(panel, j, _mm512_or_si512(lo4(q[j]), q5_high(qh, j)));
+                store_q(panel, 4 + j, _mm512_or_si512(hi4(q[j]), q5_high(qh, 4 + j)));
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int j = 0; j < 4; j++) {
+                store_q(panel, j, lo4(q[j]));
+                store_q(panel, 4 + j, hi4(q[j]));
+            }
+        }
+        if (kind == Q4_1 || kind == Q5_1)
+            store_scales(panel, 32, d, gather_f16(head, 1));
+        else
+            store_scales(panel, 32, d,
+                         _mm512_mul_ps(d, _mm512_set1_ps(kind == Q4_0 ? -8.0f : -16.0f)));
+    }
+}
+
+/* A panel short of 16 rows (the last of a matrix) takes the portable pack. */
+#define PACK_LEGACY(name, kind)                                                                    \
+    static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
+                     int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
+        if (n_rows < R)                                                                            \
+            cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
+        else                                                                                       \
+            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel);                                   \
+    }
+PACK_LEGACY(pack_q4_0, 0)
+PACK_LEGACY(pack_q4_1, 1)
+PACK_LEGACY(pack_q5_0, 2)
+PACK_LEGACY(pack_q5_1, 3)
+PACK_LEGACY(pack_q8_0, 4)
+
+/* Byte k (0..3) of each lane. */
+INLINE __m512i byte_of(__m512i v, int k) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF));
+}
+
+/* The 8 scales and mins of Q4_K/Q5_K for 16 rows (the layout of quant.c k4_scale_min)
+ * from the 12 scale bytes at off + 4, into the 8 sub-blocks of a super-block. */
+INLINE void k4_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
+    const __m512i dd = gather32(rs, off);
+    const __m512 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
+    const __m512i s0 = gather32(rs, off + 4), s1 = gather32(rs, off + 8),
+                  s2 = gather32(rs, off + 12);
+    const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; j++) {
+        __m512i sc, mn;
+        if (j < 4) {
+            sc = _mm512_and_si512(byte_of(s0, j), m63);
+            mn = _mm512_and_si512(byte_of(s1, j), m63);
+        } else {
+            const __m512i b2 = byte_of(s2, j - 4);
+            sc = _mm512_or_si512(_mm512_and_si512(b2, m15),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(byte_of(s0, j - 4), 6), 4));
+            mn = _mm512_or_si512(_mm512_srli_epi32(b2, 4),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(byte_of(s1, j - 4), 6), 4));
+        }
+        store_scales(
+            pb + j * cpu_sb_bytes(R, 32), 32, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)),
+            _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin), _mm512_cvtepi32_ps(mn)));
+    }
+}
+
+/* Q4_K and Q5_K: 4 chunks of 32 bytes, low nibbles = sub-block 2c, high = 2c + 1. */
+INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                     uint8_t *panel) {
+    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
+    rows16 rs;
+    rows_init(&rs, w, row_bytes, blk0 * t);
+    for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
+        const int64_t off = i * t;
+        prefetch_rows(&rs, off, 3);
+        k4_scales16(&rs, off, panel);
+        __m512i h[8];
+        if (five) load_16x32(&rs, off + 16, h);
+#pragma GCC unroll 16
+        for (int c = 0; c < 4; c++) {
+            __m512i g[8];
+            load_16x32(&rs, off + (five ? 48 : 16) + 32 * c, g);
+            uint8_t *q0 = panel + 2 * c * sbb, *q1 = q0 + sbb;
+#pragma GCC unroll 16
+            for (int j = 0; j < 8; j++) {
+                __m512i u0 = lo4(g[j]), u1 = hi4(g[j]);
+                if (five) {
+                    /* bit s of qh[l] is the fifth bit of element l of sub-block s */
+                    const __m512i b16 = _mm512_set1_epi8(0x10);
+                    u0 = _mm512_or_si512(
+                        u0, _mm512_maskz_mov_epi8(
+                                _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(1 << (2 * c)))),
+                                b16));
+                    u1 = _mm512_or_si512(
+                        u1, _mm512_maskz_mov_epi8(
+                                _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(2 << (2 * c)))),
+                                b16));
+                }
+                store_q(q0, j, u0);
+                store_q(q1, j, u1);
+            }
+        }
+    }
+}
+
+static void pack_q4_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_k45(false, w, row_bytes, blk0, n_blk, panel);
+}
+
+static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_k45(true, w, row_bytes, blk0, n_blk, panel);
+}
+
+/* Q6_K: per half, quants from two 32-byte columns of ql and one of qh; 16 sub-blocks
+ * of 16 with signed 8-bit scales. */
+static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows16 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 210);
+    const __m512i top = _mm512_set1_epi8(0x30);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 210;
+        prefetch_rows(&rs, off, 4);
+#pragma GCC unroll 16
+        for (int half = 0; half < 2; half++) {
+            __m512i l0[8], l1[8], h[8];
+            load_16x32(&rs, off + 64 * half, l0);
+            load_16x32(&rs, off + 64 * half + 32, l1);
+            load_16x32(&rs, off + 128 + 32 * half, h);
+#pragma GCC unroll 16
+            for (int j = 0; j < 8; j++) {
+                /* element 32g + l of the half: a nibble of l0 or l1, and bits 2g..2g+1
+                 * of h moved to 4..5; group j holds l = 4j..4j+3 */
+                const __m512i u[4] = {
+                    _mm512_or_si512(lo4(l0[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 4), top)),
+                    _mm512_or_si512(lo4(l1[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 2), top)),
+                    _mm512_or_si512(hi4(l0[j]), _mm512_and_si512(h[j], top)),
+                    _mm512_or_si512(hi4(l1[j]), _mm512_and_si512(_mm512_srli_epi16(h[j], 2), top)),
+                };
+#pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4, u[g]);
+            }
+        }
+        /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
+        const __m512 d = gather_f16(gather32(&rs, off + 206), 1);
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            const __m512i sc = gather32(&rs, off + 192 + 4 * k);
+#pragma GCC unroll 16
+            for (int b = 0; b < 4; b++) {
+                const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sc, 24 - 8 * b), 24);
+                const __m512 dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+                store_scales(panel + (4 * k + b) * sbb, 16, dw,
+                             _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f)));
+            }
+        }
+    }
+}
+
+/* Q2_K: per half, 2-bit quants in one 32-byte column, bits 2g..2g+1 of byte l being
+ * element 32g + l; sub-blocks of 16 with a 4-bit scale and a 4-bit min. */
+static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows16 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 84);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 84;
+        prefetch_rows(&rs, off, 2);
+        for (int half = 0; half < 2; half++) {
+            __m512i q[8];
+            load_16x32(&rs, off + 16 + 32 * half, q);
+            for (int g = 0; g < 4; g++)
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4,
+                            _mm512_and_si512(_mm512_srli_epi16(q[j], 2 * g), _mm512_set1_epi8(3)));
+        }
+        const __m512i dd = gather32(&rs, off + 80);
+        const __m512 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
+        for (int k = 0; k < 4; k++) {
+            const __m512i sc = gather32(&rs, off + 4 * k);
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                const __m512i v = byte_of(sc, b);
+                store_scales(panel + (4 * k + b) * sbb, 16,
+                             _mm512_mul_ps(
+                                 d, _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)))),
+                             _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin),
+                                           _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4))));
+            }
+        }
+    }
+}
+
+/* Q3_K: Q2_K's 2-bit columns plus a third bit from hmask (bit 4 * half + g of byte l),
+ * u = lo + 4 * bit for lo - 4 + 4 * bit; 16 signed 6-bit scales. */
+static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R) {
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+        return;
+    }
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows16 rs;
+    rows_init(&rs, w, row_bytes, blk0 * 110);
+    for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
+        const int64_t off = i * 110;
+        prefetch_rows(&rs, off, 2);
+        __m512i hm[8];
+        load_16x32(&rs, off, hm);
+        for (int half = 0; half < 2; half++) {
+            __m512i q[8];
+            load_16x32(&rs, off + 32 + 32 * half, q);
+            for (int g = 0; g < 4; g++) {
+                const int bit = 4 * half + g; /* moved to bit 2 of each byte */
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    const __m512i hb = bit >= 2 ? _mm512_srli_epi16(hm[j], bit - 2)
+                                                : _mm512_slli_epi16(hm[j], 2 - bit);
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4,
+                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q[j], 2 * g),
+                                                             _mm512_set1_epi8(3)),
+                                            _mm512_and_si512(hb, _mm512_set1_epi8(4))));
+                }
+            }
+        }
+        /* d is the high half of the 4 bytes at 106 (108 would read past the block) */
+        const __m512 d = gather_f16(gather32(&rs, off + 106), 1);
+        const __m512i s0 = gather32(&rs, off + 96), s1 = gather32(&rs, off + 100);
+        const __m512i s2 = gather32(&rs, off + 104);
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            /* the 6-bit scale s (see quant.c q3_k_scale), stored + 32 */
+            const __m512i lo =
+                s < 8 ? _mm512_and_si512(byte_of(s < 4 ? s0 : s1, s % 4), _mm512_set1_epi32(15))
+                      : _mm512_srli_epi32(byte_of(s < 12 ? s0 : s1, s % 4), 4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(byte_of(s2, s % 4), 2 * (s / 4)),
+                                                _mm512_set1_epi32(3));
+            const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)),
+                                               _mm512_set1_epi32(32));
+            const __m512 dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+            store_scales(panel + s * sbb, 16, dw, _mm512_mul_ps(dw, _mm512_set1_ps(-4.0f)));
+        }
+    }
+}
+
+/* ---- quantized microkernel ------------------------------------------------------------- */
+
+/* The integer sums of one sub-block of b for nt tokens. With a constant offset they
+ * start at the tile's -offset * sum(qa). */
+INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
+                      __m512i is[TT]) {
+    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+    __m512i ia[TT], ib[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        ia[t] = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(zq[t]);
+        ib[t] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < b / 4; g++) {
+        const __m512i wv = _mm512_load_si512((const __m512i *)(p + 64 * g));
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            /* two chains for few tokens: vpdpbusd has a latency of 5 */
+            const __m512i xv = _mm512_set1_epi32(load_i32(x + (g * TT + t) * 4));
+            if (nt <= 2 && (g & 1))
+                ib[t] = _mm512_dpbusd_epi32(ib[t], wv, xv);
+            else
+                ia[t] = _mm512_dpbusd_epi32(ia[t], wv, xv);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        is[t] = nt <= 2 ? _mm512_add_epi32(ia[t], ib[t]) : ia[t];
+}
+
+/* Legacy types: acc += isum * (dw * da) (+ m * ds). K-quants: sacc += isum * dw
+ * (+ m * sum(qa)) over the sub-blocks of a super-block, then acc += sacc * da. */
+INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
+                      const bool mins) {
+    const __mmask16 rows = (__mmask16)((1u << a->n_rows) - 1);
+    const int per = kq ? 256 / b : 1;
+    const uint8_t *p = a->panel, *x = a->act;
+    __m512 acc[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = a->first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, a->out + t * a->ldo);
+    for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
+        const float *da = (const float *)(x + TT * b);
+        __m512 sacc[TT];
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++)
+            sacc[t] = _mm512_setzero_ps();
+        for (int s = 0; s < per; s++) {
+            __m512i is[TT];
+            mk_q_sums(p, x, nt, b, mins, is);
+            const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
+            const __m512 m = _mm512_load_ps((const float *)(p + R * b) + R);
+            const float *aux = (const float *)(x + TT * b) + TT;
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const __m512 fs = _mm512_cvtepi32_ps(is[t]);
+                if (kq)
+                    sacc[t] = _mm512_fmadd_ps(fs, dw, sacc[t]);
+                else
+                    acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da[t])), acc[t]);
+                if (mins && kq)
+                    sacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), sacc[t]);
+                else if (mins)
+                    acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), acc[t]);
+            }
+            p += R * (b + 8);
+            x += TT * (b + 8);
+        }
+        if (kq) {
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++)
+                acc[t] = _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(da[t]), acc[t]);
+        }
+    }
+    const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(rows, a->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm512_mask_storeu_ps(a->out + t * a->ldo, rows,
+                              a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
+}
+
+/* One copy of a microkernel per token count, so that its loops over tokens unroll. */
+#define BY_TOKENS(n, CALL)                                                                         \
+    switch (n) {                                                                                   \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
+static void mk_q_512(const cpu_mk_args *a) {
+#define LEGACY(t) mk_q_body(a, t, 32, false, false)
+#define LEGACY_M(t) mk_q_body(a, t, 32, false, true)
+#define K16(t) mk_q_body(a, t, 16, true, false)
+#define K16_M(t) mk_q_body(a, t, 16, true, true)
+#define K32(t) mk_q_body(a, t, 32, true, false)
+#define K32_M(t) mk_q_body(a, t, 32, true, true)
+    if (a->group == 32 && !a->mins)
+        BY_TOKENS(a->n_tok, LEGACY)
+    else if (a->group == 32)
+        BY_TOKENS(a->n_tok, LEGACY_M)
+    else if (a->bsize == 16 && !a->mins)
+        BY_TOKENS(a->n_tok, K16)
+    else if (a->bsize == 16)
+        BY_TOKENS(a->n_tok, K16_M)
+    else if (!a->mins)
+        BY_TOKENS(a->n_tok, K32)
+    else
+        BY_TOKENS(a->n_tok, K32_M)
+#undef LEGACY
+#undef LEGACY_M
+#undef K16
+#undef K16_M
+#undef K32
+#undef K32_M
+}
+
+/* ---- float weights --------------------------------------------------------------------- */
+
+/* r[i] = row i -> r[k] = column k, 16 x 16 floats. */
+INLINE void transpose_16x16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+/* now r[4i + c], 128-bit lane L, holds rows 4i..4i+3 of column 4L + c */
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+    }
+}
+
+INLINE __m512 load16_as_f32(uint32_t type, const uint8_t *p) {
+    if (type == AL_TYPE_F32) return _mm512_loadu_ps(p);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (type == AL_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* One copy per weight type, so that the loads and the transpose stay in registers. */
+INLINE void pack_f_body(const uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                        int64_t k0, int64_t nk, float *panel) {
+    const int64_t es = type == AL_TYPE_F32 ? 4 : 2;
+    const uint8_t *rows[R];
+    for (int r = 0; r < R; r++)
+        rows[r] = w + (uint64_t)(r < n_rows ? r : n_rows - 1) * row_bytes + k0 * es;
+    int64_t k = 0;
+    for (; k + 16 <= nk; k += 16) {
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++)
+            v[r] = load16_as_f32(type, rows[r] + k * es);
+        transpose_16x16(v);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++)
+            _mm512_store_ps(panel + (k + c) * R, v[c]);
+    }
+    for (; k < nk; k++)
+        for (int r = 0; r < R; r++) {
+            const uint8_t *e = rows[r] + k * es;
+            uint16_t h;
+            memcpy(&h, e, 2);
+            float f;
+            if (type == AL_TYPE_F32)
+                memcpy(&f, e, 4);
+            else
+                f = type == AL_TYPE_F16 ? _cvtsh_ss(h) : al_bf16_to_f32(h);
+            panel[k * R + r] = f;
+        }
+}
+
+static void pack_f_512(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t k0,
+                       int64_t nk, float *panel) {
+    if (type == AL_TYPE_F16)
+        pack_f_body(AL_TYPE_F16, w, row_bytes, n_rows, k0, nk, panel);
+    else if (type == AL_TYPE_BF16)
+        pack_f_body(AL_TYPE_BF16, w, row_bytes, n_rows, k0, nk, panel);
+    else
+        pack_f_body(AL_TYPE_F32, w, row_bytes, n_rows, k0, nk, panel);
+}
+
+/* acc[t] += sum_k w[k] x[t][k], in two chains (even and odd k) for every token count:
+ * FMA latency would otherwise bound a single token. */
+INLINE void mk_f_body(const cpu_mk_args *a, const int nt) {
+    const __mmask16 rows = (__mmask16)((1u << a->n_rows) - 1);
+    const float *p = a->panel, *x = a->act;
+    __m512 acc[TT], acc2[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        acc[t] = a->first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, a->out + t * a->ldo);
+        acc2[t] = _mm512_setzero_ps();
+    }
+    int64_t k = 0;
+    for (; k + 2 <= a->n_k; k += 2) {
+        const __m512 w0 = _mm512_load_ps(p + k * R), w1 = _mm512_load_ps(p + (k + 1) * R);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            acc[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * a->ldx + k]), acc[t]);
+            acc2[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * a->ldx + k + 1]), acc2[t]);
+        }
+    }
+    if (k < a->n_k) {
+        const __m512 w0 = _mm512_load_ps(p + k * R);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * a->ldx + k]), acc[t]);
+    }
+    const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(rows, a->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const __m512 v = _mm512_add_ps(acc[t], acc2[t]);
+        _mm512_mask_storeu_ps(a->out + t * a->ldo, rows, a->bias ? _mm512_add_ps(v, bias) : v);
+    }
+}
+
+static void mk_f_512(const cpu_mk_args *a) {
+#define MKF(t) mk_f_body(a, t)
+    BY_TOKENS(a->n_tok, MKF)
+#undef MKF
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+typedef struct attn_state {
+    __m512i pos; /* last visible key per lane */
+    __m512 mx;   /* running maximum score */
+    __m512 sum;  /* running sum of exp(score - mx) */
+} attn_state;
+
+/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
+static __m512 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const float *qt,
+                          const attn_state *st, float *e) {
+    const int hd = a->head_dim;
+    __m512 mb = _mm512_set1_ps(-INFINITY);
+    for (int i0 = 0; i0 < n; i0 += 8) {
+        const float *kp[8];
+        for (int i = 0; i < 8; i++)
+            kp[i] = a->k + (int64_t)(kb + i0 + (i0 + i < n ? i : 0)) * a->ldk + (int64_t)kvh * hd;
+        __m512 s[8];
+        for (int i = 0; i < 8; i++)
+            s[i] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            const __m512 qd = _mm512_load_ps(qt + d * LANES);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                s[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kp[i][d]), s[i]);
+        }
+        for (int i = 0; i < 8 && i0 + i < n; i++) {
+            const __mmask16 vis = _mm512_cmple_epi32_mask(_mm512_set1_epi32(kb + i0 + i), st->pos);
+            const __m512 sc = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s[i]);
+            _mm512_store_ps(e + (i0 + i) * LANES, sc);
+            mb = _mm512_max_ps(mb, sc);
+        }
+    }
+    return mb;
+}
+
+/* ot[d] += sum_i e[i] * v_i[d] for 16 dimensions at a time, keys in order. */
+static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const float *e, float *ot) {
+    const int hd = a->head_dim;
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512 acc[16];
+        for (int d = 0; d < 16; d++)
+            acc[d] = _mm512_load_ps(ot + (d0 + d) * LANES);
+        for (int i = 0; i < n; i++) {
+            const float *v = a->v + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd + d0;
+            const __m512 ei = _mm512_load_ps(e + i * LANES);
+#pragma GCC unroll 16
+            for (int d = 0; d < 16; d++)
+                acc[d] = _mm512_fmadd_ps(ei, _mm512_set1_ps(v[d]), acc[d]);
+        }
+        for (int d = 0; d < 16; d++)
+            _mm512_store_ps(ot + (d0 + d) * LANES, acc[d]);
+    }
+}
+
+static void attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
+    const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
+    float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
+    int pos[LANES], p_end = 0;
+    for (int j = 0; j < LANES; j++) {
+        const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
+        const float *q = a->q + t * a->ldq + (int64_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            qt[d * LANES + j] = q[d] * a->scale;
+        pos[j] = a->n_past + t;
+        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
+    }
+    attn_state st = {.pos = _mm512_loadu_si512(pos),
+                     .mx = _mm512_set1_ps(-INFINITY),
+                     .sum = _mm512_setzero_ps()};
+    memset(ot, 0, (size_t)hd * LANES * sizeof(float));
+    for (int kb = 0; kb < p_end; kb += CPU_ATTN_KEYS) {
+        const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
+        const __m512 mn = _mm512_max_ps(st.mx, attn_scores(a, kvh, kb, n, qt, &st, e));
+        const __m512 alpha = exp512(_mm512_sub_ps(st.mx, mn));
+        st.mx = mn;
+        st.sum = _mm512_mul_ps(st.sum, alpha);
+        for (int d = 0; d < hd; d++)
+            _mm512_store_ps(ot + d * LANES, _mm512_mul_ps(_mm512_load_ps(ot + d * LANES), alpha));
+        for (int i = 0; i < n; i++) {
+            const __mmask16 vis = _mm512_cmple_epi32_mask(_mm512_set1_epi32(kb + i), st.pos);
+            const __m512 ei =
+                _mm512_maskz_mov_ps(vis, exp512(_mm512_sub_ps(_mm512_load_ps(e + i * LANES), mn)));
+            st.sum = _mm512_add_ps(st.sum, ei);
+            _mm512_store_ps(e + i * LANES, ei);
+        }
+        attn_values(a, kvh, kb, n, e, ot);
+    }
+    float inv[LANES];
+    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
+    for (int j = 0; j < nq; j++) {
+        const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
+        float *o = a->out + t * a->ldo + (int64_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = ot[d * LANES + j] * inv[j];
+    }
+}
+
+/* ---- per-row ops ----------------------------------------------------------------------- */
+
+static void rms_norm_512(const float *x, const float *w, float eps, float *out, int64_t n) {
+    /* squares summed in double, like the reference: x*x is exact in a double */
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        const __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+        s0 = _mm512_fmadd_pd(lo, lo, s0);
+        s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sv),
+                                       _mm512_maskz_loadu_ps(k, w + i));
+        _mm512_mask_storeu_ps(out + i, k, v);
+    }
+}
+
+static void silu_mul_512(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 s =
+            _mm512_div_ps(gv, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+static void add_512(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(
+            x + i, k,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, y + i)));
+    }
+}
+
+const cpu_kernels cpu_kernels_avx512 = {
+    .isa = CPU_ISA_AVX512,
+    .rows = R,
+    .tile = TT,
+    .attn_lanes = LANES,
+    .attn_align = 16,
+    .quantize = quantize_512,
+    .pack_q = {[AL_TYPE_Q4_0] = pack_q4_0,
+               [AL_TYPE_Q4_1] = pack_q4_1,
+               [AL_TYPE_Q5_0] = pack_q5_0,
+               [AL_TYPE_Q5_1] = pack_q5_1,
+               [AL_TYPE_Q8_0] = pack_q8_0,
+               [AL_TYPE_Q4_K] = pack_q4_k,
+               [AL_TYPE_Q5_K] = pack_q5_k,
+               [AL_TYPE_Q6_K] = pack_q6_k,
+               [AL_TYPE_Q2_K] = pack_q2_k,
+               [AL_TYPE_Q3_K] = pack_q3_k},
+    .mk_q = mk_q_512,
+    .pack_f = pack_f_512,
+    .mk_f = mk_f_512,
+    .attn = attn_512,
+    .rms_norm = rms_norm_512,
+    .silu_mul = silu_mul_512,
+    .add = add_512,
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

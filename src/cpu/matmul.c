@@ -1,0 +1,308 @@
+/* matmul.c: the fast matmul and attention of the CPU backend: splitting the work over
+ * threads and cache-sized chunks, and calling the kernels of one instruction set.
+ *
+ * A quantized matmul runs in two passes over the thread pool. First the batch of
+ * activations is quantized once, into tiles of TT tokens (ops.h). Then the threads
+ * take groups of panels (R output rows) from a shared counter, so that a thread slowed
+ * by anything else still finishes with the others, and per panel and K chunk unpack
+ * the weights once and run the microkernel over every tile of tokens:
+ *   - a few tokens (token generation): panel by panel, K in chunks small enough for
+ *     the unpacked panel to stay in L1; the weights stream from memory once (the
+ *     packs prefetch them: see kernels_avx512.c);
+ *   - a large batch (prompt processing): chunk by chunk, one pool run each, so that
+ *     the chunk of every token's activations stays in L2 while all panels pass over
+ *     it, and a panel's chunks are summed in order.
+ * Either way the microkernel accumulates a (row, token) pair over K in the same order,
+ * continuing from the partial sum it left in `out`, so results do not depend on the
+ * batch size, the loop order or the number of threads.
+ *
+ * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
+ * hands the tiles to the threads largest first, from a shared counter: causal tiles
+ * differ in cost, and the counter keeps both cores busy to the end.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "quant.h"
+#include "util.h"
+
+enum {
+    KC_GEMV = 1024,         /* K chunk for a few tokens: the panel stays in L1 */
+    KC_MAX = 4096,          /* the largest K chunk of a quantized panel */
+    KC_F32 = 1024,          /* the K chunk of a float panel */
+    L2_BYTES = 1280 * 1024, /* activations of one chunk kept in L2 for a large batch */
+};
+
+static inline int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+static uint8_t *tls_for(cpu_backend *cb, int ith) {
+    return cb->tls + (uint64_t)ith * cb->tls_bytes;
+}
+
+uint64_t fast_act_bytes(const cpu_kernels *k, int64_t max_cols, int n_tok) {
+    /* sub-blocks of 16 need the most: 1.5 bytes per element */
+    const int64_t n_tiles = (n_tok + k->tile - 1) / k->tile;
+    return (uint64_t)n_tiles * (uint64_t)(max_cols / 16 + 1) * (uint64_t)cpu_sb_bytes(k->tile, 16);
+}
+
+uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
+    const uint64_t q_panel = (uint64_t)(KC_MAX / 16) * (uint64_t)cpu_sb_bytes(k->rows, 16);
+    const uint64_t f_panel = (uint64_t)KC_F32 * (uint64_t)k->rows * sizeof(float);
+    const uint64_t attn =
+        (uint64_t)cpu_attn_scratch(CPU_MAX_ROWS, CPU_ATTN_MAX_DIM) * sizeof(float);
+    const uint64_t rope = (uint64_t)max_cols * 16; /* rope: a double and two floats per pair */
+    uint64_t n = q_panel > f_panel ? q_panel : f_panel;
+    if (attn > n) n = attn;
+    if (rope > n) n = rope;
+    return (n + 63) & ~(uint64_t)63;
+}
+
+/* ---- matmul -------------------------------------------------------------------------- */
+
+typedef struct mm_job {
+    cpu_backend *cb;
+    const cpu_kernels *k;
+    const al_tensor *x, *w, *bias;
+    al_tensor *out;
+    const cpu_qtype *qt; /* NULL: a float weight type */
+    cpu_act_fmt fmt;     /* how the activations are quantized for qt */
+    int64_t tok0, n_tok; /* the tokens of this pass */
+    int64_t kc;          /* elements per K chunk */
+    int64_t k0;          /* a batch: the chunk of this pool run */
+    int64_t tile_bytes;  /* bytes of one activation tile over all of K */
+    int64_t grain;       /* panels taken at a time */
+    int64_t next;        /* the next panel to take; atomic */
+} mm_job;
+
+static void mm_quantize_part(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    const int tt = j->k->tile;
+    for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
+        uint8_t *tile = j->cb->act + (t / tt) * j->tile_bytes;
+        j->k->quantize(cpu_f32_row(j->x, j->tok0 + t), j->x->ne[0], j->fmt, tile, (int)(t % tt),
+                       tt);
+    }
+}
+
+/* Unpacks K elements [k0, k0 + nk) of panel p, whose rows start at w. */
+static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, int64_t nk,
+                    void *panel) {
+    const cpu_kernels *k = j->k;
+    const int r = k->rows;
+    const int n_rows = (int)min64(r, j->w->ne[1] - p * r);
+    const uint64_t rb = j->w->row_bytes;
+    if (!j->qt) {
+        k->pack_f(j->w->type, w, rb, n_rows, k0, nk, panel);
+        return;
+    }
+    const int64_t blk0 = k0 / j->qt->block, n_blk = nk / j->qt->block;
+    cpu_pack_q_fn pack = k->pack_q[j->w->type];
+    if (pack)
+        pack(j->w->type, w, rb, n_rows, blk0, n_blk, panel);
+    else
+        cpu_pack_q_generic(j->w->type, r, w, rb, n_rows, blk0, n_blk, panel);
+}
+
+/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT) of
+ * panel p over the chunk [k0, k0 + nk). */
+static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
+                    int64_t t0, int nt) {
+    const cpu_kernels *k = j->k;
+    const int r = k->rows;
+    cpu_mk_args a = {
+        .panel = panel,
+        .n_tok = nt,
+        .n_rows = (int)min64(r, j->w->ne[1] - p * r),
+        .out = cpu_f32_row(j->out, j->tok0 + t0) + p * r,
+        .ldo = (int64_t)(j->out->row_bytes / sizeof(float)),
+        .first = k0 == 0,
+        .bias = j->bias && k0 + nk == j->w->ne[0] ? cpu_f32_row(j->bias, 0) + p * r : NULL,
+    };
+    if (j->qt) {
+        const int b = j->qt->sub;
+        a.act = j->cb->act + (t0 / k->tile) * j->tile_bytes + (k0 / b) * cpu_sb_bytes(k->tile, b);
+        a.n_sb = nk / b;
+        a.bsize = b;
+        a.group = j->qt->block;
+        a.mins = j->fmt.offset == 0;
+        a.signed_w = (k->signed_types >> j->w->type) & 1;
+        k->mk_q(&a);
+    } else {
+        a.act = cpu_f32_row(j->x, j->tok0 + t0) + k0;
+        a.ldx = (int64_t)(j->x->row_bytes / sizeof(float));
+        a.n_k = nk;
+        k->mk_f(&a);
+    }
+}
+
+/* The next group of panels [*p0, *p1) for this thread; false when none is left. */
+static bool mm_take(mm_job *j, int64_t n_panels, int64_t *p0, int64_t *p1) {
+    *p0 = __atomic_fetch_add(&j->next, j->grain, __ATOMIC_RELAXED);
+    *p1 = min64(*p0 + j->grain, n_panels);
+    return *p0 < n_panels;
+}
+
+/* A few tokens: each panel's rows stream once from memory, chunk by chunk. */
+static void mm_gemv_part(void *arg, int ith, int nth) {
+    (void)nth;
+    mm_job *j = arg;
+    const int r = j->k->rows;
+    const int64_t n_in = j->w->ne[0], n_panels = (j->w->ne[1] + r - 1) / r;
+    void *panel = tls_for(j->cb, ith);
+    int64_t p0, p1;
+    while (mm_take(j, n_panels, &p0, &p1))
+        for (int64_t p = p0; p < p1; p++)
+            for (int64_t k0 = 0; k0 < n_in; k0 += j->kc) {
+                const int64_t nk = min64(j->kc, n_in - k0);
+                mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
+                mm_tile(j, panel, p, k0, nk, 0, (int)j->n_tok);
+            }
+}
+
+/* A batch: chunk k0 of every panel, over all tiles of tokens. */
+static void mm_gemm_part(void *arg, int ith, int nth) {
+    (void)nth;
+    mm_job *j = arg;
+    const int r = j->k->rows, tt = j->k->tile;
+    const int64_t n_panels = (j->w->ne[1] + r - 1) / r;
+    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    void *panel = tls_for(j->cb, ith);
+    int64_t p0, p1;
+    while (mm_take(j, n_panels, &p0, &p1))
+        for (int64_t p = p0; p < p1; p++) {
+            mm_pack(j, p, cpu_raw_row(j->w, p * r), j->k0, nk, panel);
+            for (int64_t t0 = 0; t0 < j->n_tok; t0 += tt)
+                mm_tile(j, panel, p, j->k0, nk, t0, (int)min64(tt, j->n_tok - t0));
+        }
+}
+
+/* K chunk: a multiple of the weight block (so of every sub-block) unless it is all
+ * of K. */
+static int64_t mm_chunk(const mm_job *j) {
+    const int64_t n_in = j->w->ne[0];
+    int64_t kc;
+    if (!j->qt) /* the same chunks for every batch: float kernels sum within a chunk */
+        return min64(KC_F32, n_in);
+    if (j->n_tok <= j->k->tile)
+        kc = KC_GEMV;
+    else
+        kc = L2_BYTES / (j->n_tok * (j->qt->sub + 8) / j->qt->sub);
+    kc = kc < 256 ? 256 : kc > KC_MAX ? KC_MAX : kc & ~(int64_t)255;
+    return kc >= n_in ? n_in : kc;
+}
+
+void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                 al_tensor *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
+    const cpu_qtype *qt = cpu_qtype_get(w->type);
+    const bool is_float =
+        w->type == AL_TYPE_F32 || w->type == AL_TYPE_F16 || w->type == AL_TYPE_BF16;
+    if (!qt && !is_float) {
+        ref_matmul(be, x, w, bias, out); /* e.g. Q8_1 or Q8_K weights */
+        return;
+    }
+    pthread_mutex_lock(&cb->lock);
+    AL_ASSERT(cb->k && w->ne[0] <= cb->max_cols);
+    mm_job j = {.cb = cb, .k = cb->k, .x = x, .w = w, .bias = bias, .out = out, .qt = qt};
+    if (qt) {
+        j.fmt = cpu_act_format(cb->k, w->type);
+        j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);
+    }
+    for (int64_t done = 0; done < x->ne[1]; done += j.n_tok) {
+        j.tok0 = done;
+        j.n_tok = min64(x->ne[1] - done, cb->act_tok);
+        j.kc = mm_chunk(&j);
+        if (qt && j.n_tok <= 2 * cb->k->tile)
+            mm_quantize_part(&j, 0, 1);
+        else if (qt)
+            pool_run(cb->pool, mm_quantize_part, &j);
+        /* about 8 takes per thread: few atomics, and still a balanced finish */
+        const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
+        j.grain = n_panels / (8 * cb->n_threads);
+        if (j.grain < 1 || j.n_tok > cb->k->tile) j.grain = 1;
+        if (j.n_tok <= cb->k->tile) {
+            j.next = 0;
+            pool_run(cb->pool, mm_gemv_part, &j);
+            continue;
+        }
+        for (j.k0 = 0; j.k0 < w->ne[0]; j.k0 += j.kc) {
+            j.next = 0;
+            pool_run(cb->pool, mm_gemm_part, &j);
+        }
+    }
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* ---- attention ----------------------------------------------------------------------- */
+
+typedef struct attn_job {
+    cpu_backend *cb;
+    cpu_attn_args a;
+    cpu_attn_fn fn;
+    int lanes;
+    int n_qtiles; /* tiles of queries per kv head */
+    int next;     /* the next work item; taken with an atomic add */
+} attn_job;
+
+static void attn_part(void *arg, int ith, int nth) {
+    (void)nth;
+    attn_job *j = arg;
+    float *scratch = (float *)tls_for(j->cb, ith);
+    const int n_kv = j->a.n_head_kv, n_q = j->a.n_tokens * (j->a.n_head / n_kv);
+    for (;;) {
+        const int it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (it >= j->n_qtiles * n_kv) break;
+        /* the last tokens attend to the most keys: hand them out first */
+        const int qtile = j->n_qtiles - 1 - it / n_kv, q0 = qtile * j->lanes;
+        j->fn(&j->a, it % n_kv, q0, n_q - q0 < j->lanes ? n_q - q0 : j->lanes, scratch);
+    }
+}
+
+void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
+                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s,
+                    al_tensor *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const cpu_kernels *kern = cb->k;
+    if (s->head_dim > CPU_ATTN_MAX_DIM) {
+        ref_attention(be, q, k, v, k_cache, v_cache, s, out);
+        return;
+    }
+    AL_ASSERT(s->n_past + s->n_tokens <= k_cache->ne[1]);
+    AL_ASSERT(s->n_head % s->n_head_kv == 0 && k_cache->row_bytes == v_cache->row_bytes);
+    const uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
+    for (int t = 0; t < s->n_tokens; t++) {
+        memcpy(cpu_f32_row(k_cache, s->n_past + t), cpu_f32_row(k, t), kv_bytes);
+        memcpy(cpu_f32_row(v_cache, s->n_past + t), cpu_f32_row(v, t), kv_bytes);
+    }
+    /* heads of an odd size take the portable kernel, always, so that the result of
+     * a shape never depends on anything but the shape */
+    if (s->head_dim % kern->attn_align) kern = &cpu_kernels_scalar;
+    attn_job j = {
+        .cb = cb,
+        .fn = kern->attn,
+        .lanes = kern->attn_lanes,
+        .a = {.q = cpu_f32_row(q, 0),
+              .ldq = (int64_t)(q->row_bytes / sizeof(float)),
+              .k = cpu_f32_row(k_cache, 0),
+              .v = cpu_f32_row(v_cache, 0),
+              .ldk = (int64_t)(k_cache->row_bytes / sizeof(float)),
+              .out = cpu_f32_row(out, 0),
+              .ldo = (int64_t)(out->row_bytes / sizeof(float)),
+              .n_head = s->n_head,
+              .n_head_kv = s->n_head_kv,
+              .head_dim = s->head_dim,
+              .n_past = s->n_past,
+              .n_tokens = s->n_tokens,
+              .scale = 1.0f / sqrtf((float)s->head_dim)},
+    };
+    const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
+    j.n_qtiles = (n_q + j.lanes - 1) / j.lanes;
+    pthread_mutex_lock(&cb->lock);
+    AL_ASSERT(cb->tls && (uint64_t)cpu_attn_scratch(j.lanes, s->head_dim) * 4 <= cb->tls_bytes);
+    pool_run(cb->pool, attn_part, &j);
+    pthread_mutex_unlock(&cb->lock);
+}

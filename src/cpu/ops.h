@@ -1,0 +1,250 @@
+/* ops.h: inside the CPU backend: the reference ops, the kernel table of each
+ * instruction set, and the data layouts the fast kernels share.
+ *
+ * Two implementations of every op live behind one backend object (cpu.c):
+ *   - the reference ops (ops_ref.c): plain C, written for clarity, the oracle;
+ *   - the fast ops (matmul.c, cpu.c), which drive the kernels of one instruction set
+ *     (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c), chosen once at start-up.
+ *
+ * Quantized matmul (the fast path). Each weight type is read as unsigned 8-bit
+ * integers u with a scale dw and an offset m per sub-block of B = 16 or 32 elements,
+ * so that w = dw * u + m (Q4_0: u = q, m = -8 dw; Q4_K: dw = d*sc, m = -dmin*mn; ...).
+ * Activations are quantized once per matmul as ggml quantizes them for the same weight
+ * type, so that the integer products are those of llama.cpp: legacy types take Q8_0
+ * (per 32: d = amax/127 rounded to fp16; ggml's Q8_1 for Q4_1/Q5_1 is the same plus
+ * d * sum(qa) in fp16, which is kept exact here), K-quants Q8_K (per 256: d = max/-127
+ * of the element of largest magnitude). Either way a = da * qa, qa in [-127, 127]. Then
+ * per sub-block
+ *     sum_i w_i a_i = dw * da * sum_i u_i qa_i + m * da * sum_i qa_i,
+ * where the integer sums are exact (vpdpbusd / pmaddubsw). Types whose offset is a
+ * constant multiple of dw (Q4_0: m = -8 dw) fold it into the integer sum, which then
+ * starts at -8 * sum(qa); K-quants sum over a super-block before multiplying by its
+ * one da. The order of the float operations per (row, token) is the same whatever the
+ * batch size, the tiling or the thread count, so a token gives bit-identical logits
+ * alone or in a batch.
+ *
+ * Panels. Weight rows are unpacked R at a time into a panel where a vector's lanes are
+ * R rows: one broadcast 4-byte group of an activation then multiplies R rows at once,
+ * and no horizontal sum is ever needed. Per sub-block a panel holds
+ *     u8  q[B/4][R][4]   (4 consecutive elements of each row, row-major in lanes)
+ *     f32 dw[R], m[R]
+ * Activations of TT tokens form a tile with the same structure, tokens for rows:
+ *     u8  q[B/4][TT][4],  f32 da[TT],  32-bit aux[TT]
+ * where aux is -offset * sum(qa) (int32) for a constant offset, else the float da *
+ * sum(qa) (legacy) or sum(qa) (K-quants: da comes in once per super-block).
+ * Float weights (F32, F16, BF16) are unpacked into f32 panels [k][R] and multiply f32
+ * activations directly. R and TT are per ISA (16 and 8 for AVX-512, 8 and 4 for AVX2;
+ * the scalar kernels take R = TT = 1, where panels and tiles are plain rows).
+ */
+#ifndef AL_CPU_OPS_H
+#define AL_CPU_OPS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "pool.h"
+#include "quant.h"
+
+/* ---- instruction sets --------------------------------------------------------------- */
+
+typedef enum cpu_isa {
+    CPU_ISA_REF,    /* the plain-C reference ops */
+    CPU_ISA_SCALAR, /* the fast algorithms in portable C */
+    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512, /* AVX-512 F/BW/VL/DQ + VNNI */
+    CPU_ISA_COUNT
+} cpu_isa;
+
+const char *cpu_isa_name(cpu_isa isa);
+bool cpu_isa_available(cpu_isa isa); /* the CPU and OS can run it */
+cpu_isa cpu_isa_best(void);
+
+/* A CPU backend running one instruction set's kernels. An ISA the CPU lacks is
+ * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from the
+ * environment (ANYLLM_ISA) or the CPU. */
+al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, al_backend **out);
+
+/* ---- layouts ------------------------------------------------------------------------ */
+
+enum {
+    CPU_MAX_ROWS = 16,      /* the largest panel (R) of any ISA */
+    CPU_MAX_TILE = 8,       /* the largest activation tile (TT) of any ISA */
+    CPU_ATTN_KEYS = 32,     /* keys per online-softmax step; steps start at multiples */
+    CPU_ATTN_MAX_DIM = 256, /* larger heads use the reference attention */
+};
+
+/* Bytes of one sub-block of B elements in a panel of R rows or a tile of R tokens. */
+static inline int64_t cpu_sb_bytes(int r, int b) {
+    return (int64_t)r * (b + 8);
+}
+
+/* Decodes one weight block (32 or 256 elements) into unsigned integers u[block] and
+ * per-sub-block dw[block/sub], m[block/sub]: element i = dw[i/sub] * u[i] + m[i/sub]. */
+typedef void (*cpu_decode_fn)(const uint8_t *blk, uint8_t *u, float *dw, float *m);
+
+typedef struct cpu_qtype {
+    int block;     /* elements per weight block: 32 or 256 */
+    int sub;       /* B: elements per sub-block with its own dw and m: 16 or 32 */
+    int type_size; /* bytes per weight block */
+    int offset;    /* m = -offset * dw for every sub-block; 0: m varies (mins) */
+    cpu_decode_fn decode;
+} cpu_qtype;
+
+/* The quantized weight types of the fast path; NULL for the others (F32, F16, BF16,
+ * Q8_1, Q8_K and unknown ids). */
+const cpu_qtype *cpu_qtype_get(uint32_t type);
+
+/* ---- kernel signatures ------------------------------------------------------------- */
+
+/* How a matmul quantizes its activations: groups of `group` (32: Q8_0, 256: Q8_K),
+ * sub-blocks of b, and the tile's aux word: -offset * sum(qa) when offset > 0. */
+typedef struct cpu_act_fmt {
+    int group, b, offset;
+} cpu_act_fmt;
+
+/* Quantizes x[n] (n a multiple of the group) into row `slot` of a tile of tt tokens.
+ * Every ISA rounds alike, bit for bit. */
+typedef void (*cpu_quant_fn)(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
+                             int tt);
+
+/* Unpacks weight blocks [blk0, blk0 + n_blk) of n_rows rows (1..R; the missing rows of
+ * a panel repeat the last one) into a panel. w is row 0; rows are row_bytes apart. */
+typedef void (*cpu_pack_q_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                              int64_t blk0, int64_t n_blk, uint8_t *panel);
+
+/* The same for float weights: elements [k0, k0 + nk) into an f32 panel [nk][R]. */
+typedef void (*cpu_pack_f_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                              int64_t k0, int64_t nk, float *panel);
+
+/* One microkernel call: out[t][r] for t < n_tok, r < n_rows over one K chunk. */
+typedef struct cpu_mk_args {
+    const void *panel; /* quantized: n_sb sub-blocks; float: [n_k][R] */
+    const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k] */
+    int64_t n_sb;      /* quantized: sub-blocks in the chunk */
+    int64_t n_k;       /* float: elements in the chunk */
+    int64_t ldx;       /* float: floats between activation rows */
+    int bsize;         /* quantized: B */
+    int group;         /* quantized: 256 for K-quants (da per super-block), else 32 */
+    bool mins;         /* quantized: m varies per sub-block (no constant offset) */
+    bool signed_w;     /* quantized: the panel holds signed weights (AVX2 Q8_0), m = 0 */
+    int n_tok;         /* 1..TT */
+    int n_rows;        /* 1..R valid lanes */
+    float *out;        /* out[t*ldo + r] */
+    int64_t ldo;
+    bool first;        /* the first chunk: start from 0, not from out */
+    const float *bias; /* the last chunk: added before the store; else NULL */
+} cpu_mk_args;
+typedef void (*cpu_mk_fn)(const cpu_mk_args *a);
+
+/* One attention call, shared by its tiles. */
+typedef struct cpu_attn_args {
+    const float *q; /* [n_tokens][n_head * head_dim] */
+    int64_t ldq;
+    const float *k, *v; /* caches [n_past + n_tokens][n_head_kv * head_dim] */
+    int64_t ldk;
+    float *out; /* [n_tokens][n_head * head_dim] */
+    int64_t ldo;
+    int n_head, n_head_kv, head_dim, n_past, n_tokens;
+    float scale; /* 1 / sqrt(head_dim) */
+} cpu_attn_args;
+
+/* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
+ * G = n_head / n_head_kv), nq <= attn_lanes. scratch holds cpu_attn_scratch floats. */
+typedef void (*cpu_attn_fn)(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
+
+/* Floats of per-thread scratch the attention kernels need. */
+static inline int64_t cpu_attn_scratch(int lanes, int head_dim) {
+    return (int64_t)lanes * (2 * head_dim + CPU_ATTN_KEYS + 8);
+}
+
+typedef struct cpu_kernels {
+    cpu_isa isa;
+    int rows;              /* R: panel rows (lanes of the matmul kernels) */
+    int tile;              /* TT: tokens per activation tile */
+    int attn_lanes;        /* queries per attention tile */
+    int attn_align;        /* attn needs head_dim to be a multiple of this */
+    uint64_t signed_types; /* bit t: pack_q[t] writes signed weights, offset 0 */
+    cpu_quant_fn quantize;
+    cpu_pack_q_fn pack_q[AL_TYPE_COUNT]; /* NULL: cpu_pack_q_generic */
+    cpu_mk_fn mk_q;
+    cpu_pack_f_fn pack_f;
+    cpu_mk_fn mk_f;
+    cpu_attn_fn attn;
+    void (*rms_norm)(const float *x, const float *w, float eps, float *out, int64_t n);
+    void (*silu_mul)(float *g, const float *u, int64_t n);
+    void (*add)(float *x, const float *y, int64_t n);
+} cpu_kernels;
+
+extern const cpu_kernels cpu_kernels_scalar;
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+
+/* The portable pack through cpu_qtype.decode, for any R; every ISA falls back to it. */
+void cpu_pack_q_generic(uint32_t type, int r, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                        int64_t blk0, int64_t n_blk, uint8_t *panel);
+
+/* Reads back row `slot` of an activation tile as floats (da * qa): the activations the
+ * integer kernels actually multiply, for tests. */
+void cpu_act_dequantize(const uint8_t *tile, int64_t n, int b, int slot, int tt, float *x);
+
+/* The activation format of a weight type on an ISA. */
+cpu_act_fmt cpu_act_format(const cpu_kernels *k, uint32_t type);
+
+/* ---- the backend object ------------------------------------------------------------- */
+
+typedef struct cpu_backend {
+    al_backend base;
+    al_pool *pool;
+    int n_threads;
+    pthread_mutex_t lock;      /* one op at a time: the scratch is shared */
+    const cpu_kernels *k;      /* NULL: reference ops */
+    int64_t max_cols, max_ctx; /* what reserve() prepared for */
+    float *work;               /* reference ops: [n_threads][work_per_thread] floats */
+    uint64_t work_per_thread;
+    uint8_t *act; /* fast matmul: quantized activations of act_tok tokens */
+    uint64_t act_bytes;
+    int act_tok;
+    uint8_t *tls; /* fast ops: [n_threads][tls_bytes] panels and scratch */
+    uint64_t tls_bytes;
+} cpu_backend;
+
+static inline float *cpu_f32_row(const al_tensor *t, int64_t row) {
+    return (float *)((char *)t->data + t->offset + (uint64_t)row * t->row_bytes);
+}
+
+static inline const uint8_t *cpu_raw_row(const al_tensor *t, int64_t row) {
+    return (const uint8_t *)t->data + t->offset + (uint64_t)row * t->row_bytes;
+}
+
+/* Sizes the reference ops' scratch; called by reserve with the lock held. */
+bool ref_work_reserve(cpu_backend *cb, uint64_t n_floats);
+
+/* The reference ops (ops_ref.c), with the signatures of al_backend_ops. */
+void ref_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
+                  al_tensor *out);
+void ref_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
+                  al_tensor *out);
+void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                al_tensor *out);
+void ref_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0,
+              const al_rope *rope);
+void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
+                   al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *shape,
+                   al_tensor *out);
+void ref_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
+
+/* The fast ops (matmul.c). They take the backend lock themselves. */
+void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                 al_tensor *out);
+void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
+                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *shape,
+                    al_tensor *out);
+/* Per-thread bytes the fast matmul and attention need for rows of max_cols. */
+uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols);
+/* Bytes of quantized activations for n_tok tokens of max_cols. */
+uint64_t fast_act_bytes(const cpu_kernels *k, int64_t max_cols, int n_tok);
+
+#endif /* AL_CPU_OPS_H */

@@ -1,0 +1,471 @@
+/* api.c: OpenAI chat and text completion requests, checked field by field, and the
+ * response objects and server-sent-event chunks (see api.h).
+ *
+ * Field rules (a field that is absent or null keeps its default):
+ *   max_completion_tokens / max_tokens  integer in [1, n_ctx]; default min(cap, room left)
+ *   temperature [0, 2] (default 1, 0 = greedy)   top_p (0, 1] (default 1)
+ *   frequency_penalty, presence_penalty [-2, 2]  seed: any integer (default: random)
+ *   n: 1 only   stream: boolean   stream_options.include_usage: boolean
+ *   stop: a string or up to 4 non-empty strings
+ *   top_k (integer >= 0) and min_p [0, 1], as llama.cpp's server takes them
+ * JSON itself is parsed by jansson, which also rejects invalid UTF-8 and lone surrogate
+ * escapes; the body is checked for UTF-8 first so that the message says so plainly.
+ */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/api.h"
+#include "util.h"
+
+enum { MAX_STOP_BYTES = 256 };
+
+bool srv_fail(srv_error *err, int status, const char *param, const char *code,
+              const char *fmt, ...) {
+    err->status = status;
+    err->type = status >= 500 ? "server_error" : "invalid_request_error";
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* ---- optional fields: 0 absent or null, 1 read, -1 refused (err filled) ---------------- */
+
+static int opt_number(json_t *o, const char *key, double lo, double hi, bool lo_open,
+                      double *out, srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v))
+        return srv_fail(err, 400, key, "invalid_type", "%s must be a number", key), -1;
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return srv_fail(err, 400, key, "out_of_range", "%s %g is out of range %c%g, %g]", key, x,
+                        lo_open ? '(' : '[', lo, hi), -1;
+    *out = x;
+    return 1;
+}
+
+static int opt_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                   srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v))
+        return srv_fail(err, 400, key, "invalid_type", "%s must be an integer", key), -1;
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return srv_fail(err, 400, key, "out_of_range", "%s %lld is out of range [%lld, %lld]",
+                        key, x, lo, hi), -1;
+    *out = x;
+    return 1;
+}
+
+static int opt_bool(json_t *o, const char *key, bool *out, srv_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v))
+        return srv_fail(err, 400, key, "invalid_type", "%s must be true or false", key), -1;
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* A seed for requests that bring none: distinct per request, not reproducible. */
+static uint64_t fresh_seed(void) {
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED) ^
+                 ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The sampling fields. Defaults are OpenAI's (temperature 1, top_p 1, no penalties),
+ * with none of the library's own cuts (top-k, min-p) unless the request asks. */
+static bool parse_sampling(const srv_api *api, json_t *o, al_sampler_params *sp, srv_error *err) {
+    *sp = al_sampler_default_params();
+    sp->temperature = 1;
+    sp->top_k = 0;
+    sp->top_p = 1;
+    sp->min_p = 0;
+    sp->repeat_penalty = 1;
+    sp->penalty_last_n = api->n_ctx; /* the whole generated text */
+    sp->seed = fresh_seed();
+    double d;
+    long long i;
+    int r;
+    if ((r = opt_number(o, "temperature", 0, 2, false, &d, err)) < 0) return false;
+    if (r) sp->temperature = (float)d;
+    if ((r = opt_number(o, "top_p", 0, 1, true, &d, err)) < 0) return false;
+    if (r) sp->top_p = (float)d;
+    if ((r = opt_number(o, "min_p", 0, 1, false, &d, err)) < 0) return false;
+    if (r) sp->min_p = (float)d;
+    if ((r = opt_number(o, "frequency_penalty", -2, 2, false, &d, err)) < 0) return false;
+    if (r) sp->frequency_penalty = (float)d;
+    if ((r = opt_number(o, "presence_penalty", -2, 2, false, &d, err)) < 0) return false;
+    if (r) sp->presence_penalty = (float)d;
+    if ((r = opt_int(o, "top_k", 0, api->n_vocab, &i, err)) < 0) return false;
+    if (r) sp->top_k = (int)i;
+    if ((r = opt_int(o, "seed", INT64_MIN, INT64_MAX, &i, err)) < 0) return false;
+    if (r) sp->seed = (uint64_t)i;
+    return true;
+}
+
+/* stop: a string or an array of up to SRV_MAX_STOP strings; copies go into the job. */
+static bool parse_stop(json_t *o, srv_job *j, srv_error *err) {
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return true;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_array(v) && !json_is_string(v))
+        return srv_fail(err, 400, "stop", "invalid_type",
+                        "stop must be a string or an array of strings");
+    if (n > SRV_MAX_STOP)
+        return srv_fail(err, 400, "stop", "out_of_range", "stop has %zu strings; at most %d are "
+                        "allowed", n, SRV_MAX_STOP);
+    for (size_t k = 0; k < n; k++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, k) : v;
+        if (!json_is_string(s))
+            return srv_fail(err, 400, "stop", "invalid_type", "stop[%zu] must be a string", k);
+        size_t len = json_string_length(s);
+        if (len == 0 || len > MAX_STOP_BYTES)
+            return srv_fail(err, 400, "stop", "out_of_range", "stop[%zu] has %zu bytes; a stop "
+                            "string has 1 to %d", k, len, MAX_STOP_BYTES);
+        if (!(j->stop[j->n_stop] = strdup(json_string_value(s))))
+            return srv_fail(err, 500, NULL, NULL, "out of memory");
+        j->n_stop++;
+    }
+    return true;
+}
+
+/* ---- prompts ---------------------------------------------------------------------------- */
+
+static bool tokenize(const srv_api *api, const char *text, size_t len, const char *param,
+                     int32_t **ids, int *n, srv_error *err) {
+    al_tokenize_params tp = {.add_special = true, .parse_special = true};
+    int32_t *t = NULL;
+    if (al_tokenize(api->vocab, text, len, &tp, &t, n) != AL_OK)
+        return srv_fail(err, 400, param, NULL, "cannot tokenize %s: %s", param, al_last_error());
+    /* into plain malloc memory, which the job frees like the token arrays of requests */
+    *ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids);
+    if (*ids) memcpy(*ids, t, (size_t)*n * sizeof **ids);
+    al_free_tokens(t);
+    return *ids ? true : srv_fail(err, 500, NULL, NULL, "out of memory");
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...} parts,
+ * which are joined (into *owned, which the caller frees). */
+static const char *message_content(json_t *c, size_t i, char **owned, srv_error *err) {
+    if (json_is_string(c)) return json_string_value(c);
+    if (!json_is_array(c)) {
+        srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content must be a string or "
+                 "an array of text parts", i);
+        return NULL;
+    }
+    srv_buf b = {0};
+    srv_buf_add(&b, "", 0);
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k), *text = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text)) {
+            srv_buf_free(&b);
+            srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu] must be "
+                     "{\"type\": \"text\", \"text\": STRING}: only text is supported", i, k);
+            return NULL;
+        }
+        srv_buf_add(&b, json_string_value(text), json_string_length(text));
+    }
+    if (b.failed) {
+        srv_buf_free(&b);
+        srv_fail(err, 500, NULL, NULL, "out of memory");
+        return NULL;
+    }
+    return *owned = b.s;
+}
+
+/* messages → the model's chat template → tokens. */
+static bool chat_tokens(const srv_api *api, json_t *o, int32_t **ids, int *n, srv_error *err) {
+    json_t *msgs = json_object_get(o, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return srv_fail(err, 400, "messages", msgs ? "invalid_type" : "missing", "messages must be "
+                        "a non-empty array of {\"role\", \"content\"} objects");
+    if (!api->tmpl_name)
+        return srv_fail(err, 500, NULL, "unsupported_template", "the model's chat template is not "
+                        "recognised; start the server with --chat-template NAME");
+    size_t nm = json_array_size(msgs);
+    al_chat_message *cm = calloc(nm, sizeof *cm);
+    char **owned = calloc(nm, sizeof *owned);
+    bool ok = cm && owned;
+    if (!ok) srv_fail(err, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; ok && i < nm; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        const char *r = json_string_value(role);
+        if (!json_is_object(m) || !r)
+            ok = srv_fail(err, 400, "messages", "invalid_type", "messages[%zu] must be an object "
+                          "with a string role", i);
+        else if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+            ok = srv_fail(err, 400, "messages", "invalid_value", "messages[%zu].role '%.40s' is "
+                          "not system, user or assistant", i, r);
+        else if (!(cm[i].content =
+                       message_content(json_object_get(m, "content"), i, &owned[i], err)))
+            ok = false;
+        cm[i].role = r;
+    }
+    char *text = NULL;
+    if (ok && al_chat_render(api->tmpl_name, api->tmpl, cm, (int)nm, true, &text) != AL_OK)
+        ok = srv_fail(err, 400, "messages", NULL, "cannot render the chat: %s", al_last_error());
+    if (ok) ok = tokenize(api, text, strlen(text), "messages", ids, n, err);
+    al_string_free(text);
+    for (size_t i = 0; owned && i < nm; i++) free(owned[i]);
+    free(owned);
+    free(cm);
+    return ok;
+}
+
+/* prompt: a string, or an array of token ids, or either wrapped in a one-element array. */
+static bool completion_tokens(const srv_api *api, json_t *o, int32_t **ids, int *n,
+                              srv_error *err) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p || json_is_null(p))
+        return srv_fail(err, 400, "prompt", "missing", "prompt is required");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(first) || json_is_array(first)))
+        p = first;
+    if (json_is_string(p))
+        return tokenize(api, json_string_value(p), json_string_length(p), "prompt", ids, n, err);
+    if (!json_is_array(p))
+        return srv_fail(err, 400, "prompt", "invalid_type", "prompt must be a string or an array "
+                        "of token ids");
+    size_t len = json_array_size(p);
+    if (len > (size_t)api->n_ctx)
+        return srv_fail(err, 400, "prompt", "context_length_exceeded", "the prompt has %zu tokens, "
+                        "more than the context of %d tokens per sequence", len, api->n_ctx);
+    int32_t *t = malloc((len ? len : 1) * sizeof *t);
+    if (!t) return srv_fail(err, 500, NULL, NULL, "out of memory");
+    for (size_t k = 0; k < len; k++) {
+        json_t *v = json_array_get(p, k);
+        if (!json_is_integer(v)) {
+            free(t);
+            if (k == 0 && json_is_string(v))
+                return srv_fail(err, 400, "prompt", "invalid_type", "only one prompt per request "
+                                "is supported");
+            return srv_fail(err, 400, "prompt", "invalid_type", "prompt[%zu] must be a token id",
+                            k);
+        }
+        long long id = json_integer_value(v);
+        if (id < 0 || id >= api->n_vocab) {
+            free(t);
+            return srv_fail(err, 400, "prompt", "invalid_token", "prompt[%zu]: token id %lld is "
+                            "out of range [0, %d)", k, id, api->n_vocab);
+        }
+        t[k] = (int32_t)id;
+    }
+    *ids = t;
+    *n = (int)len;
+    return true;
+}
+
+/* ---- the request ------------------------------------------------------------------------ */
+
+/* Everything but the prompt: n, stream, stream_options, max tokens, sampling, stop. */
+static bool parse_options(const srv_api *api, json_t *o, srv_request *out, srv_job *j,
+                          al_sampler_params *sp, long long *max_tokens, srv_error *err) {
+    json_t *model = json_object_get(o, "model");
+    if (model && !json_is_string(model) && !json_is_null(model))
+        return srv_fail(err, 400, "model", "invalid_type", "model must be a string");
+    long long n = 1;
+    if (opt_int(o, "n", INT64_MIN, INT64_MAX, &n, err) < 0) return false;
+    if (n != 1)
+        return srv_fail(err, 400, "n", "unsupported_value", "n must be 1: one choice per request");
+    if (opt_bool(o, "stream", &out->stream, err) < 0) return false;
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so) && !json_is_object(so))
+        return srv_fail(err, 400, "stream_options", "invalid_type",
+                        "stream_options must be an object");
+    if (so && json_is_object(so) && opt_bool(so, "include_usage", &out->include_usage, err) < 0)
+        return false;
+    /* max_completion_tokens is the newer name; it wins when both are given */
+    int r = opt_int(o, "max_completion_tokens", 1, api->n_ctx, max_tokens, err);
+    if (r < 0 || (r == 0 && opt_int(o, "max_tokens", 1, api->n_ctx, max_tokens, err) < 0))
+        return false;
+    return parse_sampling(api, o, sp, err) && parse_stop(o, j, err);
+}
+
+/* The job from parsed options and prompt tokens (taken over). */
+static bool build_job(const srv_api *api, srv_job *j, int32_t *ids, int n_ids,
+                      const al_sampler_params *sp, long long max_tokens, const char *param,
+                      srv_error *err) {
+    j->prompt = ids;
+    j->n_prompt = n_ids;
+    if (n_ids == 0) return srv_fail(err, 400, param, "empty_prompt", "the prompt is empty");
+    if (n_ids > api->n_ctx)
+        return srv_fail(err, 400, param, "context_length_exceeded", "the prompt has %d tokens, "
+                        "more than the context of %d tokens per sequence", n_ids, api->n_ctx);
+    if (max_tokens == 0) { /* not given: what fits, up to the configured cap */
+        int room = api->n_ctx - n_ids;
+        max_tokens = room < api->max_tokens_default ? room : api->max_tokens_default;
+        if (max_tokens < 1) max_tokens = 1; /* one token is sampled from the prompt's logits */
+    }
+    j->max_tokens = (int)max_tokens;
+    if (al_sampler_create(sp, api->n_vocab, &j->sampler) != AL_OK ||
+        al_detok_create(api->vocab, &j->detok) != AL_OK)
+        return srv_fail(err, 500, NULL, NULL, "cannot set up sampling: %s", al_last_error());
+    return true;
+}
+
+bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
+                   srv_request *out, srv_error *err) {
+    *out = (srv_request){.kind = kind};
+    if (!srv_utf8_valid(body, len))
+        return srv_fail(err, 400, NULL, "invalid_encoding", "the request body is not valid UTF-8");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o)
+        return srv_fail(err, 400, NULL, "invalid_json", "the request body is not valid JSON: %s "
+                        "(line %d, column %d)", je.text, je.line, je.column);
+    srv_job *j = srv_job_create();
+    al_sampler_params sp;
+    long long max_tokens = 0;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    const char *param = kind == SRV_KIND_CHAT ? "messages" : "prompt";
+    bool ok = j ? true : srv_fail(err, 500, NULL, NULL, "out of memory");
+    if (ok && !json_is_object(o))
+        ok = srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    ok = ok && parse_options(api, o, out, j, &sp, &max_tokens, err);
+    if (ok && kind == SRV_KIND_CHAT) ok = chat_tokens(api, o, &ids, &n_ids, err);
+    if (ok && kind == SRV_KIND_COMPLETION) ok = completion_tokens(api, o, &ids, &n_ids, err);
+    if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err);
+    else free(ids);
+    json_decref(o);
+    if (!ok) {
+        srv_job_release(NULL, j);
+        return false;
+    }
+    out->job = j;
+    return true;
+}
+
+/* ---- responses ------------------------------------------------------------------------ */
+
+void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage) {
+    uint64_t a = fresh_seed(), b = fresh_seed();
+    *r = (srv_resp){.kind = kind, .created = (long long)time(NULL), .model = model,
+                    .include_usage = include_usage};
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", kind == SRV_KIND_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)a, (unsigned long long)(b >> 32));
+}
+
+const char *srv_finish_reason(srv_finish f) {
+    return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
+}
+
+void srv_api_error_body(const srv_error *err, srv_buf *out) {
+    /* a message cut at its buffer's end, or quoting the input, may end inside a character */
+    srv_buf msg = {0};
+    srv_buf_add_utf8(&msg, err->message, strlen(err->message));
+    json_t *e = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg.s ? msg.s : "error",
+                          "type", err->type ? err->type : "invalid_request_error", "param",
+                          err->param[0] ? json_string(err->param) : json_null(), "code",
+                          err->code ? json_string(err->code) : json_null());
+    char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    srv_buf_str(out, s ? s : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                             "\"param\":null,\"code\":null}}");
+    free(s);
+    json_decref(e);
+    srv_buf_free(&msg);
+}
+
+static json_t *usage(const srv_job_state *st) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", st->n_prompt,
+                     "completion_tokens", st->n_gen, "total_tokens", st->n_prompt + st->n_gen,
+                     "prompt_tokens_details", "cached_tokens", st->n_reused);
+}
+
+/* {"id", "object", "created", "model", "choices": [choice]}, taking choice over. */
+static json_t *envelope(const srv_resp *r, const char *object, json_t *choice) {
+    json_t *choices = choice ? json_pack("[o]", choice) : json_array();
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object", object, "created",
+                     (json_int_t)r->created, "model", r->model, "choices", choices);
+}
+
+/* One choice: text (may be NULL), the role when first, finish_reason (NULL = null). */
+static json_t *choice(const srv_resp *r, bool chunk, const char *text, size_t len, bool first,
+                      const char *finish) {
+    json_t *fin = finish ? json_string(finish) : json_null();
+    if (r->kind == SRV_KIND_COMPLETION)
+        return json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text ? text : "",
+                         text ? len : 0, "logprobs", "finish_reason", fin);
+    json_t *msg = json_object();
+    if (first || !chunk) json_object_set_new(msg, "role", json_string("assistant"));
+    if (text || first || !chunk)
+        json_object_set_new(msg, "content", json_stringn(text ? text : "", text ? len : 0));
+    return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, chunk ? "delta" : "message", msg,
+                     "logprobs", "finish_reason", fin);
+}
+
+static bool emit_event(json_t *obj, srv_buf *out) {
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s) return false;
+    bool ok = srv_buf_str(out, "data: ") && srv_buf_str(out, s) && srv_buf_str(out, "\n\n");
+    free(s);
+    return ok;
+}
+
+bool srv_api_final(const srv_resp *r, const char *text, size_t len, const srv_job_state *st,
+                   srv_buf *out) {
+    const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
+    json_t *o =
+        envelope(r, object, choice(r, false, text, len, false, srv_finish_reason(st->finish)));
+    if (o) json_object_set_new(o, "usage", usage(st));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    bool ok = s && srv_buf_str(out, s);
+    free(s);
+    return ok;
+}
+
+static const char *chunk_object(const srv_resp *r) {
+    return r->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion";
+}
+
+bool srv_api_chunk_start(const srv_resp *r, srv_buf *out) {
+    if (r->kind != SRV_KIND_CHAT) return true; /* text completions have no role to announce */
+    return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, true, NULL)), out);
+}
+
+bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, srv_buf *out) {
+    return emit_event(envelope(r, chunk_object(r), choice(r, true, text, len, false, NULL)), out);
+}
+
+bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out) {
+    const char *why = srv_finish_reason(st->finish);
+    bool ok = true;
+    if (!why) { /* the engine failed or is stopping: say so in the stream, then end it */
+        srv_error err;
+        srv_fail(&err, 500, NULL, NULL, "generation failed: %s",
+                 st->error[0] ? st->error : "cancelled");
+        ok = srv_buf_str(out, "data: ");
+        srv_api_error_body(&err, out);
+        ok = ok && srv_buf_str(out, "\n\n");
+    } else {
+        json_t *o = envelope(r, chunk_object(r), choice(r, true, NULL, 0, false, why));
+        /* usage rides on the last chunk unless the client asked for OpenAI's own chunk */
+        if (o && !r->include_usage) json_object_set_new(o, "usage", usage(st));
+        ok = emit_event(o, out);
+        if (ok && r->include_usage) {
+            o = envelope(r, chunk_object(r), NULL);
+            if (o) json_object_set_new(o, "usage", usage(st));
+            ok = emit_event(o, out);
+        }
+    }
+    return ok && srv_buf_str(out, "data: [DONE]\n\n");
+}

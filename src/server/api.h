@@ -1,0 +1,87 @@
+/* api.h: the OpenAI side of `anyllm serve`: request bodies in, response objects out.
+ *
+ * srv_api_parse checks every field it uses (type and range), ignores fields it does not
+ * know (clients send many), renders chat messages with the model's template, tokenizes,
+ * and builds the engine job. Every refusal is an srv_error that becomes the OpenAI error
+ * object {"error": {"message", "type", "param", "code"}} with an HTTP status.
+ * Thread-safe: the context is read-only and the vocabulary may be shared by threads.
+ */
+#ifndef AL_SERVER_API_H
+#define AL_SERVER_API_H
+
+#include <stdbool.h>
+
+#include "server/engine.h"
+
+typedef struct srv_error {
+    int status;       /* HTTP status: 400, 401, 404, 413, 429, 500, 503, ...  */
+    const char *type; /* "invalid_request_error", "server_error", ...         */
+    const char *code; /* machine-readable, or NULL                            */
+    char param[64];   /* the request field at fault, or "" (JSON null)        */
+    char message[512];
+} srv_error;
+
+/* Fills *err and returns false, so refusals read `return srv_fail(err, 400, ...);`. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+bool srv_fail(srv_error *err, int status, const char *param, const char *code,
+              const char *fmt, ...);
+
+typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
+
+/* What parsing needs to know about the model; read-only once the server runs. */
+typedef struct srv_api {
+    const al_vocab *vocab;
+    int n_vocab;
+    int n_ctx;              /* positions per sequence                                */
+    int max_tokens_default; /* cap when a request gives no max_tokens               */
+    const char *tmpl_name;  /* chat format; NULL: chat requests are refused          */
+    const char *tmpl;       /* the model's Jinja text (default system prompt), or NULL */
+    const char *model_name;
+} srv_api;
+
+typedef struct srv_request {
+    srv_kind kind;
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    srv_job *job;       /* one reference, the caller's: submit it, then release it */
+} srv_request;
+
+/* Validates a request body and builds its job. On failure returns false, *err says why
+ * and out->job is NULL. */
+bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
+                   srv_request *out, srv_error *err);
+
+/* ---- responses ------------------------------------------------------------------------- */
+
+/* The fields every object of one response repeats. */
+typedef struct srv_resp {
+    srv_kind kind;
+    char id[48];        /* "chatcmpl-..." or "cmpl-..." */
+    long long created;  /* Unix seconds */
+    const char *model;
+    bool include_usage;
+} srv_resp;
+
+void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage);
+
+/* {"error": {...}} as text (appended to out). */
+void srv_api_error_body(const srv_error *err, srv_buf *out);
+
+/* The complete non-streaming object for text (valid UTF-8) and the job's end state. */
+bool srv_api_final(const srv_resp *r, const char *text, size_t len, const srv_job_state *st,
+                   srv_buf *out);
+
+/* Server-sent events, each appended as "data: {...}\n\n":
+ * the first chunk (chat: the assistant role), a text chunk, and the end: the chunk with
+ * finish_reason (carrying usage too), the usage-only chunk when include_usage, and
+ * "data: [DONE]". */
+bool srv_api_chunk_start(const srv_resp *r, srv_buf *out);
+bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, srv_buf *out);
+bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out);
+
+/* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */
+const char *srv_finish_reason(srv_finish f);
+
+#endif /* AL_SERVER_API_H */

@@ -1,0 +1,497 @@
+/* engine.c: the model thread of `anyllm serve`: slots, queue, prefill, batched decode,
+ * sampling and stop strings (the design is in engine.h).
+ *
+ * Locking: one mutex guards the queue, the active count and every job's shared fields.
+ * The engine never holds it while evaluating, so HTTP threads can read text and submit
+ * requests while a step runs. Slot fields and a job's engine fields are touched only by
+ * the engine thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/engine.h"
+#include "util.h"
+
+/* Prompt tokens evaluated per iteration: big enough that prefill runs as a matrix-matrix
+ * product, small enough that the sequences already generating wait at most one chunk. */
+enum { PREFILL_CHUNK = 128 };
+
+typedef struct slot {
+    al_context *ctx;
+    int32_t *cached; /* [n_ctx] the tokens the KV cache holds, for prefix reuse */
+    int n_cached;
+    srv_job *job;    /* NULL when free */
+    bool decoding;   /* the prompt is in; job->next_token waits for the decode step */
+} slot;
+
+struct srv_engine {
+    const al_model *model;
+    const al_vocab *vocab;
+    int n_vocab, n_ctx;
+    srv_metrics *metrics;
+    slot *slots;
+    int n_slots;
+    float *logits;           /* [n_slots][n_vocab] */
+    al_context **batch_ctx;  /* [n_slots] the decode step's sequences */
+    int32_t *batch_tok;      /* [n_slots] */
+    int *batch_slot;         /* [n_slots] */
+    uint64_t n_admitted;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;     /* a job was queued or cancelled, or stop */
+    srv_job *head, *tail;    /* the queue */
+    int n_queued, max_queued;
+    int n_active;            /* slots with a job */
+    bool stopping;
+    pthread_t thread;
+    bool started;
+};
+
+/* ---- jobs ------------------------------------------------------------------------------ */
+
+srv_job *srv_job_create(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* waits are immune to clock changes */
+    pthread_cond_init(&j->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    return j;
+}
+
+static void job_free(srv_job *j) {
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    al_sampler_destroy(j->sampler);
+    al_detok_destroy(j->detok);
+    srv_buf_free(&j->hold);
+    srv_buf_free(&j->text);
+    pthread_cond_destroy(&j->cond);
+    free(j);
+}
+
+void srv_job_ref(srv_engine *e, srv_job *j) {
+    pthread_mutex_lock(&e->lock);
+    j->refs++;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void srv_job_release(srv_engine *e, srv_job *j) {
+    if (!j) return;
+    if (e) pthread_mutex_lock(&e->lock);
+    bool last = --j->refs == 0;
+    if (e) pthread_mutex_unlock(&e->lock);
+    if (last) job_free(j);
+}
+
+/* Ends a job (lock held): publishes the reason and wakes its readers. The caller then
+ * drops the engine's reference. */
+static void job_end_locked(srv_job *j, srv_finish why, const char *error) {
+    j->finish = why;
+    j->n_gen = j->n_generated;
+    if (error) snprintf(j->error, sizeof j->error, "%s", error);
+    pthread_cond_broadcast(&j->cond);
+}
+
+static void unlink_queued_locked(srv_engine *e, srv_job *j) {
+    srv_job **p = &e->head;
+    while (*p && *p != j) p = &(*p)->next;
+    if (!*p) return;
+    *p = j->next;
+    if (e->tail == j) {
+        e->tail = e->head;
+        while (e->tail && e->tail->next) e->tail = e->tail->next;
+    }
+    j->next = NULL;
+    j->queued = false;
+    e->n_queued--;
+}
+
+srv_submit srv_engine_submit(srv_engine *e, srv_job *j) {
+    pthread_mutex_lock(&e->lock);
+    srv_submit r = SRV_SUBMIT_OK;
+    /* free slots take jobs at the engine's next iteration, so they count as room too */
+    int room = e->max_queued + (e->n_slots - e->n_active);
+    if (e->stopping) r = SRV_SUBMIT_STOPPING;
+    else if (e->n_queued >= room) r = SRV_SUBMIT_FULL;
+    else {
+        j->refs++;
+        j->queued = true;
+        j->next = NULL;
+        if (e->tail) e->tail->next = j;
+        else e->head = j;
+        e->tail = j;
+        e->n_queued++;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return r;
+}
+
+void srv_job_cancel(srv_engine *e, srv_job *j) {
+    bool drop = false;
+    pthread_mutex_lock(&e->lock);
+    if (j->finish == SRV_FINISH_NONE) {
+        j->cancel = true;
+        if (j->queued) { /* never started: end it here, nothing to undo */
+            unlink_queued_locked(e, j);
+            job_end_locked(j, SRV_FINISH_CANCELLED, NULL);
+            drop = true;
+        }
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (drop) {
+        srv_metrics_cancelled(e->metrics);
+        srv_job_release(e, j);
+    }
+}
+
+bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, int ms, srv_buf *out,
+                  srv_job_state *st) {
+    pthread_mutex_lock(&e->lock);
+    if (j->text.len <= from && j->finish == SRV_FINISH_NONE && ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cond, &e->lock, &ts);
+    }
+    if (out && j->text.len > from) srv_buf_add(out, j->text.s + from, j->text.len - from);
+    *st = (srv_job_state){.text_len = j->text.len, .finish = j->finish, .n_prompt = j->n_prompt,
+                          .n_gen = j->n_gen, .n_reused = j->n_reused};
+    memcpy(st->error, j->error, sizeof st->error);
+    bool news = j->text.len > from || j->finish != SRV_FINISH_NONE;
+    pthread_mutex_unlock(&e->lock);
+    return news;
+}
+
+/* ---- text and stop strings ---------------------------------------------------------- */
+
+/* The longest tail of s[0..n) that is a proper prefix of some stop string: text that
+ * must wait, since the next token may complete the stop string. */
+static size_t stop_prefix_tail(const srv_job *j, const char *s, size_t n) {
+    size_t best = 0;
+    for (int i = 0; i < j->n_stop; i++) {
+        size_t ls = strlen(j->stop[i]);
+        for (size_t k = ls - 1 < n ? ls - 1 : n; k > best; k--)
+            if (!memcmp(s + n - k, j->stop[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Moves what may be shown from the job's held text to its public text. Returns true if
+ * a stop string was found: the text before it is released and the rest is dropped. With
+ * final, everything not cut by a stop string is released. */
+static bool release_text(srv_engine *e, srv_job *j, bool final) {
+    srv_buf *h = &j->hold;
+    size_t cut = h->len;
+    bool stopped = false;
+    for (int i = 0; i < j->n_stop && h->len; i++) {
+        const char *p = memmem(h->s, h->len, j->stop[i], strlen(j->stop[i]));
+        if (p && (size_t)(p - h->s) < cut) {
+            cut = (size_t)(p - h->s);
+            stopped = true;
+        }
+    }
+    size_t n = cut;
+    if (!stopped && !final) n = h->len - stop_prefix_tail(j, h->s, h->len);
+    pthread_mutex_lock(&e->lock);
+    if (n) srv_buf_add_utf8(&j->text, h->s, n);
+    j->n_gen = j->n_generated;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&e->lock);
+    if (stopped || final) h->len = 0;
+    else if (n) {
+        memmove(h->s, h->s + n, h->len - n);
+        h->len -= n;
+    }
+    return stopped;
+}
+
+/* ---- slots ------------------------------------------------------------------------------ */
+
+/* Ends the slot's job and frees the slot. The slot keeps its cache, which s->cached
+ * describes exactly, for the next prompt that shares a prefix: a client that went away
+ * and retries, or the next turn of a chat, is not evaluated again. After an error the
+ * cache may not match and is reset. */
+static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) {
+    srv_job *j = s->job;
+    if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
+        const char *text;
+        size_t len;
+        al_detok_flush(j->detok, &text, &len); /* whatever partial character is held */
+        if (len) srv_buf_add(&j->hold, text, len);
+        release_text(e, j, true);
+    } else if (why == SRV_FINISH_ERROR) {
+        al_context_reset(s->ctx);
+        s->n_cached = 0;
+    }
+    pthread_mutex_lock(&e->lock);
+    job_end_locked(j, why, error);
+    s->job = NULL;
+    s->decoding = false;
+    e->n_active--;
+    pthread_mutex_unlock(&e->lock);
+    if (why == SRV_FINISH_CANCELLED) srv_metrics_cancelled(e->metrics);
+    srv_job_release(e, j);
+}
+
+/* Samples the slot's next token from logits [n_vocab] and releases its text; ends the
+ * job at an end-of-generation token, a stop string, max_tokens or a full context. */
+static void sample_next(srv_engine *e, slot *s, const float *logits) {
+    srv_job *j = s->job;
+    int32_t tok = al_sampler_sample(j->sampler, logits);
+    if (j->n_generated == 0) srv_metrics_ttft(e->metrics, al_time_s() - j->t_arrival);
+    if (al_vocab_is_eog(e->vocab, tok)) {
+        slot_end(e, s, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    /* the penalties see the generated tokens only: OpenAI's "frequency in the text so far" */
+    al_sampler_accept(j->sampler, tok);
+    j->n_generated++;
+    const char *text;
+    size_t len;
+    if (al_detok_push(j->detok, tok, &text, &len) != AL_OK) {
+        slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+        return;
+    }
+    if (len) srv_buf_add(&j->hold, text, len);
+    if (j->hold.failed) {
+        slot_end(e, s, SRV_FINISH_ERROR, "out of memory holding generated text");
+        return;
+    }
+    if (release_text(e, j, false)) slot_end(e, s, SRV_FINISH_STOP, NULL);
+    else if (j->n_generated >= j->max_tokens || al_context_n_past(s->ctx) >= e->n_ctx)
+        slot_end(e, s, SRV_FINISH_LENGTH, NULL);
+    else {
+        j->next_token = tok;
+        s->decoding = true;
+    }
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    return k;
+}
+
+/* Moves queued jobs into free slots (lock held). The cache of the chosen slot is cut to
+ * the prefix it shares with the prompt, keeping at least one token to evaluate, since
+ * the first token is sampled from the prompt's last logits. */
+static void admit_locked(srv_engine *e) {
+    while (e->head && e->n_active < e->n_slots) {
+        srv_job *j = e->head;
+        int best = -1, best_keep = -1;
+        for (int i = 0; i < e->n_slots; i++) {
+            if (e->slots[i].job) continue;
+            int keep = common_prefix(e->slots[i].cached, e->slots[i].n_cached, j->prompt,
+                                     j->n_prompt);
+            if (keep > best_keep) best = i, best_keep = keep;
+        }
+        AL_ASSERT(best >= 0);
+        unlink_queued_locked(e, j);
+        slot *s = &e->slots[best];
+        if (best_keep >= j->n_prompt) best_keep = j->n_prompt - 1;
+        al_context_truncate(s->ctx, best_keep);
+        s->n_cached = best_keep;
+        s->job = j;
+        s->decoding = false;
+        j->n_prefilled = best_keep;
+        j->n_reused = best_keep;
+        j->admitted = ++e->n_admitted;
+        e->n_active++;
+    }
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+
+/* Evaluates the next chunk of the earliest admitted prompt; samples its first token when
+ * the prompt is complete. */
+static void prefill_one(srv_engine *e) {
+    slot *s = NULL;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *c = &e->slots[i];
+        if (c->job && !c->decoding && (!s || c->job->admitted < s->job->admitted)) s = c;
+    }
+    if (!s) return;
+    srv_job *j = s->job;
+    int n = j->n_prompt - j->n_prefilled;
+    if (n > PREFILL_CHUNK) n = PREFILL_CHUNK;
+    bool last = j->n_prefilled + n == j->n_prompt;
+    double t0 = al_time_s();
+    al_status st = al_eval(s->ctx, j->prompt + j->n_prefilled, n, last ? e->logits : NULL, false);
+    j->t_prefill += al_time_s() - t0;
+    if (st != AL_OK) {
+        slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+        return;
+    }
+    memcpy(s->cached + s->n_cached, j->prompt + j->n_prefilled, (size_t)n * sizeof(int32_t));
+    s->n_cached += n;
+    j->n_prefilled += n;
+    if (!last) return;
+    srv_metrics_prompt(e->metrics, j->n_prompt, j->n_prompt - j->n_reused, j->t_prefill);
+    sample_next(e, s, e->logits);
+}
+
+/* One token for every generating slot, as one batch. */
+static void decode_step(srv_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (!s->job || !s->decoding) continue;
+        e->batch_ctx[n] = s->ctx;
+        e->batch_tok[n] = s->job->next_token;
+        e->batch_slot[n++] = i;
+    }
+    if (n == 0) return;
+    double t0 = al_time_s();
+    al_status st = al_eval_multi(e->batch_ctx, e->batch_tok, n, e->logits);
+    double dt = al_time_s() - t0;
+    for (int k = 0; k < n; k++) {
+        slot *s = &e->slots[e->batch_slot[k]];
+        if (st != AL_OK) {
+            slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+            continue;
+        }
+        s->cached[s->n_cached++] = e->batch_tok[k];
+        s->decoding = false;
+        sample_next(e, s, e->logits + (size_t)k * e->n_vocab);
+    }
+    if (st == AL_OK) srv_metrics_decode(e->metrics, n, dt);
+}
+
+/* Ends the running jobs whose client went away (lock held on entry and exit). */
+static void reap_cancelled_locked(srv_engine *e) {
+    for (int i = 0; i < e->n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (!s->job || !s->job->cancel) continue;
+        pthread_mutex_unlock(&e->lock);
+        slot_end(e, s, SRV_FINISH_CANCELLED, NULL);
+        pthread_mutex_lock(&e->lock);
+    }
+}
+
+static void *engine_main(void *arg) {
+    srv_engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!e->stopping && !e->head && e->n_active == 0)
+            pthread_cond_wait(&e->wake, &e->lock);
+        if (e->stopping) break;
+        reap_cancelled_locked(e);
+        admit_locked(e);
+        pthread_mutex_unlock(&e->lock);
+        prefill_one(e);
+        decode_step(e);
+        pthread_mutex_lock(&e->lock);
+    }
+    /* stopping: every job, queued or running, ends with an error its reader can report */
+    while (e->head) {
+        srv_job *j = e->head;
+        unlink_queued_locked(e, j);
+        job_end_locked(j, SRV_FINISH_ERROR, SRV_SHUTDOWN_MESSAGE);
+        pthread_mutex_unlock(&e->lock);
+        srv_job_release(e, j);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].job) slot_end(e, &e->slots[i], SRV_FINISH_ERROR, SRV_SHUTDOWN_MESSAGE);
+    return NULL;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------ */
+
+al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_queued,
+                            srv_metrics *metrics, srv_engine **out) {
+    *out = NULL;
+    const al_vocab *v = al_model_vocab(m);
+    if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
+    if (n_slots < 1 || max_queued < 0)
+        return al_error(AL_ERR_ARG, "engine: %d sequences, queue %d", n_slots, max_queued);
+    srv_engine *e = calloc(1, sizeof *e);
+    if (!e) return al_error(AL_ERR_NOMEM, "out of memory creating the engine");
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->model = m;
+    e->vocab = v;
+    e->n_vocab = al_vocab_n_tokens(v);
+    e->n_ctx = n_ctx;
+    e->metrics = metrics;
+    e->n_slots = n_slots;
+    e->max_queued = max_queued;
+    e->slots = calloc((size_t)n_slots, sizeof *e->slots);
+    e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
+    e->batch_ctx = calloc((size_t)n_slots, sizeof *e->batch_ctx);
+    e->batch_tok = calloc((size_t)n_slots, sizeof *e->batch_tok);
+    e->batch_slot = calloc((size_t)n_slots, sizeof *e->batch_slot);
+    al_status st = AL_OK;
+    if (!e->slots || !e->logits || !e->batch_ctx || !e->batch_tok || !e->batch_slot)
+        st = al_error(AL_ERR_NOMEM, "out of memory creating the engine");
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = n_ctx;
+    for (int i = 0; st == AL_OK && i < n_slots; i++) {
+        st = al_context_create(m, &cp, &e->slots[i].ctx);
+        e->slots[i].cached = malloc((size_t)n_ctx * sizeof(int32_t));
+        if (st == AL_OK && !e->slots[i].cached)
+            st = al_error(AL_ERR_NOMEM, "out of memory for sequence %d", i);
+    }
+    if (st == AL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        st = al_error(AL_ERR_NOMEM, "cannot start the engine thread: %s", strerror(errno));
+    if (st != AL_OK) {
+        srv_engine_destroy(e);
+        return st;
+    }
+    e->started = true;
+    *out = e;
+    return AL_OK;
+}
+
+void srv_engine_stop(srv_engine *e) {
+    if (!e || !e->started) return;
+    pthread_mutex_lock(&e->lock);
+    e->stopping = true;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    e->started = false;
+}
+
+void srv_engine_destroy(srv_engine *e) {
+    if (!e) return;
+    srv_engine_stop(e);
+    for (int i = 0; e->slots && i < e->n_slots; i++) {
+        al_context_destroy(e->slots[i].ctx);
+        free(e->slots[i].cached);
+    }
+    free(e->slots);
+    free(e->logits);
+    free(e->batch_ctx);
+    free(e->batch_tok);
+    free(e->batch_slot);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+int srv_engine_n_ctx(const srv_engine *e) { return e->n_ctx; }
+
+void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued) {
+    pthread_mutex_lock(&e->lock);
+    *n_active = e->n_active;
+    *n_queued = e->n_queued;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,127 @@
+/* engine.h: the one thread that runs the model for every request (continuous batching).
+ *
+ * The engine holds n_slots sequence slots, each an al_context with the tokens its KV
+ * cache holds. Each iteration it
+ *   1. ends the jobs whose client went away, freeing their slots,
+ *   2. moves queued jobs into free slots, picking the slot whose cached tokens share the
+ *      longest prefix with the prompt (a chat's system prompt and earlier turns are then
+ *      not evaluated again),
+ *   3. evaluates one chunk of one slot's prompt (al_eval), so a long prompt does not
+ *      stall the sequences already generating for more than one chunk,
+ *   4. evaluates the pending token of every generating slot as one batch
+ *      (al_eval_multi) and samples each slot's next token with the job's own sampler.
+ * Text goes through the job's streaming detokenizer and is held back while it could be
+ * the start of a stop string, so a stop string never reaches the client, not even in part.
+ *
+ * Jobs are reference counted: the submitter holds one reference, the engine another
+ * while the job is queued or running. Functions here are thread-safe unless marked.
+ */
+#ifndef AL_SERVER_ENGINE_H
+#define AL_SERVER_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "server/metrics.h"
+#include "server/server.h"
+
+enum { SRV_MAX_STOP = 4 };
+
+/* The error of the jobs ended by srv_engine_stop (HTTP answers 503 for them). */
+#define SRV_SHUTDOWN_MESSAGE "the server is shutting down"
+
+typedef enum srv_finish {
+    SRV_FINISH_NONE,      /* still running                                  */
+    SRV_FINISH_STOP,      /* end-of-generation token or a stop string       */
+    SRV_FINISH_LENGTH,    /* max_tokens, or the context is full             */
+    SRV_FINISH_CANCELLED, /* the client went away                           */
+    SRV_FINISH_ERROR,     /* evaluation failed or the server is stopping    */
+} srv_finish;
+
+typedef struct srv_job srv_job;
+struct srv_job {
+    /* ---- set by the submitter before srv_engine_submit, read-only after; owned ---- */
+    int32_t *prompt;          /* [n_prompt] token ids, from malloc                  */
+    int n_prompt;
+    int max_tokens;           /* tokens to generate at most (>= 1)                  */
+    char *stop[SRV_MAX_STOP]; /* NUL-terminated UTF-8, non-empty, from malloc       */
+    int n_stop;
+    al_sampler *sampler;
+    al_detok *detok;
+    double t_arrival;         /* al_time_s() when the request arrived (for TTFT)    */
+
+    /* ---- the engine thread's own ---- */
+    srv_buf hold;             /* generated text not released yet                    */
+    int32_t next_token;       /* sampled, evaluated by the next decode step         */
+    int n_prefilled;          /* prompt tokens in the KV cache so far               */
+    int n_generated;
+    double t_prefill;         /* seconds spent evaluating this prompt               */
+    uint64_t admitted;        /* admission order: prefill goes first come first served */
+
+    /* ---- shared: only under the engine's lock ---- */
+    srv_job *next;            /* in the queue                                       */
+    bool queued;
+    pthread_cond_t cond;      /* broadcast when text grows or the job ends          */
+    srv_buf text;             /* released text, valid UTF-8                         */
+    int n_gen;                /* generated tokens, as published with the text       */
+    int n_reused;             /* prompt tokens found in the slot's cache            */
+    srv_finish finish;
+    char error[256];          /* why, for SRV_FINISH_ERROR                          */
+    bool cancel;
+    int refs;
+};
+
+/* A snapshot of a job, taken under the lock by srv_job_poll. */
+typedef struct srv_job_state {
+    size_t text_len; /* bytes released so far                   */
+    srv_finish finish;
+    int n_prompt, n_gen, n_reused;
+    char error[256];
+} srv_job_state;
+
+typedef struct srv_engine srv_engine;
+
+/* Creates n_slots contexts of n_ctx positions each and starts the thread. At most
+ * max_queued jobs wait for a slot; more are refused. */
+al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_queued,
+                            srv_metrics *metrics, srv_engine **out);
+/* Ends every job (SRV_FINISH_ERROR, which wakes their readers), refuses new ones and
+ * joins the thread. The engine's lock stays usable, so readers can still poll and
+ * release their jobs; call this before stopping the threads that hold jobs. */
+void srv_engine_stop(srv_engine *e);
+/* Stops if needed and frees the contexts; no job may be referenced any more. NULL is a
+ * no-op. */
+void srv_engine_destroy(srv_engine *e);
+
+/* Positions per sequence. */
+int srv_engine_n_ctx(const srv_engine *e);
+void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued);
+
+/* A new job with one reference (the caller's); NULL when out of memory. */
+srv_job *srv_job_create(void);
+/* Takes one more reference. */
+void srv_job_ref(srv_engine *e, srv_job *j);
+/* Drops a reference; the last one frees the job and everything it owns. e may be NULL
+ * for a job that was never submitted. */
+void srv_job_release(srv_engine *e, srv_job *j);
+
+typedef enum srv_submit {
+    SRV_SUBMIT_OK,
+    SRV_SUBMIT_FULL,     /* every slot busy and the queue full: answer 429      */
+    SRV_SUBMIT_STOPPING, /* the server is shutting down: answer 503             */
+} srv_submit;
+
+/* Queues the job; on SRV_SUBMIT_OK the engine takes its own reference. */
+srv_submit srv_engine_submit(srv_engine *e, srv_job *j);
+
+/* Asks the engine to drop the job: a queued job ends at once, a running one before the
+ * next decode step. Harmless on a finished job. */
+void srv_job_cancel(srv_engine *e, srv_job *j);
+
+/* Waits up to ms milliseconds until the job has released text beyond byte `from` or
+ * has ended, then appends the text from `from` on to out (if not NULL) and fills *st.
+ * Returns true when there was something new: text or the end. */
+bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, int ms, srv_buf *out,
+                  srv_job_state *st);
+
+#endif /* AL_SERVER_ENGINE_H */

@@ -1,0 +1,531 @@
+/* http.c: the HTTP side of `anyllm serve`, on libmicrohttpd with one thread per
+ * connection.
+ *
+ * A request goes through on_request up to three times, as libmicrohttpd calls it:
+ *   1. headers in: route, method (404/405), API key (401), Content-Length (413); GET
+ *      routes are answered here;
+ *   2. body pieces: collected up to max_body_bytes, then counted and dropped;
+ *   3. body complete: parsed and validated (api.c), queued in the engine (429 when
+ *      full), then answered: a stream gets a callback response at once, a plain request
+ *      waits here for the end of its job.
+ * While a connection's thread waits for the engine it checks, every POLL_MS, whether the
+ * client has closed its socket (a zero-byte peek), and if so cancels the job, so the
+ * sequence is freed within one decode step even when no text is being written.
+ * libmicrohttpd's request-completed callback also cancels a job whose request ended for
+ * any other reason, and drops the connection's reference to it.
+ * Idle connections (headers or body too slow) are closed after timeout_s; a body must
+ * also be complete within BODY_DEADLINE timeouts, which stops a client dribbling bytes.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server/api.h"
+#include "util.h"
+
+enum {
+    POLL_MS = 50,          /* how often a waiting thread checks its client's socket    */
+    BODY_DEADLINE = 3,     /* a body must arrive within this many timeouts             */
+    DISCARD_FACTOR = 16,   /* an oversized body is read (and dropped) up to this many
+                              times the limit, so the client still gets its 413        */
+    STREAM_BLOCK = 16384,  /* bytes handed to libmicrohttpd per stream callback, at most */
+};
+
+struct srv_server {
+    srv_params p;
+    char *model_name;
+    char *api_key;
+    srv_api api;
+    srv_metrics metrics;
+    srv_engine *engine;
+    struct MHD_Daemon *mhd;
+    int port;
+    long long started; /* Unix seconds, what /v1/models says the model was "created" */
+};
+
+/* One HTTP request, from its headers to libmicrohttpd's completion callback. */
+typedef struct http_req {
+    srv_endpoint ep;
+    int status;         /* what was answered, for the metrics; 0 = nothing yet  */
+    bool answered;
+    srv_buf body;
+    size_t n_body;      /* bytes received, kept or not                          */
+    bool too_large;
+    double t_start;
+    srv_job *job;       /* the connection's reference, dropped at completion    */
+} http_req;
+
+/* The state of one SSE response, owned by the libmicrohttpd response. */
+typedef struct stream {
+    srv_server *srv;
+    srv_job *job;       /* its own reference */
+    srv_resp resp;
+    int fd;             /* the client's socket, to notice a hang-up */
+    srv_buf out;        /* formatted events not yet handed over */
+    size_t out_pos;
+    size_t text_from;   /* bytes of the job's text already sent */
+    bool started, ended;
+    srv_buf text;
+} stream;
+
+srv_params srv_default_params(void) {
+    return (srv_params){.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_ctx = 1024,
+                        .n_queue = 2 * 4 + 32, .timeout_s = 10, .max_body_bytes = 1 << 20,
+                        .max_tokens_default = 512};
+}
+
+int srv_port(const srv_server *s) { return s->port; }
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+static enum MHD_Result answer(struct MHD_Connection *c, http_req *r, int status, const char *type,
+                              const void *body, size_t len, enum MHD_ResponseMemoryMode mode,
+                              const char *hdr, const char *hdr_value) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, mode);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (hdr) MHD_add_response_header(resp, hdr, hdr_value);
+    enum MHD_Result q = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    r->answered = true;
+    return q;
+}
+
+static enum MHD_Result answer_json(struct MHD_Connection *c, http_req *r, int status,
+                                   const srv_buf *b) {
+    if (b->failed) return MHD_NO;
+    return answer(c, r, status, "application/json", b->s, b->len, MHD_RESPMEM_MUST_COPY, NULL,
+                  NULL);
+}
+
+static enum MHD_Result answer_error(struct MHD_Connection *c, http_req *r, const srv_error *err) {
+    srv_buf b = {0};
+    srv_api_error_body(err, &b);
+    const char *hdr = NULL, *val = NULL;
+    if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
+    if (err->status == 405)
+        hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_COMPLETIONS ? "POST" : "GET, HEAD";
+    if (err->status == 429) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
+    enum MHD_Result q = b.failed ? MHD_NO
+                                 : answer(c, r, err->status, "application/json", b.s, b.len,
+                                          MHD_RESPMEM_MUST_COPY, hdr, val);
+    srv_buf_free(&b);
+    return q;
+}
+
+/* ---- waiting for the engine --------------------------------------------------------------- */
+
+static int client_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* True if the client has closed or reset its connection. Only the connection's own
+ * thread calls this, so the socket cannot be closed under it. */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+/* libmicrohttpd asks for the next bytes of a stream: waits for text or the end of the
+ * job, formats them as events, and hands them over; a hang-up cancels the job. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream *st = cls;
+    srv_engine *e = st->srv->engine;
+    while (st->out_pos == st->out.len) {
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->out.len = st->out_pos = 0;
+        if (!st->started) {
+            st->started = true;
+            srv_api_chunk_start(&st->resp, &st->out);
+            continue;
+        }
+        srv_job_state js;
+        st->text.len = 0;
+        if (!srv_job_poll(e, st->job, st->text_from, POLL_MS, &st->text, &js)) {
+            if (!client_gone(st->fd)) continue;
+            srv_job_cancel(e, st->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (st->text.len) srv_api_chunk_text(&st->resp, st->text.s, st->text.len, &st->out);
+        st->text_from = js.text_len;
+        if (js.finish != SRV_FINISH_NONE) {
+            srv_api_chunk_end(&st->resp, &js, &st->out);
+            st->ended = true;
+        }
+        if (st->out.failed || st->text.failed) {
+            srv_job_cancel(e, st->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t n = st->out.len - st->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, st->out.s + st->out_pos, n);
+    st->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream *st = cls;
+    srv_job_release(st->srv->engine, st->job);
+    srv_buf_free(&st->out);
+    srv_buf_free(&st->text);
+    free(st);
+}
+
+static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                     const srv_request *req) {
+    stream *st = calloc(1, sizeof *st);
+    if (!st) return MHD_NO;
+    st->srv = s;
+    st->job = req->job;
+    srv_job_ref(s->engine, st->job); /* the response's own, dropped by stream_free */
+    st->fd = client_fd(c);
+    srv_resp_init(&st->resp, req->kind, s->model_name, req->include_usage);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    /* libmicrohttpd counts the time our reader waits (in the queue, or for a slow step)
+     * as idleness; the hang-up check above replaces the timeout until the request ends */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result q = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp); /* frees st (stream_free) if it was not queued */
+    r->status = 200;
+    r->answered = true;
+    return q;
+}
+
+/* Waits for the end of a plain (non-stream) job and answers with the whole object. */
+static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                    const srv_request *req) {
+    srv_engine *e = s->engine;
+    int fd = client_fd(c);
+    srv_job_state js;
+    while (!srv_job_poll(e, req->job, SIZE_MAX, POLL_MS, NULL, &js))
+        if (client_gone(fd)) {
+            srv_job_cancel(e, req->job);
+            return MHD_NO;
+        }
+    srv_buf text = {0}, body = {0};
+    srv_job_poll(e, req->job, 0, 0, &text, &js);
+    srv_resp resp;
+    srv_resp_init(&resp, req->kind, s->model_name, false);
+    enum MHD_Result q;
+    if (srv_finish_reason(js.finish)) {
+        srv_api_final(&resp, text.s ? text.s : "", text.len, &js, &body);
+        q = answer_json(c, r, 200, &body);
+    } else {
+        srv_error err;
+        bool stopping = !strcmp(js.error, SRV_SHUTDOWN_MESSAGE);
+        srv_fail(&err, stopping ? 503 : 500, NULL, stopping ? "shutting_down" : NULL,
+                 "generation failed: %s", js.error[0] ? js.error : "cancelled");
+        q = answer_error(c, r, &err);
+    }
+    srv_buf_free(&text);
+    srv_buf_free(&body);
+    return q;
+}
+
+/* The body is complete: validate, queue, answer. */
+static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, http_req *r) {
+    srv_error err;
+    if (r->too_large) {
+        srv_fail(&err, 413, NULL, "body_too_large", "the request body has %zu bytes; the limit is "
+                 "%zu", r->n_body, s->p.max_body_bytes);
+        return answer_error(c, r, &err);
+    }
+    srv_request req;
+    srv_kind kind = r->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
+    if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
+        return answer_error(c, r, &err);
+    req.job->t_arrival = r->t_start;
+    srv_submit sub = srv_engine_submit(s->engine, req.job);
+    if (sub != SRV_SUBMIT_OK) {
+        srv_job_release(NULL, req.job);
+        if (sub == SRV_SUBMIT_FULL)
+            srv_fail(&err, 429, NULL, "queue_full", "the server is busy: all %d sequences are in "
+                     "use and %d requests are waiting; retry later", s->p.n_parallel, s->p.n_queue);
+        else
+            srv_fail(&err, 503, NULL, "shutting_down", "the server is shutting down");
+        if (sub == SRV_SUBMIT_FULL) err.type = "rate_limit_error";
+        return answer_error(c, r, &err);
+    }
+    r->job = req.job; /* the connection's reference; the stream below takes another */
+    return req.stream ? answer_stream(s, c, r, &req) : answer_whole(s, c, r, &req);
+}
+
+/* ---- GET routes ------------------------------------------------------------------------ */
+
+static enum MHD_Result answer_get(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                  const char *url) {
+    srv_buf b = {0};
+    enum MHD_Result q;
+    int n_active, n_queued;
+    switch (r->ep) {
+    case SRV_EP_PAGE:
+        return answer(c, r, 200, "text/html; charset=utf-8", srv_chat_html, srv_chat_html_len,
+                      MHD_RESPMEM_PERSISTENT, "Content-Security-Policy",
+                      "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
+    case SRV_EP_HEALTH:
+        srv_engine_counts(s->engine, &n_active, &n_queued);
+        srv_buf_printf(&b, "{\"status\":\"ok\",\"slots_processing\":%d,\"slots_idle\":%d,"
+                       "\"queued\":%d}", n_active, s->p.n_parallel - n_active, n_queued);
+        q = answer_json(c, r, 200, &b);
+        break;
+    case SRV_EP_METRICS:
+        srv_engine_counts(s->engine, &n_active, &n_queued);
+        srv_metrics_render(&s->metrics, n_active, n_queued, s->p.n_parallel, &b);
+        q = b.failed ? MHD_NO
+                     : answer(c, r, 200, "text/plain; version=0.0.4; charset=utf-8", b.s, b.len,
+                              MHD_RESPMEM_MUST_COPY, NULL, NULL);
+        break;
+    default: { /* /v1/models, or /v1/models/ID */
+        json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model",
+                              "created", (json_int_t)s->started, "owned_by", "anyllm");
+        const char *id = url + strlen("/v1/models");
+        json_t *o = *id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
+        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (*id && strcmp(id + 1, s->model_name)) {
+            srv_error err;
+            srv_fail(&err, 404, "model", "model_not_found", "no model '%.200s' here", id + 1);
+            q = answer_error(c, r, &err);
+        } else {
+            srv_buf_str(&b, text ? text : "");
+            q = text ? answer_json(c, r, 200, &b) : MHD_NO;
+        }
+        free(text);
+    }
+    }
+    srv_buf_free(&b);
+    return q;
+}
+
+/* ---- routing and the request callbacks -------------------------------------------------- */
+
+/* The endpoint of a path; *post tells whether it takes POST (else GET and HEAD). */
+static srv_endpoint route(const char *url, bool *post) {
+    *post = false;
+    if (!strcmp(url, "/")) return SRV_EP_PAGE;
+    if (!strcmp(url, "/health")) return SRV_EP_HEALTH;
+    if (!strcmp(url, "/metrics")) return SRV_EP_METRICS;
+    if (!strcmp(url, "/v1/models") || (!strncmp(url, "/v1/models/", 11) && url[11]))
+        return SRV_EP_MODELS;
+    *post = true;
+    if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
+    if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
+    return SRV_EP_OTHER;
+}
+
+/* Compares the whole key whatever the input, so the time taken tells nothing about how
+ * much of a guess was right. */
+static bool secret_equal(const char *given, const char *key) {
+    size_t lg = strlen(given), lk = strlen(key);
+    unsigned diff = lg != lk;
+    for (size_t i = 0; i < lk; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < lg ? given[i] : 0);
+    return diff == 0;
+}
+
+static bool authorized(const srv_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    for (h += 7; *h == ' '; h++) {}
+    return secret_equal(h, s->api_key);
+}
+
+/* Headers are in: decide everything that does not need the body. */
+static enum MHD_Result on_headers(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                  const char *url, const char *method) {
+    bool post;
+    r->ep = route(url, &post);
+    srv_error err;
+    bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (r->ep == SRV_EP_OTHER) {
+        srv_fail(&err, 404, NULL, "not_found", "no route %.200s %.200s", method, url);
+        return answer_error(c, r, &err);
+    }
+    if (post ? strcmp(method, "POST") != 0 : !is_get) {
+        srv_fail(&err, 405, NULL, "method_not_allowed", "%.200s takes %s, not %.20s", url,
+                 post ? "POST" : "GET", method);
+        return answer_error(c, r, &err);
+    }
+    if (r->ep != SRV_EP_HEALTH && !authorized(s, c)) {
+        srv_fail(&err, 401, NULL, "invalid_api_key", "a valid API key is required: send "
+                 "'Authorization: Bearer KEY'");
+        return answer_error(c, r, &err);
+    }
+    if (!post) return answer_get(s, c, r, url);
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
+        srv_fail(&err, 413, NULL, "body_too_large", "the request body has %.30s bytes; the limit "
+                 "is %zu", cl, s->p.max_body_bytes);
+        return answer_error(c, r, &err);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls) {
+    (void)version;
+    srv_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->t_start = al_time_s();
+        *con_cls = r;
+        return on_headers(s, c, r, url, method);
+    }
+    if (r->answered) { /* answered from the headers; the rest of the body is ignored */
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (*data_size) {
+        size_t n = *data_size;
+        *data_size = 0;
+        r->n_body += n;
+        if (al_time_s() - r->t_start > (double)BODY_DEADLINE * s->p.timeout_s) return MHD_NO;
+        if (r->n_body > s->p.max_body_bytes) {
+            r->too_large = true;
+            srv_buf_free(&r->body);
+            return r->n_body / DISCARD_FACTOR > s->p.max_body_bytes ? MHD_NO : MHD_YES;
+        }
+        return srv_buf_add(&r->body, data, n) ? MHD_YES : MHD_NO;
+    }
+    return on_body_done(s, c, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode why) {
+    srv_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    /* a kept-alive connection is idle from now on: the timeout applies again */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.timeout_s);
+    if (r->job) { /* a request that ends before its job does leaves nobody to read it */
+        srv_job_cancel(s->engine, r->job);
+        srv_job_release(s->engine, r->job);
+    }
+    /* never answered: 408 for a timeout, else nginx's 499, "client closed request" */
+    int status = r->status ? r->status : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? 408 : 499;
+    srv_metrics_request(&s->metrics, r->ep, status);
+    if (s->p.verbose)
+        fprintf(stderr, "anyllm serve: %s %d %.3f s%s\n", srv_endpoint_path(r->ep), status,
+                al_time_s() - r->t_start,
+                why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    srv_buf_free(&r->body);
+    free(r);
+}
+
+/* ---- create / destroy -------------------------------------------------------------------- */
+
+/* The chat format: the one named, or the one recognised in the model's template. NULL
+ * (chat refused, a warning printed) when neither works. */
+static const char *chat_format(const al_model *m, const char *name) {
+    const char *tmpl = al_model_chat_template(m);
+    char *probe = NULL;
+    if (!name && al_chat_template_detect(tmpl, &name) != AL_OK) name = NULL;
+    if (name && al_chat_render(name, tmpl, NULL, 0, true, &probe) != AL_OK) name = NULL;
+    al_string_free(probe);
+    if (!name)
+        fprintf(stderr, "anyllm serve: warning: no chat template (%s); /v1/chat/completions "
+                "will refuse requests\n", al_last_error());
+    return name;
+}
+
+static al_status listen_on(srv_server *s) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->p.port);
+    int rc = getaddrinfo(s->p.host, port, &hints, &ai);
+    if (rc != 0)
+        return al_error(AL_ERR_ARG, "cannot use host '%s': %s", s->p.host, gai_strerror(rc));
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) |
+                     (s->p.verbose ? MHD_USE_ERROR_LOG : 0);
+    /* connections beyond the sequences and the queue only wait to be told 429 */
+    unsigned limit = (unsigned)(s->p.n_parallel + s->p.n_queue + 64);
+    errno = 0;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)s->p.port, NULL, NULL, on_request, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s,
+                              MHD_OPTION_CONNECTION_LIMIT, limit,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd)
+        return al_error(AL_ERR_IO, "cannot listen on %s:%d: %s", s->p.host, s->p.port,
+                        errno ? strerror(errno) : "libmicrohttpd refused to start");
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : s->p.port;
+    return AL_OK;
+}
+
+al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
+    *out = NULL;
+    const al_vocab *v = al_model_vocab(m);
+    if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
+    if (p->n_parallel < 1 || p->n_ctx < p->n_parallel || p->n_queue < 0 || p->timeout_s < 1 ||
+        p->max_tokens_default < 1 || p->port < 0 || p->port > 65535 || !p->model_name)
+        return al_error(AL_ERR_ARG, "server: invalid parameters (%d sequences of %d positions, "
+                        "queue %d, port %d)", p->n_parallel, p->n_ctx, p->n_queue, p->port);
+    srv_server *s = calloc(1, sizeof *s);
+    if (!s) return al_error(AL_ERR_NOMEM, "out of memory starting the server");
+    srv_metrics_init(&s->metrics);
+    s->p = *p;
+    s->started = (long long)time(NULL);
+    s->model_name = strdup(p->model_name);
+    s->api_key = p->api_key ? strdup(p->api_key) : NULL;
+    s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = p->n_ctx,
+                       .max_tokens_default = p->max_tokens_default,
+                       .tmpl_name = chat_format(m, p->chat_template),
+                       .tmpl = al_model_chat_template(m), .model_name = s->model_name};
+    al_status st = AL_OK;
+    if (!s->model_name || (p->api_key && !s->api_key))
+        st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
+    if (st == AL_OK)
+        st = srv_engine_create(m, p->n_parallel, p->n_ctx, p->n_queue, &s->metrics, &s->engine);
+    if (st == AL_OK) st = listen_on(s);
+    if (st != AL_OK) {
+        srv_destroy(s);
+        return st;
+    }
+    *out = s;
+    return AL_OK;
+}
+
+void srv_destroy(srv_server *s) {
+    if (!s) return;
+    /* the engine first: its jobs end, which releases the threads waiting on them, so
+     * libmicrohttpd can then join every connection thread */
+    srv_engine_stop(s->engine);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    srv_engine_destroy(s->engine);
+    srv_metrics_free(&s->metrics);
+    free(s->model_name);
+    free(s->api_key);
+    free(s);
+}

@@ -1,0 +1,63 @@
+/* metrics.h: what GET /metrics reports, in the Prometheus text format (version 0.0.4).
+ *
+ * Counters only grow; the rates are lifetime averages over the time the engine spent
+ * evaluating (prompt tokens per second of prefill, generated tokens per second of
+ * decode steps, which with several sequences is the aggregate rate of the batch).
+ * All functions are thread-safe.
+ */
+#ifndef AL_SERVER_METRICS_H
+#define AL_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "server/server.h"
+
+typedef enum srv_endpoint {
+    SRV_EP_CHAT,        /* POST /v1/chat/completions */
+    SRV_EP_COMPLETIONS, /* POST /v1/completions      */
+    SRV_EP_MODELS,      /* GET /v1/models            */
+    SRV_EP_HEALTH,      /* GET /health               */
+    SRV_EP_METRICS,     /* GET /metrics              */
+    SRV_EP_PAGE,        /* GET /                     */
+    SRV_EP_OTHER,       /* anything else (404)       */
+    SRV_EP_COUNT
+} srv_endpoint;
+
+/* The path of an endpoint as /metrics labels it. */
+const char *srv_endpoint_path(srv_endpoint ep);
+
+enum { SRV_TTFT_BUCKETS = 11, SRV_STATUS_KEYS = 64 };
+
+typedef struct srv_metrics {
+    pthread_mutex_t lock;
+    struct {
+        srv_endpoint ep;
+        int status;
+        uint64_t n;
+    } requests[SRV_STATUS_KEYS]; /* (endpoint, status) pairs seen so far */
+    int n_keys;
+    uint64_t prompt_tokens;      /* tokens of accepted prompts                   */
+    uint64_t prompt_evaluated;   /* of those, evaluated (the rest came from cache) */
+    double prompt_seconds;
+    uint64_t generated_tokens;
+    double decode_seconds;
+    uint64_t ttft_counts[SRV_TTFT_BUCKETS + 1]; /* the last one is +Inf */
+    double ttft_sum;
+    uint64_t ttft_n;
+    uint64_t cancelled;          /* sequences ended because the client went away  */
+} srv_metrics;
+
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_free(srv_metrics *m);
+
+void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status);
+void srv_metrics_prompt(srv_metrics *m, int n_prompt, int n_evaluated, double seconds);
+void srv_metrics_decode(srv_metrics *m, int n_tokens, double seconds);
+void srv_metrics_ttft(srv_metrics *m, double seconds);
+void srv_metrics_cancelled(srv_metrics *m);
+
+/* Appends the whole exposition; the gauges come from the caller (the engine's state). */
+void srv_metrics_render(srv_metrics *m, int n_active, int n_queued, int n_slots, srv_buf *out);
+
+#endif /* AL_SERVER_METRICS_H */

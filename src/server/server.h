@@ -1,0 +1,86 @@
+/* server.h: `anyllm serve`, an OpenAI-compatible HTTP server over one loaded model.
+ *
+ * The pieces, each one module:
+ *   http.c     libmicrohttpd glue: routes, API key, body limit, timeouts, SSE streams
+ *   api.c      the OpenAI request fields (validated) and response objects (jansson)
+ *   engine.c   ONE thread owns the model and every context: it admits queued jobs into
+ *              free sequence slots and runs one decode step for all active slots at once
+ *              (al_eval_multi), which is continuous batching
+ *   metrics.c  counters and the time-to-first-token histogram, as Prometheus text
+ *   buf.c      the growable byte buffer the others share
+ *   chat.html  the chat page served at /, compiled into the binary by the Makefile
+ *
+ * Threads: one libmicrohttpd thread per connection parses, validates and tokenizes the
+ * request (the vocabulary may be shared by threads), then hands a job to the engine and
+ * waits on the job's condition variable for text. Only the engine thread calls al_eval.
+ * This header is private to src/server and tools/cmd_serve.c; it is not the library API.
+ */
+#ifndef AL_SERVER_H
+#define AL_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "anyllm.h"
+
+/* ---- the server ---------------------------------------------------------------------- */
+
+typedef struct srv_params {
+    const char *host;          /* numeric address or host name to bind; "127.0.0.1"    */
+    int port;                  /* TCP port; 0 picks a free one (srv_port tells which)  */
+    int n_parallel;            /* sequences decoded together                           */
+    int n_ctx;                 /* positions per sequence                               */
+    int n_queue;               /* requests that may wait for a free sequence           */
+    int timeout_s;             /* idle time before a connection is dropped             */
+    size_t max_body_bytes;     /* larger request bodies get 413                        */
+    int max_tokens_default;    /* when a request gives no max_tokens (capped by ctx)   */
+    const char *api_key;       /* NULL: no key; else every route but /health needs it  */
+    const char *model_name;    /* what /v1/models lists and responses carry            */
+    const char *chat_template; /* NULL: recognise the model's own                      */
+    bool verbose;              /* one stderr line per request, libmicrohttpd's errors  */
+} srv_params;
+
+srv_params srv_default_params(void);
+
+typedef struct srv_server srv_server;
+
+/* Starts the engine thread and the listener. The model must outlive the server. On
+ * failure *out is NULL and al_last_error() says why (e.g. the port is taken). */
+al_status srv_create(const al_model *m, const srv_params *p, srv_server **out);
+
+/* The TCP port the server listens on (useful with port 0). */
+int srv_port(const srv_server *s);
+
+/* Stops accepting, ends every request in flight, joins the threads, frees everything.
+ * NULL is a no-op. */
+void srv_destroy(srv_server *s);
+
+/* ---- a growable byte buffer, always NUL-terminated ------------------------------------- */
+
+typedef struct srv_buf {
+    char *s;     /* NULL until the first append */
+    size_t len;  /* bytes held, not counting the NUL */
+    size_t cap;
+    bool failed; /* an allocation failed: the content is cut short */
+} srv_buf;
+
+/* Appends n bytes; false (and failed set) when memory runs out. */
+bool srv_buf_add(srv_buf *b, const void *p, size_t n);
+bool srv_buf_str(srv_buf *b, const char *s);
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+bool srv_buf_printf(srv_buf *b, const char *fmt, ...);
+/* Appends text with every invalid UTF-8 sequence replaced by U+FFFD, so that what the
+ * model produced can always be put into a JSON string. */
+bool srv_buf_add_utf8(srv_buf *b, const char *p, size_t n);
+void srv_buf_free(srv_buf *b);
+
+/* True if the n bytes are valid UTF-8 (no overlongs, surrogates or values > U+10FFFF). */
+bool srv_utf8_valid(const char *p, size_t n);
+
+/* The chat page (src/server/chat.html), generated into the build by the Makefile. */
+extern const unsigned char srv_chat_html[];
+extern const size_t srv_chat_html_len;
+
+#endif /* AL_SERVER_H */

@@ -1,0 +1,100 @@
+/* push.h: the push-constant block of every compute shader, defined once here.
+ *
+ * Each struct is mirrored field by field, in the same order, by the `push_constant`
+ * block of the shader named in its comment; the _Static_asserts pin the sizes so a
+ * field added on one side only is caught at build time on this side and by the
+ * validation layer on the other. All fields are 32-bit, so C and std430 agree on
+ * the layout without padding.
+ *
+ * Units: `*_off` is where a tensor starts inside its bound range and `*_stride` the
+ * distance between its rows, both in floats for f32 tensors and in bytes for weights
+ * (which are read as 16-bit words, see shaders/dequant.glsl).
+ */
+#ifndef AL_VK_PUSH_H
+#define AL_VK_PUSH_H
+
+#include <stdint.h>
+
+/* add.comp, silu_mul.comp: x[r][c] op= y[r][c]. */
+typedef struct vk_pc_binary {
+    uint32_t n_cols, n_rows;
+    uint32_t x_off, x_stride;
+    uint32_t y_off, y_stride;
+} vk_pc_binary;
+_Static_assert(sizeof(vk_pc_binary) == 24, "mirror of add.comp / silu_mul.comp");
+
+/* rms_norm.comp: out[r] = x[r] / rms(x[r]) * w. */
+typedef struct vk_pc_rms_norm {
+    uint32_t n_cols, n_rows;
+    uint32_t x_off, x_stride;
+    uint32_t w_off;
+    uint32_t o_off, o_stride;
+    float eps;
+} vk_pc_rms_norm;
+_Static_assert(sizeof(vk_pc_rms_norm) == 32, "mirror of rms_norm.comp");
+
+/* get_rows.comp: out[i] = table[ids[i]] for the ids in [row0, row1), the table rows
+ * that this dispatch's binding covers (a table larger than one binding takes
+ * several dispatches). */
+typedef struct vk_pc_get_rows {
+    uint32_t n_cols, n_ids;
+    uint32_t t_off, t_row_bytes; /* bytes */
+    uint32_t row0, row1;
+    uint32_t o_off, o_stride;
+} vk_pc_get_rows;
+_Static_assert(sizeof(vk_pc_get_rows) == 32, "mirror of get_rows.comp");
+
+/* matvec.comp, matmul.comp: out[t][row0 + o] = x[t] . w[o] (+ bias[row0 + o]) for the
+ * n_out weight rows of this dispatch's binding. */
+typedef struct vk_pc_matmul {
+    uint32_t n_in, n_out, n_tok;
+    uint32_t x_off, x_stride;
+    uint32_t w_off, w_row_bytes; /* bytes */
+    uint32_t b_off, has_bias;
+    uint32_t o_off, o_stride;
+    uint32_t row0;
+} vk_pc_matmul;
+_Static_assert(sizeof(vk_pc_matmul) == 48, "mirror of matvec.comp / matmul.comp");
+
+/* matmul_rows.comp (CPU devices): one slice [k0, k0 + n_k) of the inputs of n_tok <= NT
+ * tokens, packed into a uniform buffer with xs_stride vec4s per token; accumulate
+ * is 0 for the first slice (which adds the bias) and 1 for the others. */
+typedef struct vk_pc_matmul_rows {
+    uint32_t n_k, n_out, n_tok;
+    uint32_t k0, xs_stride;
+    uint32_t w_off, w_row_bytes; /* bytes */
+    uint32_t b_off, has_bias, accumulate;
+    uint32_t o_off, o_stride;
+    uint32_t row0;
+} vk_pc_matmul_rows;
+_Static_assert(sizeof(vk_pc_matmul_rows) == 52, "mirror of matmul_rows.comp");
+
+/* rope.comp: rotates pairs of each head with cos/sin from a table of [n_rows][half]
+ * (cos, sin) pairs computed on the host in double precision. */
+typedef struct vk_pc_rope {
+    uint32_t n_rows, n_head, head_dim, half;
+    uint32_t neox;
+    uint32_t x_off, x_stride;
+    uint32_t cs_off;
+} vk_pc_rope;
+_Static_assert(sizeof(vk_pc_rope) == 32, "mirror of rope.comp");
+
+/* attention.comp: causal attention of n_tok queries over n_past + t + 1 cached
+ * positions; one workgroup per (head, token). */
+typedef struct vk_pc_attention {
+    uint32_t n_head, n_head_kv, head_dim, n_past, n_tok;
+    uint32_t q_off, q_stride;
+    uint32_t k_off, k_stride;
+    uint32_t v_off, v_stride;
+    uint32_t o_off, o_stride;
+    float scale;
+} vk_pc_attention;
+_Static_assert(sizeof(vk_pc_attention) == 56, "mirror of attention.comp");
+
+/* copy.comp: n 16-byte words (bandwidth measurement). */
+typedef struct vk_pc_copy {
+    uint32_t n;
+} vk_pc_copy;
+_Static_assert(sizeof(vk_pc_copy) == 4, "mirror of copy.comp");
+
+#endif /* AL_VK_PUSH_H */

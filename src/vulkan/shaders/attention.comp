@@ -1,0 +1,74 @@
+#version 450
+// attention.comp: out[t][h] = softmax(q[t][h] . K^T * scale) V over the n_past + t + 1
+// positions visible to token t (causal), for kv head h / (n_head / n_head_kv). One
+// workgroup per (head, token). Positions are taken WG at a time: each invocation
+// scores one position, and the running maximum and sum (online softmax) rescale
+// what was accumulated before, so no buffer grows with the context. Invocation i
+// accumulates output dimensions i, i + WG, ... (at most ND of them).
+
+#extension GL_EXT_control_flow_attributes : require
+#include "reduce.glsl"
+
+layout(constant_id = 1) const uint MAX_HD = 256; // head_dim at most; ops.c checks
+const uint ND = (MAX_HD + WG - 1) / WG;
+
+layout(push_constant) uniform Push { // vk_pc_attention in push.h
+    uint n_head, n_head_kv, head_dim, n_past, n_tok;
+    uint q_off, q_stride;
+    uint k_off, k_stride;
+    uint v_off, v_stride;
+    uint o_off, o_stride;
+    float scale;
+} p;
+
+layout(binding = 0, std430) readonly buffer Q { float q[]; };
+layout(binding = 1, std430) readonly buffer K { float k[]; };
+layout(binding = 2, std430) readonly buffer V { float v[]; };
+layout(binding = 3, std430) writeonly buffer O { float o[]; };
+
+shared float qs[MAX_HD];
+shared float ps[WG]; // exp(score - max) of the current positions
+
+const float NEG = -1e30; // not -inf: -inf - -inf would be NaN
+
+void main() {
+    uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+    uint kvh = h / (p.n_head / p.n_head_kv), hd = p.head_dim;
+    uint n_vis = p.n_past + t + 1;
+    for (uint d = tid; d < hd; d += WG) qs[d] = q[p.q_off + t * p.q_stride + h * hd + d];
+    barrier();
+
+    float m = NEG, l = 0.0, acc[ND];
+    [[unroll]] for (uint j = 0; j < ND; j++) acc[j] = 0.0;
+    for (uint c0 = 0; c0 < n_vis; c0 += WG) {
+        uint pos = c0 + tid;
+        float s = NEG;
+        if (pos < n_vis) {
+            uint kb = p.k_off + pos * p.k_stride + kvh * hd;
+            s = 0.0;
+            for (uint d = 0; d < hd; d++) s += qs[d] * k[kb + d];
+            s *= p.scale;
+        }
+        float m_new = max(m, wg_max(s));
+        float e = pos < n_vis ? exp(s - m_new) : 0.0;
+        ps[tid] = e;
+        float corr = exp(m - m_new);
+        l = l * corr + wg_sum(e); // its barriers also publish ps
+        m = m_new;
+        uint n_c = min(WG, n_vis - c0);
+        [[unroll]] for (uint j = 0; j < ND; j++) {
+            uint d = tid + j * WG;
+            if (d >= hd) break;
+            float a = acc[j] * corr;
+            uint vb = p.v_off + c0 * p.v_stride + kvh * hd + d;
+            for (uint i = 0; i < n_c; i++) a += ps[i] * v[vb + i * p.v_stride];
+            acc[j] = a;
+        }
+        barrier(); // ps is rewritten by the next positions
+    }
+    float inv = 1.0 / l;
+    [[unroll]] for (uint j = 0; j < ND; j++) {
+        uint d = tid + j * WG;
+        if (d < hd) o[p.o_off + t * p.o_stride + h * hd + d] = acc[j] * inv;
+    }
+}

@@ -1,0 +1,86 @@
+#version 450
+// matmul_rows.comp: the matmul of CPU devices (lavapipe), for any number of tokens:
+//   out[t][row0 + o] (+)= x[t][k0 .. k0 + n_k) . w[o][k0 .. k0 + n_k)
+// A CPU device runs a workgroup as a loop over subgroups of SIMD lanes. There a
+// storage-buffer load inside a loop is a per-lane loop of scalar loads, and even a
+// uniform-buffer load is a full gather; register arithmetic and subgroup shuffles
+// (a lane extract and a splat) are cheap. So:
+//   - each invocation owns one weight row: nothing is reduced across lanes;
+//   - ops.c packs the inputs into slices of NT tokens x n_k inputs that fit one
+//     64 KiB uniform buffer (xs), running the slices of the K dimension in order, the
+//     first writing out (plus bias), the others adding;
+//   - for each 32-input unit of a token, lane l gathers vec4 l of the unit, and the
+//     eight vec4s reach every lane by subgroupShuffle: one gather where a plain loop
+//     would make eight;
+//   - each dequantized unit of the row serves NT tokens.
+// Every invocation must reach the shuffles (WG is a multiple of SG): invocations past
+// the last row repeat it and drop their results. Built per weight type.
+
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define W_BINDING 1
+#include "dequant.glsl"
+
+layout(constant_id = 0) const uint WG = 16; // rows per workgroup
+layout(constant_id = 1) const uint NT = 1;  // tokens per slice
+layout(constant_id = 2) const uint SG = 8;  // the subgroup size: 4, or 8 and more
+layout(local_size_x_id = 0) in;
+
+layout(push_constant) uniform Push { // vk_pc_matmul_rows in push.h
+    uint n_k, n_out, n_tok;
+    uint k0, xs_stride;
+    uint w_off, w_row_bytes;
+    uint b_off, has_bias, accumulate;
+    uint o_off, o_stride;
+    uint row0;
+} p;
+
+layout(std140, binding = 0) uniform XS { vec4 xs[4096]; }; // [NT][xs_stride] vec4, 64 KiB
+layout(binding = 2, std430) readonly buffer B { float bias[]; };
+layout(binding = 3, std430) buffer O { float o[]; };
+
+// w . inputs b .. b+7 (vec4s of xs), every lane contributing one or two loads
+float dot_unit(vec4 w[8], uint b) {
+    uint lane = gl_SubgroupInvocationID;
+    vec4 s = vec4(0.0);
+    if (SG >= 8) {
+        vec4 mine = xs[b + lane % 8];
+        [[unroll]] for (uint j = 0; j < 8; j++) s += w[j] * subgroupShuffle(mine, j);
+    } else {
+        vec4 lo = xs[b + lane % 4], hi = xs[b + 4 + lane % 4];
+        [[unroll]] for (uint j = 0; j < 4; j++)
+            s += w[j] * subgroupShuffle(lo, j) + w[j + 4] * subgroupShuffle(hi, j);
+    }
+    return (s.x + s.y) + (s.z + s.w);
+}
+
+void main() {
+    uint row = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * WG +
+               gl_LocalInvocationID.x;
+    uint wrow = p.w_off + min(row, p.n_out - 1) * p.w_row_bytes;
+    float acc[NT];
+    [[unroll]] for (uint t = 0; t < NT; t++) acc[t] = 0.0;
+    uint n_units = p.n_k / 32;
+    for (uint u = 0; u < n_units; u++) {
+        vec4 w[8];
+        dq32(wrow, p.k0 / 32 + u, w);
+        [[unroll]] for (uint t = 0; t < NT; t++) acc[t] += dot_unit(w, t * p.xs_stride + 8 * u);
+    }
+#if QK == 1
+    // float rows of any length: the last inputs, 4 at a time, zeros past the slice
+    for (uint i = 8 * n_units; i < (p.n_k + 3) / 4; i++) {
+        vec4 w = dq4_tail(wrow, p.k0 / 4 + i, p.k0 + p.n_k);
+        bvec4 in_k = lessThan(uvec4(4 * i) + uvec4(0, 1, 2, 3), uvec4(p.n_k));
+        [[unroll]] for (uint t = 0; t < NT; t++)
+            acc[t] += dot(w, mix(vec4(0.0), xs[t * p.xs_stride + i], in_k));
+    }
+#endif
+    if (row >= p.n_out) return;
+    uint col = p.row0 + row;
+    float b = p.has_bias != 0 ? bias[p.b_off + col] : 0.0;
+    [[unroll]] for (uint t = 0; t < NT; t++) {
+        if (t >= p.n_tok) break;
+        uint i = p.o_off + t * p.o_stride + col;
+        o[i] = p.accumulate != 0 ? o[i] + acc[t] : acc[t] + b;
+    }
+}

@@ -1,0 +1,314 @@
+/* vk.h: the Vulkan backend's internal interface, shared by the files of src/vulkan.
+ *
+ *   device.c     loads libvulkan at run time, creates the instance (with the
+ *                validation messenger when asked), picks and opens a device, lists
+ *                devices for `anyllm devices`
+ *   memory.c     buffers: device-local, host-visible, imported host memory; weight
+ *                upload (import, staging copy or host copy); tensor storage
+ *   pipelines.c  the embedded SPIR-V, layouts, compute pipelines and their sizes
+ *   ops.c        recording: one command buffer per forward pass, barriers from
+ *                tracked hazards, descriptor sets, submit and wait; every op
+ *   vk_backend.c the al_backend_ops table, the backend object, reports
+ *   push.h       the push-constant blocks the shaders mirror
+ *   shaders/     one .comp per op; dequant.glsl reads every weight type
+ *
+ * Nothing links against libvulkan: the loader is opened with dlopen and every entry
+ * point is fetched through vkGetInstanceProcAddr / vkGetDeviceProcAddr into vk_fns,
+ * so the same binary runs where Vulkan is absent.
+ *
+ * Errors inside the ops (which return nothing, see backend.h) are kept in the backend
+ * as a sticky status: the first failure is remembered, later ops are skipped, and
+ * the `sync` op returns it.
+ */
+#ifndef AL_VK_H
+#define AL_VK_H
+
+#define VK_NO_PROTOTYPES
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <vulkan/vulkan.h>
+
+#include "backend.h"
+#include "quant.h"
+
+/* ---- entry points ----------------------------------------------------------------- */
+
+#define VK_GLOBAL_FNS(X)                                                                  \
+    X(vkCreateInstance) X(vkEnumerateInstanceExtensionProperties)                        \
+    X(vkEnumerateInstanceLayerProperties) X(vkEnumerateInstanceVersion)
+
+#define VK_INSTANCE_FNS(X)                                                                \
+    X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)   \
+    X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2)                    \
+    X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceQueueFamilyProperties)   \
+    X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+
+/* from VK_EXT_debug_utils: NULL when the extension is not enabled */
+#define VK_DEBUG_FNS(X) X(vkCreateDebugUtilsMessengerEXT) X(vkDestroyDebugUtilsMessengerEXT)
+
+#define VK_DEVICE_FNS(X)                                                                  \
+    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle)                            \
+    X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)                 \
+    X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory)             \
+    X(vkCreateShaderModule) X(vkDestroyShaderModule)                                      \
+    X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout)                        \
+    X(vkCreatePipelineLayout) X(vkDestroyPipelineLayout)                                  \
+    X(vkCreateComputePipelines) X(vkDestroyPipeline)                                      \
+    X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkResetDescriptorPool)         \
+    X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets)                                 \
+    X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers)            \
+    X(vkResetCommandBuffer) X(vkBeginCommandBuffer) X(vkEndCommandBuffer)                 \
+    X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) X(vkCmdPushConstants)                 \
+    X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer)        \
+    X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences)                \
+    X(vkGetFenceStatus) X(vkQueueSubmit)
+
+/* from VK_EXT_external_memory_host: NULL when not enabled */
+#define VK_HOST_IMPORT_FNS(X) X(vkGetMemoryHostPointerPropertiesEXT)
+
+#define VK_DECLARE_FN(name) PFN_##name name;
+typedef struct vk_fns {
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+    VK_GLOBAL_FNS(VK_DECLARE_FN)
+    VK_INSTANCE_FNS(VK_DECLARE_FN)
+    VK_DEBUG_FNS(VK_DECLARE_FN)
+    VK_DEVICE_FNS(VK_DECLARE_FN)
+    VK_HOST_IMPORT_FNS(VK_DECLARE_FN)
+} vk_fns;
+#undef VK_DECLARE_FN
+
+/* ---- the device ------------------------------------------------------------------- */
+
+/* What the backend needs to know about a physical device, read once. */
+typedef struct vk_caps {
+    char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
+    char driver[VK_MAX_DRIVER_NAME_SIZE + VK_MAX_DRIVER_INFO_SIZE + 4];
+    VkPhysicalDeviceType type;
+    uint32_t api_version, driver_version, vendor_id;
+    uint64_t max_range;        /* maxStorageBufferRange, capped so uint offsets fit */
+    uint64_t max_alloc;        /* maxMemoryAllocationSize */
+    uint64_t align;            /* minStorageBufferOffsetAlignment */
+    uint32_t max_groups[3];    /* maxComputeWorkGroupCount */
+    uint32_t max_wg;           /* maxComputeWorkGroupInvocations */
+    uint32_t shared_bytes;     /* maxComputeSharedMemorySize */
+    uint32_t subgroup_size;
+    bool subgroup_arith;       /* subgroup add/max in compute shaders */
+    bool subgroup_shuffle;     /* subgroupShuffle in compute shaders */
+    uint32_t max_ubo_range;    /* maxUniformBufferRange */
+    bool storage16;            /* storageBuffer16BitAccess: needed by every weight read */
+    bool fp16, int8, int8_dot; /* shaderFloat16, shaderInt8, accelerated 4x8-bit dot */
+    bool uma;                  /* one memory serves host and device: no upload needed */
+    bool host_import;          /* VK_EXT_external_memory_host */
+    uint64_t import_align;     /* minImportedHostPointerAlignment */
+    bool debug_utils;          /* the instance has VK_EXT_debug_utils */
+    VkPhysicalDeviceMemoryProperties mem;
+} vk_caps;
+
+typedef struct vk_device {
+    void *lib;                 /* dlopen handle of libvulkan */
+    vk_fns fn;
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    atomic_int n_validation;   /* validation errors and warnings seen */
+    VkPhysicalDevice pdev;
+    vk_caps caps;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+} vk_device;
+
+/* Opens the loader and creates an instance. With ANYLLM_VK_VALIDATION=1 the Khronos
+ * validation layer is enabled when present and its messages are counted. */
+al_status vk_instance_create(vk_device *d);
+/* Physical devices in preference order (discrete, integrated, virtual, CPU): index N
+ * of "vulkan:N". *n is set to the count; devs may be NULL to count only. */
+al_status vk_physical_devices(vk_device *d, VkPhysicalDevice *devs, uint32_t *n);
+void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c);
+/* Creates the logical device and queue on d->pdev, enabling what the backend uses. */
+al_status vk_device_open(vk_device *d);
+/* Waits for nothing: the caller makes sure the device is idle. d may be half built. */
+void vk_device_close(vk_device *d);
+/* Name of a VkResult for messages. */
+const char *vk_result_str(VkResult r);
+
+/* ---- buffers (memory.c) ---------------------------------------------------------- */
+
+typedef enum vk_buf_kind {
+    VK_BUF_DEVICE,   /* device-local, not mapped */
+    VK_BUF_HOST,     /* host-visible and coherent, mapped */
+    VK_BUF_IMPORTED, /* host memory imported with VK_EXT_external_memory_host */
+} vk_buf_kind;
+
+/* One VkBuffer with its own memory. al_tensor.data points at one of these. */
+typedef struct vk_buf {
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    uint64_t size;
+    void *mapped;            /* host address of byte 0, or NULL */
+    vk_buf_kind kind;
+    const void *host_base;   /* VK_BUF_IMPORTED: the host address of byte 0 */
+} vk_buf;
+
+typedef struct vk_backend vk_backend;
+
+al_status vk_buf_create(vk_device *d, uint64_t size, vk_buf_kind kind, vk_buf **out);
+/* Imports [ptr, ptr + size) of host memory, both aligned to caps.import_align. */
+al_status vk_buf_import(vk_device *d, void *ptr, uint64_t size, vk_buf **out);
+void vk_buf_destroy(vk_device *d, vk_buf *b);
+
+/* ---- pipelines (pipelines.c) ---------------------------------------------------- */
+
+typedef enum vk_op {
+    VK_OP_ADD, VK_OP_SILU_MUL, VK_OP_RMS_NORM, VK_OP_ROPE, VK_OP_ATTENTION,
+    VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS, VK_OP_COPY,
+    VK_OP_COUNT
+} vk_op;
+
+enum { VK_MAX_BINDINGS = 4, VK_PUSH_BYTES = 128 };
+
+/* Builds of one op and type that differ in specialization constants: matvec has
+ * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
+enum { VK_VARIANTS = 4 };
+
+typedef struct vk_pipeline {
+    VkPipeline pipeline;
+    int n_bindings;
+    uint32_t wg;             /* invocations per workgroup */
+} vk_pipeline;
+
+/* Sizes given to the shaders as specialization constants. Defaults depend on the
+ * device; ANYLLM_VK_TUNE="mv_wg=64,mv_nr=2,mm_bm=64,..." overrides them (tuning). */
+typedef struct vk_tuning {
+    uint32_t ew_wg;                       /* add, silu_mul */
+    uint32_t norm_wg, rope_wg, rows_wg;   /* rms_norm, rope, get_rows */
+    uint32_t attn_wg, attn_max_hd;        /* attention: positions per step, head_dim bound */
+    uint32_t mv_wg, mv_nr;                /* matvec: invocations, rows per workgroup */
+    uint32_t cpu_rows;                    /* 1: every matmul by matmul_rows (CPU devices) */
+    uint32_t mr_wg;                       /* matmul_rows: rows per workgroup */
+    uint32_t mr_sg;                       /* matmul_rows: the subgroup size it assumes */
+    uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block */
+    uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
+} vk_tuning;
+
+typedef struct vk_pipelines {
+    vk_tuning tune;
+    bool use_subgroup;                    /* the *_sg builds: subgroup arithmetic */
+    VkDescriptorSetLayout set_layout[VK_OP_COUNT];
+    VkPipelineLayout layout[VK_OP_COUNT];
+    /* untyped ops use [op][0]; the weight ops are indexed by al_type */
+    vk_pipeline pipe[VK_OP_COUNT][AL_TYPE_COUNT][VK_VARIANTS];
+} vk_pipelines;
+
+/* Layouts and tuning; pipelines are made on first use by vk_pipeline_get. */
+al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl);
+/* Creates the pipeline of an op (type: the weight type of get_rows / matvec / matmul,
+ * else ignored; variant < VK_VARIANTS, see above) unless it exists.
+ * AL_ERR_UNSUPPORTED for a type without shaders. */
+al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t type, int variant,
+                          const vk_pipeline **out);
+/* The descriptor type of binding i of op's shader (a few are uniform buffers). */
+VkDescriptorType vk_binding_type(vk_op op, int i);
+/* true if the weight ops have shaders for this type */
+bool vk_type_supported(uint32_t type);
+void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl);
+
+/* ---- the backend object ----------------------------------------------------------- */
+
+/* How weights reach the device (ANYLLM_VK_WEIGHTS forces one, for tests). */
+typedef enum vk_weight_mode {
+    VK_WEIGHTS_IMPORT,  /* UMA: import the file mapping, no copy */
+    VK_WEIGHTS_HOST,    /* UMA without import: copy into host-visible memory */
+    VK_WEIGHTS_STAGING, /* discrete: copy through a staging buffer to device-local memory */
+} vk_weight_mode;
+
+enum { VK_MAX_HAZARDS = 16 };
+
+struct vk_backend {
+    al_backend base;
+    vk_device d;
+    vk_pipelines pl;
+    vk_weight_mode weight_mode;
+    uint64_t timeout_ns;          /* fence waits give up after this */
+
+    /* recording: one command buffer, submitted when the host needs results */
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkDescriptorPool desc_pool;
+    uint32_t n_sets;              /* descriptor sets taken from desc_pool */
+    bool recording;
+    bool in_flight;               /* a submission timed out: its resources stay alive */
+    /* buffers read / written since the last barrier (see ops.c: hazards) */
+    VkBuffer reads[VK_MAX_HAZARDS], writes[VK_MAX_HAZARDS];
+    int n_reads, n_writes;
+
+    /* host-visible arena for small per-op inputs (token ids, rope tables), reset at
+     * each submit */
+    vk_buf *upload;
+    uint64_t upload_used;
+    struct { int pos0, n_rows; al_rope rope; uint64_t offset; bool valid; } rope_cache;
+    vk_buf *staging;              /* weight upload and read-back on discrete devices */
+    vk_buf *scratch;              /* matmul_rows: inputs packed in uniform-buffer slices */
+
+    /* buffers made by weight_load, freed with the backend */
+    vk_buf **weights;
+    int n_weights, cap_weights;
+
+    al_status failed;             /* sticky: the first failure of an op */
+    char fail_msg[256];
+
+    /* for reports */
+    uint64_t bytes_imported, bytes_copied;
+    double load_s;
+    uint64_t n_submits, n_dispatches;
+};
+
+/* Records the first failure (later ones are dropped) and returns its status. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...);
+
+/* ---- recording (ops.c) ------------------------------------------------------------ */
+
+/* Makes room for n_dispatch dispatches and upload_bytes of uploads in the current
+ * command buffer (submitting the full one first) and starts recording. false if the
+ * backend has failed. */
+bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes);
+/* Ends, submits and waits for the command buffer, if one is recording. */
+al_status vk_submit_wait(vk_backend *be);
+/* Declares that the next command reads (write = false) or writes buf, inserting a
+ * barrier first if an earlier command since the last barrier conflicts. */
+void vk_hazard(vk_backend *be, const vk_buf *buf, bool write);
+void vk_ops_destroy(vk_backend *be);
+/* The scratch of matmul_rows (CPU devices) for rows of up to max_cols inputs. */
+al_status vk_scratch_reserve(vk_backend *be, int64_t max_cols, int64_t max_ctx);
+al_status vk_ops_init(vk_backend *be);
+
+void vk_op_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
+                    al_tensor *out);
+void vk_op_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
+                    al_tensor *out);
+void vk_op_matmul(al_backend *be, const al_tensor *x, const al_tensor *w,
+                  const al_tensor *bias, al_tensor *out);
+void vk_op_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0,
+                const al_rope *rope);
+void vk_op_attention(al_backend *be, const al_tensor *q, const al_tensor *k,
+                     const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
+                     const al_attn_shape *shape, al_tensor *out);
+void vk_op_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+/* Records d = s over n bytes (a multiple of 16) with copy.comp. */
+void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n);
+void vk_op_add(al_backend *be, al_tensor *x, const al_tensor *y);
+
+/* ---- storage (memory.c) ----------------------------------------------------------- */
+
+al_status vk_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);
+void vk_tensor_free(al_backend *be, al_tensor *t);
+void vk_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes);
+al_status vk_weight_load(al_backend *be, al_tensor *w);
+void vk_weights_destroy(vk_backend *be);
+
+#endif /* AL_VK_H */

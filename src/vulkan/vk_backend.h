@@ -1,0 +1,48 @@
+/* vk_backend.h: the Vulkan backend as the rest of anyllm sees it.
+ *
+ * Built only when the Vulkan headers and glslc are present (AL_HAVE_VULKAN); the
+ * loader itself is opened at run time, so these functions fail cleanly (a status
+ * and al_last_error()) on a machine without libvulkan, without a driver or without
+ * a usable device.
+ */
+#ifndef AL_VK_BACKEND_H
+#define AL_VK_BACKEND_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+
+/* A backend on Vulkan device device_index, in the order `anyllm devices` lists them
+ * (discrete GPUs first). device_index -1 means "auto": the first device that is a
+ * real GPU, so that a software rasterizer such as lavapipe, slower than the CPU
+ * backend, is never chosen by default. On failure *out is NULL. */
+al_status vk_backend_create(int device_index, al_backend **out);
+
+/* Prints every Vulkan device: type, driver, memory heaps, unified memory or not,
+ * subgroup size, fp16 and int8-dot support, limits that matter here. Returns the
+ * number of devices, or -1 with al_last_error() set when Vulkan is unusable. */
+int vk_list_devices(FILE *out);
+
+/* What a backend did, for reports. */
+typedef struct vk_backend_stats {
+    const char *weight_path;  /* "import", "host copy" or "staging copy" */
+    uint64_t bytes_imported;  /* weight bytes used in place (no copy) */
+    uint64_t bytes_copied;    /* weight bytes copied to the device or host-visible memory */
+    double load_s;            /* seconds spent in weight_load */
+    uint64_t n_submits, n_dispatches;
+    int n_validation;         /* validation messages (ANYLLM_VK_VALIDATION=1) */
+} vk_backend_stats;
+
+/* Fills *out and returns true if be is a Vulkan backend; false otherwise. */
+bool vk_backend_get_stats(const al_backend *be, vk_backend_stats *out);
+
+/* Test hook: fence waits of be give up after ns nanoseconds from now on (0: look
+ * once, do not wait). No-op for other backends. */
+void vk_backend_set_timeout(al_backend *be, uint64_t ns);
+
+/* Device memory bandwidth of device device_index in GB/s (1e9 B/s): the best of a few
+ * runs of a copy shader over a large buffer, counting the bytes read and written. */
+al_status vk_measure_bandwidth(int device_index, double *gbs);
+
+#endif /* AL_VK_BACKEND_H */

@@ -1,0 +1,720 @@
+"""The `anyllm serve` suite, run by tests/server.sh against a server it started.
+
+Checks, in order: the routes; the official openai client (chat and completions, plain and
+streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
+get its status and an OpenAI error object, with /health answering after each; the API key
+and the full queue on a second instance; a load test (32 streaming clients x 4 requests
+against --parallel 4, next to one client alone); 100 clients that hang up mid-stream
+(active sequences back to 0, RSS back within 5%); and the chat page in headless Chromium,
+driven over the DevTools protocol (a pipe, so only the standard library is needed).
+
+Prints one line per check and ends with "N passed, M failed".
+"""
+import argparse
+import base64
+import concurrent.futures as cf
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import openai
+import requests
+
+ARGS = None
+BASE = ""
+RESULTS = {"pass": 0, "fail": 0}
+QUESTION = "What is the capital of France?"
+
+
+def check(cond, what):
+    RESULTS["pass" if cond else "fail"] += 1
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    return cond
+
+
+def metrics():
+    """The /metrics exposition as {name{labels}: value}."""
+    text = requests.get(BASE + "/metrics", timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def healthy(base=None):
+    try:
+        return requests.get((base or BASE) + "/health", timeout=10).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def is_error_object(body):
+    e = body.get("error") if isinstance(body, dict) else None
+    return (isinstance(e, dict) and isinstance(e.get("message"), str) and e["message"]
+            and isinstance(e.get("type"), str) and "param" in e and "code" in e)
+
+
+def post(path, body=None, raw=None, headers=None, base=None, timeout=120):
+    data = raw if raw is not None else json.dumps(body).encode()
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    return requests.post((base or BASE) + path, data=data, headers=h, timeout=timeout)
+
+
+def chat_body(content=QUESTION, **kw):
+    body = {"model": "any", "messages": [{"role": "user", "content": content}]}
+    body.update(kw)
+    return body
+
+
+# ---- SSE over a plain socket, to measure and to hang up at will --------------------------
+
+def sse_request(path, body, read_events=None, timeout=300):
+    """POSTs body and reads the event stream. Returns a dict: status, events (parsed JSON
+    objects), done ([DONE] seen), ttft (seconds to the first text), t_total, error. With
+    read_events=N the socket is closed after N text events (a client hanging up)."""
+    port = int(BASE.rsplit(":", 1)[1])
+    payload = json.dumps(body).encode()
+    t0 = time.time()
+    res = {"status": 0, "events": [], "done": False, "ttft": None, "t_total": None, "error": None}
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Connection: close\r\nContent-Length: %d\r\n\r\n" % (path.encode(), len(payload))
+                  + payload)
+        f = s.makefile("rb")
+        status_line = f.readline().decode()
+        res["status"] = int(status_line.split()[1])
+        chunked = False
+        while True:
+            line = f.readline()
+            if line in (b"\r\n", b""):
+                break
+            if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
+                chunked = True
+        if res["status"] != 200:
+            return res
+        n_text = 0
+        for event in read_sse(f, chunked):
+            if event == "[DONE]":
+                res["done"] = True
+                break
+            obj = json.loads(event)  # a malformed chunk raises: counted by the caller
+            res["events"].append(obj)
+            ch = obj.get("choices") or []
+            text = ch and (ch[0].get("delta", {}).get("content") or ch[0].get("text"))
+            if text:
+                n_text += 1
+                if res["ttft"] is None:
+                    res["ttft"] = time.time() - t0
+                if read_events and n_text >= read_events:
+                    break
+        res["t_total"] = time.time() - t0
+    except Exception as e:  # noqa: BLE001 - the caller reports whatever went wrong
+        res["error"] = repr(e)
+    finally:
+        if read_events:  # hang up hard: RST instead of an orderly close
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            except OSError:
+                pass
+        s.close()
+    return res
+
+
+def read_sse(f, chunked):
+    """Yields the data of each event from an HTTP body (chunked or not)."""
+    def body_lines():
+        if not chunked:
+            yield from f
+            return
+        pending = b""
+        while True:
+            size = int(f.readline().split(b";")[0], 16)
+            if size == 0:
+                if pending:
+                    yield pending
+                return
+            pending += f.read(size)
+            f.readline()
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                yield line + b"\n"
+    data = []
+    for raw in body_lines():
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith("data: "):
+            data.append(line[6:])
+        elif line == "" and data:
+            yield "\n".join(data)
+            data = []
+
+
+# ---- 1. routes -------------------------------------------------------------------------------
+
+def test_routes():
+    r = requests.get(BASE + "/health", timeout=10)
+    check(r.status_code == 200 and r.json().get("status") == "ok", f"GET /health: {r.text}")
+    r = requests.get(BASE + "/v1/models", timeout=10)
+    ids = [m["id"] for m in r.json().get("data", [])]
+    check(r.status_code == 200 and ids == [os.path.basename(ARGS.model)], f"GET /v1/models lists {ids}")
+    r = requests.get(BASE + "/", timeout=10)
+    external = re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(""", r.text)
+    check(r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
+          and "<script>" in r.text and not external,
+          f"GET / serves the chat page ({len(r.content)} bytes, text/html, no external resources)")
+    r = requests.get(BASE + "/metrics", timeout=10)
+    names = ["anyllm_requests_total", "anyllm_prompt_tokens_total", "anyllm_generated_tokens_total",
+             "anyllm_prompt_tokens_per_second", "anyllm_generation_tokens_per_second",
+             "anyllm_time_to_first_token_seconds_bucket", "anyllm_active_sequences",
+             "anyllm_queue_depth"]
+    missing = [n for n in names if n not in r.text]
+    check(r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain") and not missing,
+          f"GET /metrics is Prometheus text with every metric (missing: {missing})")
+
+
+# ---- 2. the openai client ------------------------------------------------------------------
+
+def test_openai_client():
+    client = openai.OpenAI(base_url=BASE + "/v1", api_key="not-needed", max_retries=0)
+    model = os.path.basename(ARGS.model)
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=48,
+                                       messages=[{"role": "user", "content": QUESTION}])
+    text = r.choices[0].message.content
+    check("Paris" in text and r.choices[0].finish_reason == "stop" and r.object == "chat.completion"
+          and r.id.startswith("chatcmpl-") and r.usage.prompt_tokens > 0
+          and r.usage.completion_tokens > 0, f"openai client chat, temperature 0: {text!r}")
+    parts, usage, finish = [], None, None
+    for chunk in client.chat.completions.create(model=model, temperature=0, max_tokens=48, stream=True,
+                                                stream_options={"include_usage": True},
+                                                messages=[{"role": "user", "content": QUESTION}]):
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            parts.append(ch.delta.content or "")
+            finish = ch.finish_reason or finish
+    streamed = "".join(parts)
+    check(streamed == text and finish == "stop" and usage and usage.completion_tokens == r.usage.completion_tokens,
+          f"openai client chat stream: same text, finish stop, usage {usage and usage.completion_tokens} tokens")
+    c = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    check("Paris" in c.choices[0].text and c.object == "text_completion" and c.usage.completion_tokens == 8
+          and c.choices[0].finish_reason == "length", f"openai client completion: {c.choices[0].text!r}, length")
+    s = "".join(x.choices[0].text for x in client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True) if x.choices)
+    check(s == c.choices[0].text, f"openai client completion stream equals the plain one: {s!r}")
+    check([m.id for m in client.models.list()] == [model], "openai client lists the model")
+
+    # stop strings: cut before the stop, nothing of it in a stream either; a stop string
+    # across three tokens; one whose start appears but which never completes
+    full = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8,
+                                     temperature=0).choices[0].text
+    for stop, want, why in ((["Paris"], " ", "stop"), ("aris", " P", "stop"),
+                            ([".\n\nThe", "xyz"], " Paris", "stop"), (["Paris!"], full, "length")):
+        plain = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8,
+                                          temperature=0, stop=stop)
+        st = "".join(x.choices[0].text for x in client.completions.create(
+            model=model, prompt="The capital of France is", max_tokens=8, temperature=0, stop=stop,
+            stream=True) if x.choices)
+        check(plain.choices[0].finish_reason == why and plain.choices[0].text == want and st == want,
+              f"stop {stop!r}: {plain.choices[0].text!r} ({why}), streamed the same")
+
+    # seeds: one seed, one text; max_completion_tokens is honoured
+    texts = [client.chat.completions.create(model=model, temperature=1.0, seed=s, max_completion_tokens=20,
+                                            messages=[{"role": "user", "content": "Tell me a story."}])
+             for s in (42, 42, 7)]
+    check(texts[0].choices[0].message.content == texts[1].choices[0].message.content
+          and texts[0].usage.completion_tokens <= 20,
+          "the same seed gives the same text at temperature 1; max_completion_tokens honoured")
+    check(texts[0].choices[0].message.content != texts[2].choices[0].message.content,
+          "another seed gives another text")
+
+    # prompts as token ids give what the text gives
+    ids = subprocess.run([ARGS.bin, "tokenize", "-m", ARGS.model, "-p", "The capital of France is"],
+                         capture_output=True, text=True).stdout.split()
+    r = post("/v1/completions", {"prompt": [int(i) for i in ids], "max_tokens": 8, "temperature": 0})
+    check(r.status_code == 200 and r.json()["choices"][0]["text"] == c.choices[0].text,
+          f"prompt as token ids {ids} gives the same text")
+    r = post("/v1/chat/completions", chat_body(
+        [{"type": "text", "text": "What is the capital"}, {"type": "text", "text": " of France?"}],
+        temperature=0, max_tokens=48))
+    check(r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == text,
+          "content as an array of text parts is joined")
+
+
+# ---- 3. bad input -----------------------------------------------------------------------------
+
+CHAT, COMP = "/v1/chat/completions", "/v1/completions"
+
+
+def bad_cases():
+    """(name, path, body dict or raw bytes, expected status)."""
+    many_words = "word " * 3000
+    nested = b"[" * 100000 + b"]" * 100000
+    cases = [
+        ("malformed JSON", CHAT, b'{"messages": [', 400),
+        ("body is a JSON array", CHAT, b"[1, 2]", 400),
+        ("empty body", CHAT, b"", 400),
+        ("trailing garbage after the object", CHAT, json.dumps(chat_body()).encode() + b" x", 400),
+        ("deeply nested arrays (100000 levels)", CHAT, nested, 400),
+        ("number too big for JSON", CHAT, b'{"messages":[{"role":"user","content":"x"}],"max_tokens":1e999}', 400),
+        ("integer too big", CHAT, b'{"messages":[{"role":"user","content":"x"}],"seed":123456789012345678901234567890}', 400),
+        ("invalid UTF-8 in a string", CHAT, b'{"messages":[{"role":"user","content":"caf\xc3\x28 \xff"}]}', 400),
+        ("lone surrogate escape", CHAT, b'{"messages":[{"role":"user","content":"\\ud800"}]}', 400),
+        ("NUL escape in content", CHAT, b'{"messages":[{"role":"user","content":"a\\u0000b"}]}', 400),
+        ("messages missing", CHAT, {"model": "x"}, 400),
+        ("messages is a string", CHAT, {"messages": "hello"}, 400),
+        ("messages empty", CHAT, {"messages": []}, 400),
+        ("message is a number", CHAT, {"messages": [1]}, 400),
+        ("role 'tool'", CHAT, {"messages": [{"role": "tool", "content": "x"}]}, 400),
+        ("role is a number", CHAT, {"messages": [{"role": 5, "content": "x"}]}, 400),
+        ("content is a number", CHAT, {"messages": [{"role": "user", "content": 5}]}, 400),
+        ("content is null", CHAT, {"messages": [{"role": "user", "content": None}]}, 400),
+        ("content part is an image", CHAT, {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:,"}}]}]}, 400),
+        ("max_tokens -1", CHAT, chat_body(max_tokens=-1), 400),
+        ("max_tokens 0", CHAT, chat_body(max_tokens=0), 400),
+        ("max_tokens 10^9", CHAT, chat_body(max_tokens=10**9), 400),
+        ("max_tokens a string", CHAT, chat_body(max_tokens="10"), 400),
+        ("max_tokens 1.5", CHAT, chat_body(max_tokens=1.5), 400),
+        ("max_completion_tokens 10^12", CHAT, chat_body(max_completion_tokens=10**12), 400),
+        ("n 2", CHAT, chat_body(n=2), 400),
+        ("n 10^6", CHAT, chat_body(n=10**6), 400),
+        ("temperature -0.1", CHAT, chat_body(temperature=-0.1), 400),
+        ("temperature 2.5", CHAT, chat_body(temperature=2.5), 400),
+        ("temperature a string", CHAT, chat_body(temperature="hot"), 400),
+        ("top_p 0", CHAT, chat_body(top_p=0), 400),
+        ("top_p 1.5", CHAT, chat_body(top_p=1.5), 400),
+        ("frequency_penalty 3", CHAT, chat_body(frequency_penalty=3), 400),
+        ("presence_penalty -2.5", CHAT, chat_body(presence_penalty=-2.5), 400),
+        ("seed 1.5", CHAT, chat_body(seed=1.5), 400),
+        ("seed a string", CHAT, chat_body(seed="abc"), 400),
+        ("stream 'yes'", CHAT, chat_body(stream="yes"), 400),
+        ("stream_options a string", CHAT, chat_body(stream=True, stream_options="x"), 400),
+        ("stop a number", CHAT, chat_body(stop=5), 400),
+        ("stop with 5 strings", CHAT, chat_body(stop=["a", "b", "c", "d", "e"]), 400),
+        ("stop an empty string", CHAT, chat_body(stop=[""]), 400),
+        ("model a number", CHAT, chat_body(model=5), 400),
+        ("prompt longer than the context", CHAT, chat_body(many_words), 400),
+        ("unknown fields are accepted", CHAT, chat_body(max_tokens=2, user="u1", logit_bias={}, tools=[],
+                                                        response_format={"type": "text"}, store=False,
+                                                        metadata={"a": "b"}, x_made_up={"deep": [1]}), 200),
+        ("prompt missing", COMP, {"max_tokens": 2}, 400),
+        ("prompt a number", COMP, {"prompt": 5}, 400),
+        ("prompt an object", COMP, {"prompt": {}}, 400),
+        ("prompt empty string", COMP, {"prompt": ""}, 400),
+        ("prompt empty token list", COMP, {"prompt": []}, 400),
+        ("prompt token id out of range", COMP, {"prompt": [1, 2, 10**6]}, 400),
+        ("prompt token id negative", COMP, {"prompt": [-1]}, 400),
+        ("prompt token ids mixed with text", COMP, {"prompt": [1, "a"]}, 400),
+        ("prompt of two strings", COMP, {"prompt": ["a", "b"]}, 400),
+        ("prompt of more token ids than the context", COMP, {"prompt": [1] * 5000}, 400),
+        ("top_k negative", COMP, {"prompt": "a", "top_k": -1}, 400),
+    ]
+    return cases
+
+
+def test_bad_input():
+    # the slow clients take a timeout each: they run while the other cases do
+    slow = cf.ThreadPoolExecutor(2)
+    slow_results = [slow.submit(slow_client, name, data) for name, data in SLOW_CLIENTS]
+    n_ok = 0
+    for name, path, body, want in bad_cases():
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        try:
+            r = post(path, raw=raw)
+            status, text = r.status_code, r.text
+            body_ok = want == 200 or is_error_object(r.json())
+        except Exception as e:  # noqa: BLE001
+            status, text, body_ok = -1, repr(e), False
+        good = status == want and body_ok and healthy()
+        n_ok += good
+        check(good, f"bad input: {name} -> {status} (want {want}): {text[:150]}")
+        if name == "prompt longer than the context" and status == 400:
+            check(re.search(r"has \d+ tokens.*context of \d+", r.json()["error"]["message"]) is not None,
+                  "the context error names both counts")
+    # beyond JSON: size, routes, methods, slow clients
+    big = b'{"messages":[{"role":"user","content":"' + b"a" * (2 << 20) + b'"}]}'
+    r = post(CHAT, raw=big)
+    n_ok += check(r.status_code == 413 and is_error_object(r.json()) and healthy(),
+                  f"bad input: 2 MiB body -> {r.status_code} (want 413)")
+    r = requests.post(BASE + CHAT, data=iter([big[i:i + 65536] for i in range(0, len(big), 65536)]),
+                      headers={"Content-Type": "application/json"}, timeout=60)
+    n_ok += check(r.status_code == 413 and healthy(),
+                  f"bad input: 2 MiB chunked body (no Content-Length) -> {r.status_code} (want 413)")
+    for method, path, want in (("GET", "/v2/nothing", 404), ("POST", "/v1/embeddings", 404),
+                               ("GET", CHAT, 405), ("DELETE", "/v1/models", 405), ("POST", "/health", 405)):
+        r = requests.request(method, BASE + path, timeout=10)
+        n_ok += check(r.status_code == want and is_error_object(r.json()) and healthy(),
+                      f"bad input: {method} {path} -> {r.status_code} (want {want})")
+    for (name, _), fut in zip(SLOW_CLIENTS, slow_results):
+        closed, waited, got = fut.result()
+        n_ok += check(closed and waited < ARGS.timeout + 10 and healthy(),
+                      f"bad input: {name}: connection closed after {waited:.1f} s {got[:30]!r}")
+    slow.shutdown()
+    print(f"bad-input cases passed: {n_ok}", flush=True)
+
+
+# A body that stops arriving, and headers that never end: the server must close the
+# connection (or answer 408) after its timeout, and stay healthy.
+SLOW_CLIENTS = (
+    ("a body sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess"),
+    ("headers sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"))
+
+
+def slow_client(name, data):
+    port = int(BASE.rsplit(":", 1)[1])
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(data)
+    s.settimeout(ARGS.timeout + 15)
+    t0 = time.time()
+    try:
+        got = s.recv(4096)
+        closed = got == b"" or got.startswith(b"HTTP/1.1 408")
+    except (socket.timeout, ConnectionResetError):
+        got, closed = b"(no close)", False
+    s.close()
+    return closed, time.time() - t0, got
+
+
+# ---- 4. API key and a full queue, on a second instance ------------------------------------
+
+def start_server(*extra):
+    port = free_port()
+    p = subprocess.Popen([ARGS.bin, "serve", "-m", ARGS.model, "--port", str(port), "-t", "2", *extra],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        if healthy(base):
+            return p, base
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    p.kill()
+    raise RuntimeError("the second server did not start: " + p.stderr.read().decode())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_api_key_and_queue():
+    key = "sk-test-" + "k" * 24
+    p, base = start_server("--api-key", key, "--parallel", "1", "--queue", "0")
+    try:
+        for name, hdr, path, want in (
+                ("no key", {}, "/v1/models", 401),
+                ("wrong key", {"Authorization": "Bearer sk-test-wrong"}, "/v1/models", 401),
+                ("key prefix", {"Authorization": "Bearer " + key[:-1]}, "/v1/models", 401),
+                ("key plus a byte", {"Authorization": "Bearer " + key + "x"}, "/v1/models", 401),
+                ("Basic scheme", {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}, "/v1/models", 401),
+                ("no key on the chat page", {}, "/", 401),
+                ("no key on /metrics", {}, "/metrics", 401),
+                ("the right key", {"Authorization": "Bearer " + key}, "/v1/models", 200),
+                ("/health needs no key", {}, "/health", 200)):
+            r = requests.get(base + path, headers=hdr, timeout=10)
+            check(r.status_code == want and (want == 200 or is_error_object(r.json())),
+                  f"API key: {name} -> {r.status_code} (want {want})")
+        r = post(CHAT, chat_body(max_tokens=2), base=base)
+        check(r.status_code == 401 and r.headers.get("WWW-Authenticate") == "Bearer",
+              f"API key: chat without a key -> {r.status_code}, WWW-Authenticate: Bearer")
+        client = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
+        c = client.chat.completions.create(model="m", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+        check(c.usage.completion_tokens >= 1, "API key: the openai client with the key gets an answer")
+        # --parallel 1 --queue 0: while one stream runs, another request gets 429
+        auth = {"Authorization": "Bearer " + key}
+        with requests.post(base + CHAT, json=chat_body("Tell me a long story.", stream=True, max_tokens=200),
+                           headers=auth, stream=True, timeout=60) as busy:
+            next(busy.iter_lines())
+            r = post(CHAT, chat_body(max_tokens=2), headers=auth, base=base)
+            check(r.status_code == 429 and is_error_object(r.json()),
+                  f"a full queue answers 429: {r.text[:120]}")
+        check(healthy(base), "the second server is healthy after the 429")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    check(p.returncode == 0, f"the second server stops cleanly on SIGTERM (exit {p.returncode})")
+
+
+# ---- 5. load ---------------------------------------------------------------------------------
+
+TOPICS = ["the sea", "a cat", "the moon", "bread", "rain", "a city", "music", "trees"]
+
+
+def one_stream(i, max_tokens):
+    body = chat_body(f"Write one sentence about {TOPICS[i % len(TOPICS)]}.", stream=True,
+                     max_tokens=max_tokens, temperature=0.7, seed=i,
+                     stream_options={"include_usage": True})
+    return sse_request(CHAT, body)
+
+
+def judge(res):
+    """Why a streamed response is lost, truncated or malformed; None if it is fine."""
+    if res["error"]:
+        return res["error"]
+    if res["status"] != 200:
+        return f"status {res['status']}"
+    if not res["done"]:
+        return "no [DONE]"
+    finishes = [c["finish_reason"] for e in res["events"] for c in e.get("choices", []) if c.get("finish_reason")]
+    if len(finishes) != 1 or finishes[0] not in ("stop", "length"):
+        return f"finish_reason {finishes}"
+    usage = [e["usage"] for e in res["events"] if e.get("usage")]
+    if not usage or usage[-1]["completion_tokens"] < 1:
+        return "no usage"
+    if any(e.get("object") != "chat.completion.chunk" for e in res["events"]):
+        return "wrong object type"
+    return None
+
+
+def run_load(n_clients, n_each, max_tokens):
+    def client(c):
+        return [one_stream(c * n_each + k, max_tokens) for k in range(n_each)]
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(n_clients) as pool:
+        results = [r for rs in pool.map(client, range(n_clients)) for r in rs]
+    wall = time.time() - t0
+    bad = [(i, why) for i, r in enumerate(results) if (why := judge(r))]
+    tokens = sum(e["usage"]["completion_tokens"] for r in results for e in r["events"] if e.get("usage"))
+    ttfts = sorted(r["ttft"] for r in results if r["ttft"] is not None)
+    return results, bad, tokens, wall, ttfts
+
+
+def pct(xs, p):
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def test_load():
+    mt = ARGS.load_tokens
+    _, bad1, tok1, wall1, tt1 = run_load(1, 4, mt)
+    check(not bad1, f"load: one client alone, 4 streams: all complete {bad1[:3]}")
+    results, bad, tok, wall, tt = run_load(32, 4, mt)
+    check(len(results) == 128 and not bad,
+          f"load: 32 clients x 4 streams: 128 responses, {len(bad)} lost/truncated/malformed {bad[:3]}")
+    m = metrics()
+    print("LOAD TEST (--parallel 4, -t 2, SmolLM2-135M Q4_1, chat streams of up to %d tokens)" % mt)
+    print("  one client : 4 requests, %4d tokens in %6.1f s = %6.2f tok/s, TTFT p50 %.3f s p99 %.3f s"
+          % (tok1, wall1, tok1 / wall1, pct(tt1, 50), pct(tt1, 99)))
+    print("  32 clients : 128 requests, %4d tokens in %6.1f s = %6.2f tok/s, TTFT p50 %.3f s p99 %.3f s"
+          % (tok, wall, tok / wall, pct(tt, 50), pct(tt, 99)))
+    print("  server     : decode %.2f tok/s over all sequences, prefill %.1f tok/s, %d of %d prompt "
+          "tokens reused from cache" % (m["anyllm_generation_tokens_per_second"], m["anyllm_prompt_tokens_per_second"],
+                                        m["anyllm_prompt_tokens_total"] - m["anyllm_prompt_tokens_evaluated_total"],
+                                        m["anyllm_prompt_tokens_total"]), flush=True)
+    check(tok / wall > tok1 / wall1, "load: batching gives more tokens/s than one client alone")
+    check(m["anyllm_active_sequences"] == 0 and m["anyllm_queue_depth"] == 0,
+          "load: afterwards no sequence is active and nothing waits")
+
+
+# ---- 6. clients that hang up ------------------------------------------------------------------
+
+def wait_idle(limit_s=30):
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        m = metrics()
+        if m["anyllm_active_sequences"] == 0 and m["anyllm_queue_depth"] == 0:
+            return time.time() - t0
+        time.sleep(0.05)
+    return None
+
+
+def hang_up(i):
+    return sse_request(CHAT, chat_body(f"Tell me a long story about {TOPICS[i % 8]}.", stream=True,
+                                       max_tokens=300, seed=i, temperature=1), read_events=1 + i % 3)
+
+
+def test_disconnects():
+    pid = ARGS.pid
+    # one alone first: how soon is its sequence freed?
+    wait_idle()
+    res = sse_request(CHAT, chat_body("Tell me a long story.", stream=True, max_tokens=300), read_events=2)
+    freed = wait_idle(10)
+    check(res["status"] == 200 and freed is not None and freed < 2.0,
+          f"a client hanging up mid-stream frees its sequence in {freed if freed is None else round(freed, 3)} s")
+    # warm-up: one round of the same traffic, so that pages touched lazily (KV cache
+    # positions, thread stacks, allocator arenas) count in the level before
+    with cf.ThreadPoolExecutor(10) as pool:
+        list(pool.map(hang_up, range(10)))
+    wait_idle()
+    time.sleep(0.5)
+    before = rss_kb(pid)
+    cancelled0 = metrics().get("anyllm_cancelled_total", 0)
+    with cf.ThreadPoolExecutor(10) as pool:
+        rs = list(pool.map(hang_up, range(100)))
+    started = sum(r["status"] == 200 and r["ttft"] is not None for r in rs)
+    freed = wait_idle(30)
+    m = metrics()
+    cancelled = m.get("anyllm_cancelled_total", 0) - cancelled0
+    check(started == 100, f"100 clients got a stream and hung up mid-way ({started} started)")
+    check(freed is not None and m["anyllm_active_sequences"] == 0 and m["anyllm_queue_depth"] == 0
+          and cancelled == 100,
+          f"after 100 hang-ups: active sequences {m['anyllm_active_sequences']:.0f}, queue "
+          f"{m['anyllm_queue_depth']:.0f}, {cancelled:.0f} sequences cancelled")
+    time.sleep(0.5)
+    after = rss_kb(pid)
+    check(abs(after - before) <= 0.05 * before,
+          f"RSS before {before} kB, after {after} kB ({100.0 * (after - before) / before:+.2f}%, within 5%)")
+    r = post(CHAT, chat_body(temperature=0, max_tokens=48))
+    check(r.status_code == 200 and "Paris" in r.json()["choices"][0]["message"]["content"],
+          "the server still answers correctly afterwards")
+
+
+# ---- 7. the chat page in headless Chromium ---------------------------------------------------
+
+class DevTools:
+    """Chrome DevTools protocol over --remote-debugging-pipe: JSON messages separated by
+    NUL bytes, commands into the browser's fd 3, answers and events out of its fd 4."""
+
+    def __init__(self, exe, extra_args):
+        cmd_r, self.cmd_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+
+        def fds():  # in the child: the two pipe ends become fds 3 and 4 (inheritable)
+            a = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(out_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.profile = tempfile.mkdtemp(prefix="anyllm-chromium-")  # no shared browser state
+        self.proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu",
+                                      "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
+                                      *extra_args, "about:blank"],
+                                     preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(out_w)
+        self.buf = b""
+        self.next_id = 0
+
+    def call(self, method, session=None, timeout=30, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self.next_id:
+                    if "error" in reply:
+                        raise RuntimeError(f"{method}: {reply['error']}")
+                    return reply["result"]
+            chunk = os.read(self.out_r, 1 << 20)
+            if not chunk:
+                raise RuntimeError("the browser closed the pipe")
+            self.buf += chunk
+        raise RuntimeError(f"{method}: no answer in {timeout} s")
+
+    def close(self):
+        try:
+            self.call("Browser.close", timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self.cmd_w)
+        os.close(self.out_r)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def test_chat_page():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        print("skip: chromium not found (Debian package 'chromium')")
+        return "skip"
+    url = BASE + "/?q=" + requests.utils.quote(QUESTION)
+    png = os.path.join(ARGS.build, "chat-page.png")
+    dt = DevTools(exe, ["--window-size=1000,700", "--hide-scrollbars"])
+    try:
+        target = dt.call("Target.createTarget", url="about:blank")["targetId"]
+        session = dt.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        dt.call("Emulation.setDeviceMetricsOverride", session, width=1000, height=700,
+                deviceScaleFactor=1, mobile=False)
+        dt.call("Page.navigate", session, url=url)
+        state, t0 = {}, time.time()
+        while time.time() - t0 < 120:
+            state = dt.call("Runtime.evaluate", session, returnByValue=True, expression=(
+                "(() => { const a = document.querySelector('.msg.assistant');"
+                " return {done: !!(a && a.dataset.done), reply: a ? a.textContent : null,"
+                " error: (document.querySelector('.msg.error') || {}).textContent || null,"
+                " user: (document.querySelector('.msg.user') || {}).textContent || null}; })()"))["result"]["value"]
+            if state.get("done"):
+                break
+            time.sleep(0.25)
+        shot = dt.call("Page.captureScreenshot", session, format="png")["data"]
+        with open(png, "wb") as f:
+            f.write(base64.b64decode(shot))
+        dom = dt.call("Runtime.evaluate", session, returnByValue=True,
+                      expression="document.documentElement.outerHTML")["result"]["value"]
+        with open(os.path.join(ARGS.build, "chat-page.html"), "w") as f:
+            f.write(dom)
+    finally:
+        dt.close()
+    reply = (state.get("reply") or "").strip()
+    check(state.get("user") == QUESTION and state.get("done") and reply and not state.get("error"),
+          f"chat page in headless Chromium streams a reply to ?q=: {reply!r} (screenshot {png})")
+    check("Paris" in reply, "the chat page's reply names Paris")
+    return "ok"
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def main():
+    global ARGS, BASE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--timeout", type=int, default=10, help="the server's --timeout")
+    ap.add_argument("--load-tokens", type=int, default=16)
+    ap.add_argument("--only", default="", help="comma-separated parts to run")
+    ARGS = ap.parse_args()
+    BASE = f"http://127.0.0.1:{ARGS.port}"
+    parts = [("routes", test_routes), ("openai", test_openai_client), ("bad", test_bad_input),
+             ("auth", test_api_key_and_queue), ("load", test_load), ("disconnect", test_disconnects),
+             ("page", test_chat_page)]
+    only = set(filter(None, ARGS.only.split(",")))
+    skipped = 0
+    for name, fn in parts:
+        if only and name not in only:
+            continue
+        t0 = time.time()
+        print(f"-- {name}", flush=True)
+        try:
+            if fn() == "skip":
+                skipped += 1
+        except Exception as e:  # noqa: BLE001 - a crash in one part is a failure, not the end
+            check(False, f"{name}: {e!r}")
+        print(f"-- {name}: {time.time() - t0:.1f} s", flush=True)
+    check(healthy(), "the server is healthy at the end")
+    line = f"{RESULTS['pass']} passed, {RESULTS['fail']} failed"
+    print(line + (f", {skipped} skipped" if skipped else ""))
+    return 1 if RESULTS["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+/* test_kernels.c: the fast CPU kernels of every instruction set this machine can run
+ * (scalar, AVX2, AVX-512), each against the reference ops, on random data of awkward
+ * sizes: odd row counts, K a multiple of the block but not of 64 or 512, batches that
+ * are not multiples of the tiles, one and three threads.
+ *
+ * A quantized matmul is checked twice. Against the reference given the same 8-bit
+ * activations the fast kernel multiplies (cpu_act_dequantize), the integer kernels
+ * must agree up to float summation order (NMSE <= 1e-10); against the reference on the
+ * f32 activations, up to the activation rounding (NMSE <= 5e-4). The fast path must
+ * also give bit-identical results whatever the batch split and the thread count: a
+ * token's logits may not depend on what else is in its batch.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/ops.h"
+#include "quant.h"
+#include "test.h"
+#include "util.h"
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float frand(void) {
+    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+static double nmse(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void put_f16(uint8_t *p, float f) {
+    uint16_t h = al_f32_to_f16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* Offsets of the fp16 scales in a block of each type (random bits elsewhere are valid
+ * quants and 6-bit scales). */
+static int f16_fields(uint32_t type, int off[2]) {
+    switch (type) {
+    case AL_TYPE_Q4_0:
+    case AL_TYPE_Q5_0:
+    case AL_TYPE_Q8_0:
+        off[0] = 0;
+        return 1;
+    case AL_TYPE_Q4_1:
+    case AL_TYPE_Q5_1:
+    case AL_TYPE_Q4_K:
+    case AL_TYPE_Q5_K:
+        off[0] = 0;
+        off[1] = 2;
+        return 2;
+    case AL_TYPE_Q2_K:
+        off[0] = 80;
+        off[1] = 82;
+        return 2;
+    case AL_TYPE_Q3_K:
+        off[0] = 108;
+        return 1;
+    case AL_TYPE_Q6_K:
+        off[0] = 208;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A random weight matrix [n_out][n_in] of type, in a buffer the caller frees. */
+static uint8_t *random_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *row_bytes) {
+    const quant_traits *tr = quant_get_traits(type);
+    *row_bytes = quant_row_bytes(type, n_in);
+    const uint64_t n = *row_bytes * (uint64_t)n_out;
+    uint8_t *w = malloc(n); /* no slack: ASan sees a kernel read past the end */
+    if (type == AL_TYPE_F32 || type == AL_TYPE_F16 || type == AL_TYPE_BF16) {
+        for (uint64_t i = 0; i < n / tr->type_size; i++) {
+            float f = frand();
+            if (type == AL_TYPE_F32)
+                memcpy(w + 4 * i, &f, 4);
+            else if (type == AL_TYPE_F16)
+                put_f16(w + 2 * i, f);
+            else {
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                w[2 * i] = (uint8_t)(u >> 16);
+                w[2 * i + 1] = (uint8_t)(u >> 24);
+            }
+        }
+        return w;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        w[i] = (uint8_t)rnd();
+    int off[2];
+    const int nf = f16_fields(type, off);
+    for (uint64_t b = 0; b < n / tr->type_size; b++)
+        for (int k = 0; k < nf; k++)
+            put_f16(w + b * tr->type_size + off[k], 0.01f + 0.02f * (frand() + 1));
+    return w;
+}
+
+static const cpu_kernels *kernels_of(cpu_isa isa) {
+    return isa == CPU_ISA_AVX512 ? &cpu_kernels_avx512
+           : isa == CPU_ISA_AVX2 ? &cpu_kernels_avx2
+                                 : &cpu_kernels_scalar;
+}
+
+static al_backend *backend(cpu_isa isa, int n_threads, int64_t max_cols, int64_t max_ctx) {
+    al_backend *be = NULL;
+    if (cpu_backend_create_isa(n_threads, isa, &be) != AL_OK) return NULL;
+    if (be->ops->reserve(be, max_cols, max_ctx) != AL_OK) {
+        be->ops->destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+static al_tensor f32_tensor(float *data, int64_t n_cols, int64_t n_rows) {
+    return (al_tensor){.type = AL_TYPE_F32,
+                       .ne = {n_cols, n_rows},
+                       .data = data,
+                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
+}
+
+static float *random_floats(int64_t n, float scale) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+    return x;
+}
+
+/* The activations the ISA's integer kernels multiply: x rounded to 8 bits per block. */
+static void round_activations(cpu_isa isa, uint32_t type, const float *x, int64_t n_in, int n_tok,
+                              float *out) {
+    const cpu_kernels *k = kernels_of(isa);
+    const cpu_act_fmt f = cpu_act_format(k, type);
+    const int b = f.b;
+    uint8_t *tile = malloc((size_t)(n_in / b * cpu_sb_bytes(k->tile, b)));
+    for (int t = 0; t < n_tok; t++) {
+        k->quantize(x + t * n_in, n_in, f, tile, t % k->tile, k->tile);
+        cpu_act_dequantize(tile, n_in, b, t % k->tile, k->tile, out + t * n_in);
+    }
+    free(tile);
+}
+
+/* ---- matmul ----------------------------------------------------------------------------- */
+
+typedef struct mm_case {
+    uint32_t type;
+    int64_t n_in, n_out;
+    int n_tok;
+    bool bias;
+} mm_case;
+
+typedef struct mm_worst {
+    double exact, f32; /* worst per-case error vs the reference on rounded and f32 activations */
+    double num_q, num_f, den; /* NMSE over all cases of a type: sums of squares */
+    int n_split_diff;         /* cases where a batch split or thread count changed a bit */
+} mm_worst;
+
+static void run_matmul(al_backend *be, const float *x, const uint8_t *w, uint32_t type,
+                       uint64_t row_bytes, const float *bias, const mm_case *c, int tok0, int n_tok,
+                       float *out) {
+    al_tensor xt = f32_tensor((float *)x + tok0 * c->n_in, c->n_in, n_tok);
+    al_tensor ot = f32_tensor(out + tok0 * c->n_out, c->n_out, n_tok);
+    al_tensor wt = {
+        .type = type, .ne = {c->n_in, c->n_out}, .data = (void *)w, .row_bytes = row_bytes};
+    al_tensor bt = f32_tensor((float *)bias, c->n_out, 1);
+    be->ops->matmul(be, &xt, &wt, bias ? &bt : NULL, &ot);
+}
+
+/* sum_i |w_i| |x_i| per output: the size of the terms a dot product cancels, which
+ * scales its rounding errors. A single output's NMSE would blow up when the terms
+ * happen to cancel. */
+static float *magnitudes(al_backend *ref, const uint8_t *w, uint64_t rb, const float *x,
+                         const mm_case *c) {
+    float *wa = malloc((size_t)(c->n_in * c->n_out) * 4),
+          *xa = malloc((size_t)(c->n_in * c->n_tok) * 4);
+    float *s = malloc((size_t)(c->n_out * c->n_tok) * 4);
+    for (int64_t r = 0; r < c->n_out; r++)
+        quant_dequantize(c->type, w + r * rb, wa + r * c->n_in, c->n_in);
+    for (int64_t i = 0; i < c->n_in * c->n_out; i++)
+        wa[i] = fabsf(wa[i]);
+    for (int64_t i = 0; i < c->n_in * c->n_tok; i++)
+        xa[i] = fabsf(x[i]);
+    run_matmul(ref, xa, (const uint8_t *)wa, AL_TYPE_F32, (uint64_t)c->n_in * 4, NULL, c, 0,
+               c->n_tok, s);
+    free(wa), free(xa);
+    return s;
+}
+
+static double sq_diff(const float *a, const float *b, int64_t n) {
+    double e = 0;
+    for (int64_t i = 0; i < n; i++)
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return e;
+}
+
+static void check_matmul(cpu_isa isa, al_backend *fast1, al_backend *fast3, al_backend *ref,
+                         const mm_case *c, mm_worst *worst) {
+    uint64_t rb;
+    uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb);
+    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    const int64_t n_o = c->n_out * c->n_tok;
+    float *o_fast = calloc((size_t)n_o, 4), *o_ref = calloc((size_t)n_o, 4),
+          *o_refq = calloc((size_t)n_o, 4);
+    float *o_split = calloc((size_t)n_o, 4), *o_three = calloc((size_t)n_o, 4);
+    run_matmul(fast1, x, w, c->type, rb, bias, c, 0, c->n_tok, o_fast);
+    run_matmul(ref, x, w, c->type, rb, bias, c, 0, c->n_tok, o_ref);
+    memcpy(o_refq, o_ref, (size_t)n_o * 4);
+    if (cpu_qtype_get(c->type)) {
+        float *xq = malloc((size_t)(c->n_in * c->n_tok) * 4);
+        round_activations(isa, c->type, x, c->n_in, c->n_tok, xq);
+        run_matmul(ref, xq, w, c->type, rb, bias, c, 0, c->n_tok, o_refq);
+        free(xq);
+    }
+    float *mag = magnitudes(ref, w, rb, x, c);
+    double den = 0, den_mag = 0;
+    for (int64_t i = 0; i < n_o; i++)
+        den += (double)o_ref[i] * o_ref[i], den_mag += (double)mag[i] * mag[i];
+    const double d_q = sq_diff(o_fast, o_refq, n_o), d_f = sq_diff(o_fast, o_ref, n_o);
+    const double e_exact = d_q / den_mag, e_f32 = d_f / den_mag;
+    /* the same tokens in uneven pieces, and with three threads */
+    for (int t0 = 0, step = 1; t0 < c->n_tok; t0 += step, step = step * 2 + 1)
+        run_matmul(fast1, x, w, c->type, rb, bias, c, t0,
+                   step < c->n_tok - t0 ? step : c->n_tok - t0, o_split);
+    run_matmul(fast3, x, w, c->type, rb, bias, c, 0, c->n_tok, o_three);
+    const bool same =
+        !memcmp(o_fast, o_split, (size_t)n_o * 4) && !memcmp(o_fast, o_three, (size_t)n_o * 4);
+    CHECK_MSG(e_exact <= 1e-10 && e_f32 <= 5e-4 && same,
+              "%s %s n_in %lld n_out %lld n_tok %d: error %.2e (rounded activations), %.2e (f32)%s",
+              cpu_isa_name(isa), quant_type_name(c->type), (long long)c->n_in, (long long)c->n_out,
+              c->n_tok, e_exact, e_f32, same ? "" : "; batch split or threads changed the result");
+    if (e_exact > worst->exact) worst->exact = e_exact;
+    if (e_f32 > worst->f32) worst->f32 = e_f32;
+    worst->num_q += d_q, worst->num_f += d_f, worst->den += den;
+    worst->n_split_diff += !same;
+    free(w), free(x), free(bias), free(o_fast), free(o_ref), free(o_refq), free(o_split),
+        free(o_three), free(mag);
+}
+
+static const uint32_t g_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
+                                   AL_TYPE_Q8_0, AL_TYPE_Q2_K, AL_TYPE_Q3_K, AL_TYPE_Q4_K,
+                                   AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_F16,  AL_TYPE_BF16,
+                                   AL_TYPE_F32};
+enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
+
+static void test_matmul_isa(cpu_isa isa) {
+    if (!cpu_isa_available(isa)) {
+        TEST_SKIP("this CPU cannot run %s", cpu_isa_name(isa));
+        return;
+    }
+    const int64_t max_cols = 4352;
+    al_backend *f1 = backend(isa, 1, max_cols, 128), *f3 = backend(isa, 3, max_cols, 128);
+    al_backend *ref = backend(CPU_ISA_REF, 3, max_cols, 128);
+    CHECK(f1 && f3 && ref);
+    static const int64_t n_outs[] = {1, 3, 17, 33};
+    static const int n_toks[] = {1, 2, 3, 5, 8, 17, 64};
+    for (int ti = 0; f1 && f3 && ref && ti < N_TYPES; ti++) {
+        const uint32_t type = g_types[ti];
+        const int64_t blk = quant_get_traits(type)->block_size == 256 ? 256 : 32;
+        mm_worst worst = {0};
+        int n_cases = 0;
+        for (int oi = 0; oi < 4; oi++)
+            for (int ki = 0; ki < 7; ki++) {
+                /* K: 3 blocks, or a K that is no multiple of 64 (512 for K-quants) */
+                const int64_t n_in = (ki % 2 ? 3 : blk == 256 ? 5 : 13) * (blk == 1 ? 32 : blk);
+                mm_case c = {type, n_in, n_outs[oi], n_toks[ki], (ki + oi) % 3 == 0};
+                check_matmul(isa, f1, f3, ref, &c, &worst);
+                n_cases++;
+            }
+        /* long rows: several K chunks, for one token and for a batch */
+        for (int n_tok = 1; n_tok <= 33; n_tok += 32) {
+            mm_case c = {type, 17 * 256, 19, n_tok, true};
+            check_matmul(isa, f1, f3, ref, &c, &worst);
+            n_cases++;
+        }
+        const double nq = worst.num_q / worst.den, nf = worst.num_f / worst.den;
+        printf("     %-6s %-5s %2d cases: NMSE %.1e (rounded activations), %.1e (f32); "
+               "worst scaled error %.1e, %.1e\n",
+               cpu_isa_name(isa), quant_type_name(type), n_cases, nq, nf, worst.exact, worst.f32);
+        CHECK_MSG(nq <= 1e-10 && nf <= 5e-4, "%s %s: NMSE %.2e, %.2e", cpu_isa_name(isa),
+                  quant_type_name(type), nq, nf);
+    }
+    if (f1) f1->ops->destroy(f1);
+    if (f3) f3->ops->destroy(f3);
+    if (ref) ref->ops->destroy(ref);
+}
+
+static void test_matmul_scalar(void) {
+    test_matmul_isa(CPU_ISA_SCALAR);
+}
+static void test_matmul_avx2(void) {
+    test_matmul_isa(CPU_ISA_AVX2);
+}
+static void test_matmul_avx512(void) {
+    test_matmul_isa(CPU_ISA_AVX512);
+}
+
+/* A batch longer than the scratch holds is split into passes. */
+static void test_matmul_passes(void) {
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        al_backend *f1 = backend((cpu_isa)isa, 2, 512, 9), *ref = backend(CPU_ISA_REF, 1, 512, 9);
+        al_backend *f3 = backend((cpu_isa)isa, 3, 512, 9);
+        mm_worst worst = {0};
+        mm_case c = {AL_TYPE_Q4_K, 512, 20, 50, false};
+        check_matmul((cpu_isa)isa, f1, f3, ref, &c, &worst);
+        f1->ops->destroy(f1);
+        f3->ops->destroy(f3);
+        ref->ops->destroy(ref);
+    }
+}
+
+/* ---- attention --------------------------------------------------------------------- */
+
+typedef struct attn_case {
+    int n_head, n_head_kv, head_dim, n_past, n_tokens;
+} attn_case;
+
+/* One attention call over positions [pos, pos + n) of q, k, v. */
+static void attend(al_backend *be, const attn_case *c, const float *q, const float *k,
+                   const float *v, al_tensor *kc, al_tensor *vc, int pos, int n, float *out) {
+    const int64_t qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
+    al_tensor qt = f32_tensor((float *)q + pos * qd, qd, n);
+    al_tensor kt = f32_tensor((float *)k + pos * kvd, kvd, n);
+    al_tensor vt = f32_tensor((float *)v + pos * kvd, kvd, n);
+    al_tensor ot = f32_tensor(out, qd, n);
+    al_attn_shape s = {.n_head = c->n_head,
+                       .n_head_kv = c->n_head_kv,
+                       .head_dim = c->head_dim,
+                       .n_past = pos,
+                       .n_tokens = n};
+    be->ops->attention(be, &qt, &kt, &vt, kc, vc, &s, &ot);
+}
+
+/* Fills the cache with n_past positions in one call, then attends n_tokens more in
+ * the given pieces; out receives those n_tokens rows. */
+static void run_attention(al_backend *be, const attn_case *c, const float *q, const float *k,
+                          const float *v, const int *pieces, float *out) {
+    const int64_t n_ctx = c->n_past + c->n_tokens;
+    const int64_t qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
+    float *kc = calloc((size_t)(n_ctx * kvd), 4), *vc = calloc((size_t)(n_ctx * kvd), 4);
+    al_tensor kct = f32_tensor(kc, kvd, n_ctx), vct = f32_tensor(vc, kvd, n_ctx);
+    if (c->n_past > 0) {
+        float *prefix = malloc((size_t)(c->n_past * qd) * 4);
+        attend(be, c, q, k, v, &kct, &vct, 0, c->n_past, prefix);
+        free(prefix);
+    }
+    for (int pos = c->n_past, i = 0; pos < n_ctx; i++) {
+        const int n = pieces[i] < n_ctx - pos ? pieces[i] : (int)(n_ctx - pos);
+        attend(be, c, q, k, v, &kct, &vct, pos, n, out + (pos - c->n_past) * qd);
+        pos += n;
+    }
+    free(kc), free(vc);
+}
+
+static void test_attention(void) {
+    static const attn_case cases[] = {
+        {4, 2, 64, 0, 1}, {4, 2, 64, 0, 17},  {4, 2, 64, 5, 3},  {8, 8, 32, 33, 40},
+        {6, 2, 40, 7, 9}, {3, 1, 128, 70, 1}, {2, 2, 80, 0, 64}, {14, 2, 64, 31, 33},
+    };
+    static const int one_batch[] = {1000}, pieces[] = {1, 5, 2, 1000};
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        double worst = 0;
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            const attn_case *c = &cases[ci];
+            const int64_t n_ctx = c->n_past + c->n_tokens;
+            const int64_t qd = (int64_t)c->n_head * c->head_dim,
+                          kvd = (int64_t)c->n_head_kv * c->head_dim;
+            float *q = random_floats(n_ctx * qd, 2.0f), *k = random_floats(n_ctx * kvd, 2.0f);
+            float *v = random_floats(n_ctx * kvd, 1.0f);
+            const int64_t n_o = c->n_tokens * qd;
+            float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
+            float *o_split = calloc((size_t)n_o, 4);
+            al_backend *ref = backend(CPU_ISA_REF, 1, qd, n_ctx);
+            al_backend *f3 = backend((cpu_isa)isa, 3, qd, n_ctx),
+                       *f1 = backend((cpu_isa)isa, 1, qd, n_ctx);
+            run_attention(ref, c, q, k, v, one_batch, o_ref);
+            run_attention(f3, c, q, k, v, one_batch, o_fast);
+            run_attention(f1, c, q, k, v, pieces, o_split);
+            const double e = nmse(o_fast, o_ref, n_o);
+            const bool same = !memcmp(o_fast, o_split, (size_t)n_o * 4);
+            CHECK_MSG(e <= 1e-10 && same, "%s heads %d/%d dim %d past %d tokens %d: NMSE %.2e%s",
+                      cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim, c->n_past,
+                      c->n_tokens, e, same ? "" : "; pieces or threads changed the result");
+            if (e > worst) worst = e;
+            ref->ops->destroy(ref), f3->ops->destroy(f3), f1->ops->destroy(f1);
+            free(q), free(k), free(v), free(o_ref), free(o_fast), free(o_split);
+        }
+        printf("     %-6s attention: worst NMSE %.1e over %zu shapes\n", cpu_isa_name((cpu_isa)isa),
+               worst, sizeof cases / sizeof *cases);
+    }
+}
+
+/* ---- per-row ops ------------------------------------------------------------------------- */
+
+static void check_rows(al_backend *fast, al_backend *ref, int64_t n, int64_t rows, double *worst) {
+    float *x = random_floats(n * rows, 3.0f), *y = random_floats(n * rows, 3.0f);
+    float *w = random_floats(n, 1.0f);
+    float *a = malloc((size_t)(n * rows) * 4), *b = malloc((size_t)(n * rows) * 4);
+    al_tensor xt = f32_tensor(x, n, rows), yt = f32_tensor(y, n, rows), wt = f32_tensor(w, n, 1);
+    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows);
+    double e[4];
+    /* rms_norm */
+    fast->ops->rms_norm(fast, &xt, &wt, 1e-5f, &at);
+    ref->ops->rms_norm(ref, &xt, &wt, 1e-5f, &bt);
+    e[0] = nmse(a, b, n * rows);
+    /* silu_mul, on copies */
+    memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
+    fast->ops->silu_mul(fast, &at, &yt);
+    ref->ops->silu_mul(ref, &bt, &yt);
+    e[1] = nmse(a, b, n * rows);
+    /* add */
+    memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
+    fast->ops->add(fast, &at, &yt);
+    ref->ops->add(ref, &bt, &yt);
+    e[2] = nmse(a, b, n * rows);
+    /* rope: normal and neox, with factors and scaling; must match bit for bit */
+    e[3] = 0;
+    for (int v = 0; v < 2 && n % 16 == 0; v++) {
+        float factors[64];
+        for (int i = 0; i < 64; i++)
+            factors[i] = 1.0f + (float)i / 16;
+        al_rope rp = {.n_rot = 16,
+                      .neox = v == 1,
+                      .freq_base = 10000.0f,
+                      .freq_scale = v ? 0.5f : 1.0f,
+                      .freq_factors = v ? factors : NULL};
+        memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
+        fast->ops->rope(fast, &at, (int)(n / 16), 16, 1000, &rp);
+        ref->ops->rope(ref, &bt, (int)(n / 16), 16, 1000, &rp);
+        const double er = nmse(a, b, n * rows);
+        if (er > e[3]) e[3] = er;
+    }
+    CHECK_MSG(e[0] <= 1e-10 && e[1] <= 1e-10 && e[2] <= 1e-12 && e[3] <= 1e-12,
+              "n %lld rows %lld: rms_norm %.1e silu_mul %.1e add %.1e rope %.1e", (long long)n,
+              (long long)rows, e[0], e[1], e[2], e[3]);
+    for (int i = 0; i < 4; i++)
+        if (e[i] > *worst) *worst = e[i];
+    free(x), free(y), free(w), free(a), free(b);
+}
+
+static void test_row_ops(void) {
+    static const int64_t ns[] = {1, 7, 16, 33, 576, 2048, 5000};
+    static const int64_t rows[] = {1, 3, 64};
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        al_backend *fast = backend((cpu_isa)isa, 3, 5000, 64),
+                   *ref = backend(CPU_ISA_REF, 1, 5000, 64);
+        double worst = 0;
+        for (int i = 0; i < 7; i++)
+            for (int j = 0; j < 3; j++)
+                check_rows(fast, ref, ns[i], rows[j], &worst);
+        printf("     %-6s rms_norm, silu_mul, add, rope: worst NMSE %.1e\n",
+               cpu_isa_name((cpu_isa)isa), worst);
+        fast->ops->destroy(fast), ref->ops->destroy(ref);
+    }
+}
+
+/* ---- instruction sets ------------------------------------------------------------------- */
+
+static void test_isa_choice(void) {
+    const cpu_isa best = cpu_isa_best();
+    printf("     best instruction set here: %s\n", cpu_isa_name(best));
+    CHECK(cpu_isa_available(CPU_ISA_REF) && cpu_isa_available(CPU_ISA_SCALAR));
+    CHECK(cpu_isa_available(best));
+    al_backend *be = NULL;
+    CHECK(cpu_backend_create_isa(1, CPU_ISA_COUNT, &be) == AL_ERR_UNSUPPORTED && be == NULL);
+    CHECK(cpu_backend_create_isa(1, best, &be) == AL_OK);
+    if (be) {
+        CHECK(strstr(be->desc, cpu_isa_name(best)) != NULL);
+        be->ops->destroy(be);
+    }
+}
+
+int main(void) {
+    TEST_RUN(test_isa_choice);
+    TEST_RUN(test_row_ops);
+    TEST_RUN(test_attention);
+    TEST_RUN(test_matmul_passes);
+    TEST_RUN(test_matmul_scalar);
+    TEST_RUN(test_matmul_avx2);
+    TEST_RUN(test_matmul_avx512);
+    return test_finish();
+}

@@ -1,0 +1,655 @@
+/* test_vulkan.c: every op of the Vulkan backend against the CPU reference op.
+ *
+ * Both backends are driven only through their op tables (backend.h). The CPU backend
+ * is created with ANYLLM_ISA=ref, so the oracle is the plain-C reference. Inputs are
+ * random and of awkward sizes (rows that are not multiples of the workgroup, tile or
+ * alignment; views at row offsets); every weight type is covered with random blocks
+ * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
+ * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights.
+ *
+ * The suite runs in three configurations of the one Vulkan device: the defaults
+ * (weights imported, subgroup arithmetic), then as if the device were discrete
+ * (staging uploads, unmapped activations, staged reads) without subgroup arithmetic,
+ * then with weights copied into host-visible memory. The Khronos validation layer is
+ * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
+ * Failure paths: no loader, a device index that does not exist, an unsupported
+ * weight type, "auto" with only a software device, a fence timeout.
+ *
+ * Without a Vulkan build or device, the program prints why and skips.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anyllm.h"
+#include "backend.h"
+#include "quant.h"
+#include "test.h"
+#include "util.h"
+
+#ifdef AL_HAVE_VULKAN
+#include "vulkan/vk_backend.h"
+
+static al_backend *g_cpu, *g_vk;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+/* host memory given to weight_load must outlive the backend (imports use it in place) */
+static void *g_keep[4096];
+static int g_n_keep;
+
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+
+static float rndf(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+static void *keep_alloc(size_t n) {
+    size_t rounded = (n + 4095) & ~(size_t)4095;
+    void *p = al_aligned_alloc(4096, rounded);
+    AL_ASSERT(p && g_n_keep < 4096);
+    memset(p, 0, rounded);
+    g_keep[g_n_keep++] = p;
+    return p;
+}
+
+static double nmse(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* ---- tensors on both backends ---------------------------------------------------------- */
+
+typedef struct pair {
+    al_tensor cpu, vk;   /* the same tensor on each backend */
+    int64_t cols, rows;
+} pair;
+
+/* A weight (any type) from host bytes, loaded on both backends. */
+static void weight_pair(uint32_t type, int64_t cols, int64_t rows, const void *bytes, pair *p) {
+    uint64_t rb = quant_row_bytes(type, cols);
+    al_tensor w = {.type = type, .ne = {cols, rows}, .data = (void *)bytes, .row_bytes = rb};
+    p->cpu = p->vk = w;
+    p->cols = cols;
+    p->rows = rows;
+    if (g_cpu->ops->weight_load) CHECK(g_cpu->ops->weight_load(g_cpu, &p->cpu) == AL_OK);
+    al_status st = g_vk->ops->weight_load(g_vk, &p->vk);
+    CHECK_MSG(st == AL_OK, "weight_load %s: %s", quant_type_name(type), al_last_error());
+}
+
+/* An activation tensor [rows][cols] holding data on both backends. The Vulkan one is
+ * filled through the op table alone: get_rows of an f32 weight holding the data. */
+static void act_pair(int64_t cols, int64_t rows, const float *data, pair *p) {
+    p->cols = cols;
+    p->rows = rows;
+    CHECK(g_cpu->ops->tensor_alloc(g_cpu, cols, rows, &p->cpu) == AL_OK);
+    CHECK(g_vk->ops->tensor_alloc(g_vk, cols, rows, &p->vk) == AL_OK);
+    if (!data) return;
+    memcpy(p->cpu.data, data, (size_t)(cols * rows) * sizeof(float));
+    float *host = keep_alloc((size_t)(cols * rows) * sizeof(float));
+    memcpy(host, data, (size_t)(cols * rows) * sizeof(float));
+    al_tensor table = {.type = AL_TYPE_F32, .ne = {cols, rows}, .data = host,
+                       .row_bytes = (uint64_t)cols * sizeof(float)};
+    CHECK(g_vk->ops->weight_load(g_vk, &table) == AL_OK);
+    int32_t *ids = malloc((size_t)rows * sizeof *ids);
+    for (int i = 0; i < rows; i++) ids[i] = i;
+    g_vk->ops->get_rows(g_vk, &table, ids, (int)rows, &p->vk);
+    free(ids);
+}
+
+static float *random_floats(size_t n, float scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = rndf() * scale;
+    return v;
+}
+
+static void free_pair(pair *p) {
+    g_cpu->ops->tensor_free(g_cpu, &p->cpu);
+    g_vk->ops->tensor_free(g_vk, &p->vk);
+}
+
+/* NMSE of the Vulkan tensor against the CPU one, rows [row0, row0 + n). */
+static double compare_rows(const pair *p, int64_t row0, int64_t n) {
+    size_t count = (size_t)(n * p->cols);
+    float *a = malloc(count * sizeof *a);
+    al_tensor v = al_tensor_rows(&p->vk, row0, n), c = al_tensor_rows(&p->cpu, row0, n);
+    g_vk->ops->tensor_read(g_vk, &v, a, count * sizeof(float));
+    double e = nmse(a, (const float *)((char *)c.data + c.offset), count);
+    free(a);
+    return e;
+}
+
+static double compare(const pair *p) { return compare_rows(p, 0, p->rows); }
+
+/* ---- random weights of every type ----------------------------------------------------------- */
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = al_f32_to_f16(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* Random blocks: random quant bytes, small finite scales where the layout has them. */
+static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
+    uint64_t rb = quant_row_bytes(type, cols), n = rb * (uint64_t)rows;
+    uint8_t *b = keep_alloc(n);
+    if (type == AL_TYPE_F32) {
+        for (uint64_t i = 0; i < n / 4; i++) ((float *)b)[i] = rndf();
+        return b;
+    }
+    if (type == AL_TYPE_F16 || type == AL_TYPE_BF16) {
+        for (uint64_t i = 0; i < n / 2; i++) {
+            float v = rndf();
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            if (type == AL_TYPE_F16) put_f16(b + 2 * i, v);
+            else b[2 * i] = (uint8_t)(bits >> 16), b[2 * i + 1] = (uint8_t)(bits >> 24);
+        }
+        return b;
+    }
+    for (uint64_t i = 0; i < n; i++) b[i] = (uint8_t)rnd();
+    const quant_traits *tr = quant_get_traits(type);
+    for (uint64_t blk = 0; blk < n / tr->type_size; blk++) {
+        uint8_t *q = b + blk * tr->type_size;
+        switch (type) { /* where each layout keeps its fp16 d (and dmin / m) */
+        case AL_TYPE_Q4_1: case AL_TYPE_Q5_1: case AL_TYPE_Q8_1: /* d, then m (or s) */
+            put_f16(q, rndf() * 0.05f);
+            put_f16(q + 2, rndf() * 0.05f);
+            break;
+        case AL_TYPE_Q4_0: case AL_TYPE_Q5_0: case AL_TYPE_Q8_0:
+            put_f16(q, rndf() * 0.05f);
+            break;
+        case AL_TYPE_Q2_K: put_f16(q + 80, rndf() * 0.05f); put_f16(q + 82, rndf() * 0.05f); break;
+        case AL_TYPE_Q3_K: put_f16(q + 108, rndf() * 0.05f); break;
+        case AL_TYPE_Q4_K: case AL_TYPE_Q5_K:
+            put_f16(q, rndf() * 0.05f);
+            put_f16(q + 2, rndf() * 0.05f);
+            break;
+        case AL_TYPE_Q6_K: put_f16(q + 208, rndf() * 0.05f); break;
+        case AL_TYPE_Q8_K: {
+            float d = rndf() * 0.01f;
+            memcpy(q, &d, 4);
+            break;
+        }
+        default: break;
+        }
+    }
+    return b;
+}
+
+static const uint32_t g_types[] = {
+    AL_TYPE_F32, AL_TYPE_F16, AL_TYPE_BF16, AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0,
+    AL_TYPE_Q5_1, AL_TYPE_Q8_0, AL_TYPE_Q8_1, AL_TYPE_Q2_K, AL_TYPE_Q3_K, AL_TYPE_Q4_K,
+    AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_Q8_K,
+};
+enum { N_TYPES = sizeof g_types / sizeof *g_types };
+
+/* An awkward row length for a type: a few blocks, or an odd length for floats. */
+static int64_t awkward_cols(uint32_t type) {
+    uint32_t bs = quant_get_traits(type)->block_size;
+    return bs == 1 ? 203 : bs == 32 ? 32 * 7 : 256 * 2;
+}
+
+/* ---- the ops ------------------------------------------------------------------------------- */
+
+static void test_get_rows(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int64_t cols = awkward_cols(type), rows = 13;
+        pair table, out;
+        weight_pair(type, cols, rows, random_weight(type, cols, rows), &table);
+        act_pair(cols, 9, NULL, &out);
+        int32_t ids[7] = {12, 0, 5, 5, 7, 1, 12};
+        /* into rows 2.. of out: a view at an offset */
+        al_tensor oc = al_tensor_rows(&out.cpu, 2, 7), ov = al_tensor_rows(&out.vk, 2, 7);
+        g_cpu->ops->get_rows(g_cpu, &table.cpu, ids, 7, &oc);
+        g_vk->ops->get_rows(g_vk, &table.vk, ids, 7, &ov);
+        double e = compare(&out);
+        CHECK_MSG(e <= 1e-6, "get_rows %s: NMSE %g", quant_type_name(type), e);
+        printf("  get_rows %-5s NMSE %.2e\n", quant_type_name(type), e);
+        free_pair(&out);
+    }
+}
+
+static void test_rms_norm(void) {
+    int64_t sizes[][2] = {{203, 5}, {1000, 3}, {4096, 2}};
+    for (int k = 0; k < 3; k++) {
+        int64_t cols = sizes[k][0], rows = sizes[k][1];
+        float *xv = random_floats((size_t)(cols * rows), 3.0f);
+        float *wv = random_floats((size_t)cols, 1.0f);
+        pair x, w, out;
+        act_pair(cols, rows, xv, &x);
+        weight_pair(AL_TYPE_F32, cols, 1, memcpy(keep_alloc((size_t)cols * 4), wv, (size_t)cols * 4), &w);
+        act_pair(cols, rows, NULL, &out);
+        g_cpu->ops->rms_norm(g_cpu, &x.cpu, &w.cpu, 1e-5f, &out.cpu);
+        g_vk->ops->rms_norm(g_vk, &x.vk, &w.vk, 1e-5f, &out.vk);
+        double e = compare(&out);
+        CHECK_MSG(e <= 1e-6, "rms_norm %lldx%lld: NMSE %g", (long long)rows, (long long)cols, e);
+        printf("  rms_norm [%lld][%lld] NMSE %.2e\n", (long long)rows, (long long)cols, e);
+        free_pair(&x);
+        free_pair(&out);
+        free(xv);
+        free(wv);
+    }
+}
+
+static void one_matmul(uint32_t type, const pair *w, int64_t n_tok, bool bias) {
+    int64_t n_in = w->cols, n_out = w->rows;
+    float *xv = random_floats((size_t)((n_tok + 3) * n_in), 1.0f);
+    pair x, out, b;
+    act_pair(n_in, n_tok + 3, xv, &x);
+    act_pair(n_out, n_tok + 1, NULL, &out);
+    if (bias) {
+        float *bv = random_floats((size_t)n_out, 1.0f);
+        weight_pair(AL_TYPE_F32, n_out, 1, memcpy(keep_alloc((size_t)n_out * 4), bv, (size_t)n_out * 4), &b);
+        free(bv);
+    }
+    /* views at row offsets: x from row 3, out from row 1 */
+    al_tensor xc = al_tensor_rows(&x.cpu, 3, n_tok), xk = al_tensor_rows(&x.vk, 3, n_tok);
+    al_tensor oc = al_tensor_rows(&out.cpu, 1, n_tok), ok = al_tensor_rows(&out.vk, 1, n_tok);
+    g_cpu->ops->matmul(g_cpu, &xc, &w->cpu, bias ? &b.cpu : NULL, &oc);
+    g_vk->ops->matmul(g_vk, &xk, &w->vk, bias ? &b.vk : NULL, &ok);
+    double e = compare_rows(&out, 1, n_tok);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    CHECK_MSG(e <= tol, "matmul %s %lld tokens: NMSE %g", quant_type_name(type), (long long)n_tok, e);
+    printf("  matmul %-5s [%lld]x[%lld->%lld]%s NMSE %.2e\n", quant_type_name(type),
+           (long long)n_tok, (long long)n_in, (long long)n_out, bias ? " +bias" : "", e);
+    free_pair(&x);
+    free_pair(&out);
+    free(xv);
+}
+
+static void test_matmul(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int64_t n_in = awkward_cols(type), n_out = 67;
+        pair w;
+        weight_pair(type, n_in, n_out, random_weight(type, n_in, n_out), &w);
+        /* 1, 3 and 8 tokens take matvec.comp; 9 and 70 take the tiled matmul.comp */
+        int64_t toks[] = {1, 3, 8, 9, 70};
+        for (int k = 0; k < 5; k++) one_matmul(type, &w, toks[k], k == 1 || k == 4);
+    }
+}
+
+static void one_rope(bool neox, bool factors, int pos0, float freq_scale) {
+    int n_head = 3, head_dim = 40, n_rot = 32, rows = 4;
+    int64_t cols = (int64_t)n_head * head_dim;
+    float *xv = random_floats((size_t)(cols * rows), 1.0f);
+    float ff[16];
+    for (int i = 0; i < 16; i++) ff[i] = 1.0f + (float)i * 0.37f;
+    al_rope rp = {.n_rot = n_rot, .neox = neox, .freq_base = 10000.0f, .freq_scale = freq_scale,
+                  .freq_factors = factors ? ff : NULL};
+    pair x;
+    act_pair(cols, rows, xv, &x);
+    g_cpu->ops->rope(g_cpu, &x.cpu, n_head, head_dim, pos0, &rp);
+    g_vk->ops->rope(g_vk, &x.vk, n_head, head_dim, pos0, &rp);
+    double e = compare(&x);
+    CHECK_MSG(e <= 1e-6, "rope neox %d factors %d pos %d: NMSE %g", neox, factors, pos0, e);
+    printf("  rope %s%s pos0 %d NMSE %.2e\n", neox ? "neox" : "normal", factors ? " +factors" : "",
+           pos0, e);
+    free_pair(&x);
+    free(xv);
+}
+
+static void test_rope(void) {
+    one_rope(false, false, 0, 1.0f);
+    one_rope(true, false, 7, 1.0f);
+    one_rope(false, true, 1000, 0.5f);
+    one_rope(true, true, 4000, 0.25f);
+}
+
+/* Prefill then decode steps, over more positions than one workgroup step (64). */
+static void one_attention(int n_head, int n_head_kv, int head_dim) {
+    int n_ctx = 150, kvd = n_head_kv * head_dim, qd = n_head * head_dim;
+    pair kc, vc, out;
+    act_pair(kvd, n_ctx, NULL, &kc);
+    act_pair(kvd, n_ctx, NULL, &vc);
+    act_pair(qd, 100, NULL, &out);
+    int steps[][2] = {{0, 100}, {100, 1}, {101, 30}}; /* n_past, n_tokens */
+    for (int s = 0; s < 3; s++) {
+        int n = steps[s][1];
+        al_attn_shape shape = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim,
+                               .n_past = steps[s][0], .n_tokens = n};
+        float *qv = random_floats((size_t)(n * qd), 2.0f), *kv = random_floats((size_t)(n * kvd), 2.0f);
+        float *vv = random_floats((size_t)(n * kvd), 1.0f);
+        pair q, k, v;
+        act_pair(qd, n, qv, &q);
+        act_pair(kvd, n, kv, &k);
+        act_pair(kvd, n, vv, &v);
+        al_tensor oc = al_tensor_rows(&out.cpu, 0, n), ov = al_tensor_rows(&out.vk, 0, n);
+        g_cpu->ops->attention(g_cpu, &q.cpu, &k.cpu, &v.cpu, &kc.cpu, &vc.cpu, &shape, &oc);
+        g_vk->ops->attention(g_vk, &q.vk, &k.vk, &v.vk, &kc.vk, &vc.vk, &shape, &ov);
+        double e = compare_rows(&out, 0, n);
+        double ek = compare_rows(&kc, 0, shape.n_past + n), ev = compare_rows(&vc, 0, shape.n_past + n);
+        CHECK_MSG(e <= 1e-6 && ek <= 1e-6 && ev <= 1e-6, "attention %d/%d x %d past %d: NMSE %g "
+                  "(caches %g %g)", n_head, n_head_kv, head_dim, shape.n_past, e, ek, ev);
+        printf("  attention heads %d/%d dim %d past %d + %d NMSE %.2e\n", n_head, n_head_kv,
+               head_dim, shape.n_past, n, e);
+        free_pair(&q);
+        free_pair(&k);
+        free_pair(&v);
+        free(qv);
+        free(kv);
+        free(vv);
+    }
+    free_pair(&kc);
+    free_pair(&vc);
+    free_pair(&out);
+}
+
+static void test_attention(void) {
+    one_attention(8, 2, 64);  /* grouped-query */
+    one_attention(3, 3, 40);  /* awkward head size */
+    one_attention(4, 1, 128);
+}
+
+static void test_elementwise(void) {
+    int64_t cols = 1001, rows = 5;
+    size_t n = (size_t)(cols * rows);
+    float *a = random_floats(n, 4.0f), *b = random_floats(n, 2.0f);
+    pair x, y;
+    act_pair(cols, rows, a, &x);
+    act_pair(cols, rows, b, &y);
+    g_cpu->ops->silu_mul(g_cpu, &x.cpu, &y.cpu);
+    g_vk->ops->silu_mul(g_vk, &x.vk, &y.vk);
+    double e1 = compare(&x);
+    g_cpu->ops->add(g_cpu, &x.cpu, &y.cpu);
+    g_vk->ops->add(g_vk, &x.vk, &y.vk);
+    double e2 = compare(&x);
+    CHECK_MSG(e1 <= 1e-6 && e2 <= 1e-6, "silu_mul NMSE %g, add NMSE %g", e1, e2);
+    printf("  silu_mul NMSE %.2e, add NMSE %.2e\n", e1, e2);
+    free_pair(&x);
+    free_pair(&y);
+    free(a);
+    free(b);
+}
+
+/* A weight of 150 MB: more than lavapipe's 128 MiB binding, so get_rows and both
+ * matmul shaders must split it across bindings. */
+static void test_big_weight(void) {
+    int64_t n_in = 1024, n_out = 36000;
+    pair w, out;
+    weight_pair(AL_TYPE_F32, n_in, n_out, random_weight(AL_TYPE_F32, n_in, n_out), &w);
+    int32_t ids[4] = {35999, 0, 20000, 33000};
+    act_pair(n_in, 4, NULL, &out);
+    g_cpu->ops->get_rows(g_cpu, &w.cpu, ids, 4, &out.cpu);
+    g_vk->ops->get_rows(g_vk, &w.vk, ids, 4, &out.vk);
+    double e = compare(&out);
+    CHECK_MSG(e <= 1e-6, "get_rows of a split table: NMSE %g", e);
+    printf("  get_rows across bindings NMSE %.2e\n", e);
+    free_pair(&out);
+    one_matmul(AL_TYPE_F32, &w, 2, false);
+    one_matmul(AL_TYPE_F32, &w, 12, false);
+}
+
+/* ---- whole models: decode one token at a time, and several sequences at once ------------ */
+
+/* The 48 prompt tokens of NAME.ref.json ("tokens": [...]). */
+static int read_ref_tokens(const char *path, int32_t *tokens, int max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strstr(buf, "\"tokens\"");
+    p = p ? strchr(p, '[') : NULL;
+    int k = 0;
+    while (p && *p != ']' && k < max) {
+        char *end;
+        long v = strtol(p + 1, &end, 10);
+        if (end == p + 1) break;
+        tokens[k++] = (int32_t)v;
+        p = end;
+    }
+    return k;
+}
+
+static float *read_floats(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    float *v = malloc(n * sizeof *v);
+    if (v && fread(v, sizeof *v, n, f) != n) {
+        free(v);
+        v = NULL;
+    }
+    fclose(f);
+    return v;
+}
+
+/* Evaluates the reference prompt token by token (the decode path: matvec, a submit
+ * per token, the cache growing one row at a time) and then the second half again as
+ * two sequences stepped together with al_eval_multi (per-row rope and attention
+ * views), comparing every position with the reference logits. */
+static void decode_model(const char *name, double max_nmse) {
+    char path[512];
+    int32_t tok[64];
+    snprintf(path, sizeof path, "%s/models/ref/%s.ref.json", test_shared_dir(), name);
+    int n = read_ref_tokens(path, tok, 64);
+    snprintf(path, sizeof path, "%s/models/ref/%s.gguf", test_shared_dir(), name);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    if (n != 48 || al_model_load(path, &mp, &m) != AL_OK) {
+        TEST_SKIP("%s: %s", name, n != 48 ? "no reference tokens" : al_last_error());
+        return;
+    }
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    snprintf(path, sizeof path, "%s/models/ref/%s.logits.f32", test_shared_dir(), name);
+    float *ref = read_floats(path, (size_t)n * (size_t)mi.n_vocab);
+    float *got = malloc((size_t)n * (size_t)mi.n_vocab * sizeof *got);
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = n;
+    al_context *c[2] = {NULL, NULL};
+    CHECK(ref && got && al_context_create(m, &cp, &c[0]) == AL_OK &&
+          al_context_create(m, &cp, &c[1]) == AL_OK);
+    for (int i = 0; c[1] && i < n; i++)
+        CHECK(al_eval(c[0], &tok[i], 1, got + (size_t)i * mi.n_vocab, false) == AL_OK);
+    double e1 = ref ? nmse(got, ref, (size_t)n * mi.n_vocab) : 1;
+    /* two sequences: the first half of the prompt into each, then one step of both per
+     * position (both see the same tokens, so both must match the reference) */
+    int half = n / 2;
+    double e2 = 0;
+    if (c[1]) {
+        al_context_reset(c[0]);
+        CHECK(al_eval(c[0], tok, half, NULL, false) == AL_OK);
+        CHECK(al_eval(c[1], tok, half, NULL, false) == AL_OK);
+        for (int i = half; i < n; i++) {
+            int32_t two[2] = {tok[i], tok[i]};
+            CHECK(al_eval_multi(c, two, 2, got) == AL_OK);
+            double e = nmse(got, ref + (size_t)i * mi.n_vocab, mi.n_vocab) +
+                       nmse(got + mi.n_vocab, ref + (size_t)i * mi.n_vocab, mi.n_vocab);
+            e2 = e > e2 ? e : e2;
+        }
+    }
+    CHECK_MSG(e1 <= max_nmse && e2 <= 2 * max_nmse, "%s: one at a time NMSE %g, multi %g", name,
+              e1, e2);
+    printf("  %s: token by token NMSE %.2e, two sequences at once NMSE %.2e\n", name, e1, e2);
+    al_context_destroy(c[0]);
+    al_context_destroy(c[1]);
+    al_model_destroy(m);
+    free(ref);
+    free(got);
+}
+
+static void test_decode(void) {
+    decode_model("ref-llama-f32", 1e-4);
+    decode_model("ref-llama-Q4_K_M", 1e-3);
+    decode_model("ref-qwen2-Q8_0", 1e-3);
+}
+
+/* ---- configuration and failures ---------------------------------------------------------- */
+
+static void check_validation(void) {
+    vk_backend_stats s;
+    CHECK(vk_backend_get_stats(g_vk, &s));
+    CHECK_MSG(s.n_validation == 0, "%d validation messages", s.n_validation);
+    printf("  weights: %s, %llu bytes imported, %llu copied; %llu submits, %llu dispatches; "
+           "%d validation messages\n", s.weight_path, (unsigned long long)s.bytes_imported,
+           (unsigned long long)s.bytes_copied, (unsigned long long)s.n_submits,
+           (unsigned long long)s.n_dispatches, s.n_validation);
+}
+
+static void test_unsupported_type(void) {
+    static uint8_t bytes[4096];
+    al_tensor w = {.type = 16 /* IQ2_XXS: no shaders */, .ne = {256, 2}, .data = bytes,
+                   .row_bytes = 66};
+    al_status st = g_vk->ops->weight_load(g_vk, &w);
+    CHECK(st == AL_ERR_UNSUPPORTED);
+    printf("  %s\n", al_last_error());
+}
+
+static void test_no_loader(void) {
+    setenv("ANYLLM_VK_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    al_backend *be = NULL;
+    al_status st = vk_backend_create(0, &be);
+    CHECK(st == AL_ERR_UNSUPPORTED && be == NULL);
+    printf("  no loader: %s\n", al_last_error());
+    st = backend_create("auto", 1, &be); /* falls back to the CPU, saying why */
+    CHECK(st == AL_OK && be && !strcmp(be->ops->name, "cpu"));
+    if (be) be->ops->destroy(be);
+    unsetenv("ANYLLM_VK_LOADER");
+}
+
+static void test_bad_index(void) {
+    al_backend *be = NULL;
+    al_status st = vk_backend_create(200, &be);
+    CHECK(st == AL_ERR_ARG && be == NULL);
+    printf("  %s\n", al_last_error());
+}
+
+/* With only a software device (lavapipe), "auto" must not pick it. */
+static void test_auto_skips_software(void) {
+    if (!strstr(g_vk->desc, "llvmpipe")) {
+        TEST_SKIP("the device is not lavapipe");
+        return;
+    }
+    al_backend *be = NULL;
+    CHECK(backend_create("auto", 1, &be) == AL_OK && be);
+    if (be) {
+        CHECK(!strcmp(be->ops->name, "cpu"));
+        be->ops->destroy(be);
+    }
+}
+
+/* A fence timeout of 0 (look once, do not wait) under a 4 GFLOP matmul, which no
+ * device finishes between the submit and the look: the op fails, sync reports it, the
+ * backend refuses further work, and nothing crashes. The backend is left alive
+ * (leaked) on purpose: its device may still be running the command buffer. */
+static void test_fence_timeout(void) {
+    al_backend *be = NULL;
+    al_status st = vk_backend_create(0, &be);
+    if (st == AL_OK) st = be->ops->reserve(be, 4096, 64);
+    int64_t n_in = 4096, n_out = 4096, n_tok = 64;
+    al_tensor w = {.type = AL_TYPE_F32, .ne = {n_in, n_out},
+                   .data = random_weight(AL_TYPE_F32, n_in, n_out), .row_bytes = (uint64_t)n_in * 4};
+    al_tensor x, out;
+    if (st == AL_OK) st = be->ops->weight_load(be, &w); /* with the normal timeout */
+    if (st == AL_OK) st = be->ops->tensor_alloc(be, n_in, n_tok, &x);
+    if (st == AL_OK) st = be->ops->tensor_alloc(be, n_out, n_tok, &out);
+    if (st == AL_OK) st = be->ops->sync(be);
+    CHECK_MSG(st == AL_OK, "setting up: %s", al_last_error());
+    if (st != AL_OK) return;
+    vk_backend_set_timeout(be, 0);
+    be->ops->matmul(be, &x, &w, NULL, &out);
+    be->ops->matmul(be, &x, &w, NULL, &out);
+    st = be->ops->sync(be);
+    CHECK(st == AL_ERR_DEVICE);
+    printf("  %s\n", al_last_error());
+    CHECK(be->ops->tensor_alloc(be, 4, 4, &x) == AL_ERR_DEVICE); /* sticky */
+}
+
+static void run_suite(const char *label) {
+    printf("-- %s: %s\n", label, g_vk->desc);
+    TEST_RUN(test_get_rows);
+    TEST_RUN(test_rms_norm);
+    TEST_RUN(test_matmul);
+    TEST_RUN(test_rope);
+    TEST_RUN(test_attention);
+    TEST_RUN(test_elementwise);
+    TEST_RUN(test_unsupported_type);
+    TEST_RUN(check_validation);
+}
+
+static bool create_vk(void) {
+    al_status st = vk_backend_create(0, &g_vk);
+    if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 8192, 1024);
+    if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
+    return st == AL_OK;
+}
+
+static void destroy_vk(void) {
+    g_vk->ops->destroy(g_vk);
+    g_vk = NULL;
+    for (int i = 0; i < g_n_keep; i++) al_aligned_free(g_keep[i]);
+    g_n_keep = 0;
+}
+
+int main(void) {
+    setenv("ANYLLM_ISA", "ref", 1);
+    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 8192, 1024)) {
+        printf("cpu backend: %s\n", al_last_error());
+        return 1;
+    }
+    setenv("ANYLLM_VK_VALIDATION", "1", 1);
+    if (!create_vk()) {
+        unsetenv("ANYLLM_VK_VALIDATION"); /* the layer may be missing: run without it */
+        if (!create_vk()) {
+            printf("skip: no usable Vulkan device\n");
+            g_cpu->ops->destroy(g_cpu);
+            printf("0 passed, 0 failed, 1 skipped\n");
+            return 0;
+        }
+        printf("note: the validation layer is not installed; running without it\n");
+    }
+    run_suite("defaults");
+    TEST_RUN(test_big_weight);
+    TEST_RUN(test_decode);
+    TEST_RUN(test_no_loader);
+    TEST_RUN(test_bad_index);
+    TEST_RUN(test_auto_skips_software);
+    destroy_vk();
+
+    setenv("ANYLLM_VK_PRETEND_DISCRETE", "1", 1);
+    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1);
+    if (create_vk()) {
+        run_suite("as a discrete GPU, no subgroup arithmetic");
+        TEST_RUN(test_decode);
+        destroy_vk();
+    }
+    unsetenv("ANYLLM_VK_PRETEND_DISCRETE");
+    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+
+    setenv("ANYLLM_VK_WEIGHTS", "host", 1);
+    if (create_vk()) {
+        printf("-- weights copied to host-visible memory: %s\n", g_vk->desc);
+        TEST_RUN(test_matmul);
+        TEST_RUN(check_validation);
+        destroy_vk();
+    }
+    unsetenv("ANYLLM_VK_WEIGHTS");
+
+    TEST_RUN(test_fence_timeout);
+    g_cpu->ops->destroy(g_cpu);
+    return test_finish();
+}
+
+#else /* !AL_HAVE_VULKAN */
+
+static void test_vulkan_built(void) {
+    TEST_SKIP("this build has no Vulkan backend (glslc or the Vulkan headers were missing)");
+}
+
+int main(void) {
+    TEST_RUN(test_vulkan_built);
+    return test_finish();
+}
+#endif

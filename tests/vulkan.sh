@@ -1,0 +1,96 @@
+#!/bin/sh
+# The Vulkan backend end to end, through the command line:
+#   - every reference model of ../shared/models/ref with --backend vulkan, against the
+#     reference logits (NMSE <= 1e-4 for f32/f16 files, 1e-3 for quantized ones), with
+#     the Khronos validation layer on and its message count required to be 0; a few
+#     of them again as if the device were discrete (staging uploads and reads) and
+#     without subgroup arithmetic
+#   - Vulkan absent (no driver: VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere; no
+#     loader): --backend vulkan fails with one line, --backend auto falls back to the
+#     CPU, says so, and still gets the reference logits
+# The op-by-op comparison with the CPU reference is build/test_vulkan (in the unit
+# tests). Skips, saying why, when the build has no Vulkan backend or the machine no
+# Vulkan device.
+BUILD=${BUILD:-build}
+SHARED=${SHARED:-../shared}
+bin=$BUILD/anyllm
+cmp_bin=$BUILD/test_ref
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0; skip=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+finish() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; exit $?; }
+
+if [ ! -d "$SHARED/models/ref" ]; then
+    echo "skip: $SHARED/models/ref not found"; skip=1; finish
+fi
+"$bin" devices >"$tmp/devices" 2>&1
+if grep -q "no Vulkan backend" "$tmp/devices"; then
+    echo "skip: this build has no Vulkan backend (glslc or the Vulkan headers were missing)"
+    skip=1; finish
+fi
+if ! grep -q '^vulkan:0' "$tmp/devices"; then
+    echo "skip: no Vulkan device on this machine: $(tail -n 1 "$tmp/devices")"
+    skip=1; finish
+fi
+ok "devices: $(grep '^vulkan:' "$tmp/devices" | head -n 1)"
+
+# the validation layer, when installed: every run below must report 0 messages
+VALIDATE=1
+if ! ANYLLM_VK_VALIDATION=1 "$bin" devices >/dev/null 2>&1; then
+    echo "note: the Khronos validation layer is not installed; running without it"
+    VALIDATE=0
+fi
+
+tokens() { tr -d ' \n' <"$1" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/'; }
+
+# ref_logits NAME LABEL [ENV=VALUE ...]: the reference prompt with --backend vulkan
+ref_logits() {
+    name=$1; label=$2; shift 2
+    case $name in *-f32|*-f16) max=1e-4 ;; *) max=1e-3 ;; esac
+    m=$SHARED/models/ref/$name
+    env ANYLLM_VK_VALIDATION=$VALIDATE "$@" "$bin" logits -m "$m.gguf" \
+        --tokens "$(tokens "$m.ref.json")" --out "$tmp/out.f32" --backend vulkan 2>"$tmp/err"
+    rc=$?
+    res=$("$cmp_bin" --compare "$tmp/out.f32" "$m.logits.f32" "$max" 2>&1); crc=$?
+    msgs=$(sed -nE 's/^anyllm: vulkan validation: ([0-9]+) messages$/\1/p' "$tmp/err")
+    if [ $rc -eq 0 ] && [ $crc -eq 0 ] && { [ $VALIDATE -eq 0 ] || [ "$msgs" = 0 ]; }; then
+        ok "$name $label: $res (<= $max), validation messages: ${msgs:-off}"
+    else
+        bad "$name $label: exit $rc, $res (max $max), validation messages: ${msgs:-?}"
+        head -n 5 "$tmp/err"
+    fi
+}
+
+for j in "$SHARED"/models/ref/*.ref.json; do
+    ref_logits "$(basename "$j" .ref.json)" "vulkan"
+done
+for name in ref-llama-Q4_K_M ref-qwen2-Q8_0; do
+    ref_logits $name "as discrete, no subgroups" ANYLLM_VK_PRETEND_DISCRETE=1 ANYLLM_VK_NO_SUBGROUP=1
+done
+
+# Vulkan absent: no driver for the loader to find, then no loader at all
+m=$SHARED/models/ref/ref-llama-Q8_0
+for absent in "VK_ICD_FILENAMES=/nonexistent VK_DRIVER_FILES=/nonexistent" \
+              "ANYLLM_VK_LOADER=/nonexistent/libvulkan.so.1"; do
+    # shellcheck disable=SC2086
+    env $absent "$bin" logits -m "$m.gguf" --tokens "$(tokens "$m.ref.json")" \
+        --out "$tmp/out.f32" --backend vulkan >/dev/null 2>"$tmp/err"; rc=$?
+    lines=$(wc -l <"$tmp/err")
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ]; then
+        ok "$absent: --backend vulkan fails: $(cat "$tmp/err")"
+    else
+        bad "$absent: --backend vulkan: exit $rc, $lines lines on stderr"; cat "$tmp/err"
+    fi
+    # shellcheck disable=SC2086
+    env $absent "$bin" logits -m "$m.gguf" --tokens "$(tokens "$m.ref.json")" \
+        --out "$tmp/out.f32" --backend auto >/dev/null 2>"$tmp/err"; rc=$?
+    res=$("$cmp_bin" --compare "$tmp/out.f32" "$m.logits.f32" 1e-3 2>&1); crc=$?
+    if [ $rc -eq 0 ] && [ $crc -eq 0 ] && grep -q "using the CPU" "$tmp/err"; then
+        ok "$absent: --backend auto falls back: $(cat "$tmp/err"); $res"
+    else
+        bad "$absent: --backend auto: exit $rc, $res"; cat "$tmp/err"
+    fi
+done
+finish
