@@ -138,6 +138,35 @@ static int by_logit_desc(const void *a, const void *b) {
     return ((const candidate *)a)->id - ((const candidate *)b)->id; /* stable by id */
 }
 
+/* Moves the k best candidates (by_logit_desc order) to the front of c[0..n), sorted,
+ * in O(n log k): a min-heap of the k best so far sits in c[0..k). This spares a full
+ * sort of a 50k-token vocabulary on every step when top-k is set. */
+static void select_top_k(candidate *c, int n, int k) {
+    qsort(c, (size_t)k, sizeof *c, by_logit_desc);
+    /* reversed, the sorted prefix is a valid min-heap: worst at the root */
+    for (int i = 0, j = k - 1; i < j; i++, j--) {
+        candidate t = c[i];
+        c[i] = c[j];
+        c[j] = t;
+    }
+    for (int i = k; i < n; i++) {
+        if (by_logit_desc(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
+        candidate x = c[i];
+        c[i] = c[0];
+        int p = 0; /* sift x down from the root */
+        for (;;) {
+            int ch = 2 * p + 1;
+            if (ch >= k) break;
+            if (ch + 1 < k && by_logit_desc(&c[ch + 1], &c[ch]) > 0) ch++;
+            if (by_logit_desc(&c[ch], &x) <= 0) break;
+            c[p] = c[ch];
+            p = ch;
+        }
+        c[p] = x;
+    }
+    qsort(c, (size_t)k, sizeof *c, by_logit_desc);
+}
+
 int32_t al_sampler_sample(al_sampler *s, const float *logits) {
     const al_sampler_params *p = &s->p;
     candidate *c = s->cand;
@@ -150,8 +179,12 @@ int32_t al_sampler_sample(al_sampler *s, const float *logits) {
             if (c[i].logit > c[best].logit) best = i;
         return c[best].id;
     }
-    qsort(c, (size_t)n, sizeof *c, by_logit_desc);
-    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top_k(c, n, p->top_k);
+        n = p->top_k;
+    } else {
+        qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+    }
     /* softmax at temperature 1 for the probability-mass cuts, as the common engines do */
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)c[i].logit - c[0].logit);

@@ -193,6 +193,44 @@ static void test_cuts(void) {
     al_sampler_destroy(mp);
 }
 
+/* top-k over a large vocabulary (the partial selection path): every draw is one of the
+ * k largest logits, and with a high temperature all k are drawn. */
+static void test_top_k_large(void) {
+    enum { NL = 5000, K = 40 };
+    static float l[NL];
+    uint64_t r = 12345;
+    for (int i = 0; i < NL; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((r >> 40) % 100000) / 1000.0f;
+    }
+    float sorted[NL];
+    memcpy(sorted, l, sizeof l);
+    for (int i = 0; i < K; i++) /* partial selection sort: the K largest at the front */
+        for (int j = i + 1; j < NL; j++)
+            if (sorted[j] > sorted[i]) {
+                float t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    float kth = sorted[K - 1];
+    al_sampler_params p = al_sampler_default_params();
+    p.temperature = 100;
+    p.top_k = K;
+    p.top_p = 1;
+    p.min_p = 0;
+    al_sampler *s = NULL;
+    CHECK(al_sampler_create(&p, NL, &s) == AL_OK);
+    static int seen[NL];
+    int n_distinct = 0;
+    for (int i = 0; i < 4000; i++) {
+        int32_t id = al_sampler_sample(s, l);
+        CHECK_MSG(l[id] >= kth, "draw %d: id %d has logit %g below the k-th %g", i, id, l[id], kth);
+        if (!seen[id]++) n_distinct++;
+    }
+    CHECK_MSG(n_distinct == K, "%d distinct ids drawn, want %d", n_distinct, K);
+    al_sampler_destroy(s);
+}
+
 static void test_penalties(void) {
     float l[NV] = {0};
     l[2] = 2.0f;
@@ -270,6 +308,7 @@ int main(void) {
     TEST_RUN(test_greedy);
     TEST_RUN(test_distribution);
     TEST_RUN(test_cuts);
+    TEST_RUN(test_top_k_large);
     TEST_RUN(test_penalties);
     TEST_RUN(test_seed);
     TEST_RUN(test_sampler_params);
