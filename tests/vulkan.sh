@@ -11,15 +11,9 @@
 # The op-by-op comparison with the CPU reference is build/test_vulkan (in the unit
 # tests). Skips, saying why, when the build has no Vulkan backend or the machine no
 # Vulkan device.
-BUILD=${BUILD:-build}
-SHARED=${SHARED:-../shared}
-bin=$BUILD/anyllm
+. "$(dirname "$0")/lib.sh"
 cmp_bin=$BUILD/test_ref
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0; skip=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+skip=0
 finish() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; exit $?; }
 
 if [ ! -d "$SHARED/models/ref" ]; then
