@@ -116,10 +116,10 @@ static void usage(FILE *f) {
 
 /* ---- option parsing ------------------------------------------------------------------ */
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
+    long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = v;
     return true;
@@ -144,7 +144,7 @@ typedef struct num_opt {
 
 static int parse_opts(int argc, char **argv, cli_opts *o) {
     *o = (cli_opts){.command = argv[1], .sampling = al_sampler_default_params()};
-    long seed = 0;
+    int64_t seed = 0;
     const num_opt nums[] = {
         {"-t", "--threads", &o->n_threads, NULL, 1, 256},
         {"-n", "--n-predict", &o->n_predict, NULL, 0, 1 << 24},
@@ -169,9 +169,9 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         const num_opt *n = NULL;
         for (size_t k = 0; k < sizeof nums / sizeof *nums; k++)
             if (!strcmp(a, nums[k].name) || (nums[k].alt && !strcmp(a, nums[k].alt))) n = &nums[k];
-        long lv;
+        int64_t lv;
         if (n && n->i) {
-            if (!parse_long(val, (long)n->lo, (long)n->hi, &lv))
+            if (!cli_parse_i64(val, (int64_t)n->lo, (int64_t)n->hi, &lv))
                 return cli_fail("%s %s: expected an integer in [%.0f, %.0f]", a, val, n->lo, n->hi);
             *n->i = (int)lv;
         } else if (n) {
@@ -186,7 +186,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         else if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = val;
         else if (!strcmp(a, "--backend")) o->backend = val;
         else if (!strcmp(a, "--seed")) {
-            if (!parse_long(val, 0, 0x7fffffffL, &seed))
+            if (!cli_parse_i64(val, 0, 0x7fffffffL, &seed))
                 return cli_fail("--seed %s: expected an integer in [0, 2147483647]", val);
             o->sampling.seed = (uint64_t)seed;
             o->seed_set = true;

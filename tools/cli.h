@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "anyllm.h"
 
@@ -34,6 +35,9 @@ __attribute__((format(printf, 1, 2)))
 int cli_fail(const char *fmt, ...);
 /* The same with the library's last error. */
 int cli_fail_status(al_status st);
+
+/* Parses a whole decimal integer in [lo, hi]; false (out untouched) otherwise. */
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 /* Reads a whole file; NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);

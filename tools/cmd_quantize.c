@@ -29,15 +29,6 @@ static int default_threads(void) {
     return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 static double mib(uint64_t n) { return (double)n / (1024.0 * 1024.0); }
 
 /* "Q8_0, Q6_K, ..." for messages. */
@@ -94,7 +85,7 @@ int cmd_quantize(int argc, char **argv) {
             pure = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             int64_t v;
-            if (i + 1 >= argc || !parse_i64(argv[i + 1], 1, 256, &v))
+            if (i + 1 >= argc || !cli_parse_i64(argv[i + 1], 1, 256, &v))
                 return cli_fail("quantize: %s needs a thread count in [1, 256]", a);
             n_threads = (int)v;
             i++;
@@ -168,7 +159,7 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
     const char *val = argv[++*i];
     for (size_t k = 0; k < sizeof nums / sizeof *nums; k++) {
         if (strcmp(a, nums[k].name)) continue;
-        if (!parse_i64(val, nums[k].lo, nums[k].hi, nums[k].v))
+        if (!cli_parse_i64(val, nums[k].lo, nums[k].hi, nums[k].v))
             return cli_fail("gen-model: %s %s: expected an integer in [%" PRId64 ", %" PRId64 "]",
                             a, val, nums[k].lo, nums[k].hi);
         return 0;

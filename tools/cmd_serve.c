@@ -38,10 +38,8 @@ static void serve_usage(FILE *f) {
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
+    int64_t v;
+    if (!cli_parse_i64(s, lo, hi, &v)) return false;
     *out = (int)v;
     return true;
 }
