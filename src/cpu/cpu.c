@@ -1,11 +1,16 @@
 /* cpu.c: the CPU backend object: which instruction set runs, the scratch that reserve()
  * sizes, tensor storage, and the per-row ops (norm, rope, silu, add).
  *
- * The instruction set is chosen once, when the backend is created, by ANYLLM_ISA: ref
- * (the reference ops, the default for now), scalar, avx2, avx512, or best (the best
- * the CPU and OS support, by CPUID through __builtin_cpu_supports). One binary runs on any
- * x86-64: each kernels_<isa>.c is compiled for its own instruction set and only
- * called when the CPU has it.
+ * The instruction set is chosen once, when the backend is created, by ANYLLM_ISA: best
+ * (the default: the best the CPU and OS support, by CPUID through
+ * __builtin_cpu_supports), avx512, avx2, scalar, or ref (the plain-C reference ops,
+ * the oracle). One binary runs on any x86-64: each kernels_<isa>.c is compiled for its
+ * own instruction set and only called when the CPU has it.
+ *
+ * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8x2
+ * (the default) or q8, llama.cpp's numerics, which reads the prompt up to twice as
+ * fast but moves logits by enough to flip a greedy near-tie (SmolLM2 answers
+ * "L'Etoile" instead of "Paris" to the capital of France).
  *
  * Ops run one at a time per backend (a mutex), because they share the scratch; each
  * op spreads its work over the backend's thread pool.
@@ -56,14 +61,12 @@ cpu_isa cpu_isa_best(void) {
     return CPU_ISA_SCALAR;
 }
 
-/* ANYLLM_ISA, else the reference ops; a name the CPU cannot run is refused with a
- * warning. The fast kernels round activations to 8 bits, as llama.cpp does; on
- * SmolLM2 that flips a greedy near-tie (0.08 logits) in a test answer, so until that
- * trade is decided they are opt-in (ANYLLM_ISA=avx512, or "best"). */
+/* ANYLLM_ISA, else the best; a name the CPU cannot run is refused with a
+ * warning. */
 static cpu_isa isa_from_env(void) {
     const char *e = getenv("ANYLLM_ISA");
     cpu_isa best = cpu_isa_best();
-    if (!e || !*e) return CPU_ISA_REF;
+    if (!e || !*e) return best;
     if (!strcmp(e, "best")) return best;
     for (int i = 0; i < CPU_ISA_COUNT; i++) {
         if (strcmp(e, g_isa_names[i]) != 0) continue;
@@ -75,6 +78,15 @@ static cpu_isa isa_from_env(void) {
     fprintf(stderr, "anyllm: ANYLLM_ISA=%s is not one of ref, scalar, avx2, avx512, best; using %s\n", e,
             cpu_isa_name(best));
     return best;
+}
+
+/* ANYLLM_ACT: q8x2 (the default) or q8; anything else is refused with a warning. */
+static cpu_act_mode act_from_env(void) {
+    const char *e = getenv("ANYLLM_ACT");
+    if (!e || !*e || !strcmp(e, "q8x2")) return CPU_ACT_Q8X2;
+    if (!strcmp(e, "q8")) return CPU_ACT_Q8;
+    fprintf(stderr, "anyllm: ANYLLM_ACT=%s is not one of q8x2, q8; using q8x2\n", e);
+    return CPU_ACT_Q8X2;
 }
 
 static const cpu_kernels *kernels_for(cpu_isa isa) {
@@ -118,7 +130,8 @@ static al_status cpu_reserve(al_backend *be, int64_t max_cols, int64_t max_ctx) 
          * the matmul splits longer ones */
         int n_tok = cb->max_ctx < 512 ? (int)cb->max_ctx : 512;
         n_tok = (n_tok + k->tile - 1) / k->tile * k->tile;
-        ok = grow(&cb->act, &cb->act_bytes, fast_act_bytes(k, cb->max_cols, n_tok));
+        ok = grow(&cb->act, &cb->act_bytes,
+                  fast_act_bytes(k, cb->max_cols, n_tok) * (uint64_t)cb->act_passes);
         const uint64_t per = fast_tls_bytes(k, cb->max_cols);
         uint64_t total, have = cb->tls_bytes * (uint64_t)cb->n_threads;
         if (ok && per > cb->tls_bytes) {
@@ -327,16 +340,21 @@ static const al_backend_ops cpu_fast_ops = {
     .add = fast_add,
 };
 
-al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, al_backend **out) {
+al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
+                                al_backend **out) {
     *out = NULL;
     if (isa >= CPU_ISA_COUNT || !cpu_isa_available(isa))
         return al_error(AL_ERR_UNSUPPORTED, "this CPU cannot run the %s kernels",
                         cpu_isa_name(isa));
+    if (act != CPU_ACT_Q8 && act != CPU_ACT_Q8X2)
+        return al_error(AL_ERR_ARG, "unknown activation mode %d", (int)act);
     cpu_backend *cb = al_calloc(1, sizeof *cb);
     if (!cb) return al_error(AL_ERR_NOMEM, "out of memory creating the CPU backend");
     cb->k = kernels_for(isa);
+    cb->act_passes = (int)act;
     cb->base.ops = cb->k ? &cpu_fast_ops : &cpu_ref_ops;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu %s", cpu_isa_name(isa));
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu %s%s", cpu_isa_name(isa),
+             !cb->k ? "" : act == CPU_ACT_Q8 ? " q8" : " q8x2");
     pthread_mutex_init(&cb->lock, NULL);
     al_status st = pool_create(n_threads, &cb->pool);
     if (st != AL_OK) {
@@ -350,5 +368,7 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, al_backend **out) {
 }
 
 al_status cpu_backend_create(int n_threads, al_backend **out) {
-    return cpu_backend_create_isa(n_threads, isa_from_env(), out);
+    const cpu_isa isa = isa_from_env();
+    return cpu_backend_create_isa(n_threads, isa, isa == CPU_ISA_REF ? CPU_ACT_Q8X2 : act_from_env(),
+                                  out);
 }

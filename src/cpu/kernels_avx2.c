@@ -129,7 +129,8 @@ static void quantize_avx2(const float *x, int64_t n, cpu_act_fmt f, uint8_t *til
         float mul = 0, d;
         if (group == 32) {
             mul = amax != 0 ? 127.0f / amax : 0.0f;
-            d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+            d = f.exact_scale ? amax / 127.0f
+                              : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
         } else if (amax != 0) {
             /* the first element of largest magnitude, with its sign */
             int at = 0;

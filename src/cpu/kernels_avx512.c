@@ -120,7 +120,8 @@ static void quantize_512(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile
                 _mm_store_si128((__m128i *)(q + v),
                                 _mm512_cvtepi32_epi8(
                                     _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + v), id))));
-            d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+            d = f.exact_scale ? amax / 127.0f
+                              : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
         } else if (amax == 0) {
             memset(q, 0, (size_t)group);
             d = 0;

@@ -295,7 +295,7 @@ static void quantize_scalar(const float *x, int64_t n, cpu_act_fmt f, uint8_t *t
             const float id = amax != 0 ? 127.0f / amax : 0.0f;
             for (int i = 0; i < 32; i++)
                 q[i] = (int8_t)lrintf(x[i] * id);
-            d = al_f16_to_f32(al_f32_to_f16(amax / 127.0f));
+            d = f.exact_scale ? amax / 127.0f : al_f16_to_f32(al_f32_to_f16(amax / 127.0f));
         } else if (amax == 0) {
             memset(q, 0, sizeof q);
             d = 0;

@@ -16,6 +16,12 @@
  * continuing from the partial sum it left in `out`, so results do not depend on the
  * batch size, the loop order or the number of threads.
  *
+ * With two activation passes (CPU_ACT_Q8X2) each tile of tokens has a second tile
+ * beside it holding what the first rounding left over, quantized again with its own
+ * scales. Per chunk the microkernel runs over both, the second continuing from the
+ * first's sum: the dot product is linear in the activations, so w . hi + w . lo is
+ * w . (hi + lo) with no scratch and no new kernel.
+ *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
  * differ in cost, and the counter keeps both cores busy to the end.
@@ -53,7 +59,9 @@ uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
     const uint64_t f_panel = (uint64_t)KC_F32 * (uint64_t)k->rows * sizeof(float);
     const uint64_t attn =
         (uint64_t)cpu_attn_scratch(CPU_MAX_ROWS, CPU_ATTN_MAX_DIM) * sizeof(float);
-    const uint64_t rope = (uint64_t)max_cols * 16; /* rope: a double and two floats per pair */
+    /* rope: a double and two floats per pair; also a row of floats, what the first
+     * activation pass leaves for the second */
+    const uint64_t rope = (uint64_t)max_cols * 16;
     uint64_t n = q_panel > f_panel ? q_panel : f_panel;
     if (attn > n) n = attn;
     if (rope > n) n = rope;
@@ -69,6 +77,7 @@ typedef struct mm_job {
     al_tensor *out;
     const cpu_qtype *qt; /* NULL: a float weight type */
     cpu_act_fmt fmt;     /* how the activations are quantized for qt */
+    int passes;          /* activation tiles per tile of tokens: 1 or 2 */
     int64_t tok0, n_tok; /* the tokens of this pass */
     int64_t kc;          /* elements per K chunk */
     int64_t k0;          /* a batch: the chunk of this pool run */
@@ -79,11 +88,21 @@ typedef struct mm_job {
 
 static void mm_quantize_part(void *arg, int ith, int nth) {
     const mm_job *j = arg;
-    const int tt = j->k->tile;
+    const int tt = j->k->tile, b = j->fmt.b;
+    const int64_t n = j->x->ne[0];
+    float *rest = (float *)tls_for(j->cb, ith); /* fast_tls_bytes holds a row */
+    cpu_act_fmt lo_fmt = j->fmt;
+    lo_fmt.exact_scale = true;
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
-        uint8_t *tile = j->cb->act + (t / tt) * j->tile_bytes;
-        j->k->quantize(cpu_f32_row(j->x, j->tok0 + t), j->x->ne[0], j->fmt, tile, (int)(t % tt),
-                       tt);
+        uint8_t *tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes;
+        const float *x = cpu_f32_row(j->x, j->tok0 + t);
+        const int slot = (int)(t % tt);
+        j->k->quantize(x, n, j->fmt, tile, slot, tt);
+        if (j->passes == 1) continue;
+        cpu_act_dequantize(tile, n, b, slot, tt, rest);
+        for (int64_t i = 0; i < n; i++)
+            rest[i] = x[i] - rest[i];
+        j->k->quantize(rest, n, lo_fmt, tile + j->tile_bytes, slot, tt);
     }
 }
 
@@ -123,13 +142,20 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
     };
     if (j->qt) {
         const int b = j->qt->sub;
-        a.act = j->cb->act + (t0 / k->tile) * j->tile_bytes + (k0 / b) * cpu_sb_bytes(k->tile, b);
+        const uint8_t *act = j->cb->act + (t0 / k->tile) * j->passes * j->tile_bytes +
+                             (k0 / b) * cpu_sb_bytes(k->tile, b);
+        const float *bias = a.bias;
         a.n_sb = nk / b;
         a.bsize = b;
         a.group = j->qt->block;
         a.mins = j->fmt.offset == 0;
         a.signed_w = (k->signed_types >> j->w->type) & 1;
-        k->mk_q(&a);
+        for (int s = 0; s < j->passes; s++) {
+            a.act = act + s * j->tile_bytes;
+            a.first = k0 == 0 && s == 0;
+            a.bias = s == j->passes - 1 ? bias : NULL;
+            k->mk_q(&a);
+        }
     } else {
         a.act = cpu_f32_row(j->x, j->tok0 + t0) + k0;
         a.ldx = (int64_t)(j->x->row_bytes / sizeof(float));
@@ -186,7 +212,10 @@ static int64_t mm_chunk(const mm_job *j) {
     int64_t kc;
     if (!j->qt) /* the same chunks for every batch: float kernels sum within a chunk */
         return min64(KC_F32, n_in);
-    if (j->n_tok <= j->k->tile)
+    /* two passes add hi then lo per chunk, so the sum's order follows the chunk
+     * boundaries: every batch size takes the same chunks (a full batch of 512 takes
+     * about this size anyway) */
+    if (j->n_tok <= j->k->tile || j->passes > 1)
         kc = KC_GEMV;
     else
         kc = L2_BYTES / (j->n_tok * (j->qt->sub + 8) / j->qt->sub);
@@ -207,7 +236,14 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
     }
     pthread_mutex_lock(&cb->lock);
     AL_ASSERT(cb->k && w->ne[0] <= cb->max_cols);
-    mm_job j = {.cb = cb, .k = cb->k, .x = x, .w = w, .bias = bias, .out = out, .qt = qt};
+    mm_job j = {.cb = cb,
+                .k = cb->k,
+                .x = x,
+                .w = w,
+                .bias = bias,
+                .out = out,
+                .qt = qt,
+                .passes = cb->act_passes};
     if (qt) {
         j.fmt = cpu_act_format(cb->k, w->type);
         j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);

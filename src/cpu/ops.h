@@ -57,6 +57,13 @@ typedef enum cpu_isa {
     CPU_ISA_COUNT
 } cpu_isa;
 
+/* How the fast matmul rounds its activations. Q8 is ggml's: 8 bits per element, a
+ * scale per block (llama.cpp's numerics). Q8X2 adds a second 8-bit pass over what the
+ * first one left (x - hi), so the kernel multiplies hi + lo: about 15 bits, close
+ * enough to f32 that greedy decoding follows the reference path and the GPU, at
+ * twice the integer work. The value is the number of passes. */
+typedef enum { CPU_ACT_Q8 = 1, CPU_ACT_Q8X2 = 2 } cpu_act_mode;
+
 const char *cpu_isa_name(cpu_isa isa);
 bool cpu_isa_available(cpu_isa isa); /* the CPU and OS can run it */
 cpu_isa cpu_isa_best(void);
@@ -64,7 +71,7 @@ cpu_isa cpu_isa_best(void);
 /* A CPU backend running one instruction set's kernels. An ISA the CPU lacks is
  * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from the
  * environment (ANYLLM_ISA) or the CPU. */
-al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, al_backend **out);
+al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act, al_backend **out);
 
 /* ---- layouts ------------------------------------------------------------------------ */
 
@@ -99,9 +106,12 @@ const cpu_qtype *cpu_qtype_get(uint32_t type);
 /* ---- kernel signatures ------------------------------------------------------------- */
 
 /* How a matmul quantizes its activations: groups of `group` (32: Q8_0, 256: Q8_K),
- * sub-blocks of b, and the tile's aux word: -offset * sum(qa) when offset > 0. */
+ * sub-blocks of b, and the tile's aux word: -offset * sum(qa) when offset > 0. Q8_0
+ * rounds its scale to fp16 as ggml does, unless exact_scale (the second pass of
+ * CPU_ACT_Q8X2, whose small scales fp16 would flush). */
 typedef struct cpu_act_fmt {
     int group, b, offset;
+    bool exact_scale;
 } cpu_act_fmt;
 
 /* Quantizes x[n] (n a multiple of the group) into row `slot` of a tile of tt tokens.
@@ -200,6 +210,7 @@ typedef struct cpu_backend {
     int n_threads;
     pthread_mutex_t lock;      /* one op at a time: the scratch is shared */
     const cpu_kernels *k;      /* NULL: reference ops */
+    int act_passes;            /* cpu_act_mode: 8-bit passes over each activation */
     int64_t max_cols, max_ctx; /* what reserve() prepared for */
     float *work;               /* reference ops: [n_threads][work_per_thread] floats */
     uint64_t work_per_thread;
