@@ -16,11 +16,13 @@
  * continuing from the partial sum it left in `out`, so results do not depend on the
  * batch size, the loop order or the number of threads.
  *
- * With two activation passes (CPU_ACT_Q8X2) each tile of tokens has a second tile
- * beside it holding what the first rounding left over, quantized again with its own
- * scales. Per chunk the microkernel runs over both, the second continuing from the
- * first's sum: the dot product is linear in the activations, so w . hi + w . lo is
- * w . (hi + lo) with no scratch and no new kernel.
+ * With two activation passes (CPU_ACT_Q8X2) each token also has what the first
+ * rounding left over, quantized again with its own scales (lo). The dot product is
+ * linear in the activations, so w . hi + w . lo is w . (hi + lo), and no new kernel is
+ * needed: per chunk the microkernel sums hi and lo from zero into a small buffer, and
+ * mm_tile adds out + hi + lo. For a few tokens hi and lo sit in adjacent slots of one
+ * tile, so that one kernel call shares each load of weights between them; for a batch
+ * they are two tiles side by side. Both give the same sums, bit for bit.
  *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
@@ -77,7 +79,9 @@ typedef struct mm_job {
     al_tensor *out;
     const cpu_qtype *qt; /* NULL: a float weight type */
     cpu_act_fmt fmt;     /* how the activations are quantized for qt */
-    int passes;          /* activation tiles per tile of tokens: 1 or 2 */
+    int passes;          /* 8-bit passes per activation: 1 or 2 (cpu_act_mode) */
+    bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
+                          * 2t + 1 of one tile; else the lo tile follows the hi tile */
     int64_t tok0, n_tok; /* the tokens of this pass */
     int64_t kc;          /* elements per K chunk */
     int64_t k0;          /* a batch: the chunk of this pool run */
@@ -94,15 +98,21 @@ static void mm_quantize_part(void *arg, int ith, int nth) {
     cpu_act_fmt lo_fmt = j->fmt;
     lo_fmt.exact_scale = true;
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
-        uint8_t *tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes;
+        uint8_t *tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes, *lo_tile;
         const float *x = cpu_f32_row(j->x, j->tok0 + t);
-        const int slot = (int)(t % tt);
+        int slot = (int)(t % tt), lo_slot = slot;
+        if (j->paired) {
+            tile = lo_tile = j->cb->act;
+            slot = (int)(2 * t), lo_slot = slot + 1;
+        } else {
+            lo_tile = tile + j->tile_bytes;
+        }
         j->k->quantize(x, n, j->fmt, tile, slot, tt);
         if (j->passes == 1) continue;
         cpu_act_dequantize(tile, n, b, slot, tt, rest);
         for (int64_t i = 0; i < n; i++)
             rest[i] = x[i] - rest[i];
-        j->k->quantize(rest, n, lo_fmt, tile + j->tile_bytes, slot, tt);
+        j->k->quantize(rest, n, lo_fmt, lo_tile, lo_slot, tt);
     }
 }
 
@@ -125,8 +135,25 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
         cpu_pack_q_generic(j->w->type, r, w, rb, n_rows, blk0, n_blk, panel);
 }
 
-/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT) of
- * panel p over the chunk [k0, k0 + nk). */
+/* Two passes: the microkernel has summed each token's hi and lo over the chunk from
+ * zero, hi of token t at part[hi + t * step], lo at part[lo + t * step] (rows of R);
+ * out continues from its partial sum, in the same order for every layout. */
+static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
+                          int step, int nt, bool first) {
+    const int r = j->k->rows;
+    for (int t = 0; t < nt; t++) {
+        float *o = a->out + t * a->ldo;
+        const float *h = part + (hi + t * step) * r, *l = part + (lo + t * step) * r;
+        for (int i = 0; i < a->n_rows; i++) {
+            float v = (first ? 0.0f : o[i]) + h[i];
+            v += l[i];
+            o[i] = a->bias ? v + a->bias[i] : v;
+        }
+    }
+}
+
+/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT; with
+ * paired passes nt <= TT / 2 and t0 = 0) of panel p over the chunk [k0, k0 + nk). */
 static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
                     int64_t t0, int nt) {
     const cpu_kernels *k = j->k;
@@ -140,28 +167,43 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
         .first = k0 == 0,
         .bias = j->bias && k0 + nk == j->w->ne[0] ? cpu_f32_row(j->bias, 0) + p * r : NULL,
     };
-    if (j->qt) {
-        const int b = j->qt->sub;
-        const uint8_t *act = j->cb->act + (t0 / k->tile) * j->passes * j->tile_bytes +
-                             (k0 / b) * cpu_sb_bytes(k->tile, b);
-        const float *bias = a.bias;
-        a.n_sb = nk / b;
-        a.bsize = b;
-        a.group = j->qt->block;
-        a.mins = j->fmt.offset == 0;
-        a.signed_w = (k->signed_types >> j->w->type) & 1;
-        for (int s = 0; s < j->passes; s++) {
-            a.act = act + s * j->tile_bytes;
-            a.first = k0 == 0 && s == 0;
-            a.bias = s == j->passes - 1 ? bias : NULL;
-            k->mk_q(&a);
-        }
-    } else {
+    if (!j->qt) {
         a.act = cpu_f32_row(j->x, j->tok0 + t0) + k0;
         a.ldx = (int64_t)(j->x->row_bytes / sizeof(float));
         a.n_k = nk;
         k->mk_f(&a);
+        return;
     }
+    const int b = j->qt->sub;
+    const uint8_t *act = j->cb->act + (t0 / k->tile) * j->passes * j->tile_bytes +
+                         (k0 / b) * cpu_sb_bytes(k->tile, b);
+    a.act = act;
+    a.n_sb = nk / b;
+    a.bsize = b;
+    a.group = j->qt->block;
+    a.mins = j->fmt.offset == 0;
+    a.signed_w = (k->signed_types >> j->w->type) & 1;
+    if (j->passes == 1) {
+        k->mk_q(&a);
+        return;
+    }
+    _Alignas(64) float part[2 * CPU_MAX_TILE * CPU_MAX_ROWS];
+    cpu_mk_args m = a;
+    m.first = true;
+    m.bias = NULL;
+    m.out = part;
+    m.ldo = r;
+    if (j->paired) { /* hi and lo of token t: slots 2t, 2t + 1 */
+        m.n_tok = 2 * nt;
+        k->mk_q(&m);
+        mm_add_passes(j, &a, part, 0, 1, 2, nt, a.first);
+        return;
+    }
+    k->mk_q(&m);
+    m.act = act + j->tile_bytes;
+    m.out = part + CPU_MAX_TILE * r;
+    k->mk_q(&m);
+    mm_add_passes(j, &a, part, 0, CPU_MAX_TILE, 1, nt, a.first);
 }
 
 /* The next group of panels [*p0, *p1) for this thread; false when none is left. */
@@ -252,6 +294,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.tok0 = done;
         j.n_tok = min64(x->ne[1] - done, cb->act_tok);
         j.kc = mm_chunk(&j);
+        j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);
         else if (qt)
