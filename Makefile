@@ -45,7 +45,13 @@ $(BUILD)/libanyllm.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# The build id is a file rewritten only when it changes, so that cmd_bench.o, which
+# prints it, is rebuilt when the commit or the dirty flag changes and not otherwise.
+$(BUILD)/gen/build_id: FORCE
+	@mkdir -p $(@D); echo '$(AL_BUILD)' | cmp -s - $@ || echo '$(AL_BUILD)' > $@
+$(BUILD)/tools/cmd_bench.o: $(BUILD)/gen/build_id
 $(BUILD)/tools/cmd_bench.o: CFLAGS += -DAL_BUILD='"$(AL_BUILD)"'
+.PHONY: FORCE
 
 $(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS)
