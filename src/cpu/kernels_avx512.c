@@ -291,49 +291,58 @@ INLINE __m512i q5_high(__m512i qh, int j) {
 }
 
 /* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first. */
+enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
+static const int g_legacy_size[] = {18, 20, 22, 24, 34}, g_legacy_qs[] = {2, 4, 6, 8, 2};
+
+/* Block i of 16 rows as the panel holds it: q[j] is 4-byte group j of the unsigned
+ * quants (row r in lane r), dw and m the scales of ops.h. */
+INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __m512 *dw,
+                         __m512 *m) {
+    const int64_t off = i * g_legacy_size[kind];
+    if (!(i & 1)) prefetch_rows(rs, off, 1); /* two blocks are at most 68 bytes */
+    const bool has_m = kind == Q4_1 || kind == Q5_1;
+    const __m512i head = has_m ? gather32(rs, off) : _mm512_setzero_si512();
+    const __m512 d = has_m ? gather_f16(head, 0) : gather_d(rs, off);
+    *dw = d;
+    if (kind == Q8_0) {
+        load_16x32(rs, off + 2, q);
+#pragma GCC unroll 16
+        for (int j = 0; j < 8; j++)
+            q[j] = _mm512_xor_si512(q[j], _mm512_set1_epi8((char)0x80));
+        *m = _mm512_mul_ps(d, _mm512_set1_ps(-128.0f));
+        return;
+    }
+    __m512i h[4];
+    load_16x16(rs, off + g_legacy_qs[kind], h);
+    if (kind == Q5_0 || kind == Q5_1) {
+        const __m512i qh = gather32(rs, off + (kind == Q5_0 ? 2 : 4));
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            q[j] = _mm512_or_si512(lo4(h[j]), q5_high(qh, j));
+            q[4 + j] = _mm512_or_si512(hi4(h[j]), q5_high(qh, 4 + j));
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            q[j] = lo4(h[j]);
+            q[4 + j] = hi4(h[j]);
+        }
+    }
+    *m = has_m ? gather_f16(head, 1) : _mm512_mul_ps(d, _mm512_set1_ps(kind == Q4_0 ? -8.0f : -16.0f));
+}
+
 INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
                         uint8_t *panel) {
-    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
-    static const int ts[] = {18, 20, 22, 24, 34}, qs_off[] = {2, 4, 6, 8, 2};
-    const int64_t t = ts[kind];
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * t);
+    rows_init(&rs, w, row_bytes, blk0 * g_legacy_size[kind]);
     for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
-        const int64_t off = i * t;
-        if (!(i & 1)) prefetch_rows(&rs, off, 1); /* two blocks are at most 68 bytes */
-        const bool has_m = kind == Q4_1 || kind == Q5_1;
-        const __m512i head = has_m ? gather32(&rs, off) : _mm512_setzero_si512();
-        const __m512 d = has_m ? gather_f16(head, 0) : gather_d(&rs, off);
-        if (kind == Q8_0) {
-            __m512i g[8];
-            load_16x32(&rs, off + 2, g);
+        __m512i q[8];
+        __m512 dw, m;
+        legacy_block(kind, &rs, i, q, &dw, &m);
 #pragma GCC unroll 16
-            for (int j = 0; j < 8; j++)
-                store_q(panel, j, _mm512_xor_si512(g[j], _mm512_set1_epi8((char)0x80)));
-            store_scales(panel, 32, d, _mm512_mul_ps(d, _mm512_set1_ps(-128.0f)));
-            continue;
-        }
-        __m512i q[4];
-        load_16x16(&rs, off + qs_off[kind], q);
-        if (kind == Q5_0 || kind == Q5_1) {
-            const __m512i qh = gather32(&rs, off + (kind == Q5_0 ? 2 : 4));
-#pragma GCC unroll 16
-            for (int j = 0; j < 4; j++) {
-                store_q(panel, j, _mm512_or_si512(lo4(q[j]), q5_high(qh, j)));
-                store_q(panel, 4 + j, _mm512_or_si512(hi4(q[j]), q5_high(qh, 4 + j)));
-            }
-        } else {
-#pragma GCC unroll 16
-            for (int j = 0; j < 4; j++) {
-                store_q(panel, j, lo4(q[j]));
-                store_q(panel, 4 + j, hi4(q[j]));
-            }
-        }
-        if (kind == Q4_1 || kind == Q5_1)
-            store_scales(panel, 32, d, gather_f16(head, 1));
-        else
-            store_scales(panel, 32, d,
-                         _mm512_mul_ps(d, _mm512_set1_ps(kind == Q4_0 ? -8.0f : -16.0f)));
+        for (int j = 0; j < 8; j++)
+            store_q(panel, j, q[j]);
+        store_scales(panel, 32, dw, m);
     }
 }
 
@@ -587,8 +596,8 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
 
 /* The integer sums of one sub-block of b for nt tokens. With a constant offset they
  * start at the tile's -offset * sum(qa). */
-INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
-                      __m512i is[TT]) {
+INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const int b, bool mins,
+                        __m512i is[TT]) {
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
     __m512i ia[TT], ib[TT];
 #pragma GCC unroll 8
@@ -598,7 +607,7 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
     }
 #pragma GCC unroll 8
     for (int g = 0; g < b / 4; g++) {
-        const __m512i wv = _mm512_load_si512((const __m512i *)(p + 64 * g));
+        const __m512i wv = wq[g];
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             /* two chains for few tokens: vpdpbusd has a latency of 5 */
@@ -612,6 +621,15 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++)
         is[t] = nt <= 2 ? _mm512_add_epi32(ia[t], ib[t]) : ia[t];
+}
+
+INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
+                      __m512i is[TT]) {
+    __m512i wq[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < b / 4; g++)
+        wq[g] = _mm512_load_si512((const __m512i *)(p + 64 * g));
+    mk_q_sums_w(wq, x, nt, b, mins, is);
 }
 
 /* Legacy types: acc += isum * (dw * da) (+ m * ds). K-quants: sacc += isum * dw
@@ -694,7 +712,72 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
         break;                                                                                     \
     }
 
+/* A few tokens over a full panel of a legacy type, the weights read in place: the
+ * blocks legacy_block would pack go straight into the sums, with the arithmetic of
+ * mk_q_body to the bit, and no panel is stored and loaded again. */
+INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const bool mins) {
+    rows16 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind]);
+    const uint8_t *x = a->act;
+    __m512 acc[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(a->out + t * a->ldo);
+    for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
+        __m512i q[8], is[TT];
+        __m512 dw, m;
+        legacy_block(kind, &rs, i, q, &dw, &m);
+        mk_q_sums_w(q, x, nt, 32, mins, is);
+        const float *da = (const float *)(x + TT * 32), *aux = da + TT;
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const __m512 fs = _mm512_cvtepi32_ps(is[t]);
+            acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da[t])), acc[t]);
+            if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), acc[t]);
+        }
+    }
+    const __m512 bias = a->bias ? _mm512_loadu_ps(a->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(a->out + t * a->ldo, a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
+}
+
+#define INPLACE(kind, mins)                                                                        \
+    do {                                                                                           \
+        if (a->n_tok == 1)                                                                         \
+            mk_q_inplace(a, kind, 1, mins);                                                        \
+        else                                                                                       \
+            mk_q_inplace(a, kind, 2, mins);                                                        \
+    } while (0)
+
+static void mk_q_inplace_512(const cpu_mk_args *a) {
+    AL_ASSERT(a->n_rows == R && a->n_tok <= 2);
+    switch (a->w_type) {
+    case AL_TYPE_Q4_0:
+        INPLACE(Q4_0, false);
+        break;
+    case AL_TYPE_Q4_1:
+        INPLACE(Q4_1, true);
+        break;
+    case AL_TYPE_Q5_0:
+        INPLACE(Q5_0, false);
+        break;
+    case AL_TYPE_Q5_1:
+        INPLACE(Q5_1, true);
+        break;
+    default:
+        AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
+        INPLACE(Q8_0, false);
+        break;
+    }
+}
+#undef INPLACE
+
 static void mk_q_512(const cpu_mk_args *a) {
+    if (!a->panel) {
+        mk_q_inplace_512(a);
+        return;
+    }
 #define LEGACY(t) mk_q_body(a, t, 32, false, false)
 #define LEGACY_M(t) mk_q_body(a, t, 32, false, true)
 #define K16(t) mk_q_body(a, t, 16, true, false)
@@ -1005,6 +1088,8 @@ const cpu_kernels cpu_kernels_avx512 = {
                [AL_TYPE_Q2_K] = pack_q2_k,
                [AL_TYPE_Q3_K] = pack_q3_k},
     .mk_q = mk_q_512,
+    .inplace_types = 1u << AL_TYPE_Q4_0 | 1u << AL_TYPE_Q4_1 | 1u << AL_TYPE_Q5_0 |
+                     1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0,
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = attn_512,

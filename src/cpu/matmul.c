@@ -82,6 +82,7 @@ typedef struct mm_job {
     int passes;          /* 8-bit passes per activation: 1 or 2 (cpu_act_mode) */
     bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
                           * 2t + 1 of one tile; else the lo tile follows the hi tile */
+    bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
     int64_t tok0, n_tok; /* the tokens of this pass */
     int64_t kc;          /* elements per K chunk */
     int64_t k0;          /* a batch: the chunk of this pool run */
@@ -140,15 +141,21 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
  * out continues from its partial sum, in the same order for every layout. */
 static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
                           int step, int nt, bool first) {
-    const int r = j->k->rows;
+    const int r = j->k->rows, n = a->n_rows;
     for (int t = 0; t < nt; t++) {
-        float *o = a->out + t * a->ldo;
-        const float *h = part + (hi + t * step) * r, *l = part + (lo + t * step) * r;
-        for (int i = 0; i < a->n_rows; i++) {
-            float v = (first ? 0.0f : o[i]) + h[i];
-            v += l[i];
-            o[i] = a->bias ? v + a->bias[i] : v;
-        }
+        float *restrict o = a->out + t * a->ldo;
+        const float *restrict h = part + (hi + t * step) * r;
+        const float *restrict l = part + (lo + t * step) * r;
+        /* (0 + h) + l is h + l exactly, so both forms sum alike */
+        if (first)
+            for (int i = 0; i < n; i++)
+                o[i] = h[i] + l[i];
+        else
+            for (int i = 0; i < n; i++)
+                o[i] = (o[i] + h[i]) + l[i];
+        if (a->bias)
+            for (int i = 0; i < n; i++)
+                o[i] += a->bias[i];
     }
 }
 
@@ -178,6 +185,12 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
     const uint8_t *act = j->cb->act + (t0 / k->tile) * j->passes * j->tile_bytes +
                          (k0 / b) * cpu_sb_bytes(k->tile, b);
     a.act = act;
+    if (!panel) {
+        a.w = cpu_raw_row(j->w, p * r);
+        a.w_row_bytes = j->w->row_bytes;
+        a.w_blk0 = k0 / j->qt->block;
+        a.w_type = j->w->type;
+    }
     a.n_sb = nk / b;
     a.bsize = b;
     a.group = j->qt->block;
@@ -222,12 +235,14 @@ static void mm_gemv_part(void *arg, int ith, int nth) {
     void *panel = tls_for(j->cb, ith);
     int64_t p0, p1;
     while (mm_take(j, n_panels, &p0, &p1))
-        for (int64_t p = p0; p < p1; p++)
+        for (int64_t p = p0; p < p1; p++) {
+            const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
             for (int64_t k0 = 0; k0 < n_in; k0 += j->kc) {
                 const int64_t nk = min64(j->kc, n_in - k0);
-                mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
-                mm_tile(j, panel, p, k0, nk, 0, (int)j->n_tok);
+                if (!inplace) mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
+                mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
             }
+        }
 }
 
 /* A batch: chunk k0 of every panel, over all tiles of tokens. */
@@ -295,6 +310,8 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.n_tok = min64(x->ne[1] - done, cb->act_tok);
         j.kc = mm_chunk(&j);
         j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
+        j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
+                    (j.passes == 1 ? j.n_tok : j.paired ? 2 * j.n_tok : 3) <= 2;
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);
         else if (qt)

@@ -130,7 +130,12 @@ typedef void (*cpu_pack_f_fn)(uint32_t type, const uint8_t *w, uint64_t row_byte
 
 /* One microkernel call: out[t][r] for t < n_tok, r < n_rows over one K chunk. */
 typedef struct cpu_mk_args {
-    const void *panel; /* quantized: n_sb sub-blocks; float: [n_k][R] */
+    const void *panel; /* quantized: n_sb sub-blocks; float: [n_k][R]; NULL: the weights
+                        * in place (w..., cpu_kernels.inplace_types) */
+    const uint8_t *w;  /* in place: row 0 of the panel, blocks from w_blk0 */
+    uint64_t w_row_bytes;
+    int64_t w_blk0;
+    uint32_t w_type;
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k] */
     int64_t n_sb;      /* quantized: sub-blocks in the chunk */
     int64_t n_k;       /* float: elements in the chunk */
@@ -179,6 +184,10 @@ typedef struct cpu_kernels {
     cpu_quant_fn quantize;
     cpu_pack_q_fn pack_q[AL_TYPE_COUNT]; /* NULL: cpu_pack_q_generic */
     cpu_mk_fn mk_q;
+    uint64_t inplace_types; /* bit t: mk_q also reads type t in place (panel NULL) for
+                             * 1 or 2 tokens over a full panel, skipping the pack: few
+                             * tokens use each packed panel once, so storing and
+                             * reloading it is pure cost */
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
