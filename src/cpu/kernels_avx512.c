@@ -393,7 +393,30 @@ INLINE void k4_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
     }
 }
 
-/* Q4_K and Q5_K: 4 chunks of 32 bytes, low nibbles = sub-block 2c, high = 2c + 1. */
+/* Q4_K and Q5_K: 4 chunks of 32 bytes, low nibbles = sub-block 2c, high = 2c + 1.
+ * k45_chunk gives chunk c of the super-block at off as the panel holds it (h: the
+ * Q5_K fifth bits, load_16x32 of qh). */
+INLINE void k45_chunk(bool five, const rows16 *rs, int64_t off, int c, const __m512i h[8],
+                      __m512i u0[8], __m512i u1[8]) {
+    __m512i g[8];
+    load_16x32(rs, off + (five ? 48 : 16) + 32 * c, g);
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; j++) {
+        u0[j] = lo4(g[j]);
+        u1[j] = hi4(g[j]);
+        if (five) {
+            /* bit s of qh[l] is the fifth bit of element l of sub-block s */
+            const __m512i b16 = _mm512_set1_epi8(0x10);
+            u0[j] = _mm512_or_si512(
+                u0[j], _mm512_maskz_mov_epi8(
+                           _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(1 << (2 * c)))), b16));
+            u1[j] = _mm512_or_si512(
+                u1[j], _mm512_maskz_mov_epi8(
+                           _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(2 << (2 * c)))), b16));
+        }
+    }
+}
+
 INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
                      uint8_t *panel) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
@@ -407,26 +430,13 @@ INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t bl
         if (five) load_16x32(&rs, off + 16, h);
 #pragma GCC unroll 16
         for (int c = 0; c < 4; c++) {
-            __m512i g[8];
-            load_16x32(&rs, off + (five ? 48 : 16) + 32 * c, g);
+            __m512i u0[8], u1[8];
+            k45_chunk(five, &rs, off, c, h, u0, u1);
             uint8_t *q0 = panel + 2 * c * sbb, *q1 = q0 + sbb;
 #pragma GCC unroll 16
-            for (int j = 0; j < 8; j++) {
-                __m512i u0 = lo4(g[j]), u1 = hi4(g[j]);
-                if (five) {
-                    /* bit s of qh[l] is the fifth bit of element l of sub-block s */
-                    const __m512i b16 = _mm512_set1_epi8(0x10);
-                    u0 = _mm512_or_si512(
-                        u0, _mm512_maskz_mov_epi8(
-                                _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(1 << (2 * c)))),
-                                b16));
-                    u1 = _mm512_or_si512(
-                        u1, _mm512_maskz_mov_epi8(
-                                _mm512_test_epi8_mask(h[j], _mm512_set1_epi8((char)(2 << (2 * c)))),
-                                b16));
-                }
-                store_q(q0, j, u0);
-                store_q(q1, j, u1);
+            for (int k = 0; k < 8; k++) {
+                store_q(q0, k, u0[k]);
+                store_q(q1, k, u1[k]);
             }
         }
     }
@@ -742,6 +752,57 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
         _mm512_storeu_ps(a->out + t * a->ldo, a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
 }
 
+/* The same for Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32), with the
+ * arithmetic of mk_q_body's K-quant path to the bit. */
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt) {
+    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
+    rows16 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t);
+    _Alignas(64) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
+    const uint8_t *x = a->act;
+    __m512 acc[TT];
+#pragma GCC unroll 8
+    for (int k = 0; k < nt; k++)
+        acc[k] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(a->out + k * a->ldo);
+    for (int64_t i = 0; i < a->n_sb / 8; i++) {
+        const int64_t off = i * t;
+        prefetch_rows(&rs, off, 3);
+        k4_scales16(&rs, off, sc);
+        __m512i h[8];
+        if (five) load_16x32(&rs, off + 16, h);
+        const float *da = (const float *)(x + TT * 32);
+        __m512 sacc[TT];
+#pragma GCC unroll 8
+        for (int k = 0; k < nt; k++)
+            sacc[k] = _mm512_setzero_ps();
+        for (int c = 0; c < 4; c++) {
+            __m512i u[2][8];
+            k45_chunk(five, &rs, off, c, h, u[0], u[1]);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
+                const uint8_t *sb = sc + (2 * c + half) * sbb;
+                const __m512 dw = _mm512_load_ps((const float *)(sb + R * 32));
+                const __m512 m = _mm512_load_ps((const float *)(sb + R * 32) + R);
+                const float *aux = (const float *)(x + TT * 32) + TT;
+                __m512i is[TT];
+                mk_q_sums_w(u[half], x, nt, 32, true, is);
+#pragma GCC unroll 8
+                for (int k = 0; k < nt; k++) {
+                    sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
+                    sacc[k] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[k]), sacc[k]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < nt; k++)
+            acc[k] = _mm512_fmadd_ps(sacc[k], _mm512_set1_ps(da[k]), acc[k]);
+    }
+    const __m512 bias = a->bias ? _mm512_loadu_ps(a->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int k = 0; k < nt; k++)
+        _mm512_storeu_ps(a->out + k * a->ldo, a->bias ? _mm512_add_ps(acc[k], bias) : acc[k]);
+}
+
 #define INPLACE(kind, mins)                                                                        \
     do {                                                                                           \
         if (a->n_tok == 1)                                                                         \
@@ -764,6 +825,18 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
         break;
     case AL_TYPE_Q5_1:
         INPLACE(Q5_1, true);
+        break;
+    case AL_TYPE_Q4_K:
+        if (a->n_tok == 1)
+            mk_q_inplace_k45(a, false, 1);
+        else
+            mk_q_inplace_k45(a, false, 2);
+        break;
+    case AL_TYPE_Q5_K:
+        if (a->n_tok == 1)
+            mk_q_inplace_k45(a, true, 1);
+        else
+            mk_q_inplace_k45(a, true, 2);
         break;
     default:
         AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
@@ -1089,7 +1162,8 @@ const cpu_kernels cpu_kernels_avx512 = {
                [AL_TYPE_Q3_K] = pack_q3_k},
     .mk_q = mk_q_512,
     .inplace_types = 1u << AL_TYPE_Q4_0 | 1u << AL_TYPE_Q4_1 | 1u << AL_TYPE_Q5_0 |
-                     1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0,
+                     1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0 | 1u << AL_TYPE_Q4_K |
+                     1u << AL_TYPE_Q5_K,
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = attn_512,
