@@ -803,48 +803,45 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         _mm512_storeu_ps(a->out + k * a->ldo, a->bias ? _mm512_add_ps(acc[k], bias) : acc[k]);
 }
 
-#define INPLACE(kind, mins)                                                                        \
+/* One copy per kernel token count (1 or 2), so that the loops over tokens unroll. */
+#define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
         if (a->n_tok == 1)                                                                         \
-            mk_q_inplace(a, kind, 1, mins);                                                        \
+            CALL(1);                                                                               \
         else                                                                                       \
-            mk_q_inplace(a, kind, 2, mins);                                                        \
+            CALL(2);                                                                               \
     } while (0)
 
 static void mk_q_inplace_512(const cpu_mk_args *a) {
     AL_ASSERT(a->n_rows == R && a->n_tok <= 2);
+#define Q4_0_(n) mk_q_inplace(a, Q4_0, n, false)
+#define Q4_1_(n) mk_q_inplace(a, Q4_1, n, true)
+#define Q5_0_(n) mk_q_inplace(a, Q5_0, n, false)
+#define Q5_1_(n) mk_q_inplace(a, Q5_1, n, true)
+#define Q8_0_(n) mk_q_inplace(a, Q8_0, n, false)
+#define Q4_K_(n) mk_q_inplace_k45(a, false, n)
+#define Q5_K_(n) mk_q_inplace_k45(a, true, n)
     switch (a->w_type) {
-    case AL_TYPE_Q4_0:
-        INPLACE(Q4_0, false);
-        break;
-    case AL_TYPE_Q4_1:
-        INPLACE(Q4_1, true);
-        break;
-    case AL_TYPE_Q5_0:
-        INPLACE(Q5_0, false);
-        break;
-    case AL_TYPE_Q5_1:
-        INPLACE(Q5_1, true);
-        break;
-    case AL_TYPE_Q4_K:
-        if (a->n_tok == 1)
-            mk_q_inplace_k45(a, false, 1);
-        else
-            mk_q_inplace_k45(a, false, 2);
-        break;
-    case AL_TYPE_Q5_K:
-        if (a->n_tok == 1)
-            mk_q_inplace_k45(a, true, 1);
-        else
-            mk_q_inplace_k45(a, true, 2);
-        break;
+    case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
+    case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
+    case AL_TYPE_Q5_0: BY_1_2(Q5_0_); break;
+    case AL_TYPE_Q5_1: BY_1_2(Q5_1_); break;
+    case AL_TYPE_Q4_K: BY_1_2(Q4_K_); break;
+    case AL_TYPE_Q5_K: BY_1_2(Q5_K_); break;
     default:
         AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
-        INPLACE(Q8_0, false);
+        BY_1_2(Q8_0_);
         break;
     }
+#undef Q4_0_
+#undef Q4_1_
+#undef Q5_0_
+#undef Q5_1_
+#undef Q8_0_
+#undef Q4_K_
+#undef Q5_K_
 }
-#undef INPLACE
+#undef BY_1_2
 
 static void mk_q_512(const cpu_mk_args *a) {
     if (!a->panel) {
