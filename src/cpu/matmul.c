@@ -139,23 +139,31 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
 /* Two passes: the microkernel has summed each token's hi and lo over the chunk from
  * zero, hi of token t at part[hi + t * step], lo at part[lo + t * step] (rows of R);
  * out continues from its partial sum, in the same order for every layout. */
+/* o = (o + h) + l (+ b) over n lanes; a constant n vectorizes */
+static inline void sum_passes(float *restrict o, const float *restrict h, const float *restrict l,
+                              const float *restrict b, int n, bool first) {
+    /* (0 + h) + l is h + l exactly, so the first chunk sums alike */
+    if (first)
+        for (int i = 0; i < n; i++)
+            o[i] = h[i] + l[i];
+    else
+        for (int i = 0; i < n; i++)
+            o[i] = (o[i] + h[i]) + l[i];
+    if (b)
+        for (int i = 0; i < n; i++)
+            o[i] += b[i];
+}
+
 static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
                           int step, int nt, bool first) {
     const int r = j->k->rows, n = a->n_rows;
     for (int t = 0; t < nt; t++) {
-        float *restrict o = a->out + t * a->ldo;
-        const float *restrict h = part + (hi + t * step) * r;
-        const float *restrict l = part + (lo + t * step) * r;
-        /* (0 + h) + l is h + l exactly, so both forms sum alike */
-        if (first)
-            for (int i = 0; i < n; i++)
-                o[i] = h[i] + l[i];
+        float *o = a->out + t * a->ldo;
+        const float *h = part + (hi + t * step) * r, *l = part + (lo + t * step) * r;
+        if (n == CPU_MAX_ROWS)
+            sum_passes(o, h, l, a->bias, CPU_MAX_ROWS, first);
         else
-            for (int i = 0; i < n; i++)
-                o[i] = (o[i] + h[i]) + l[i];
-        if (a->bias)
-            for (int i = 0; i < n; i++)
-                o[i] += a->bias[i];
+            sum_passes(o, h, l, a->bias, n, first);
     }
 }
 
