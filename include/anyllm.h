@@ -43,7 +43,9 @@ typedef struct al_context al_context; /* KV cache + scratch for one sequence    
 typedef struct al_model_params {
     int n_threads;       /* worker threads for the CPU backend; 0 = number of cores   */
     const char *backend; /* "cpu", "vulkan", "vulkan:N" (device N) or "auto" (the
-                            first GPU that works, else the CPU); NULL = "cpu"          */
+                            first GPU that works, else the CPU); NULL = "cpu".
+                            "cpu:q8" rounds activations to 8 bits as llama.cpp does
+                            (faster prompts); "cpu:q8x2", the default, to ~15 bits    */
 } al_model_params;
 
 al_model_params al_model_default_params(void);

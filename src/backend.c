@@ -39,15 +39,17 @@ static al_status vulkan_create(int device, al_backend **out) {
 
 al_status backend_create(const char *spec, int n_threads, al_backend **out) {
     *out = NULL;
-    if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, out);
+    if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, NULL, out);
+    if (!strncmp(spec, "cpu:", 4)) return cpu_backend_create(n_threads, spec + 4, out);
     if (!strcmp(spec, "auto")) {
         /* -1: the first real GPU; a software Vulkan device is slower than the CPU */
         al_status st = vulkan_create(-1, out);
         if (st == AL_OK || st == AL_ERR_NOMEM) return st;
         fprintf(stderr, "anyllm: no usable GPU (%s); using the CPU\n", al_last_error());
-        return cpu_backend_create(n_threads, out);
+        return cpu_backend_create(n_threads, NULL, out);
     }
     int dev = vulkan_device_index(spec);
     if (dev >= 0) return vulkan_create(dev, out);
-    return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, vulkan, vulkan:N, auto)", spec);
+    return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:q8x2, vulkan, vulkan:N, auto)",
+                    spec);
 }

@@ -99,11 +99,13 @@ struct al_backend {
     char desc[64]; /* for reports, e.g. "cpu avx512"; the backend fills it */
 };
 
-/* The CPU backend, n_threads workers (0 = cores). */
-al_status cpu_backend_create(int n_threads, al_backend **out);
+/* The CPU backend, n_threads workers (0 = cores). act: how the fast kernels round
+ * activations, "q8x2" or "q8" (cpu/ops.h cpu_act_mode); NULL = ANYLLM_ACT, else q8x2. */
+al_status cpu_backend_create(int n_threads, const char *act, al_backend **out);
 
-/* A backend by name: "cpu", "vulkan", "vulkan:N" or "auto" (NULL = "cpu"). With "auto"
- * a GPU that cannot be used is reported on stderr and the CPU is used instead. */
+/* A backend by name: "cpu", "cpu:q8", "cpu:q8x2", "vulkan", "vulkan:N" or "auto"
+ * (NULL = "cpu"). With "auto" a GPU that cannot be used is reported on stderr and the
+ * CPU is used instead. */
 al_status backend_create(const char *spec, int n_threads, al_backend **out);
 
 /* A view of rows [row0, row0 + n_rows) of t. */

@@ -31,6 +31,25 @@ else
     bad "logits ref-llama-f32"
 fi
 
+# the CPU activation modes against the reference ops on a quantized model: q8x2 (the
+# default) within 1e-7, q8 (llama.cpp's rounding) visibly further but within 1e-3
+q=$SHARED/models/ref/ref-llama-Q8_0
+qtok=$(tr -d ' \n' <"$q.ref.json" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/')
+ANYLLM_ISA=ref "$bin" logits -m "$q.gguf" --tokens "$qtok" --out "$tmp/oracle.f32" -t 2 2>"$tmp/err"
+for b in cpu:q8x2 cpu:q8; do
+    "$bin" logits -m "$q.gguf" --tokens "$qtok" --out "$tmp/$b.f32" -t 2 --backend $b 2>>"$tmp/err"
+done
+d_x2=$("$BUILD/test_ref" --compare "$tmp/cpu:q8x2.f32" "$tmp/oracle.f32" 1e-7)
+rc_x2=$?
+d_q8=$("$BUILD/test_ref" --compare "$tmp/cpu:q8.f32" "$tmp/oracle.f32" 1e-3)
+rc_q8=$?
+if [ $rc_x2 -eq 0 ] && [ $rc_q8 -eq 0 ] &&
+        ! "$BUILD/test_ref" --compare "$tmp/cpu:q8.f32" "$tmp/oracle.f32" 1e-6 >/dev/null; then
+    ok "activation modes vs the reference ops: q8x2 $d_x2, q8 $d_q8"
+else
+    bad "activation modes: q8x2 $d_x2 (rc $rc_x2), q8 $d_q8 (rc $rc_q8): $(cat "$tmp/err")"
+fi
+
 # tokenize works on vocabulary-only files; the expected ids are the .out line of the
 # "Hello world" test string
 for v in gpt-2 llama-spm; do
@@ -53,6 +72,7 @@ expect_error "bad token list" "$bin" logits -m "$m" --tokens 1,x,3 --out "$tmp/x
 expect_error "token out of range" "$bin" logits -m "$m" --tokens 1,99999 --out "$tmp/x"
 expect_error "unwritable output" "$bin" logits -m "$m" --tokens 1,2 --out /nonexistent/dir/x
 expect_error "vocabulary-only model" "$bin" logits -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokens 1 --out "$tmp/x"
+expect_error "bad activation mode" "$bin" logits -m "$m" --tokens 1 --out "$tmp/x" --backend cpu:q9
 expect_error "bad thread count" "$bin" logits -m "$m" --tokens 1 --out "$tmp/x" -t 0
 
 echo "$pass passed, $fail failed"

@@ -104,7 +104,7 @@ static void usage(FILE *f) {
         "  gen-model    OUT.gguf --arch ... --type TYPE: random weights, benchmarks only (--help)\n"
         "options:\n"
         "  -t N               threads (default: all cores)\n"
-        "  --backend B        cpu (default), vulkan, vulkan:N or auto\n"
+        "  --backend B        cpu (default), cpu:q8, cpu:q8x2, vulkan, vulkan:N or auto\n"
         "  -c, --ctx N        context size\n"
         "  -n N               tokens to generate (run: 128; chat: 512 per reply)\n"
         "  --temp T           temperature (0 = greedy; default 0.8)\n"

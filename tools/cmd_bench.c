@@ -339,7 +339,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: anyllm bench -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] "
-                   "[--backend cpu] [--backend vulkan ...] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
+                   "[--backend cpu] [--backend cpu:q8] [--backend vulkan ...] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
                    "-p 0 or -n 0 skips that test\n");
             return -1;
         }

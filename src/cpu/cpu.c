@@ -367,8 +367,16 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     return AL_OK;
 }
 
-al_status cpu_backend_create(int n_threads, al_backend **out) {
-    const cpu_isa isa = isa_from_env();
-    return cpu_backend_create_isa(n_threads, isa, isa == CPU_ISA_REF ? CPU_ACT_Q8X2 : act_from_env(),
-                                  out);
+al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
+    *out = NULL;
+    cpu_act_mode mode;
+    if (!act)
+        mode = act_from_env();
+    else if (!strcmp(act, "q8x2"))
+        mode = CPU_ACT_Q8X2;
+    else if (!strcmp(act, "q8"))
+        mode = CPU_ACT_Q8;
+    else
+        return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8x2 or q8", act);
+    return cpu_backend_create_isa(n_threads, isa_from_env(), mode, out);
 }
