@@ -291,6 +291,26 @@ static al_status load_weights(al_model *m) {
     return AL_OK;
 }
 
+/* Creates the backend and hands it the weights. With "auto", a GPU that cannot take
+ * the weights (too little memory, a type it has no shaders for) gives way to the CPU,
+ * which uses them from the mapping: the weights are bound afresh, since the GPU may
+ * have replaced some with its own buffers before it failed. */
+static al_status backend_and_weights(al_model *m, const al_model_params *p) {
+    al_status st = backend_create(p->backend, p->n_threads, &m->be);
+    if (st != AL_OK) return st;
+    st = load_weights(m);
+    const bool gpu = strcmp(m->be->ops->name, "cpu") != 0;
+    if (st == AL_OK || !gpu || !p->backend || strcmp(p->backend, "auto")) return st;
+    fprintf(stderr, "anyllm: the GPU (%s) cannot take the weights (%s); using the CPU\n",
+            m->be->desc, al_last_error());
+    m->be->ops->destroy(m->be);
+    m->be = NULL;
+    al_free(m->layers);
+    m->layers = NULL;
+    if ((st = bind_weights(m)) != AL_OK) return st;
+    return backend_create("cpu", p->n_threads, &m->be);
+}
+
 /* ---- model ------------------------------------------------------------------------ */
 
 al_model_params al_model_default_params(void) {
@@ -342,8 +362,7 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
     if (!m) return al_error(AL_ERR_NOMEM, "out of memory loading %s", path);
     al_status st;
     if ((st = gguf_open(path, &m->file)) || (st = read_arch(m)) || (st = read_hparams(m)) ||
-        (st = bind_weights(m)) || (st = backend_create(p.backend, p.n_threads, &m->be)) ||
-        (st = load_weights(m)))
+        (st = bind_weights(m)) || (st = backend_and_weights(m, &p)))
         goto fail;
     for (uint64_t i = 0; i < m->file->n_tensors; i++) {
         m->n_params += m->file->tensors[i].n_elem;

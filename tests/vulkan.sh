@@ -87,4 +87,26 @@ for absent in "VK_ICD_FILENAMES=/nonexistent VK_DRIVER_FILES=/nonexistent" \
         bad "$absent: --backend auto: exit $rc, $res"; cat "$tmp/err"
     fi
 done
+
+# a GPU too small for the weights (test hooks: "auto" may take lavapipe, which then
+# holds at most 100 kB): auto falls back to the CPU, vulkan fails in one line
+small="ANYLLM_VK_AUTO_SOFTWARE=1 ANYLLM_VK_MAX_WEIGHT_BYTES=100000"
+# shellcheck disable=SC2086
+env $small "$bin" logits -m "$m.gguf" --tokens "$(tokens "$m.ref.json")" \
+    --out "$tmp/out.f32" --backend auto >/dev/null 2>"$tmp/err"; rc=$?
+res=$("$cmp_bin" --compare "$tmp/out.f32" "$m.logits.f32" 1e-3 2>&1); crc=$?
+if [ $rc -eq 0 ] && [ $crc -eq 0 ] && grep -q "cannot take the weights.*using the CPU" "$tmp/err"; then
+    ok "weights too large for the GPU: --backend auto falls back: $res"
+else
+    bad "weights too large for the GPU: --backend auto: exit $rc, $res"; cat "$tmp/err"
+fi
+# shellcheck disable=SC2086
+env $small "$bin" logits -m "$m.gguf" --tokens 1,2 --out "$tmp/out.f32" --backend vulkan \
+    >/dev/null 2>"$tmp/err"; rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+        grep -q "out of device memory" "$tmp/err"; then
+    ok "weights too large for the GPU: --backend vulkan fails: $(cat "$tmp/err")"
+else
+    bad "weights too large for the GPU: --backend vulkan: exit $rc"; cat "$tmp/err"
+fi
 finish

@@ -344,6 +344,10 @@ al_status vk_weight_load(al_backend *base, al_tensor *w) {
     }
     const char *host = (const char *)w->data + w->offset;
     uint64_t n = w->row_bytes * (uint64_t)w->ne[1], offset = 0;
+    if (be->max_weight_bytes && be->bytes_imported + be->bytes_copied + n > be->max_weight_bytes)
+        return al_error(AL_ERR_NOMEM, "out of device memory for the weights (a limit of %llu "
+                        "bytes, ANYLLM_VK_MAX_WEIGHT_BYTES)",
+                        (unsigned long long)be->max_weight_bytes);
     vk_buf *b = NULL;
     if (be->weight_mode == VK_WEIGHTS_IMPORT) {
         st = import_weight(be, host, n, &b, &offset);

@@ -259,6 +259,9 @@ struct vk_backend {
     al_status failed;             /* sticky: the first failure of an op */
     char fail_msg[256];
 
+    uint64_t max_weight_bytes; /* tests (ANYLLM_VK_MAX_WEIGHT_BYTES): a device this small;
+                                * 0 = no limit */
+
     /* for reports */
     uint64_t bytes_imported, bytes_copied;
     double load_s;

@@ -77,7 +77,10 @@ static al_status pick_device(vk_backend *be, int index) {
         for (uint32_t i = 0; i < n && index < 0; i++) {
             VkPhysicalDeviceProperties p;
             be->d.fn.vkGetPhysicalDeviceProperties(devs[i], &p);
-            if (p.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU) index = (int)i;
+            /* tests: ANYLLM_VK_AUTO_SOFTWARE=1 lets "auto" take a software renderer */
+            const char *sw = getenv("ANYLLM_VK_AUTO_SOFTWARE");
+            if (p.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU || (sw && !strcmp(sw, "1")))
+                index = (int)i;
         }
         if (index < 0)
             return al_error(AL_ERR_UNSUPPORTED, "the only Vulkan devices are software renderers, "
@@ -98,6 +101,8 @@ static al_status pick_weight_mode(vk_backend *be) {
     be->weight_mode = !c->uma ? VK_WEIGHTS_STAGING
                       : c->host_import && c->import_align ? VK_WEIGHTS_IMPORT
                                                           : VK_WEIGHTS_HOST;
+    const char *max = getenv("ANYLLM_VK_MAX_WEIGHT_BYTES"); /* tests: a small device */
+    if (max && *max) be->max_weight_bytes = strtoull(max, NULL, 10);
     const char *env = getenv("ANYLLM_VK_WEIGHTS");
     if (!env || !*env) return AL_OK;
     if (!strcmp(env, "staging")) be->weight_mode = VK_WEIGHTS_STAGING;
