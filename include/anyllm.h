@@ -70,7 +70,11 @@ typedef struct al_model_info {
     uint64_t n_bytes;   /* bytes of tensor data                         */
     uint64_t n_bytes_per_token; /* weight bytes one decode step reads: every
                                    matrix, the output, one embedding row */
-    const char *backend; /* where the model runs, e.g. "cpu avx512" */
+    const char *backend; /* where the model runs, e.g. "cpu avx512 q8x2" */
+    uint64_t n_bytes_copied; /* weight bytes the backend copied at load; 0 when all
+                                are used in place from the file mapping (the CPU, a
+                                GPU on unified memory that imports the mapping) */
+    double load_s;       /* seconds al_model_load took                   */
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);

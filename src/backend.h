@@ -97,6 +97,7 @@ typedef struct al_backend_ops {
 struct al_backend {
     const al_backend_ops *ops;
     char desc[64]; /* for reports, e.g. "cpu avx512"; the backend fills it */
+    uint64_t n_bytes_copied; /* weight bytes weight_load copied rather than used in place */
 };
 
 /* The CPU backend, n_threads workers (0 = cores). act: how the fast kernels round

@@ -52,6 +52,7 @@ struct al_model {
     layer_weights *layers; /* [n_layer] */
     float **owned;         /* f32 copies of 1-D tensors stored in other types */
     int n_owned;
+    double load_s;         /* how long al_model_load took */
     uint64_t n_params, n_bytes;
     al_vocab *vocab;       /* NULL if the file has no usable tokenizer */
     char vocab_error[256]; /* why vocab is NULL */
@@ -358,6 +359,7 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
     *out = NULL;
     if (!path) return al_error(AL_ERR_ARG, "al_model_load: path is NULL");
     al_model_params p = params ? *params : al_model_default_params();
+    const double t0 = al_time_s();
     al_model *m = al_calloc(1, sizeof *m);
     if (!m) return al_error(AL_ERR_NOMEM, "out of memory loading %s", path);
     al_status st;
@@ -369,6 +371,7 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
         m->n_bytes += m->file->tensors[i].n_bytes;
     }
     if ((st = load_text_parts(m)) != AL_OK) goto fail;
+    m->load_s = al_time_s() - t0;
     *out = m;
     return AL_OK;
 fail:
@@ -414,6 +417,8 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
         .n_params = m->n_params, .n_bytes = m->n_bytes,
         .n_bytes_per_token = bytes_per_token(m),
         .backend = m->be->desc[0] ? m->be->desc : m->be->ops->name,
+        .n_bytes_copied = m->be->n_bytes_copied,
+        .load_s = m->load_s,
     };
 }
 

@@ -286,13 +286,14 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                "\"model_n_params\": %" PRIu64 ", \"n_threads\": %d, \"n_prompt\": %d, "
                "\"n_gen\": %d, \"avg_ns\": %.0f, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
                "\"ttft_ms\": %.3f, \"load_ms\": %.3f, \"bandwidth_gbs\": %.2f, "
-               "\"bytes_per_token\": %" PRIu64 ", \"roofline_pct\": %.2f, \"peak_rss_mib\": %.1f}%s\n",
+               "\"bytes_per_token\": %" PRIu64 ", \"roofline_pct\": %.2f, \"peak_rss_mib\": %.1f, "
+               "\"weights_copied_bytes\": %" PRIu64 "}%s\n",
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
                r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
-               env->peak_rss_kib / 1024.0, i + 1 < n ? "," : "");
+               env->peak_rss_kib / 1024.0, r->info.n_bytes_copied, i + 1 < n ? "," : "");
     }
     printf("]\n");
 }

@@ -321,6 +321,7 @@ static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_bu
     if (st == AL_OK) st = keep_weight(be, *out);
     if (st != AL_OK) vk_buf_destroy(&be->d, *out);
     be->bytes_copied += st == AL_OK ? n : 0;
+    be->base.n_bytes_copied = be->bytes_copied;
     return st;
 }
 
