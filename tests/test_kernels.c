@@ -512,6 +512,20 @@ static void test_row_ops(void) {
 
 /* ---- instruction sets ------------------------------------------------------------------- */
 
+/* bench's bandwidth reader: the same sum as plain C on every ISA */
+static void test_sum_u64(void) {
+    enum { N = 4096 + 16 };
+    uint64_t *p = aligned_alloc(64, N * sizeof *p), want = 0;
+    for (int i = 0; i < N; i++)
+        want += p[i] = (uint64_t)rnd() << 32 | rnd();
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++)
+        if (cpu_isa_available((cpu_isa)isa))
+            CHECK_MSG(kernels_of((cpu_isa)isa)->sum_u64(p, N) == want, "%s",
+                      cpu_isa_name((cpu_isa)isa));
+    CHECK(cpu_sum_u64(p, N) == want);
+    free(p);
+}
+
 static void test_isa_choice(void) {
     const cpu_isa best = cpu_isa_best();
     printf("     best instruction set here: %s\n", cpu_isa_name(best));
@@ -528,6 +542,7 @@ static void test_isa_choice(void) {
 
 int main(void) {
     TEST_RUN(test_isa_choice);
+    TEST_RUN(test_sum_u64);
     TEST_RUN(test_row_ops);
     TEST_RUN(test_attention);
     TEST_RUN(test_matmul_passes);

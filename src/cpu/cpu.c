@@ -102,6 +102,10 @@ static const cpu_kernels *kernels_for(cpu_isa isa) {
     }
 }
 
+uint64_t cpu_sum_u64(const uint64_t *p, int64_t n) {
+    return kernels_for(cpu_isa_best())->sum_u64(p, n);
+}
+
 /* ---- scratch ------------------------------------------------------------------------ */
 
 /* Grows an aligned buffer to n_bytes; the contents are not kept. */

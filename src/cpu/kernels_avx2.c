@@ -971,6 +971,19 @@ static void add_avx2(float *x, const float *y, int64_t n) {
         x[i] += y[i];
 }
 
+static uint64_t sum_u64_avx2(const uint64_t *p, int64_t n) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (int64_t i = 0; i < n; i += 16) {
+        a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 4)));
+        c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 8)));
+        d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 12)));
+    }
+    uint64_t s[4];
+    _mm256_storeu_si256((__m256i *)s, _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
+    return s[0] + s[1] + s[2] + s[3];
+}
+
 const cpu_kernels cpu_kernels_avx2 = {
     .isa = CPU_ISA_AVX2,
     .rows = R,
@@ -996,6 +1009,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .rms_norm = rms_norm_avx2,
     .silu_mul = silu_mul_avx2,
     .add = add_avx2,
+    .sum_u64 = sum_u64_avx2,
 };
 
 #if defined(__clang__)

@@ -1146,6 +1146,15 @@ static void add_512(float *x, const float *y, int64_t n) {
     }
 }
 
+static uint64_t sum_u64_512(const uint64_t *p, int64_t n) {
+    __m512i a = _mm512_setzero_si512(), b = a;
+    for (int64_t i = 0; i < n; i += 16) {
+        a = _mm512_add_epi64(a, _mm512_load_si512((const __m512i *)(p + i)));
+        b = _mm512_add_epi64(b, _mm512_load_si512((const __m512i *)(p + i + 8)));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
+}
+
 const cpu_kernels cpu_kernels_avx512 = {
     .isa = CPU_ISA_AVX512,
     .rows = R,
@@ -1173,6 +1182,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .rms_norm = rms_norm_512,
     .silu_mul = silu_mul_512,
     .add = add_512,
+    .sum_u64 = sum_u64_512,
 };
 
 #if defined(__clang__)

@@ -498,6 +498,17 @@ static void add_scalar(float *x, const float *y, int64_t n) {
         x[i] += y[i];
 }
 
+static uint64_t sum_u64_scalar(const uint64_t *p, int64_t n) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n; i += 4) {
+        a += p[i];
+        b += p[i + 1];
+        c += p[i + 2];
+        d += p[i + 3];
+    }
+    return a + b + c + d;
+}
+
 const cpu_kernels cpu_kernels_scalar = {
     .isa = CPU_ISA_SCALAR,
     .rows = R,
@@ -512,4 +523,5 @@ const cpu_kernels cpu_kernels_scalar = {
     .rms_norm = rms_norm_scalar,
     .silu_mul = silu_mul_scalar,
     .add = add_scalar,
+    .sum_u64 = sum_u64_scalar,
 };

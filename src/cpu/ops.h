@@ -194,6 +194,9 @@ typedef struct cpu_kernels {
     void (*rms_norm)(const float *x, const float *w, float eps, float *out, int64_t n);
     void (*silu_mul)(float *g, const float *u, int64_t n);
     void (*add)(float *x, const float *y, int64_t n);
+    /* the sum of n 64-bit words (n a multiple of 16, p 64-byte aligned): a read at the
+     * ISA's full width, for bench's memory bandwidth test */
+    uint64_t (*sum_u64)(const uint64_t *p, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -207,6 +210,9 @@ void cpu_pack_q_generic(uint32_t type, int r, const uint8_t *w, uint64_t row_byt
 /* Reads back row `slot` of an activation tile as floats (da * qa): the activations the
  * integer kernels actually multiply, for tests. */
 void cpu_act_dequantize(const uint8_t *tile, int64_t n, int b, int slot, int tt, float *x);
+
+/* sum_u64 of the best ISA this CPU runs. */
+uint64_t cpu_sum_u64(const uint64_t *p, int64_t n);
 
 /* The activation format of a weight type on an ISA. */
 cpu_act_fmt cpu_act_format(const cpu_kernels *k, uint32_t type);
