@@ -1152,7 +1152,12 @@ static uint64_t sum_u64_512(const uint64_t *p, int64_t n) {
         a = _mm512_add_epi64(a, _mm512_load_si512((const __m512i *)(p + i)));
         b = _mm512_add_epi64(b, _mm512_load_si512((const __m512i *)(p + i + 8)));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
+    /* unsigned: _mm512_reduce_add_epi64 adds signed words, whose overflow is undefined */
+    uint64_t s[8], sum = 0;
+    _mm512_storeu_si512((__m512i *)s, _mm512_add_epi64(a, b));
+    for (int i = 0; i < 8; i++)
+        sum += s[i];
+    return sum;
 }
 
 const cpu_kernels cpu_kernels_avx512 = {
