@@ -10,7 +10,7 @@
  * the int32 sums become floats once (mk_q_body). A zmm of weights is loaded once and
  * used by every token of the tile.
  *
- * For one or two kernel tokens (token generation) the legacy types and Q4_K/Q5_K skip
+ * For one or two kernel tokens (token generation) the legacy types and Q4_K/Q5_K/Q6_K skip
  * the panel: mk_q_inplace reads the rows where they lie and feeds the registers a pack
  * would have stored straight into the sums, with the same arithmetic to the bit. Each
  * packed panel would be used once, so its store and reload were pure cost (a GEMV
@@ -466,6 +466,49 @@ static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
 
 /* Q6_K: per half, quants from two 32-byte columns of ql and one of qh; 16 sub-blocks
  * of 16 with signed 8-bit scales. */
+
+/* 4-byte group j (elements 4j..4j+3 of each 32) of quarter g of a half: a nibble of
+ * l0 or l1, and bits 2g..2g+1 of h moved to 4..5. It belongs to sub-block
+ * 2g + j / 4 of the half, as its group j % 4. */
+INLINE __m512i q6_group(const __m512i l0[8], const __m512i l1[8], const __m512i h[8], int g, int j) {
+    const __m512i top = _mm512_set1_epi8(0x30);
+    switch (g) {
+    case 0:
+        return _mm512_or_si512(lo4(l0[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 4), top));
+    case 1:
+        return _mm512_or_si512(lo4(l1[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 2), top));
+    case 2:
+        return _mm512_or_si512(hi4(l0[j]), _mm512_and_si512(h[j], top));
+    default:
+        return _mm512_or_si512(hi4(l1[j]), _mm512_and_si512(_mm512_srli_epi16(h[j], 2), top));
+    }
+}
+
+INLINE void q6_half(const rows16 *rs, int64_t off, int half, __m512i l0[8], __m512i l1[8],
+                    __m512i h[8]) {
+    load_16x32(rs, off + 64 * half, l0);
+    load_16x32(rs, off + 64 * half + 32, l1);
+    load_16x32(rs, off + 128 + 32 * half, h);
+}
+
+/* dw of the 16 sub-blocks of the super-block at off, stored where a panel has them
+ * (pb: 16 sub-blocks of cpu_sb_bytes(R, 16)), with m = -32 dw. */
+INLINE void q6_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
+    /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
+    const __m512 d = gather_f16(gather32(rs, off + 206), 1);
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++) {
+        const __m512i sc = gather32(rs, off + 192 + 4 * k);
+#pragma GCC unroll 16
+        for (int b = 0; b < 4; b++) {
+            const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sc, 24 - 8 * b), 24);
+            const __m512 dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+            store_scales(pb + (4 * k + b) * cpu_sb_bytes(R, 16), 16, dw,
+                         _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f)));
+        }
+    }
+}
+
 static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
                       int64_t n_blk, uint8_t *panel) {
     if (n_rows < R) {
@@ -475,44 +518,20 @@ static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
     rows_init(&rs, w, row_bytes, blk0 * 210);
-    const __m512i top = _mm512_set1_epi8(0x30);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 210;
         prefetch_rows(&rs, off, 4);
 #pragma GCC unroll 16
         for (int half = 0; half < 2; half++) {
             __m512i l0[8], l1[8], h[8];
-            load_16x32(&rs, off + 64 * half, l0);
-            load_16x32(&rs, off + 64 * half + 32, l1);
-            load_16x32(&rs, off + 128 + 32 * half, h);
+            q6_half(&rs, off, half, l0, l1, h);
 #pragma GCC unroll 16
-            for (int j = 0; j < 8; j++) {
-                /* element 32g + l of the half: a nibble of l0 or l1, and bits 2g..2g+1
-                 * of h moved to 4..5; group j holds l = 4j..4j+3 */
-                const __m512i u[4] = {
-                    _mm512_or_si512(lo4(l0[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 4), top)),
-                    _mm512_or_si512(lo4(l1[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 2), top)),
-                    _mm512_or_si512(hi4(l0[j]), _mm512_and_si512(h[j], top)),
-                    _mm512_or_si512(hi4(l1[j]), _mm512_and_si512(_mm512_srli_epi16(h[j], 2), top)),
-                };
+            for (int j = 0; j < 8; j++)
 #pragma GCC unroll 16
                 for (int g = 0; g < 4; g++)
-                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4, u[g]);
-            }
+                    store_q(panel + (8 * half + 2 * g + j / 4) * sbb, j % 4, q6_group(l0, l1, h, g, j));
         }
-        /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
-        const __m512 d = gather_f16(gather32(&rs, off + 206), 1);
-#pragma GCC unroll 16
-        for (int k = 0; k < 4; k++) {
-            const __m512i sc = gather32(&rs, off + 192 + 4 * k);
-#pragma GCC unroll 16
-            for (int b = 0; b < 4; b++) {
-                const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sc, 24 - 8 * b), 24);
-                const __m512 dw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
-                store_scales(panel + (4 * k + b) * sbb, 16, dw,
-                             _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f)));
-            }
-        }
+        q6_scales16(&rs, off, panel);
     }
 }
 
@@ -728,6 +747,21 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
         break;                                                                                     \
     }
 
+/* The in-place kernels' accumulators over a full panel: from out (or zero on the
+ * first chunk), and back to out with the bias on the last, as mk_q_body does. */
+INLINE void inplace_start(const cpu_mk_args *a, const int nt, __m512 acc[TT]) {
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(a->out + t * a->ldo);
+}
+
+INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m512 acc[TT]) {
+    const __m512 bias = a->bias ? _mm512_loadu_ps(a->bias) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm512_storeu_ps(a->out + t * a->ldo, a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
+}
+
 /* A few tokens over a full panel of a legacy type, the weights read in place: the
  * blocks legacy_block would pack go straight into the sums, with the arithmetic of
  * mk_q_body to the bit, and no panel is stored and loaded again. */
@@ -736,9 +770,7 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind]);
     const uint8_t *x = a->act;
     __m512 acc[TT];
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++)
-        acc[t] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(a->out + t * a->ldo);
+    inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
         __m512i q[8], is[TT];
         __m512 dw, m;
@@ -752,10 +784,7 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
             if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), acc[t]);
         }
     }
-    const __m512 bias = a->bias ? _mm512_loadu_ps(a->bias) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++)
-        _mm512_storeu_ps(a->out + t * a->ldo, a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
+    inplace_finish(a, nt, acc);
 }
 
 /* The same for Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32), with the
@@ -767,9 +796,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
     _Alignas(64) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
     const uint8_t *x = a->act;
     __m512 acc[TT];
-#pragma GCC unroll 8
-    for (int k = 0; k < nt; k++)
-        acc[k] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(a->out + k * a->ldo);
+    inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 8; i++) {
         const int64_t off = i * t;
         prefetch_rows(&rs, off, 3);
@@ -803,10 +830,53 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         for (int k = 0; k < nt; k++)
             acc[k] = _mm512_fmadd_ps(sacc[k], _mm512_set1_ps(da[k]), acc[k]);
     }
-    const __m512 bias = a->bias ? _mm512_loadu_ps(a->bias) : _mm512_setzero_ps();
+    inplace_finish(a, nt, acc);
+}
+
+/* The same for Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), with the
+ * arithmetic of mk_q_body's K-quant path to the bit. */
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
+    const int64_t sbb = cpu_sb_bytes(R, 16);
+    rows16 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210);
+    _Alignas(64) uint8_t sc[16 * R * (16 + 8)]; /* dw and m where a panel has them */
+    const uint8_t *x = a->act;
+    __m512 acc[TT];
+    inplace_start(a, nt, acc);
+    for (int64_t i = 0; i < a->n_sb / 16; i++) {
+        const int64_t off = i * 210;
+        prefetch_rows(&rs, off, 4);
+        q6_scales16(&rs, off, sc);
+        const float *da = (const float *)(x + TT * 16);
+        __m512 sacc[TT];
 #pragma GCC unroll 8
-    for (int k = 0; k < nt; k++)
-        _mm512_storeu_ps(a->out + k * a->ldo, a->bias ? _mm512_add_ps(acc[k], bias) : acc[k]);
+        for (int k = 0; k < nt; k++)
+            sacc[k] = _mm512_setzero_ps();
+        for (int half = 0; half < 2; half++) {
+            __m512i l0[8], l1[8], h[8];
+            q6_half(&rs, off, half, l0, l1, h);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+#pragma GCC unroll 2
+                for (int jj = 0; jj < 2; jj++, x += TT * (16 + 8)) {
+                    /* sub-block 8 half + 2 g + jj: groups j = 4 jj .. 4 jj + 3 */
+                    __m512i wq[4], is[TT];
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++)
+                        wq[k] = q6_group(l0, l1, h, g, 4 * jj + k);
+                    mk_q_sums_w(wq, x, nt, 16, false, is);
+                    const __m512 dw =
+                        _mm512_load_ps((const float *)(sc + (8 * half + 2 * g + jj) * sbb + R * 16));
+#pragma GCC unroll 8
+                    for (int k = 0; k < nt; k++)
+                        sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
+                }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < nt; k++)
+            acc[k] = _mm512_fmadd_ps(sacc[k], _mm512_set1_ps(da[k]), acc[k]);
+    }
+    inplace_finish(a, nt, acc);
 }
 
 /* One copy per kernel token count (1 or 2), so that the loops over tokens unroll. */
@@ -827,6 +897,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
 #define Q8_0_(n) mk_q_inplace(a, Q8_0, n, false)
 #define Q4_K_(n) mk_q_inplace_k45(a, false, n)
 #define Q5_K_(n) mk_q_inplace_k45(a, true, n)
+#define Q6_K_(n) mk_q_inplace_q6(a, n)
     switch (a->w_type) {
     case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
     case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
@@ -834,6 +905,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
     case AL_TYPE_Q5_1: BY_1_2(Q5_1_); break;
     case AL_TYPE_Q4_K: BY_1_2(Q4_K_); break;
     case AL_TYPE_Q5_K: BY_1_2(Q5_K_); break;
+    case AL_TYPE_Q6_K: BY_1_2(Q6_K_); break;
     default:
         AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
         BY_1_2(Q8_0_);
@@ -846,6 +918,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
 #undef Q8_0_
 #undef Q4_K_
 #undef Q5_K_
+#undef Q6_K_
 }
 #undef BY_1_2
 
@@ -1180,7 +1253,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .mk_q = mk_q_512,
     .inplace_types = 1u << AL_TYPE_Q4_0 | 1u << AL_TYPE_Q4_1 | 1u << AL_TYPE_Q5_0 |
                      1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0 | 1u << AL_TYPE_Q4_K |
-                     1u << AL_TYPE_Q5_K,
+                     1u << AL_TYPE_Q5_K | 1u << AL_TYPE_Q6_K,
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = attn_512,
