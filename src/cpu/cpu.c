@@ -8,8 +8,8 @@
  * own instruction set and only called when the CPU has it.
  *
  * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8x2
- * (the default) or q8, llama.cpp's numerics, which reads the prompt up to twice as
- * fast but moves logits by enough to flip a greedy near-tie (SmolLM2 answers
+ * (the default) or q8, llama.cpp's numerics, which reads prompts about twice as fast
+ * but moves logits by enough to flip a greedy near-tie (SmolLM2 answers
  * "L'Etoile" instead of "Paris" to the capital of France).
  *
  * Ops run one at a time per backend (a mutex), because they share the scratch; each

@@ -99,14 +99,16 @@ static void mm_quantize_part(void *arg, int ith, int nth) {
     cpu_act_fmt lo_fmt = j->fmt;
     lo_fmt.exact_scale = true;
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
-        uint8_t *tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes, *lo_tile;
         const float *x = cpu_f32_row(j->x, j->tok0 + t);
-        int slot = (int)(t % tt), lo_slot = slot;
-        if (j->paired) {
+        uint8_t *tile, *lo_tile;
+        int slot, lo_slot;
+        if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
             tile = lo_tile = j->cb->act;
             slot = (int)(2 * t), lo_slot = slot + 1;
-        } else {
+        } else { /* the lo tile follows the hi tile */
+            tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes;
             lo_tile = tile + j->tile_bytes;
+            slot = lo_slot = (int)(t % tt);
         }
         j->k->quantize(x, n, j->fmt, tile, slot, tt);
         if (j->passes == 1) continue;
@@ -136,9 +138,6 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
         cpu_pack_q_generic(j->w->type, r, w, rb, n_rows, blk0, n_blk, panel);
 }
 
-/* Two passes: the microkernel has summed each token's hi and lo over the chunk from
- * zero, hi of token t at part[hi + t * step], lo at part[lo + t * step] (rows of R);
- * out continues from its partial sum, in the same order for every layout. */
 /* o = (o + h) + l (+ b) over n lanes; a constant n vectorizes */
 static inline void sum_passes(float *restrict o, const float *restrict h, const float *restrict l,
                               const float *restrict b, int n, bool first) {
@@ -154,6 +153,9 @@ static inline void sum_passes(float *restrict o, const float *restrict h, const 
             o[i] += b[i];
 }
 
+/* Two passes: the microkernel has summed each token's hi and lo over the chunk from
+ * zero, hi of token t at part[hi + t * step], lo at part[lo + t * step] (rows of R);
+ * out continues from its partial sum, in the same order for every layout. */
 static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
                           int step, int nt, bool first) {
     const int r = j->k->rows, n = a->n_rows;
@@ -318,8 +320,9 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.n_tok = min64(x->ne[1] - done, cb->act_tok);
         j.kc = mm_chunk(&j);
         j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
+        /* in place: one kernel call per panel chunk of at most 2 slots */
         j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
-                    (j.passes == 1 ? j.n_tok : j.paired ? 2 * j.n_tok : 3) <= 2;
+                    (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);
         else if (qt)

@@ -320,8 +320,7 @@ static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_bu
         st = upload(be, *out, host, n);
     if (st == AL_OK) st = keep_weight(be, *out);
     if (st != AL_OK) vk_buf_destroy(&be->d, *out);
-    be->bytes_copied += st == AL_OK ? n : 0;
-    be->base.n_bytes_copied = be->bytes_copied;
+    be->base.n_bytes_copied += st == AL_OK ? n : 0;
     return st;
 }
 
@@ -345,7 +344,7 @@ al_status vk_weight_load(al_backend *base, al_tensor *w) {
     }
     const char *host = (const char *)w->data + w->offset;
     uint64_t n = w->row_bytes * (uint64_t)w->ne[1], offset = 0;
-    if (be->max_weight_bytes && be->bytes_imported + be->bytes_copied + n > be->max_weight_bytes)
+    if (be->max_weight_bytes && be->bytes_imported + be->base.n_bytes_copied + n > be->max_weight_bytes)
         return al_error(AL_ERR_NOMEM, "out of device memory for the weights (a limit of %llu "
                         "bytes, ANYLLM_VK_MAX_WEIGHT_BYTES)",
                         (unsigned long long)be->max_weight_bytes);

@@ -263,7 +263,7 @@ struct vk_backend {
                                 * 0 = no limit */
 
     /* for reports */
-    uint64_t bytes_imported, bytes_copied;
+    uint64_t bytes_imported; /* copied bytes: base.n_bytes_copied */
     double load_s;
     uint64_t n_submits, n_dispatches;
 };

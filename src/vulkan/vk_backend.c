@@ -74,13 +74,13 @@ static al_status pick_device(vk_backend *be, int index) {
     if (st != AL_OK) return st;
     if (n == 0) return al_error(AL_ERR_UNSUPPORTED, "no Vulkan device: the loader found no driver");
     if (index < 0) {
+        /* tests: ANYLLM_VK_AUTO_SOFTWARE=1 lets "auto" take a software renderer */
+        const char *sw = getenv("ANYLLM_VK_AUTO_SOFTWARE");
+        const bool any = sw && !strcmp(sw, "1");
         for (uint32_t i = 0; i < n && index < 0; i++) {
             VkPhysicalDeviceProperties p;
             be->d.fn.vkGetPhysicalDeviceProperties(devs[i], &p);
-            /* tests: ANYLLM_VK_AUTO_SOFTWARE=1 lets "auto" take a software renderer */
-            const char *sw = getenv("ANYLLM_VK_AUTO_SOFTWARE");
-            if (p.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU || (sw && !strcmp(sw, "1")))
-                index = (int)i;
+            if (p.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU || any) index = (int)i;
         }
         if (index < 0)
             return al_error(AL_ERR_UNSUPPORTED, "the only Vulkan devices are software renderers, "
@@ -162,7 +162,7 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
     *out = (vk_backend_stats){
         .weight_path = paths[be->weight_mode],
         .bytes_imported = be->bytes_imported,
-        .bytes_copied = be->bytes_copied,
+        .bytes_copied = be->base.n_bytes_copied,
         .load_s = be->load_s,
         .n_submits = be->n_submits,
         .n_dispatches = be->n_dispatches,
