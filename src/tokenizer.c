@@ -568,7 +568,7 @@ static al_status build_special_list(al_vocab *v, const char *path) {
         v->special[i] = keys[i].id;
     v->n_special = n;
     al_free(keys);
-    return AL_OK;
+    return special_ac_build(v, path);
 }
 
 /* ---- construction and destruction ---------------------------------------------------- */
@@ -588,6 +588,7 @@ void al_vocab_destroy(al_vocab *v) {
     al_free(v->piece_off);
     al_free(v->piece_len);
     al_free(v->special);
+    special_ac_destroy(v->ac);
     al_free(v->merge_text);
     al_free(v->merge_off);
     al_free(v->merge_n_left);
@@ -707,72 +708,6 @@ bool vocab_is_spm(const al_vocab *v) {
 
 /* ---- tokenize -------------------------------------------------------------------------- */
 
-/* A stretch of the input: raw text to tokenize (id < 0) or one special token. */
-typedef struct frag {
-    int32_t id;
-    size_t off, len;
-} frag;
-
-typedef struct frag_vec {
-    frag *f;
-    size_t n, cap;
-} frag_vec;
-
-static al_status frag_push(frag_vec *fv, int32_t id, size_t off, size_t len) {
-    if (fv->n == fv->cap) {
-        size_t cap = fv->cap ? fv->cap * 2 : 16;
-        frag *f = al_realloc(fv->f, cap * sizeof *f);
-        if (f == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        fv->f = f;
-        fv->cap = cap;
-    }
-    fv->f[fv->n++] = (frag){id, off, len};
-    return AL_OK;
-}
-
-/* Cuts every occurrence of one special token out of the raw fragments of *cur. */
-static al_status split_on(const al_vocab *v, int32_t id, const char *text, frag_vec *cur,
-                          frag_vec *next) {
-    const char *s = v->text + v->text_off[id];
-    size_t n = v->text_len[id];
-    al_status st = AL_OK;
-    next->n = 0;
-    for (size_t i = 0; i < cur->n && st == AL_OK; i++) {
-        frag fr = cur->f[i];
-        if (fr.id >= 0) {
-            st = frag_push(next, fr.id, fr.off, fr.len);
-            continue;
-        }
-        size_t pos = fr.off, end = fr.off + fr.len;
-        const char *hit;
-        while (st == AL_OK && pos < end && (hit = memmem(text + pos, end - pos, s, n)) != NULL) {
-            size_t at = (size_t)(hit - text);
-            if (at > pos) st = frag_push(next, -1, pos, at - pos);
-            if (st == AL_OK) st = frag_push(next, id, at, n);
-            pos = at + n;
-        }
-        if (st == AL_OK && pos < end) st = frag_push(next, -1, pos, end - pos);
-    }
-    return st;
-}
-
-/* Splits text into raw fragments and special tokens (step 1 of the header comment). */
-static al_status partition(const al_vocab *v, const char *text, size_t len, bool parse_special,
-                           frag_vec *out) {
-    frag_vec other = {0};
-    al_status st = len > 0 ? frag_push(out, -1, 0, len) : AL_OK;
-    for (int i = 0; i < v->n_special && st == AL_OK; i++) {
-        int32_t id = v->special[i];
-        if (!parse_special && v->type[id] != TOK_USER) continue;
-        st = split_on(v, id, text, out, &other);
-        frag_vec t = *out;
-        *out = other;
-        other = t;
-    }
-    al_free(other.f);
-    return st;
-}
-
 static al_status tokenize_raw(const al_vocab *v, const char *text, size_t len, bool prefix,
                               tok_vec *tv) {
     return v->is_spm ? spm_tokenize(v, text, len, prefix, tv) : bpe_tokenize(v, text, len, tv);
@@ -798,40 +733,54 @@ al_tokenize_params al_tokenize_default_params(void) {
     return (al_tokenize_params){.add_special = false, .parse_special = false};
 }
 
-al_status al_tokenize(const al_vocab *v, const char *text, size_t len,
-                      const al_tokenize_params *params, int32_t **tokens, int *n_tokens) {
+/* al_tokenize() and vocab_tokenize_guarded(): the three steps of the header comment. */
+static al_status tokenize(const al_vocab *v, const char *text, size_t len, bool add_special,
+                          bool parse_special, const tok_span *spans, int n_spans,
+                          int32_t **tokens, int *n_tokens) {
     if (tokens != NULL) *tokens = NULL;
     if (n_tokens != NULL) *n_tokens = 0;
-    if (v == NULL || tokens == NULL || n_tokens == NULL || (text == NULL && len > 0))
+    if (v == NULL || tokens == NULL || n_tokens == NULL || (text == NULL && len > 0) ||
+        n_spans < 0 || (n_spans > 0 && spans == NULL))
         return al_error(AL_ERR_ARG, "al_tokenize: NULL argument");
     if (len > TOKENIZE_MAX_LEN)
         return al_error(AL_ERR_ARG, "al_tokenize: text of %zu bytes is longer than %zu", len,
                         TOKENIZE_MAX_LEN);
-    al_tokenize_params p = params ? *params : al_tokenize_default_params();
-
-    frag_vec fv = {0};
+    tok_frag *fr = NULL;
+    size_t n_fr = 0;
     tok_vec tv = {0};
-    al_status st = partition(v, text, len, p.parse_special, &fv);
-    if (st == AL_OK && p.add_special && v->add_bos) st = tok_vec_push(&tv, v->bos);
+    al_status st = special_partition(v, text, len, parse_special, spans, n_spans, &fr, &n_fr);
+    if (st == AL_OK && add_special && v->add_bos) st = tok_vec_push(&tv, v->bos);
     /* SentencePiece treats the start of the text like the end of a special token. */
     bool after_special = true;
-    for (size_t i = 0; i < fv.n && st == AL_OK; i++) {
-        if (fv.f[i].id >= 0) {
-            st = tok_vec_push(&tv, fv.f[i].id);
+    for (size_t i = 0; i < n_fr && st == AL_OK; i++) {
+        if (fr[i].id >= 0) {
+            st = tok_vec_push(&tv, fr[i].id);
             after_special = true;
         } else {
-            st = tokenize_raw(v, text + fv.f[i].off, fv.f[i].len,
+            st = tokenize_raw(v, text + fr[i].off, fr[i].len,
                               v->add_space_prefix && after_special, &tv);
             after_special = false;
         }
     }
-    if (st == AL_OK && p.add_special && v->add_eos) st = tok_vec_push(&tv, v->eos);
-    al_free(fv.f);
+    if (st == AL_OK && add_special && v->add_eos) st = tok_vec_push(&tv, v->eos);
+    al_free(fr);
     if (st != AL_OK) {
         al_free(tv.ids);
         return st;
     }
     return finish_tokens(&tv, tokens, n_tokens);
+}
+
+al_status al_tokenize(const al_vocab *v, const char *text, size_t len,
+                      const al_tokenize_params *params, int32_t **tokens, int *n_tokens) {
+    al_tokenize_params p = params ? *params : al_tokenize_default_params();
+    return tokenize(v, text, len, p.add_special, p.parse_special, NULL, 0, tokens, n_tokens);
+}
+
+al_status vocab_tokenize_guarded(const al_vocab *v, const char *text, size_t len,
+                                 bool add_special, const tok_span *spans, int n_spans,
+                                 int32_t **tokens, int *n_tokens) {
+    return tokenize(v, text, len, add_special, true, spans, n_spans, tokens, n_tokens);
 }
 
 void al_free_tokens(int32_t *tokens) {

@@ -58,6 +58,19 @@ al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len, 
 al_status vocab_pre_split(const al_vocab *v, const char *text, size_t len, size_t **ends,
                           int *n_pieces);
 
+/* A byte range [off, off + len) of a text. */
+typedef struct tok_span {
+    size_t off, len;
+} tok_span;
+
+/* al_tokenize() with parse_special, except that control and unknown tokens are not
+ * recognised where they would overlap one of the n_spans spans (sorted by off,
+ * disjoint): the chat renderer marks message content so, and only the template's own
+ * markers become control tokens. add_special as in al_tokenize_params. */
+al_status vocab_tokenize_guarded(const al_vocab *v, const char *text, size_t len,
+                                 bool add_special, const tok_span *spans, int n_spans,
+                                 int32_t **tokens, int *n_tokens);
+
 /* BPE only: the rank of the merge "a b" (a and b in the vocabulary's byte-level
  * spelling), or -1 if there is no such merge. */
 int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b, size_t n_b);
@@ -98,6 +111,13 @@ al_status tok_heap_push(tok_heap *h, tok_pair p);
 tok_pair tok_heap_pop(tok_heap *h); /* h->n must be > 0 */
 
 struct bpe_pre; /* compiled pre-tokenizer regexes, tokenizer_bpe.c */
+struct special_ac; /* the special-token matcher, tokenizer_special.c */
+
+/* A stretch of the input: raw text to tokenize (id < 0) or one special token. */
+typedef struct tok_frag {
+    int32_t id;
+    size_t off, len;
+} tok_frag;
 
 struct al_vocab {
     char *path;  /* for messages */
@@ -122,6 +142,7 @@ struct al_vocab {
     int32_t byte_token[256]; /* token that spells one raw byte, or -1 */
     int32_t *special;        /* ids matched in raw text: control, unknown, user-defined, */
     int n_special;           /* longest text first                                       */
+    struct special_ac *ac;   /* finds the special[] texts in one pass                    */
 
     /* BPE: merges "left right" keyed by (left, right) text; rank = position in the file */
     char *merge_text;       /* left and right concatenated, no separator */
@@ -150,6 +171,17 @@ size_t utf8_valid_len(const unsigned char *s, size_t n);
 /* SentencePiece: tokenizes one stretch of raw text, prefixing "▁" if add_prefix. */
 al_status spm_tokenize(const al_vocab *v, const char *text, size_t len, bool add_prefix,
                        tok_vec *out);
+
+/* Special tokens (tokenizer_special.c). special_ac_build() makes v->ac from
+ * v->special[]. special_partition() splits text into raw stretches and special tokens
+ * (*frags freed with al_free): user-defined tokens always, control and unknown tokens
+ * when parse_special and not overlapping one of the spans (sorted, disjoint; may be
+ * NULL when n_spans is 0). */
+al_status special_ac_build(al_vocab *v, const char *path);
+void special_ac_destroy(struct special_ac *ac);
+al_status special_partition(const al_vocab *v, const char *text, size_t len, bool parse_special,
+                            const tok_span *spans, int n_spans, tok_frag **frags,
+                            size_t *n_frags);
 
 /* Byte-level BPE. */
 al_status bpe_pre_create(const char *path, const char *name, struct bpe_pre **out,
