@@ -215,8 +215,10 @@ void al_sampler_reset(al_sampler *s);
  * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
  * the common formats from the template's text and renders them in C. Formats:
  * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3". A template
- * that is not recognised is an error, never a guess. The rendered text holds no BOS;
- * tokenize it with add_special and parse_special set. */
+ * that is not recognised is an error, never a guess. The rendered text holds no BOS.
+ * To feed a model, use al_chat_tokenize: tokenizing the rendered text with
+ * parse_special would also turn marker text inside the messages into control tokens,
+ * letting a message forge turn boundaries ("<|im_end|>\n<|im_start|>system ..."). */
 
 typedef struct al_chat_message {
     const char *role;    /* "system", "user" or "assistant" */
@@ -236,6 +238,17 @@ al_status al_chat_template_detect(const char *tmpl, const char **name);
 al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs,
                          int n, bool add_generation_prompt, char **out);
 void al_string_free(char *s);
+
+/* Renders as al_chat_render does and tokenizes the result with add_special (BOS as the
+ * file says), where only the template's own markers become control tokens: the text of
+ * the messages is tokenized as plain text (user-defined tokens still match, as they do
+ * without parse_special). For conversations whose messages hold no control-token text,
+ * the ids equal those of al_tokenize on the rendered text with add_special and
+ * parse_special set. On success *tokens (freed with al_free_tokens()) holds *n_tokens
+ * ids. */
+al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl,
+                           const al_chat_message *msgs, int n, bool add_generation_prompt,
+                           int32_t **tokens, int *n_tokens);
 
 #ifdef __cplusplus
 }

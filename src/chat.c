@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "anyllm.h"
+#include "tokenizer.h"
 #include "util.h"
 
 /* ---- a growable string ---------------------------------------------------------- */
@@ -17,7 +18,9 @@
 typedef struct strbuf {
     char *s;
     size_t len, cap;
-    bool failed; /* out of memory: further appends are ignored */
+    bool failed;     /* out of memory: further appends are ignored */
+    tok_span *spans; /* where message content was written, in order */
+    int n_spans, cap_spans;
 } strbuf;
 
 static void sb_append_n(strbuf *b, const char *s, size_t n) {
@@ -39,6 +42,25 @@ static void sb_append_n(strbuf *b, const char *s, size_t n) {
 }
 
 static void sb_append(strbuf *b, const char *s) { sb_append_n(b, s, strlen(s)); }
+
+/* Appends a message's text and records where it went: only the template's own text
+ * may become control tokens (al_chat_tokenize). */
+static void sb_content(strbuf *b, const char *s) {
+    size_t n = strlen(s), at = b->len;
+    sb_append_n(b, s, n);
+    if (b->failed || n == 0) return;
+    if (b->n_spans == b->cap_spans) {
+        int cap = b->cap_spans ? 2 * b->cap_spans : 16;
+        tok_span *p = al_realloc(b->spans, (size_t)cap * sizeof *p);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->spans = p;
+        b->cap_spans = cap;
+    }
+    b->spans[b->n_spans++] = (tok_span){at, n};
+}
 
 /* Appends the concatenation of the NULL-terminated list of strings. */
 static void sb_cat(strbuf *b, ...) {
@@ -72,14 +94,20 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
  * ("'<|im_start|>system\n' + message...") is not a default. */
 static char *default_system(const char *tmpl) {
     static const char open[] = "<|im_start|>system";
+    /* The next end marker and quote after q only move forward as q does: each is
+     * searched again only once q has passed it, so a template repeating the opening
+     * marker costs linear time, not a scan to its end per repetition. */
+    const char *end = NULL, *quote = NULL;
+    bool no_quote = false;
     for (const char *p = tmpl ? strstr(tmpl, open) : NULL; p; p = strstr(p + 1, open)) {
         const char *q = p + sizeof open - 1;
         if (*q == '\n') q++;
         else if (q[0] == '\\' && q[1] == 'n') q += 2;
         else continue;
-        const char *end = strstr(q, "<|im_end|>");
-        const char *quote = strpbrk(q, "'\"");
-        if (!end || (quote && quote < end)) continue; /* the literal ends first: not a default */
+        if (!end || end < q) end = strstr(q, "<|im_end|>");
+        if (!end) return NULL; /* no later turn has an end either */
+        if (!no_quote && (!quote || quote < q)) no_quote = !(quote = strpbrk(q, "'\""));
+        if (quote && quote < end) continue; /* the literal ends first: not a default */
         strbuf b = {0};
         for (const char *c = q; c < end; c++) {
             if (c[0] == '\\' && c + 1 < end) { /* Jinja string escapes */
@@ -105,19 +133,25 @@ static bool is_role(const char *r, const char *want) { return strcmp(r, want) ==
 
 static void render_chatml(strbuf *b, const char *tmpl, const al_chat_message *m, int n, bool gen) {
     if (n == 0 || !is_role(m[0].role, "system")) {
+        /* the model file's own default: template text, not a message */
         char *sys = default_system(tmpl);
         if (sys) sb_cat(b, "<|im_start|>system\n", sys, "<|im_end|>\n", NULL);
         al_free(sys);
     }
-    for (int i = 0; i < n; i++)
-        sb_cat(b, "<|im_start|>", m[i].role, "\n", m[i].content, "<|im_end|>\n", NULL);
+    for (int i = 0; i < n; i++) {
+        sb_cat(b, "<|im_start|>", m[i].role, "\n", NULL);
+        sb_content(b, m[i].content);
+        sb_append(b, "<|im_end|>\n");
+    }
     if (gen) sb_append(b, "<|im_start|>assistant\n");
 }
 
 static void render_llama3(strbuf *b, const al_chat_message *m, int n, bool gen) {
-    for (int i = 0; i < n; i++)
-        sb_cat(b, "<|start_header_id|>", m[i].role, "<|end_header_id|>\n\n", m[i].content,
-               "<|eot_id|>", NULL);
+    for (int i = 0; i < n; i++) {
+        sb_cat(b, "<|start_header_id|>", m[i].role, "<|end_header_id|>\n\n", NULL);
+        sb_content(b, m[i].content);
+        sb_append(b, "<|eot_id|>");
+    }
     if (gen) sb_append(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
@@ -131,13 +165,22 @@ static void render_inst(strbuf *b, const al_chat_message *m, int n, bool llama2)
             sys = m[i].content;
         } else if (is_role(m[i].role, "user")) {
             sb_append(b, first ? "[INST] " : "<s>[INST] ");
-            if (sys && llama2) sb_cat(b, "<<SYS>>\n", sys, "\n<</SYS>>\n\n", NULL);
-            else if (sys) sb_cat(b, sys, "\n\n", NULL);
+            if (sys && llama2) {
+                sb_append(b, "<<SYS>>\n");
+                sb_content(b, sys);
+                sb_append(b, "\n<</SYS>>\n\n");
+            } else if (sys) {
+                sb_content(b, sys);
+                sb_append(b, "\n\n");
+            }
             sys = NULL;
-            sb_cat(b, m[i].content, " [/INST]", NULL);
+            sb_content(b, m[i].content);
+            sb_append(b, " [/INST]");
             first = false;
         } else {
-            sb_cat(b, " ", m[i].content, " </s>", NULL);
+            sb_append(b, " ");
+            sb_content(b, m[i].content);
+            sb_append(b, " </s>");
         }
     }
 }
@@ -152,20 +195,29 @@ static void render_gemma(strbuf *b, const al_chat_message *m, int n, bool gen) {
         }
         const char *role = is_role(m[i].role, "assistant") ? "model" : "user";
         sb_cat(b, "<start_of_turn>", role, "\n", NULL);
-        if (sys && !strcmp(role, "user")) sb_cat(b, sys, "\n\n", NULL), sys = NULL;
-        sb_cat(b, m[i].content, "<end_of_turn>\n", NULL);
+        if (sys && !strcmp(role, "user")) {
+            sb_content(b, sys);
+            sb_append(b, "\n\n");
+            sys = NULL;
+        }
+        sb_content(b, m[i].content);
+        sb_append(b, "<end_of_turn>\n");
     }
     if (gen) sb_append(b, "<start_of_turn>model\n");
 }
 
 static void render_phi3(strbuf *b, const al_chat_message *m, int n, bool gen) {
-    for (int i = 0; i < n; i++) sb_cat(b, "<|", m[i].role, "|>\n", m[i].content, "<|end|>\n", NULL);
+    for (int i = 0; i < n; i++) {
+        sb_cat(b, "<|", m[i].role, "|>\n", NULL);
+        sb_content(b, m[i].content);
+        sb_append(b, "<|end|>\n");
+    }
     if (gen) sb_append(b, "<|assistant|>\n");
 }
 
-al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs, int n,
-                         bool add_generation_prompt, char **out) {
-    *out = NULL;
+/* Renders into b (spans included); on failure b holds nothing to free. */
+static al_status render(const char *name, const char *tmpl, const al_chat_message *msgs, int n,
+                        bool gen, strbuf *b) {
     if (!name || n < 0 || (n > 0 && !msgs)) return al_error(AL_ERR_ARG, "al_chat_render: bad arguments");
     for (int i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content)
@@ -175,24 +227,48 @@ al_status al_chat_render(const char *name, const char *tmpl, const al_chat_messa
             return al_error(AL_ERR_ARG, "chat message %d: role '%s' is not system, user or "
                             "assistant", i, msgs[i].role);
     }
-    strbuf b = {0};
-    bool gen = add_generation_prompt;
-    if (!strcmp(name, "chatml")) render_chatml(&b, tmpl, msgs, n, gen);
-    else if (!strcmp(name, "llama3")) render_llama3(&b, msgs, n, gen);
-    else if (!strcmp(name, "llama2")) render_inst(&b, msgs, n, true);
-    else if (!strcmp(name, "mistral")) render_inst(&b, msgs, n, false);
-    else if (!strcmp(name, "gemma")) render_gemma(&b, msgs, n, gen);
-    else if (!strcmp(name, "phi3")) render_phi3(&b, msgs, n, gen);
+    if (!strcmp(name, "chatml")) render_chatml(b, tmpl, msgs, n, gen);
+    else if (!strcmp(name, "llama3")) render_llama3(b, msgs, n, gen);
+    else if (!strcmp(name, "llama2")) render_inst(b, msgs, n, true);
+    else if (!strcmp(name, "mistral")) render_inst(b, msgs, n, false);
+    else if (!strcmp(name, "gemma")) render_gemma(b, msgs, n, gen);
+    else if (!strcmp(name, "phi3")) render_phi3(b, msgs, n, gen);
     else
         return al_error(AL_ERR_UNSUPPORTED, "chat template '%s' is not known (chatml, llama3, "
                         "llama2, mistral, gemma, phi3)", name);
-    sb_append(&b, ""); /* an empty conversation is still a string */
-    if (b.failed) {
-        al_free(b.s);
+    sb_append(b, ""); /* an empty conversation is still a string */
+    if (b->failed) {
+        al_free(b->s);
+        al_free(b->spans);
         return al_error(AL_ERR_NOMEM, "out of memory rendering a chat");
     }
+    return AL_OK;
+}
+
+al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs, int n,
+                         bool add_generation_prompt, char **out) {
+    *out = NULL;
+    strbuf b = {0};
+    al_status st = render(name, tmpl, msgs, n, add_generation_prompt, &b);
+    if (st != AL_OK) return st;
+    al_free(b.spans);
     *out = b.s;
     return AL_OK;
+}
+
+al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl,
+                           const al_chat_message *msgs, int n, bool add_generation_prompt,
+                           int32_t **tokens, int *n_tokens) {
+    if (tokens) *tokens = NULL;
+    if (n_tokens) *n_tokens = 0;
+    if (!v || !tokens || !n_tokens) return al_error(AL_ERR_ARG, "al_chat_tokenize: NULL argument");
+    strbuf b = {0};
+    al_status st = render(name, tmpl, msgs, n, add_generation_prompt, &b);
+    if (st != AL_OK) return st;
+    st = vocab_tokenize_guarded(v, b.s, b.len, true, b.spans, b.n_spans, tokens, n_tokens);
+    al_free(b.s);
+    al_free(b.spans);
+    return st;
 }
 
 void al_string_free(char *s) { al_free(s); }

@@ -69,6 +69,17 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+int cli_check_ctx(const cli_opts *o, const al_model *m) {
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    /* positions past the training context give garbage, and a huge --ctx would only
+     * ask for a KV cache the machine cannot hold */
+    if (o->n_ctx > mi.n_ctx_train)
+        return cli_fail("%s: --ctx %d is more than the model's training context of %d (%s)",
+                        o->command, o->n_ctx, mi.n_ctx_train, o->model);
+    return 0;
+}
+
 int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     *m = NULL;
     *c = NULL;
@@ -77,6 +88,11 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     mp.backend = o->backend;
     al_status st = al_model_load(o->model, &mp, m);
     if (st != AL_OK) return cli_fail_status(st);
+    if (cli_check_ctx(o, *m)) {
+        al_model_destroy(*m);
+        *m = NULL;
+        return 1;
+    }
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
     if ((st = al_context_create(*m, &cp, c)) != AL_OK) {

@@ -42,7 +42,11 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* Reads a whole file; NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);
 
-/* Loads the model and a context of n_ctx positions (0 = the library's default). */
+/* Fails (message printed, returns 1) if --ctx exceeds the model's training context. */
+int cli_check_ctx(const cli_opts *o, const al_model *m);
+
+/* Loads the model and a context of n_ctx positions (0 = the library's default), after
+ * cli_check_ctx. */
 int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c);
 
 int cmd_info(const cli_opts *o);

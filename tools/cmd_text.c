@@ -14,6 +14,15 @@
 #include "cli.h"
 #include "util.h"
 
+/* Logits per position. The model's count, not the tokenizer's: al_eval writes this
+ * many (the loader refuses files where the two differ; this keeps a buffer right even
+ * so). */
+static int model_n_vocab(const al_model *m) {
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    return mi.n_vocab;
+}
+
 static const al_vocab *need_vocab(const al_model *m) {
     const al_vocab *v = al_model_vocab(m);
     if (!v) cli_fail("this model file has no usable tokenizer: %s", al_last_error());
@@ -91,10 +100,10 @@ static void reply_add(reply_buf *r, const char *s, size_t n) {
 }
 
 /* Evaluates the prompt (appended to what the context holds), then generates up to
- * n_max tokens, streaming text to stdout and collecting it in reply if not NULL. */
-static int generate(al_context *c, const al_vocab *v, al_sampler *smp, const int32_t *prompt,
-                    int n_prompt, int n_max, reply_buf *reply, gen_stats *gs) {
-    int n_vocab = al_vocab_n_tokens(v);
+ * n_max tokens (n_vocab: logits per position, model_n_vocab), streaming text to stdout and collecting it in reply if not NULL. */
+static int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
+                    const int32_t *prompt, int n_prompt, int n_max, reply_buf *reply,
+                    gen_stats *gs) {
     float *logits = malloc((size_t)n_vocab * sizeof(float));
     al_detok *dt = NULL;
     al_status st = logits ? al_detok_create(v, &dt) : AL_ERR_NOMEM;
@@ -164,7 +173,7 @@ int cmd_run(const cli_opts *o) {
         goto done;
     }
     const al_vocab *v = need_vocab(m);
-    if (!v || tokenize(v, text, len, true, o->special, &ids, &n)) goto done;
+    if (!v || cli_check_ctx(o, m) || tokenize(v, text, len, true, o->special, &ids, &n)) goto done;
     if (n == 0) {
         rc = cli_fail("run: the prompt is empty");
         goto done;
@@ -172,7 +181,7 @@ int cmd_run(const cli_opts *o) {
     al_context_params cp = al_context_default_params();
     cp.n_ctx = o->n_ctx ? o->n_ctx : n + n_predict;
     if ((st = al_context_create(m, &cp, &c)) != AL_OK ||
-        (st = al_sampler_create(&o->sampling, al_vocab_n_tokens(v), &smp)) != AL_OK) {
+        (st = al_sampler_create(&o->sampling, model_n_vocab(m), &smp)) != AL_OK) {
         rc = cli_fail_status(st);
         goto done;
     }
@@ -183,7 +192,7 @@ int cmd_run(const cli_opts *o) {
     }
     fwrite(text, 1, len, stdout);
     gen_stats gs = {0};
-    rc = generate(c, v, smp, ids, n, n_predict, NULL, &gs);
+    rc = generate(c, v, model_n_vocab(m), smp, ids, n, n_predict, NULL, &gs);
     printf("\n");
     if (!rc) print_stats(&gs);
 done:
@@ -202,6 +211,7 @@ typedef struct chat_state {
     int n_msgs, cap_msgs;
     int32_t *cached; /* the tokens of the last prompt, which the KV cache starts with */
     int n_cached;
+    int n_vocab;     /* logits per position */
 } chat_state;
 
 static int chat_add(chat_state *cs, const char *role, const char *content) {
@@ -228,14 +238,10 @@ static void chat_free(chat_state *cs) {
  * shares with the last prompt, generate the reply and add it to the conversation. */
 static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sampler *smp,
                      const char *tmpl_name, const char *tmpl, chat_state *cs) {
-    char *text;
-    al_status st = al_chat_render(tmpl_name, tmpl, cs->msgs, cs->n_msgs, true, &text);
-    if (st != AL_OK) return cli_fail_status(st);
     int32_t *ids = NULL;
-    int n = 0;
-    int rc = tokenize(v, text, strlen(text), true, true, &ids, &n);
-    al_string_free(text);
-    if (rc) return rc;
+    int n = 0, rc;
+    al_status st = al_chat_tokenize(v, tmpl_name, tmpl, cs->msgs, cs->n_msgs, true, &ids, &n);
+    if (st != AL_OK) return cli_fail_status(st);
     int n_ctx = al_context_n_ctx(c);
     int n_reply = o->n_predict ? o->n_predict : 512;
     if (n >= n_ctx) {
@@ -249,7 +255,7 @@ static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sam
     al_sampler_reset(smp);
     reply_buf reply = {0};
     gen_stats gs = {0};
-    rc = generate(c, v, smp, ids + keep, n - keep, n_reply, &reply, &gs);
+    rc = generate(c, v, cs->n_vocab, smp, ids + keep, n - keep, n_reply, &reply, &gs);
     printf("\n");
     fflush(stdout);
     al_free_tokens(cs->cached);
@@ -265,9 +271,10 @@ int cmd_chat(const cli_opts *o) {
     al_context *c = NULL;
     al_sampler *smp = NULL;
     chat_state cs = {0};
-    int rc = cli_load(o, o->n_ctx ? o->n_ctx : 4096, &m, &c);
+    int rc = cli_load(o, o->n_ctx, &m, &c); /* 0: min(training context, 4096) */
     if (rc) return rc;
     const al_vocab *v = need_vocab(m);
+    cs.n_vocab = model_n_vocab(m);
     const char *tmpl = al_model_chat_template(m), *name = o->chat_template;
     al_status st = AL_OK;
     char *probe = NULL;
@@ -277,7 +284,7 @@ int cmd_chat(const cli_opts *o) {
     }
     if ((!name && (st = al_chat_template_detect(tmpl, &name)) != AL_OK) ||
         (st = al_chat_render(name, tmpl, NULL, 0, true, &probe)) != AL_OK ||
-        (st = al_sampler_create(&o->sampling, al_vocab_n_tokens(v), &smp)) != AL_OK) {
+        (st = al_sampler_create(&o->sampling, cs.n_vocab, &smp)) != AL_OK) {
         rc = cli_fail_status(st);
         goto done;
     }
@@ -292,6 +299,11 @@ int cmd_chat(const cli_opts *o) {
         if (got < 0) break;
         while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
         if (got == 0) continue;
+        if (memchr(line, 0, (size_t)got)) {
+            /* a message is a C string: the bytes after the NUL would vanish unseen */
+            fprintf(stderr, "anyllm: chat: this line holds a NUL byte and is skipped\n");
+            continue;
+        }
         if ((rc = chat_add(&cs, "user", line)) ||
             (rc = chat_turn(o, c, v, smp, name, tmpl, &cs)))
             break;
@@ -345,6 +357,11 @@ int cmd_perplexity(const cli_opts *o) {
     char *text = read_prompt(o, &len);
     if (!text) return 1;
     int n_ctx = o->n_ctx ? o->n_ctx : 512;
+    if (n_ctx < 3) { /* a window scores positions n_ctx/2 .. n_ctx-2 */
+        free(text);
+        return cli_fail("perplexity: --ctx %d is too small: a window scores the predictions of "
+                        "its second half, so it needs at least 3 tokens", n_ctx);
+    }
     al_model *m = NULL;
     al_context *c = NULL;
     int32_t *ids = NULL, *bos = NULL;
@@ -357,11 +374,11 @@ int cmd_perplexity(const cli_opts *o) {
         goto done;
     int n_chunks = n / n_ctx;
     if (o->n_chunks && o->n_chunks < n_chunks) n_chunks = o->n_chunks;
-    if (n_chunks == 0 || n_ctx < 2) {
+    if (n_chunks == 0) {
         rc = cli_fail("perplexity: the text has %d tokens, less than one window of %d", n, n_ctx);
         goto done;
     }
-    int n_vocab = al_vocab_n_tokens(v);
+    int n_vocab = model_n_vocab(m);
     logits = malloc((size_t)PPL_BATCH * (size_t)n_vocab * sizeof(float));
     if (!logits) {
         rc = cli_fail("out of memory");

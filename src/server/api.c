@@ -217,11 +217,15 @@ static bool chat_tokens(const srv_api *api, json_t *o, int32_t **ids, int *n, sr
             ok = false;
         cm[i].role = r;
     }
-    char *text = NULL;
-    if (ok && al_chat_render(api->tmpl_name, api->tmpl, cm, (int)nm, true, &text) != AL_OK)
+    /* al_chat_tokenize: marker text inside a message must not become control tokens */
+    int32_t *t = NULL;
+    if (ok && al_chat_tokenize(api->vocab, api->tmpl_name, api->tmpl, cm, (int)nm, true, &t,
+                               n) != AL_OK)
         ok = srv_fail(err, 400, "messages", NULL, "cannot render the chat: %s", al_last_error());
-    if (ok) ok = tokenize(api, text, strlen(text), "messages", ids, n, err);
-    al_string_free(text);
+    if (ok && !(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids)))
+        ok = srv_fail(err, 500, NULL, NULL, "out of memory");
+    if (ok) memcpy(*ids, t, (size_t)*n * sizeof **ids);
+    al_free_tokens(t);
     for (size_t i = 0; owned && i < nm; i++) free(owned[i]);
     free(owned);
     free(cm);
