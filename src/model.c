@@ -339,6 +339,14 @@ static al_status load_text_parts(al_model *m) {
     al_status st = vocab_from_gguf(m->file, &m->vocab);
     if (st == AL_ERR_NOMEM) return st;
     if (st != AL_OK) snprintf(m->vocab_error, sizeof m->vocab_error, "%s", al_last_error());
+    /* Token ids index the embedding rows and every caller sizes logits by one of the
+     * two counts: if they differ, ids past the table or logits past a buffer follow.
+     * output.weight was bound with token_embd's row count, so one check covers it. */
+    if (m->vocab && al_vocab_n_tokens(m->vocab) != m->n_vocab)
+        return al_error(AL_ERR_FORMAT, "%s: the tokenizer has %d tokens (tokenizer.ggml.tokens) "
+                        "but tensor 'token_embd.weight' has %d rows%s; they must be equal",
+                        m->file->path, al_vocab_n_tokens(m->vocab), m->n_vocab,
+                        m->output.data != m->tok_embd.data ? " (and 'output.weight' too)" : "");
     const gguf_kv *kv = gguf_find_key(m->file, "tokenizer.chat_template");
     if (kv && kv->type == GGUF_VT_STRING) {
         m->chat_template = al_malloc(kv->v.str.n + 1);
@@ -465,6 +473,34 @@ static al_status context_alloc(al_context *c) {
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
+/* Bytes the kernel says it can still hand out (MemAvailable), or 0 if unknown. */
+static uint64_t host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+/* The CPU backend's KV cache lives in host memory: one that cannot fit is refused here,
+ * at once, rather than failing page by page later or dragging the machine into swap
+ * and the OOM killer. A GPU backend checks its own heaps when it allocates. */
+static al_status check_kv_memory(const al_model *m, int n_ctx) {
+    if (strcmp(m->be->ops->name, "cpu") != 0) return AL_OK;
+    uint64_t avail = host_mem_available();
+    if (avail == 0) return AL_OK; /* not Linux: let the allocation decide */
+    const uint64_t margin = 64ull << 20; /* scratch, logits and the rest of the process */
+    uint64_t kv = model_kv_bytes(m, n_ctx);
+    if (kv + margin <= avail) return AL_OK;
+    return al_error(AL_ERR_NOMEM, "a context of %d positions needs %.1f MiB of KV cache "
+                    "(plus %.0f MiB margin) but only %.1f MiB of memory is available "
+                    "(MemAvailable); use a smaller context", n_ctx, kv / 1048576.0,
+                    margin / 1048576.0, avail / 1048576.0);
+}
+
 al_status al_context_create(const al_model *m, const al_context_params *params,
                             al_context **out) {
     *out = NULL;
@@ -474,13 +510,15 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     if (n_ctx == 0) n_ctx = m->n_ctx_train < 4096 ? m->n_ctx_train : 4096;
     if (n_ctx <= 0 || n_ctx > (1 << 24))
         return al_error(AL_ERR_ARG, "context size %d is out of range [1, %d]", n_ctx, 1 << 24);
+    al_status st = check_kv_memory(m, n_ctx);
+    if (st != AL_OK) return st;
     al_context *c = al_calloc(1, sizeof *c);
     if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
     c->m = m;
     c->be = m->be;
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < 512 ? n_ctx : 512;
-    al_status st = context_alloc(c);
+    st = context_alloc(c);
     if (st != AL_OK) {
         al_context_destroy(c);
         return st;
