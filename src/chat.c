@@ -99,7 +99,10 @@ static char *default_system(const char *tmpl) {
      * marker costs linear time, not a scan to its end per repetition. */
     const char *end = NULL, *quote = NULL;
     bool no_quote = false;
-    for (const char *p = tmpl ? strstr(tmpl, open) : NULL; p; p = strstr(p + 1, open)) {
+    /* a plain scan, not strstr from each match: sanitizers' strstr measures the whole
+     * rest of the string per call, which made this quadratic again under ASan */
+    for (const char *p = tmpl; p && *p; p++) {
+        if (*p != '<' || strncmp(p, open, sizeof open - 1) != 0) continue;
         const char *q = p + sizeof open - 1;
         if (*q == '\n') q++;
         else if (q[0] == '\\' && q[1] == 'n') q += 2;

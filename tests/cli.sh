@@ -75,5 +75,47 @@ expect_error "vocabulary-only model" "$bin" logits -m "$SHARED/vocab/ggml-vocab-
 expect_error "bad activation mode" "$bin" logits -m "$m" --tokens 1 --out "$tmp/x" --backend cpu:q9
 expect_error "bad thread count" "$bin" logits -m "$m" --tokens 1 --out "$tmp/x" -t 0
 
+# a tokenizer whose size differs from the embedding's rows (1024): the file is refused
+# for running with one line naming both counts; info still reads its metadata
+for nt in 1000 1100; do
+    bad_vocab=$tmp/vocab-$nt.gguf
+    if ! "$BUILD/test_limits" --resize-vocab "$m" "$bad_vocab" $nt; then
+        bad "writing a file with $nt tokens"; continue
+    fi
+    if "$bin" info -m "$bad_vocab" >"$tmp/info" 2>&1 && grep -q "runnable.*no:.*has $nt tokens.*1024 rows" "$tmp/info"
+    then ok "info on a $nt-token tokenizer over 1024 rows: $(grep runnable "$tmp/info" | cut -c1-60)..."
+    else bad "info on a $nt-token tokenizer: $(cat "$tmp/info")"; fi
+    expect_error "logits with $nt tokens over 1024 rows" "$bin" logits -m "$bad_vocab" --tokens 1,2 --out "$tmp/x"
+    expect_error "run with $nt tokens over 1024 rows" "$bin" run -m "$bad_vocab" -p "hello" -n 4
+done
+
+# contexts: --ctx beyond the training context (2048) is refused before anything is
+# allocated; a KV cache beyond the machine's memory is refused by the library at once
+expect_error "run --ctx beyond the training context" "$bin" run -m "$m" -p hi --ctx 4096
+big=$tmp/ctx16m.gguf
+if "$bin" gen-model "$big" --arch llama --dim 1024 --layers 2 --heads 8 --kv-heads 8 --ffn 64 \
+        --vocab 259 --ctx 16777216 --type Q8_0 >/dev/null 2>"$tmp/err"; then
+    t0=$(date +%s%N)
+    expect_error "run --ctx 16777216 (a 256 GiB KV cache)" "$bin" run -m "$big" -p hi --ctx 16777216
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    if grep -q "MemAvailable" "$tmp/err" && [ "$ms" -lt 3000 ]; then ok "refused by the memory check in $ms ms"
+    else bad "huge context: $ms ms: $(cat "$tmp/err")"; fi
+else
+    bad "gen-model for the context test: $(cat "$tmp/err")"
+fi
+
+# perplexity needs windows of at least 3 tokens to score anything
+printf 'one two three four five six seven eight nine ten\n' >"$tmp/text"
+expect_error "perplexity --ctx 2" "$bin" perplexity -m "$m" -f "$tmp/text" --ctx 2
+
+# chat: a line with a NUL byte is skipped with a message, not cut at the NUL
+printf 'Hi\000there\n' | "$bin" chat -m "$m" --chat-template chatml -n 2 --temp 0 -t 2 \
+    >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 0 ] && grep -q "NUL byte" "$tmp/err" && [ ! -s "$tmp/out" ]; then
+    ok "chat skips a line holding a NUL byte: $(cat "$tmp/err")"
+else
+    bad "chat with a NUL byte: rc $rc, out '$(cat "$tmp/out")', err '$(cat "$tmp/err")'"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

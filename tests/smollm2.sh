@@ -58,5 +58,18 @@ fi
 if [ $rc -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then ok "unknown chat template: $(cat "$tmp/err")"
 else bad "unknown chat template: rc $rc: $(cat "$tmp/err")"; fi
 
+# SmolLM2 with its last token removed from the tokenizer (49151 tokens, 49152 rows):
+# every command that computes logits refuses the file with one line
+cut=$tmp/smollm2-cut.gguf
+if "$BUILD/test_limits" --resize-vocab "$M" "$cut" 49151; then
+    expect_error "run, tokenizer one token short" "$bin" run -m "$cut" -p "Hello" -n 4 -t 2
+    echo "Hi" | expect_error "chat, tokenizer one token short" "$bin" chat -m "$cut" -n 4 -t 2
+    printf "%s\n" "The capital of France is Paris." >"$tmp/text"
+    expect_error "perplexity, tokenizer one token short" "$bin" perplexity -m "$cut" -f "$tmp/text" --ctx 4 -t 2
+else
+    bad "writing SmolLM2 with 49151 tokens"
+fi
+rm -f "$cut"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
