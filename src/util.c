@@ -72,6 +72,24 @@ void *al_aligned_alloc(size_t alignment, size_t n_bytes) {
 
 void al_aligned_free(void *p) { free(p); }
 
+/* calloc, not malloc + memset: a large calloc gets fresh pages from the kernel, which
+ * are zero already, so a big KV cache costs memory only as positions are written. The
+ * block calloc returned is kept in the word just before the aligned pointer. */
+void *al_aligned_calloc(size_t alignment, size_t n_bytes) {
+    if (alloc_should_fail()) return NULL;
+    size_t extra = alignment + sizeof(void *);
+    if (n_bytes > SIZE_MAX - extra) return NULL;
+    char *raw = calloc(1, n_bytes + extra);
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+void al_aligned_calloc_free(void *p) {
+    if (p) free(((void **)p)[-1]);
+}
+
 float al_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;

@@ -31,6 +31,10 @@ void *al_realloc(void *p, size_t n_bytes);
 void al_free(void *p);
 void *al_aligned_alloc(size_t alignment, size_t n_bytes); /* freed with al_aligned_free */
 void al_aligned_free(void *p);
+/* Zero-filled without touching the pages (alignment a power of two); freed with
+ * al_aligned_calloc_free. */
+void *al_aligned_calloc(size_t alignment, size_t n_bytes);
+void al_aligned_calloc_free(void *p);
 
 /* Test hook: the n-th allocation from now (1-based) fails; 0 disables. Returns the
  * number of allocations made since the last call. */

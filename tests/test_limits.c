@@ -1,6 +1,7 @@
 /* test_limits.c: files and requests that are valid on their face but ask for too much
  * or disagree with themselves: a tokenizer whose size differs from the embedding
- * table's rows, a context whose KV cache cannot fit in memory, a vocabulary made of
+ * table's rows, a context whose KV cache cannot fit in memory (and one that fits but
+ * is large, which must not be written up front), a vocabulary made of
  * user-defined tokens (matched in all text), whose tokenizing must stay fast.
  *
  * The test files are rewritten from shared ones with the GGUF writer. The same
@@ -172,6 +173,46 @@ static void test_ctx_memory(void) {
     al_model_destroy(m);
 }
 
+/* A large cache that fits is not written at creation: its pages cost memory only as
+ * positions are filled (they were zeroed eagerly, 2 GiB of RSS at once here). */
+static void test_ctx_lazy(void) {
+    const char *src = ref_model();
+    if (!src) {
+        TEST_SKIP("%s/models/ref/ref-llama-f32.gguf not found", test_shared_dir());
+        return;
+    }
+    al_model *m = NULL;
+    if (al_model_load(src, NULL, &m) != AL_OK) {
+        CHECK_MSG(0, "%s", al_last_error());
+        return;
+    }
+    const int n_ctx = 1 << 19;
+    uint64_t kv = model_kv_bytes(m, n_ctx);
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || kv + (1ull << 30) > (uint64_t)pages * (uint64_t)page) {
+        TEST_SKIP("a KV cache of %llu MiB leaves too little free memory here",
+                  (unsigned long long)(kv >> 20));
+        al_model_destroy(m);
+        return;
+    }
+    long rss0 = max_rss_kib();
+    al_context *c = NULL;
+    al_context_params cp = {.n_ctx = n_ctx};
+    al_status st = al_context_create(m, &cp, &c);
+    long grown = max_rss_kib() - rss0;
+    CHECK_MSG(st == AL_OK, "%s", al_last_error());
+    CHECK_MSG(grown < 128 * 1024, "a %llu MiB cache grew max RSS by %ld KiB at creation",
+              (unsigned long long)(kv >> 20), grown);
+    int32_t tok[2] = {1, 2};
+    float *logits = malloc(1024 * sizeof *logits);
+    CHECK(st != AL_OK || al_eval(c, tok, 2, logits, false) == AL_OK); /* and it works */
+    printf("  context of %d positions (%llu MiB of KV cache): max RSS +%ld KiB\n", n_ctx,
+           (unsigned long long)(kv >> 20), grown);
+    free(logits);
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
 /* ---- a vocabulary of user-defined tokens ------------------------------------------- */
 
 /* The literal procedure of llama.cpp, to check the fast matcher against: each user
@@ -284,6 +325,7 @@ int main(int argc, char **argv) {
     }
     TEST_RUN(test_vocab_rows);
     TEST_RUN(test_ctx_memory);
+    TEST_RUN(test_ctx_lazy);
     TEST_RUN(test_all_user_vocab);
     return test_finish();
 }

@@ -162,11 +162,10 @@ static al_status cpu_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows
         !al_mul_u64(n_bytes, sizeof(float), &n_bytes))
         return al_error(AL_ERR_ARG, "tensor of %lld x %lld floats is too large", (long long)n_cols,
                         (long long)n_rows);
-    void *p = al_aligned_alloc(64, n_bytes);
+    void *p = al_aligned_calloc(64, n_bytes); /* zero without touching every page */
     if (!p)
         return al_error(AL_ERR_NOMEM, "out of memory allocating %llu bytes",
                         (unsigned long long)n_bytes);
-    memset(p, 0, n_bytes);
     *out = (al_tensor){.type = AL_TYPE_F32,
                        .ne = {n_cols, n_rows},
                        .data = p,
@@ -177,7 +176,7 @@ static al_status cpu_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows
 static void cpu_tensor_free(al_backend *be, al_tensor *t) {
     (void)be;
     if (!t) return;
-    al_aligned_free(t->data);
+    al_aligned_calloc_free(t->data);
     memset(t, 0, sizeof *t);
 }
 
