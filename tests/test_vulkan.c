@@ -634,6 +634,35 @@ static void test_unsupported_type(void) {
     printf("  %s\n", al_last_error());
 }
 
+/* A weight whose one row exceeds a storage binding (128 MiB on lavapipe) is refused
+ * by weight_load, at load time; nothing of it is read. */
+static void test_row_too_wide(void) {
+    static uint8_t bytes[64];
+    al_tensor w = {.type = AL_TYPE_F32, .ne = {(int64_t)1 << 30, 2}, .data = bytes,
+                   .row_bytes = (uint64_t)4 << 30};
+    al_status st = g_vk->ops->weight_load(g_vk, &w);
+    CHECK(st == AL_ERR_UNSUPPORTED && strstr(al_last_error(), "exceeds"));
+    printf("  %s\n", al_last_error());
+}
+
+/* The load-time capability check: a shape like a real model passes; each limit of the
+ * shaders or the device is refused with a message naming it. */
+static void test_supports(void) {
+    const al_model_shape ok_shape = {.n_vocab = 32000, .n_embd = 2048, .n_ff = 8192,
+                                     .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_rot = 64,
+                                     .max_batch = 512, .logit_rows = 16};
+    CHECK(g_vk->ops->supports(g_vk, &ok_shape) == AL_OK);
+    al_model_shape s = ok_shape;
+    s.head_dim = 257;
+    CHECK(g_vk->ops->supports(g_vk, &s) == AL_ERR_UNSUPPORTED &&
+          strstr(al_last_error(), "head size 257"));
+    printf("  %s\n", al_last_error());
+    s = ok_shape;
+    s.n_ff = 1 << 20; /* 512 rows of it: 2 GiB, beyond any storage binding */
+    CHECK(g_vk->ops->supports(g_vk, &s) == AL_ERR_UNSUPPORTED && strstr(al_last_error(), "binding"));
+    printf("  %s\n", al_last_error());
+}
+
 static void test_no_loader(void) {
     setenv("ANYLLM_VK_LOADER", "/nonexistent/libvulkan.so.1", 1);
     al_backend *be = NULL;
@@ -703,6 +732,8 @@ static void run_suite(const char *label) {
     TEST_RUN(test_attention);
     TEST_RUN(test_elementwise);
     TEST_RUN(test_unsupported_type);
+    TEST_RUN(test_row_too_wide);
+    TEST_RUN(test_supports);
     TEST_RUN(check_validation);
 }
 

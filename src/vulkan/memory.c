@@ -327,9 +327,18 @@ static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_bu
 al_status vk_weight_load(al_backend *base, al_tensor *w) {
     vk_backend *be = (vk_backend *)base;
     if (be->s.failed) return al_error(be->s.failed, "%s", be->s.fail_msg);
+    if (!be->owns_shared) /* the shared weight list is written on the loading thread only */
+        return al_error(AL_ERR_ARG, "weights are loaded on the model's backend, not a context's");
     if (!vk_type_supported(w->type))
         return al_error(AL_ERR_UNSUPPORTED, "the Vulkan backend has no shaders for weights of "
                         "type %s (%u)", quant_type_name(w->type), w->type);
+    /* get_rows and matmul bind whole rows: one must fit a binding (checked here, at
+     * load, rather than failing the first evaluation) */
+    const vk_caps *c = &be->sh->d.caps;
+    if (w->row_bytes > c->max_range - c->align)
+        return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: a weight row of %llu bytes exceeds "
+                        "its %.0f MiB storage binding", c->name, (unsigned long long)w->row_bytes,
+                        (double)c->max_range / (1 << 20));
     double t0 = al_time_s();
     al_status st = AL_OK;
     if (w->ne[1] > 1) { /* a matrix: its matmul and get_rows pipelines, made now so a
