@@ -53,3 +53,18 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out) {
     return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:q8x2, vulkan, vulkan:N, auto)",
                     spec);
 }
+
+al_status backend_supports(al_backend *be, const al_model_shape *shape) {
+    return be->ops->supports ? be->ops->supports(be, shape) : AL_OK;
+}
+
+al_status backend_for_context(al_backend *be, al_backend **out) {
+    *out = be;
+    if (!be->ops->context_backend) return AL_OK;
+    *out = NULL;
+    return be->ops->context_backend(be, out);
+}
+
+void backend_context_release(al_backend *model_be, al_backend *context_be) {
+    if (context_be && context_be != model_be) context_be->ops->destroy(context_be);
+}

@@ -46,6 +46,14 @@ typedef struct al_attn_shape {
     int n_tokens;   /* new positions in this batch (its queries are causal) */
 } al_attn_shape;
 
+/* What a backend needs to know to say whether it can run a model (supports). */
+typedef struct al_model_shape {
+    int n_vocab, n_embd, n_ff;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int max_batch;  /* rows of activations a context holds at most (its n_batch) */
+    int logit_rows; /* rows of logits one output matmul computes */
+} al_model_shape;
+
 typedef struct al_backend al_backend;
 
 typedef struct al_backend_ops {
@@ -70,6 +78,17 @@ typedef struct al_backend_ops {
      * return nothing, so a GPU keeps its failure until this reports it. NULL when
      * ops cannot fail (the CPU). */
     al_status (*sync)(al_backend *be);
+    /* Whether be can run a model of this shape: AL_OK, or AL_ERR_UNSUPPORTED with a
+     * one-line message naming the limit (a shader's head size, a binding's size...).
+     * Called by al_model_load before the weights, so that a backend that cannot run
+     * the model is refused at load, where "auto" can still take the CPU. Weight types
+     * and sizes are checked by weight_load, also at load. NULL: every shape works. */
+    al_status (*supports)(al_backend *be, const al_model_shape *shape);
+    /* A backend object for one context of a model loaded on be: the same device and
+     * weights, but its own execution state (a GPU's command stream), so that threads
+     * with a context each can use one model at once (anyllm.h). Destroyed with
+     * destroy, before be. NULL when be itself can be shared by contexts. */
+    al_status (*context_backend)(al_backend *be, al_backend **out);
 
     /* out[i] = dequantized row ids[i] of table, for n ids. */
     void (*get_rows)(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
@@ -108,6 +127,14 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out);
  * (NULL = "cpu"). With "auto" a GPU that cannot be used is reported on stderr and the
  * CPU is used instead. */
 al_status backend_create(const char *spec, int n_threads, al_backend **out);
+
+/* be->ops->supports, or AL_OK when the backend has no limits to check. */
+al_status backend_supports(al_backend *be, const al_model_shape *shape);
+
+/* The backend a new context of a model on be uses: a fresh object from
+ * context_backend, or be itself; release it with backend_context_release. */
+al_status backend_for_context(al_backend *be, al_backend **out);
+void backend_context_release(al_backend *model_be, al_backend *context_be);
 
 /* A view of rows [row0, row0 + n_rows) of t. */
 static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {

@@ -292,18 +292,31 @@ static al_status load_weights(al_model *m) {
     return AL_OK;
 }
 
-/* Creates the backend and hands it the weights. With "auto", a GPU that cannot take
- * the weights (too little memory, a type it has no shaders for) gives way to the CPU,
- * which uses them from the mapping: the weights are bound afresh, since the GPU may
- * have replaced some with its own buffers before it failed. */
+/* Whether the backend can run this model's shape (backend.h: supports). */
+static al_status check_backend(const al_model *m) {
+    al_model_shape shape = {
+        .n_vocab = m->n_vocab, .n_embd = m->n_embd, .n_ff = m->n_ff, .n_head = m->n_head,
+        .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .n_rot = m->rope.n_rot,
+        .max_batch = 512, /* al_context_create's largest n_batch */
+        .logit_rows = LOGIT_ROWS,
+    };
+    return backend_supports(m->be, &shape);
+}
+
+/* Creates the backend, checks that it can run the model and hands it the weights.
+ * With "auto", a GPU that cannot run the model (a shader limit) or take the weights
+ * (too little memory, a type it has no shaders for) gives way to the CPU, which uses
+ * them from the mapping: the weights are bound afresh, since the GPU may have
+ * replaced some with its own buffers before it failed. */
 static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     al_status st = backend_create(p->backend, p->n_threads, &m->be);
     if (st != AL_OK) return st;
-    st = load_weights(m);
+    const bool runs = (st = check_backend(m)) == AL_OK;
+    if (runs) st = load_weights(m);
     const bool gpu = strcmp(m->be->ops->name, "cpu") != 0;
     if (st == AL_OK || !gpu || !p->backend || strcmp(p->backend, "auto")) return st;
-    fprintf(stderr, "anyllm: the GPU (%s) cannot take the weights (%s); using the CPU\n",
-            m->be->desc, al_last_error());
+    fprintf(stderr, "anyllm: the GPU (%s) cannot %s (%s); using the CPU\n", m->be->desc,
+            runs ? "take the weights" : "run this model", al_last_error());
     m->be->ops->destroy(m->be);
     m->be = NULL;
     al_free(m->layers);
@@ -515,7 +528,11 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     al_context *c = al_calloc(1, sizeof *c);
     if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
     c->m = m;
-    c->be = m->be;
+    al_status st = backend_for_context(m->be, &c->be); /* a GPU: the context's own stream */
+    if (st != AL_OK) {
+        al_free(c);
+        return st;
+    }
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < 512 ? n_ctx : 512;
     st = context_alloc(c);
@@ -539,6 +556,7 @@ void al_context_destroy(al_context *c) {
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
                             &c->logits};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++) ops->tensor_free(c->be, scratch[i]);
+    backend_context_release(c->m->be, c->be);
     al_free(c);
 }
 

@@ -12,17 +12,21 @@
  * (staging uploads, unmapped activations, staged reads) without subgroup arithmetic,
  * then with weights copied into host-visible memory. The Khronos validation layer is
  * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
+ * Two threads, each with its own context on one shared model, evaluate at once and
+ * must get the logits each gets alone (every context has its own command stream).
  * Failure paths: no loader, a device index that does not exist, an unsupported
  * weight type, "auto" with only a software device, a fence timeout.
  *
  * Without a Vulkan build or device, the program prints why and skips.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "anyllm.h"
 #include "backend.h"
+#include "model.h"
 #include "quant.h"
 #include "test.h"
 #include "util.h"
@@ -486,6 +490,129 @@ static void test_decode(void) {
     decode_model("ref-qwen2-Q8_0", 1e-3);
 }
 
+/* ---- two threads on one model ------------------------------------------------------------ */
+
+enum { MT_PROMPT = 8, MT_STEPS = 8, MT_ROUNDS = 3, MT_N = MT_PROMPT + MT_STEPS };
+
+/* One thread's work: its own context on the shared model, MT_ROUNDS times a prompt
+ * of MT_PROMPT tokens (all logits) then MT_STEPS single-token steps. */
+typedef struct mt_job {
+    al_model *m;
+    const int32_t *tok;  /* [MT_N] */
+    int n_vocab, rounds;
+    float *got;          /* [rounds][MT_N][n_vocab] */
+    al_status st;
+    char err[256];
+} mt_job;
+
+static void *mt_run(void *arg) {
+    mt_job *j = arg;
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = MT_N;
+    al_context *c = NULL;
+    j->st = al_context_create(j->m, &cp, &c);
+    for (int r = 0; j->st == AL_OK && r < j->rounds; r++) {
+        float *out = j->got + (size_t)r * MT_N * j->n_vocab;
+        al_context_reset(c);
+        j->st = al_eval(c, j->tok, MT_PROMPT, out, true);
+        for (int i = MT_PROMPT; j->st == AL_OK && i < MT_N; i++)
+            j->st = al_eval(c, &j->tok[i], 1, out + (size_t)i * j->n_vocab, false);
+    }
+    if (j->st != AL_OK) snprintf(j->err, sizeof j->err, "%s", al_last_error());
+    al_context_destroy(c);
+    return NULL;
+}
+
+/* Logits of both sequences on model path with backend spec, one thread after the
+ * other (one round each); false with a skip when the model cannot be loaded. */
+static bool mt_serial(const char *path, const char *spec, const int32_t *tok[2], int n_vocab,
+                      float *out[2]) {
+    al_model_params mp = al_model_default_params();
+    mp.backend = spec;
+    mp.n_threads = 2;
+    al_model *m = NULL;
+    if (al_model_load(path, &mp, &m) != AL_OK) return false;
+    for (int t = 0; t < 2; t++) {
+        mt_job j = {.m = m, .tok = tok[t], .n_vocab = n_vocab, .rounds = 1, .got = out[t]};
+        mt_run(&j);
+        CHECK_MSG(j.st == AL_OK, "%s, one thread: %s", spec, j.err);
+    }
+    al_model_destroy(m);
+    return true;
+}
+
+/* anyllm.h: a model may be shared by threads, one context per thread. Two threads
+ * evaluate different sequences on one Vulkan model at the same time, several rounds
+ * each; every round's logits must equal those of the same sequence evaluated alone on
+ * Vulkan, and agree with the CPU reference ops. (With one command buffer per model,
+ * this crashed in the driver.) */
+static void test_two_threads(void) {
+    char path[512];
+    int32_t seq[2][MT_N];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.ref.json", test_shared_dir());
+    if (read_ref_tokens(path, seq[0], MT_N) != MT_N) {
+        TEST_SKIP("no reference tokens in %s", path);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
+    int n_vocab = 0;
+    {
+        al_model *m = NULL;
+        if (al_model_load(path, NULL, &m) != AL_OK) {
+            TEST_SKIP("%s: %s", path, al_last_error());
+            return;
+        }
+        al_model_info mi;
+        al_model_get_info(m, &mi);
+        n_vocab = mi.n_vocab;
+        al_model_destroy(m);
+    }
+    for (int i = 0; i < MT_N; i++) seq[1][i] = (seq[0][MT_N - 1 - i] * 7 + 3) % n_vocab;
+    const int32_t *tok[2] = {seq[0], seq[1]};
+    size_t per = (size_t)MT_N * n_vocab;
+    float *cpu[2], *alone[2], *got[2];
+    for (int t = 0; t < 2; t++) {
+        cpu[t] = malloc(per * sizeof(float));
+        alone[t] = malloc(per * sizeof(float));
+        got[t] = malloc(MT_ROUNDS * per * sizeof(float));
+        AL_ASSERT(cpu[t] && alone[t] && got[t]);
+    }
+    CHECK(mt_serial(path, "cpu", tok, n_vocab, cpu));
+    CHECK(mt_serial(path, "vulkan", tok, n_vocab, alone));
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    CHECK(al_model_load(path, &mp, &m) == AL_OK);
+    mt_job jobs[2];
+    pthread_t th[2];
+    for (int t = 0; m && t < 2; t++) {
+        jobs[t] = (mt_job){.m = m, .tok = tok[t], .n_vocab = n_vocab, .rounds = MT_ROUNDS,
+                           .got = got[t]};
+        CHECK(pthread_create(&th[t], NULL, mt_run, &jobs[t]) == 0);
+    }
+    for (int t = 0; m && t < 2; t++) pthread_join(th[t], NULL);
+    double worst_alone = 0, worst_cpu = 0;
+    for (int t = 0; m && t < 2; t++) {
+        CHECK_MSG(jobs[t].st == AL_OK, "thread %d: %s", t, jobs[t].err);
+        for (int r = 0; r < MT_ROUNDS; r++) {
+            double a = nmse(got[t] + r * per, alone[t], per), c = nmse(got[t] + r * per, cpu[t], per);
+            worst_alone = a > worst_alone ? a : worst_alone;
+            worst_cpu = c > worst_cpu ? c : worst_cpu;
+        }
+    }
+    /* the same commands on the same device: equal up to float noise, while a mix-up
+     * of the two sequences' state gives NMSE of order 1 */
+    CHECK_MSG(worst_alone <= 1e-9 && worst_cpu <= 1e-3,
+              "two threads: NMSE %g against one thread, %g against the CPU", worst_alone, worst_cpu);
+    printf("  two threads x %d rounds: NMSE %.2e against one thread, %.2e against the CPU "
+           "reference ops\n", MT_ROUNDS, worst_alone, worst_cpu);
+    vk_backend_stats s;
+    if (m && vk_backend_get_stats(model_backend(m), &s))
+        CHECK_MSG(s.n_validation == 0, "two threads: %d validation messages", s.n_validation);
+    al_model_destroy(m);
+    for (int t = 0; t < 2; t++) free(cpu[t]), free(alone[t]), free(got[t]);
+}
+
 /* ---- configuration and failures ---------------------------------------------------------- */
 
 static void check_validation(void) {
@@ -504,6 +631,35 @@ static void test_unsupported_type(void) {
                    .row_bytes = 66};
     al_status st = g_vk->ops->weight_load(g_vk, &w);
     CHECK(st == AL_ERR_UNSUPPORTED);
+    printf("  %s\n", al_last_error());
+}
+
+/* A weight whose one row exceeds a storage binding (128 MiB on lavapipe) is refused
+ * by weight_load, at load time; nothing of it is read. */
+static void test_row_too_wide(void) {
+    static uint8_t bytes[64];
+    al_tensor w = {.type = AL_TYPE_F32, .ne = {(int64_t)1 << 30, 2}, .data = bytes,
+                   .row_bytes = (uint64_t)4 << 30};
+    al_status st = g_vk->ops->weight_load(g_vk, &w);
+    CHECK(st == AL_ERR_UNSUPPORTED && strstr(al_last_error(), "exceeds"));
+    printf("  %s\n", al_last_error());
+}
+
+/* The load-time capability check: a shape like a real model passes; each limit of the
+ * shaders or the device is refused with a message naming it. */
+static void test_supports(void) {
+    const al_model_shape ok_shape = {.n_vocab = 32000, .n_embd = 2048, .n_ff = 8192,
+                                     .n_head = 32, .n_head_kv = 8, .head_dim = 64, .n_rot = 64,
+                                     .max_batch = 512, .logit_rows = 16};
+    CHECK(g_vk->ops->supports(g_vk, &ok_shape) == AL_OK);
+    al_model_shape s = ok_shape;
+    s.head_dim = 257;
+    CHECK(g_vk->ops->supports(g_vk, &s) == AL_ERR_UNSUPPORTED &&
+          strstr(al_last_error(), "head size 257"));
+    printf("  %s\n", al_last_error());
+    s = ok_shape;
+    s.n_ff = 1 << 20; /* 512 rows of it: 2 GiB, beyond any storage binding */
+    CHECK(g_vk->ops->supports(g_vk, &s) == AL_ERR_UNSUPPORTED && strstr(al_last_error(), "binding"));
     printf("  %s\n", al_last_error());
 }
 
@@ -576,6 +732,8 @@ static void run_suite(const char *label) {
     TEST_RUN(test_attention);
     TEST_RUN(test_elementwise);
     TEST_RUN(test_unsupported_type);
+    TEST_RUN(test_row_too_wide);
+    TEST_RUN(test_supports);
     TEST_RUN(check_validation);
 }
 
@@ -613,6 +771,7 @@ int main(void) {
     run_suite("defaults");
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
+    TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);
     TEST_RUN(test_bad_index);
     TEST_RUN(test_auto_skips_software);
@@ -623,6 +782,7 @@ int main(void) {
     if (create_vk()) {
         run_suite("as a discrete GPU, no subgroup arithmetic");
         TEST_RUN(test_decode);
+        TEST_RUN(test_two_threads); /* staged reads: each stream its own staging buffer */
         destroy_vk();
     }
     unsetenv("ANYLLM_VK_PRETEND_DISCRETE");

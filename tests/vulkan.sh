@@ -8,6 +8,8 @@
 #   - Vulkan absent (no driver: VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere; no
 #     loader): --backend vulkan fails with one line, --backend auto falls back to the
 #     CPU, says so, and still gets the reference logits
+#   - a model beyond a shader's limit (head size > 256) is refused at load by
+#     --backend vulkan in one line, and --backend auto runs it on the CPU
 # The op-by-op comparison with the CPU reference is build/test_vulkan (in the unit
 # tests). Skips, saying why, when the build has no Vulkan backend or the machine no
 # Vulkan device.
@@ -122,5 +124,41 @@ if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
     ok "weights too large for the GPU: --backend vulkan fails: $(cat "$tmp/err")"
 else
     bad "weights too large for the GPU: --backend vulkan: exit $rc"; cat "$tmp/err"
+fi
+
+# a model beyond a shader's limit (head size 512; attention.comp takes 256): refused at
+# load with one line naming the limit, before any output (`run` printed the prompt
+# first, when the limit was found at the first evaluation); `info` says it is not
+# runnable; `auto` (allowed to take lavapipe) falls back to the CPU, which runs it
+hd=$tmp/head512.gguf
+if "$bin" gen-model "$hd" --arch llama --dim 512 --layers 1 --heads 1 --kv-heads 1 --ffn 64 \
+        --vocab 300 --type F16 -t 1 >/dev/null 2>"$tmp/err"; then
+    limit="head size 512 exceeds the 256"
+    "$bin" run -m "$hd" -p "ab c" -n 2 --backend vulkan >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+            [ ! -s "$tmp/out" ] && grep -q "$limit" "$tmp/err"; then
+        ok "head size 512: run --backend vulkan fails at load: $(cat "$tmp/err")"
+    else
+        bad "head size 512: run --backend vulkan: exit $rc, stdout '$(cat "$tmp/out")'"
+        cat "$tmp/err"
+    fi
+    "$bin" info -m "$hd" --backend vulkan >"$tmp/out" 2>&1
+    if grep -q "^runnable  *no: .*$limit" "$tmp/out"; then
+        ok "head size 512: info --backend vulkan: $(grep '^runnable' "$tmp/out")"
+    else
+        bad "head size 512: info --backend vulkan does not say it is not runnable"
+        grep -E "^(runnable|backend)" "$tmp/out"
+    fi
+    "$bin" logits -m "$hd" --tokens 1,2,3,4,5 --out "$tmp/hd_cpu.f32" --backend cpu 2>"$tmp/err"
+    ANYLLM_VK_AUTO_SOFTWARE=1 "$bin" logits -m "$hd" --tokens 1,2,3,4,5 --out "$tmp/hd_auto.f32" \
+        --backend auto 2>"$tmp/err"; rc=$?
+    if [ $rc -eq 0 ] && cmp -s "$tmp/hd_auto.f32" "$tmp/hd_cpu.f32" &&
+            grep -q "cannot run this model.*head size 512.*using the CPU" "$tmp/err"; then
+        ok "head size 512: --backend auto falls back, logits equal to --backend cpu: $(cat "$tmp/err")"
+    else
+        bad "head size 512: --backend auto: exit $rc"; cat "$tmp/err"
+    fi
+else
+    bad "gen-model of a head-size-512 model failed"; cat "$tmp/err"
 fi
 finish

@@ -382,10 +382,15 @@ al_status vk_device_open(vk_device *d) {
 #undef CHECK_DEVICE
     if (!d->fn.vkGetMemoryHostPointerPropertiesEXT) c->host_import = false;
     d->fn.vkGetDeviceQueue(d->dev, fam, 0, &d->queue);
+    if (pthread_mutex_init(&d->queue_lock, NULL) != 0)
+        return al_error(AL_ERR_NOMEM, "cannot create the queue lock");
+    d->has_queue_lock = true;
     return AL_OK;
 }
 
 void vk_device_close(vk_device *d) {
+    if (d->has_queue_lock) pthread_mutex_destroy(&d->queue_lock);
+    d->has_queue_lock = false;
     if (d->dev) d->fn.vkDestroyDevice(d->dev, NULL);
     d->dev = VK_NULL_HANDLE;
     if (d->messenger && d->fn.vkDestroyDebugUtilsMessengerEXT)

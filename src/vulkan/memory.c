@@ -196,23 +196,23 @@ al_status vk_tensor_alloc(al_backend *base, int64_t n_cols, int64_t n_rows, al_t
         !al_mul_u64(n_bytes, sizeof(float), &n_bytes))
         return al_error(AL_ERR_ARG, "tensor of %lld x %lld floats is too large",
                         (long long)n_cols, (long long)n_rows);
-    if (be->failed) return al_error(be->failed, "%s", be->fail_msg);
-    if (n_bytes > be->d.caps.max_range)
+    if (be->s.failed) return al_error(be->s.failed, "%s", be->s.fail_msg);
+    if (n_bytes > be->sh->d.caps.max_range)
         return al_error(AL_ERR_UNSUPPORTED, "a tensor of %.1f MiB exceeds the %.0f MiB that %s "
                         "binds at once", (double)n_bytes / (1 << 20),
-                        (double)be->d.caps.max_range / (1 << 20), be->d.caps.name);
+                        (double)be->sh->d.caps.max_range / (1 << 20), be->sh->d.caps.name);
     vk_buf *b;
-    al_status st = vk_buf_create(&be->d, n_bytes, VK_BUF_DEVICE, &b);
+    al_status st = vk_buf_create(&be->sh->d, n_bytes, VK_BUF_DEVICE, &b);
     if (st != AL_OK) return st;
     if (b->mapped) {
         memset(b->mapped, 0, n_bytes);
     } else {
         if (!vk_begin(be, 0, 0)) {
-            vk_buf_destroy(&be->d, b);
-            return al_error(be->failed, "%s", be->fail_msg);
+            vk_buf_destroy(&be->sh->d, b);
+            return al_error(be->s.failed, "%s", be->s.fail_msg);
         }
         vk_hazard(be, b, true);
-        be->d.fn.vkCmdFillBuffer(be->cmd, b->buffer, 0, VK_WHOLE_SIZE, 0);
+        be->sh->d.fn.vkCmdFillBuffer(be->s.cmd, b->buffer, 0, VK_WHOLE_SIZE, 0);
     }
     *out = (al_tensor){.type = AL_TYPE_F32, .ne = {n_cols, n_rows}, .data = b,
                        .row_bytes = (uint64_t)n_cols * sizeof(float)};
@@ -223,13 +223,13 @@ void vk_tensor_free(al_backend *base, al_tensor *t) {
     vk_backend *be = (vk_backend *)base;
     if (!t || !t->data) return;
     vk_submit_wait(be); /* commands recorded so far may use it */
-    if (!be->in_flight) vk_buf_destroy(&be->d, t->data); /* else the GPU may still use it */
+    if (!be->s.in_flight) vk_buf_destroy(&be->sh->d, t->data); /* else the GPU may still use it */
     memset(t, 0, sizeof *t);
 }
 
 static al_status ensure_staging(vk_backend *be) {
-    if (be->staging) return AL_OK;
-    return vk_buf_create(&be->d, STAGING_BYTES, VK_BUF_HOST, &be->staging);
+    if (be->s.staging) return AL_OK;
+    return vk_buf_create(&be->sh->d, STAGING_BYTES, VK_BUF_HOST, &be->s.staging);
 }
 
 void vk_tensor_read(al_backend *base, const al_tensor *t, void *dst, uint64_t n_bytes) {
@@ -245,14 +245,14 @@ void vk_tensor_read(al_backend *base, const al_tensor *t, void *dst, uint64_t n_
         uint64_t n = n_bytes - done < STAGING_BYTES ? n_bytes - done : STAGING_BYTES;
         if (!vk_begin(be, 0, 0)) break;
         vk_hazard(be, b, false);
-        vk_hazard(be, be->staging, true);
+        vk_hazard(be, be->s.staging, true);
         VkBufferCopy region = {.srcOffset = t->offset + done, .dstOffset = 0, .size = n};
-        be->d.fn.vkCmdCopyBuffer(be->cmd, b->buffer, be->staging->buffer, 1, &region);
+        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, b->buffer, be->s.staging->buffer, 1, &region);
         if ((st = vk_submit_wait(be)) == AL_OK)
-            memcpy((char *)dst + done, be->staging->mapped, n);
+            memcpy((char *)dst + done, be->s.staging->mapped, n);
     }
     /* a failed read leaves NaNs, never stale numbers; `sync` reports the failure */
-    if (be->failed)
+    if (be->s.failed)
         for (uint64_t i = 0; i + sizeof(float) <= n_bytes; i += sizeof(float))
             memcpy((char *)dst + i, &(float){NAN}, sizeof(float));
 }
@@ -260,14 +260,14 @@ void vk_tensor_read(al_backend *base, const al_tensor *t, void *dst, uint64_t n_
 /* ---- weights ----------------------------------------------------------------------------- */
 
 static al_status keep_weight(vk_backend *be, vk_buf *b) {
-    if (be->n_weights == be->cap_weights) {
-        int cap = be->cap_weights ? 2 * be->cap_weights : 64;
-        vk_buf **w = al_realloc(be->weights, (size_t)cap * sizeof *w);
+    if (be->sh->n_weights == be->sh->cap_weights) {
+        int cap = be->sh->cap_weights ? 2 * be->sh->cap_weights : 64;
+        vk_buf **w = al_realloc(be->sh->weights, (size_t)cap * sizeof *w);
         if (!w) return al_error(AL_ERR_NOMEM, "out of memory");
-        be->weights = w;
-        be->cap_weights = cap;
+        be->sh->weights = w;
+        be->sh->cap_weights = cap;
     }
-    be->weights[be->n_weights++] = b;
+    be->sh->weights[be->sh->n_weights++] = b;
     return AL_OK;
 }
 
@@ -275,8 +275,8 @@ static al_status keep_weight(vk_backend *be, vk_buf *b) {
  * (neighbouring small tensors share pages) reuses it. */
 static al_status import_weight(vk_backend *be, const char *host, uint64_t n, vk_buf **out,
                                uint64_t *offset) {
-    if (be->n_weights > 0) {
-        vk_buf *last = be->weights[be->n_weights - 1];
+    if (be->sh->n_weights > 0) {
+        vk_buf *last = be->sh->weights[be->sh->n_weights - 1];
         const char *base = last->host_base;
         if (last->kind == VK_BUF_IMPORTED && host >= base && host + n <= base + last->size) {
             *out = last;
@@ -284,10 +284,10 @@ static al_status import_weight(vk_backend *be, const char *host, uint64_t n, vk_
             return AL_OK;
         }
     }
-    uint64_t a = be->d.caps.import_align;
+    uint64_t a = be->sh->d.caps.import_align;
     uintptr_t start = (uintptr_t)host & ~(uintptr_t)(a - 1);
     uintptr_t end = ((uintptr_t)host + n + a - 1) & ~(uintptr_t)(a - 1);
-    al_status st = vk_buf_import(&be->d, (void *)start, end - start, out);
+    al_status st = vk_buf_import(&be->sh->d, (void *)start, end - start, out);
     if (st != AL_OK) return st;
     *offset = (uintptr_t)host - start;
     return keep_weight(be, *out);
@@ -299,12 +299,12 @@ static al_status upload(vk_backend *be, vk_buf *b, const char *host, uint64_t n)
     al_status st = ensure_staging(be);
     for (uint64_t done = 0; st == AL_OK && done < n; done += STAGING_BYTES) {
         uint64_t len = n - done < STAGING_BYTES ? n - done : STAGING_BYTES;
-        memcpy(be->staging->mapped, host + done, len);
-        if (!vk_begin(be, 0, 0)) return be->failed;
-        vk_hazard(be, be->staging, false);
+        memcpy(be->s.staging->mapped, host + done, len);
+        if (!vk_begin(be, 0, 0)) return be->s.failed;
+        vk_hazard(be, be->s.staging, false);
         vk_hazard(be, b, true);
         VkBufferCopy region = {.srcOffset = 0, .dstOffset = done, .size = len};
-        be->d.fn.vkCmdCopyBuffer(be->cmd, be->staging->buffer, b->buffer, 1, &region);
+        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, be->s.staging->buffer, b->buffer, 1, &region);
         st = vk_submit_wait(be);
     }
     return st;
@@ -312,52 +312,64 @@ static al_status upload(vk_backend *be, vk_buf *b, const char *host, uint64_t n)
 
 /* A copy of the weight in device memory (staging) or mapped device memory (host). */
 static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_buf **out) {
-    al_status st = vk_buf_create(&be->d, n, VK_BUF_DEVICE, out);
+    al_status st = vk_buf_create(&be->sh->d, n, VK_BUF_DEVICE, out);
     if (st != AL_OK) return st;
-    if ((*out)->mapped && be->weight_mode != VK_WEIGHTS_STAGING)
+    if ((*out)->mapped && be->sh->weight_mode != VK_WEIGHTS_STAGING)
         memcpy((*out)->mapped, host, n);
     else
         st = upload(be, *out, host, n);
     if (st == AL_OK) st = keep_weight(be, *out);
-    if (st != AL_OK) vk_buf_destroy(&be->d, *out);
+    if (st != AL_OK) vk_buf_destroy(&be->sh->d, *out);
     be->base.n_bytes_copied += st == AL_OK ? n : 0;
     return st;
 }
 
 al_status vk_weight_load(al_backend *base, al_tensor *w) {
     vk_backend *be = (vk_backend *)base;
-    if (be->failed) return al_error(be->failed, "%s", be->fail_msg);
+    if (be->s.failed) return al_error(be->s.failed, "%s", be->s.fail_msg);
+    if (!be->owns_shared) /* the shared weight list is written on the loading thread only */
+        return al_error(AL_ERR_ARG, "weights are loaded on the model's backend, not a context's");
     if (!vk_type_supported(w->type))
         return al_error(AL_ERR_UNSUPPORTED, "the Vulkan backend has no shaders for weights of "
                         "type %s (%u)", quant_type_name(w->type), w->type);
+    /* get_rows and matmul bind whole rows: one must fit a binding (checked here, at
+     * load, rather than failing the first evaluation) */
+    const vk_caps *c = &be->sh->d.caps;
+    if (w->row_bytes > c->max_range - c->align)
+        return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: a weight row of %llu bytes exceeds "
+                        "its %.0f MiB storage binding", c->name, (unsigned long long)w->row_bytes,
+                        (double)c->max_range / (1 << 20));
     double t0 = al_time_s();
     al_status st = AL_OK;
     if (w->ne[1] > 1) { /* a matrix: its matmul and get_rows pipelines, made now so a
                            failure is reported at load time */
         const vk_pipeline *p;
-        if (be->pl.tune.cpu_rows)
-            st = vk_pipeline_get(&be->d, &be->pl, VK_OP_MATMUL_ROWS, w->type, 0, &p);
-        else if ((st = vk_pipeline_get(&be->d, &be->pl, VK_OP_MATVEC, w->type, 0, &p)) == AL_OK)
-            st = vk_pipeline_get(&be->d, &be->pl, VK_OP_MATMUL, w->type, 0, &p);
-        if (st != AL_OK || (st = vk_pipeline_get(&be->d, &be->pl, VK_OP_GET_ROWS, w->type, 0, &p)))
+        vk_device *d = &be->sh->d;
+        vk_pipelines *pl = &be->sh->pl;
+        if (pl->tune.cpu_rows)
+            st = vk_pipeline_get(d, pl, VK_OP_MATMUL_ROWS, w->type, 0, &p);
+        else if ((st = vk_pipeline_get(d, pl, VK_OP_MATVEC, w->type, 0, &p)) == AL_OK)
+            st = vk_pipeline_get(d, pl, VK_OP_MATMUL, w->type, 0, &p);
+        if (st != AL_OK || (st = vk_pipeline_get(d, pl, VK_OP_GET_ROWS, w->type, 0, &p)))
             return st;
     }
     const char *host = (const char *)w->data + w->offset;
     uint64_t n = w->row_bytes * (uint64_t)w->ne[1], offset = 0;
-    if (be->max_weight_bytes && be->bytes_imported + be->base.n_bytes_copied + n > be->max_weight_bytes)
+    const uint64_t max = be->sh->max_weight_bytes;
+    if (max && be->sh->bytes_imported + be->base.n_bytes_copied + n > max)
         return al_error(AL_ERR_NOMEM, "out of device memory for the weights (a limit of %llu "
                         "bytes, ANYLLM_VK_MAX_WEIGHT_BYTES)",
-                        (unsigned long long)be->max_weight_bytes);
+                        (unsigned long long)max);
     vk_buf *b = NULL;
-    if (be->weight_mode == VK_WEIGHTS_IMPORT) {
+    if (be->sh->weight_mode == VK_WEIGHTS_IMPORT) {
         st = import_weight(be, host, n, &b, &offset);
-        if (st == AL_OK) be->bytes_imported += n;
+        if (st == AL_OK) be->sh->bytes_imported += n;
     }
     if (!b) { /* not importing, or this range could not be imported */
         offset = 0;
         st = copy_weight(be, host, n, &b);
     }
-    be->load_s += al_time_s() - t0;
+    be->sh->load_s += al_time_s() - t0;
     if (st != AL_OK) return st;
     w->data = b;
     w->offset = offset;
@@ -365,8 +377,8 @@ al_status vk_weight_load(al_backend *base, al_tensor *w) {
 }
 
 void vk_weights_destroy(vk_backend *be) {
-    for (int i = 0; i < be->n_weights; i++) vk_buf_destroy(&be->d, be->weights[i]);
-    al_free(be->weights);
-    be->weights = NULL;
-    be->n_weights = be->cap_weights = 0;
+    for (int i = 0; i < be->sh->n_weights; i++) vk_buf_destroy(&be->sh->d, be->sh->weights[i]);
+    al_free(be->sh->weights);
+    be->sh->weights = NULL;
+    be->sh->n_weights = be->sh->cap_weights = 0;
 }

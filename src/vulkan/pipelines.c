@@ -157,6 +157,9 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
 
 al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
     memset(pl, 0, sizeof *pl);
+    if (pthread_mutex_init(&pl->lock, NULL) != 0)
+        return al_error(AL_ERR_NOMEM, "cannot create the pipeline lock");
+    pl->has_lock = true;
     pl->tune = default_tuning(&d->caps);
     al_status st = apply_tuning(&pl->tune, getenv("ANYLLM_VK_TUNE"));
     if (st == AL_OK) st = check_tuning(&pl->tune, &d->caps);
@@ -276,8 +279,8 @@ static al_status create_pipeline(vk_device *d, vk_pipelines *pl, vk_op op, int v
     return AL_OK;
 }
 
-al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t type, int variant,
-                          const vk_pipeline **out) {
+static al_status pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t type,
+                              int variant, const vk_pipeline **out) {
     AL_ASSERT(op < VK_OP_COUNT && variant >= 0 && variant < VK_VARIANTS);
     uint32_t slot = g_ops[op].typed ? type : 0;
     if (slot >= AL_TYPE_COUNT) slot = 0;
@@ -299,7 +302,20 @@ al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t typ
     return create_pipeline(d, pl, op, variant, spv, p);
 }
 
+/* Under the lock: two contexts' threads may ask for the same missing pipeline, and a
+ * reader must not see a half-written entry. Uncontended, it costs far less than the
+ * dispatch it precedes. */
+al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t type, int variant,
+                          const vk_pipeline **out) {
+    pthread_mutex_lock(&pl->lock);
+    al_status st = pipeline_get(d, pl, op, type, variant, out);
+    pthread_mutex_unlock(&pl->lock);
+    return st;
+}
+
 void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl) {
+    if (pl->has_lock) pthread_mutex_destroy(&pl->lock);
+    pl->has_lock = false;
     if (!d->dev) return;
     for (int op = 0; op < VK_OP_COUNT; op++)
         for (int t = 0; t < AL_TYPE_COUNT; t++)

@@ -6,9 +6,13 @@
  *   memory.c     buffers: device-local, host-visible, imported host memory; weight
  *                upload (import, staging copy or host copy); tensor storage
  *   pipelines.c  the embedded SPIR-V, layouts, compute pipelines and their sizes
- *   ops.c        recording: one command buffer per forward pass, barriers from
- *                tracked hazards, descriptor sets, submit and wait; every op
- *   vk_backend.c the al_backend_ops table, the backend object, reports
+ *   stream.c     the command stream: one command buffer per forward pass, barriers
+ *                from tracked hazards, descriptor pool, upload arena, submit and
+ *                wait; one stream per backend object, so one per context
+ *   ops.c        every op, recorded into the calling backend's stream
+ *   vk_backend.c the al_backend_ops table, the backend objects (the model's, which
+ *                owns the device and weights, and one per context), load-time
+ *                capability checks, reports
  *   push.h       the push-constant blocks the shaders mirror
  *   shaders/     one .comp per op; dequant.glsl reads every weight type
  *
@@ -16,14 +20,22 @@
  * point is fetched through vkGetInstanceProcAddr / vkGetDeviceProcAddr into vk_fns,
  * so the same binary runs where Vulkan is absent.
  *
- * Errors inside the ops (which return nothing, see backend.h) are kept in the backend
+ * Errors inside the ops (which return nothing, see backend.h) are kept in the stream
  * as a sticky status: the first failure is remembered, later ops are skipped, and
  * the `sync` op returns it.
+ *
+ * Threads: a model's backend and its contexts' backends share one vk_shared (device,
+ * pipelines, weights) and each has its own vk_stream, so contexts on different
+ * threads record and submit independently. What they share is either read-only after
+ * load or guarded: the queue (vk_device.queue_lock: vkQueueSubmit needs external
+ * synchronization), the lazily made pipelines (vk_pipelines.lock), the counters
+ * (atomics).
  */
 #ifndef AL_VK_H
 #define AL_VK_H
 
 #define VK_NO_PROTOTYPES
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -117,6 +129,8 @@ typedef struct vk_device {
     VkDevice dev;
     VkQueue queue;
     uint32_t queue_family;
+    pthread_mutex_t queue_lock; /* held around vkQueueSubmit: streams of many threads */
+    bool has_queue_lock;
 } vk_device;
 
 /* Opens the loader and creates an instance. With ANYLLM_VK_VALIDATION=1 the Khronos
@@ -199,6 +213,8 @@ typedef struct vk_pipelines {
     VkPipelineLayout layout[VK_OP_COUNT];
     /* untyped ops use [op][0]; the weight ops are indexed by al_type */
     vk_pipeline pipe[VK_OP_COUNT][AL_TYPE_COUNT][VK_VARIANTS];
+    pthread_mutex_t lock; /* pipelines are made on first use, by any context's thread */
+    bool has_lock;
 } vk_pipelines;
 
 /* Layouts and tuning; pipelines are made on first use by vk_pipeline_get. */
@@ -223,15 +239,34 @@ typedef enum vk_weight_mode {
     VK_WEIGHTS_STAGING, /* discrete: copy through a staging buffer to device-local memory */
 } vk_weight_mode;
 
-enum { VK_MAX_HAZARDS = 16 };
-
-struct vk_backend {
-    al_backend base;
+/* What one model's backends share: the device, the pipelines and the weights. Made
+ * by vk_backend_create, destroyed with that backend (the model's) after every
+ * context's backend is gone. Read-only while contexts run, except the counters and
+ * what the locks of vk_device and vk_pipelines guard. */
+typedef struct vk_shared {
     vk_device d;
     vk_pipelines pl;
     vk_weight_mode weight_mode;
-    uint64_t timeout_ns;          /* fence waits give up after this */
+    /* buffers made by weight_load (at load time, on one thread), freed with the model */
+    vk_buf **weights;
+    int n_weights, cap_weights;
+    uint64_t max_weight_bytes; /* tests (ANYLLM_VK_MAX_WEIGHT_BYTES): a device this small;
+                                * 0 = no limit */
+    atomic_bool in_flight;     /* a stream timed out: the device may still run its work,
+                                * so device, pipelines and weights are never destroyed */
+    /* for reports */
+    uint64_t bytes_imported;   /* copied bytes: the model backend's base.n_bytes_copied */
+    double load_s;
+    _Atomic uint64_t n_submits, n_dispatches; /* over every stream */
+} vk_shared;
 
+enum { VK_MAX_HAZARDS = 16 };
+
+/* A command stream (stream.c): everything needed to record and submit work, owned by
+ * one backend object, so that two contexts on two threads never touch the same
+ * command buffer, descriptor pool, hazard list or scratch. The model's backend has
+ * one (weight uploads, the op tests) and every context's backend has its own. */
+typedef struct vk_stream {
     /* recording: one command buffer, submitted when the host needs results */
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;
@@ -240,7 +275,8 @@ struct vk_backend {
     uint32_t n_sets;              /* descriptor sets taken from desc_pool */
     bool recording;
     bool in_flight;               /* a submission timed out: its resources stay alive */
-    /* buffers read / written since the last barrier (see ops.c: hazards) */
+    uint64_t timeout_ns;          /* fence waits give up after this */
+    /* buffers read / written since the last barrier (see stream.c: hazards) */
     VkBuffer reads[VK_MAX_HAZARDS], writes[VK_MAX_HAZARDS];
     int n_reads, n_writes;
 
@@ -252,43 +288,47 @@ struct vk_backend {
     vk_buf *staging;              /* weight upload and read-back on discrete devices */
     vk_buf *scratch;              /* matmul_rows: inputs packed in uniform-buffer slices */
 
-    /* buffers made by weight_load, freed with the backend */
-    vk_buf **weights;
-    int n_weights, cap_weights;
-
-    al_status failed;             /* sticky: the first failure of an op */
+    al_status failed;             /* sticky: the first failure of an op on this stream */
     char fail_msg[256];
+} vk_stream;
 
-    uint64_t max_weight_bytes; /* tests (ANYLLM_VK_MAX_WEIGHT_BYTES): a device this small;
-                                * 0 = no limit */
-
-    /* for reports */
-    uint64_t bytes_imported; /* copied bytes: base.n_bytes_copied */
-    double load_s;
-    uint64_t n_submits, n_dispatches;
+/* The object behind al_backend: the model's (owns sh) or a context's (borrows it). */
+struct vk_backend {
+    al_backend base;
+    vk_shared *sh;
+    bool owns_shared;
+    vk_stream s;
 };
 
-/* Records the first failure (later ones are dropped) and returns its status. */
+/* Records the first failure of be's stream (later ones are dropped) and returns its
+ * status. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
 al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...);
 
-/* ---- recording (ops.c) ------------------------------------------------------------ */
+/* ---- the command stream (stream.c) ------------------------------------------------ */
 
+/* Creates be's stream on be->sh's device (ANYLLM_VK_TIMEOUT_MS sets its timeout). */
+al_status vk_stream_init(vk_backend *be);
+/* Frees the stream's objects unless a submission of it timed out. */
+void vk_stream_destroy(vk_backend *be);
 /* Makes room for n_dispatch dispatches and upload_bytes of uploads in the current
  * command buffer (submitting the full one first) and starts recording. false if the
- * backend has failed. */
+ * stream has failed. */
 bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes);
 /* Ends, submits and waits for the command buffer, if one is recording. */
 al_status vk_submit_wait(vk_backend *be);
 /* Declares that the next command reads (write = false) or writes buf, inserting a
  * barrier first if an earlier command since the last barrier conflicts. */
 void vk_hazard(vk_backend *be, const vk_buf *buf, bool write);
-void vk_ops_destroy(vk_backend *be);
+/* Counts a recorded dispatch, for reports. */
+void vk_count_dispatch(vk_backend *be);
+
+/* ---- recording (ops.c) ------------------------------------------------------------ */
+
 /* The scratch of matmul_rows (CPU devices) for rows of up to max_cols inputs. */
 al_status vk_scratch_reserve(vk_backend *be, int64_t max_cols, int64_t max_ctx);
-al_status vk_ops_init(vk_backend *be);
 
 void vk_op_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
                     al_tensor *out);

@@ -1,4 +1,10 @@
-/* vk_backend.c: the Vulkan backend object: creation, the op table, reports.
+/* vk_backend.c: the Vulkan backend objects: creation, the op table, capability
+ * checks, reports.
+ *
+ * A model has one backend object, which owns the shared part (vk.h: vk_shared: the
+ * device, pipelines and weights), and each of its contexts gets its own object
+ * (context_backend) that borrows the shared part and has its own command stream, so
+ * that contexts on different threads run at the same time.
  *
  * Creation walks loader -> instance -> device -> layouts -> command objects ->
  * the pipelines of the untyped ops, and any failure on the way unwinds through
@@ -14,21 +20,33 @@
 
 /* ---- destroy ------------------------------------------------------------------------- */
 
+/* The model's half: weights, pipelines, device. After a timeout on any stream the
+ * device may still run those commands: leave everything be (leaked) rather than
+ * destroy objects in use. */
+static void destroy_shared(vk_backend *be) {
+    vk_shared *sh = be->sh;
+    bool busy = atomic_load(&sh->in_flight);
+    if (sh->d.dev && !busy) {
+        vk_weights_destroy(be);
+        vk_pipelines_destroy(&sh->d, &sh->pl);
+    }
+    int n_val = atomic_load(&sh->d.n_validation);
+    if (sh->d.caps.debug_utils && sh->d.dev)
+        fprintf(stderr, "anyllm: vulkan validation: %d messages\n", n_val);
+    if (busy) return;
+    vk_device_close(&sh->d);
+    al_free(sh);
+}
+
+/* A context's backend goes before its model's, which owns what they share. */
 static void vk_destroy(al_backend *base) {
     vk_backend *be = (vk_backend *)base;
     if (!be) return;
-    if (be->d.dev && !be->failed) vk_submit_wait(be);
-    if (be->d.dev && !be->in_flight) {
-        vk_weights_destroy(be);
-        vk_ops_destroy(be);
-        vk_pipelines_destroy(&be->d, &be->pl);
+    if (be->sh) {
+        if (be->sh->d.dev && !be->s.failed) vk_submit_wait(be);
+        vk_stream_destroy(be);
+        if (be->owns_shared) destroy_shared(be);
     }
-    int n_val = atomic_load(&be->d.n_validation);
-    if (be->d.caps.debug_utils && be->d.dev)
-        fprintf(stderr, "anyllm: vulkan validation: %d messages\n", n_val);
-    /* after a timeout the device may still run our commands: leave it be rather
-     * than destroy objects in use */
-    if (!be->in_flight) vk_device_close(&be->d);
     al_free(be);
 }
 
@@ -36,15 +54,23 @@ static void vk_destroy(al_backend *base) {
 
 static al_status vk_reserve(al_backend *base, int64_t max_cols, int64_t max_ctx) {
     vk_backend *be = (vk_backend *)base;
-    if (be->failed) return al_error(be->failed, "%s", be->fail_msg);
-    return vk_scratch_reserve(be, max_cols, max_ctx);
+    if (be->s.failed) return al_error(be->s.failed, "%s", be->s.fail_msg);
+    al_status st = vk_scratch_reserve(be, max_cols, max_ctx);
+    /* the zero fills of a context's new tensors (discrete devices) run now: another
+     * context's stream may read these caches (al_eval_multi) */
+    if (st == AL_OK && vk_submit_wait(be) != AL_OK)
+        st = al_error(be->s.failed, "%s", be->s.fail_msg);
+    return st;
 }
 
 static al_status vk_sync(al_backend *base) {
     vk_backend *be = (vk_backend *)base;
     vk_submit_wait(be);
-    return be->failed ? al_error(be->failed, "%s", be->fail_msg) : AL_OK;
+    return be->s.failed ? al_error(be->s.failed, "%s", be->s.fail_msg) : AL_OK;
 }
+
+static al_status vk_context_backend(al_backend *base, al_backend **out);
+static al_status vk_supports(al_backend *base, const al_model_shape *shape);
 
 static const al_backend_ops vk_ops_table = {
     .name = "vulkan",
@@ -55,6 +81,8 @@ static const al_backend_ops vk_ops_table = {
     .weight_load = vk_weight_load,
     .reserve = vk_reserve,
     .sync = vk_sync,
+    .supports = vk_supports,
+    .context_backend = vk_context_backend,
     .get_rows = vk_op_get_rows,
     .rms_norm = vk_op_rms_norm,
     .matmul = vk_op_matmul,
@@ -70,7 +98,7 @@ static const al_backend_ops vk_ops_table = {
 static al_status pick_device(vk_backend *be, int index) {
     VkPhysicalDevice devs[16];
     uint32_t n = 16;
-    al_status st = vk_physical_devices(&be->d, devs, &n);
+    al_status st = vk_physical_devices(&be->sh->d, devs, &n);
     if (st != AL_OK) return st;
     if (n == 0) return al_error(AL_ERR_UNSUPPORTED, "no Vulkan device: the loader found no driver");
     if (index < 0) {
@@ -79,7 +107,7 @@ static al_status pick_device(vk_backend *be, int index) {
         const bool any = sw && !strcmp(sw, "1");
         for (uint32_t i = 0; i < n && index < 0; i++) {
             VkPhysicalDeviceProperties p;
-            be->d.fn.vkGetPhysicalDeviceProperties(devs[i], &p);
+            be->sh->d.fn.vkGetPhysicalDeviceProperties(devs[i], &p);
             if (p.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU || any) index = (int)i;
         }
         if (index < 0)
@@ -89,25 +117,26 @@ static al_status pick_device(vk_backend *be, int index) {
     if ((uint32_t)index >= n)
         return al_error(AL_ERR_ARG, "vulkan:%d: there %s only %u Vulkan device%s (0..%u)", index,
                         n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
-    be->d.pdev = devs[index];
-    vk_read_caps(&be->d, be->d.pdev, &be->d.caps);
+    be->sh->d.pdev = devs[index];
+    vk_read_caps(&be->sh->d, be->sh->d.pdev, &be->sh->d.caps);
     const char *discrete = getenv("ANYLLM_VK_PRETEND_DISCRETE"); /* tests: the discrete paths */
-    if (discrete && *discrete && strcmp(discrete, "0")) be->d.caps.uma = false;
+    if (discrete && *discrete && strcmp(discrete, "0")) be->sh->d.caps.uma = false;
     return AL_OK;
 }
 
 static al_status pick_weight_mode(vk_backend *be) {
-    const vk_caps *c = &be->d.caps;
-    be->weight_mode = !c->uma ? VK_WEIGHTS_STAGING
+    const vk_caps *c = &be->sh->d.caps;
+    be->sh->weight_mode = !c->uma ? VK_WEIGHTS_STAGING
                       : c->host_import && c->import_align ? VK_WEIGHTS_IMPORT
                                                           : VK_WEIGHTS_HOST;
     const char *max = getenv("ANYLLM_VK_MAX_WEIGHT_BYTES"); /* tests: a small device */
-    if (max && *max) be->max_weight_bytes = strtoull(max, NULL, 10);
+    if (max && *max) be->sh->max_weight_bytes = strtoull(max, NULL, 10);
     const char *env = getenv("ANYLLM_VK_WEIGHTS");
     if (!env || !*env) return AL_OK;
-    if (!strcmp(env, "staging")) be->weight_mode = VK_WEIGHTS_STAGING;
-    else if (!strcmp(env, "host") && c->uma) be->weight_mode = VK_WEIGHTS_HOST;
-    else if (!strcmp(env, "import") && c->uma && c->host_import) be->weight_mode = VK_WEIGHTS_IMPORT;
+    if (!strcmp(env, "staging")) be->sh->weight_mode = VK_WEIGHTS_STAGING;
+    else if (!strcmp(env, "host") && c->uma) be->sh->weight_mode = VK_WEIGHTS_HOST;
+    else if (!strcmp(env, "import") && c->uma && c->host_import)
+        be->sh->weight_mode = VK_WEIGHTS_IMPORT;
     else
         return al_error(AL_ERR_ARG, "ANYLLM_VK_WEIGHTS=%s: expected import or host (unified "
                         "memory with host import) or staging", env);
@@ -116,9 +145,9 @@ static al_status pick_weight_mode(vk_backend *be) {
 
 static al_status open_backend(vk_backend *be, int index) {
     al_status st;
-    if ((st = vk_instance_create(&be->d)) || (st = pick_device(be, index)) ||
-        (st = vk_device_open(&be->d)) || (st = pick_weight_mode(be)) ||
-        (st = vk_pipelines_init(&be->d, &be->pl)) || (st = vk_ops_init(be)))
+    if ((st = vk_instance_create(&be->sh->d)) || (st = pick_device(be, index)) ||
+        (st = vk_device_open(&be->sh->d)) || (st = pick_weight_mode(be)) ||
+        (st = vk_pipelines_init(&be->sh->d, &be->sh->pl)) || (st = vk_stream_init(be)))
         return st;
     /* the untyped ops every model uses, compiled now so that a driver that cannot
      * build them fails here, where "auto" can still fall back */
@@ -126,9 +155,9 @@ static al_status open_backend(vk_backend *be, int index) {
                                     VK_OP_ATTENTION};  /* not copy: only bandwidth uses it */
     for (size_t i = 0; i < sizeof untyped / sizeof *untyped; i++) {
         const vk_pipeline *p;
-        if ((st = vk_pipeline_get(&be->d, &be->pl, untyped[i], 0, 0, &p))) return st;
+        if ((st = vk_pipeline_get(&be->sh->d, &be->sh->pl, untyped[i], 0, 0, &p))) return st;
     }
-    snprintf(be->base.desc, sizeof be->base.desc, "vulkan %.56s", be->d.caps.name);
+    snprintf(be->base.desc, sizeof be->base.desc, "vulkan %.56s", be->sh->d.caps.name);
     return AL_OK;
 }
 
@@ -137,7 +166,16 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     vk_backend *be = al_calloc(1, sizeof *be);
     if (!be) return al_error(AL_ERR_NOMEM, "out of memory creating the Vulkan backend");
     be->base.ops = &vk_ops_table;
-    atomic_init(&be->d.n_validation, 0);
+    be->sh = al_calloc(1, sizeof *be->sh);
+    if (!be->sh) {
+        al_free(be);
+        return al_error(AL_ERR_NOMEM, "out of memory creating the Vulkan backend");
+    }
+    be->owns_shared = true;
+    atomic_init(&be->sh->d.n_validation, 0);
+    atomic_init(&be->sh->in_flight, false);
+    atomic_init(&be->sh->n_submits, 0);
+    atomic_init(&be->sh->n_dispatches, 0);
     al_status st = open_backend(be, device_index);
     if (st != AL_OK) {
         char msg[512];
@@ -149,10 +187,84 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     return AL_OK;
 }
 
+/* A context's backend: the model's device, pipelines and weights, its own command
+ * stream (stream.c). It starts with the model backend's fence timeout. */
+static al_status vk_context_backend(al_backend *base, al_backend **out) {
+    vk_backend *model = (vk_backend *)base;
+    *out = NULL;
+    if (model->s.failed) return al_error(model->s.failed, "%s", model->s.fail_msg);
+    vk_backend *be = al_calloc(1, sizeof *be);
+    if (!be) return al_error(AL_ERR_NOMEM, "out of memory for a context's Vulkan stream");
+    be->base = (al_backend){.ops = &vk_ops_table};
+    memcpy(be->base.desc, model->base.desc, sizeof be->base.desc);
+    be->sh = model->sh;
+    al_status st = vk_stream_init(be);
+    if (st != AL_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", al_last_error());
+        vk_destroy(&be->base);
+        return al_error(st, "%s", msg);
+    }
+    be->s.timeout_ns = model->s.timeout_ns;
+    *out = &be->base;
+    return AL_OK;
+}
+
+/* ---- capabilities ------------------------------------------------------------------------ */
+
+static uint64_t div_up_u64(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* Every limit of the shaders and of the device that a model's shape can exceed,
+ * checked at load so that "--backend vulkan" fails before any output and "auto" can
+ * still take the CPU. The ops check them again (a failed op, never a crash). Weight
+ * types and row sizes are checked by weight_load, also at load; the KV cache's size
+ * depends on the context and is checked when one is made. */
+static al_status vk_supports(al_backend *base, const al_model_shape *m) {
+    const vk_backend *be = (const vk_backend *)base;
+    const vk_caps *c = &be->sh->d.caps;
+    const vk_tuning *t = &be->sh->pl.tune;
+    const char *dev = c->name;
+    if ((uint32_t)m->head_dim > t->attn_max_hd)
+        return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: head size %d exceeds the %u of the "
+                        "attention shader", dev, m->head_dim, t->attn_max_hd);
+    int64_t qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
+    int64_t widest = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
+    if (qd > widest) widest = qd;
+    /* activations: a batch of rows, bound as one storage range per tensor */
+    uint64_t act = (uint64_t)m->max_batch * (uint64_t)widest * sizeof(float);
+    uint64_t logits = (uint64_t)m->logit_rows * (uint64_t)m->n_vocab * sizeof(float);
+    if (act > c->max_range || logits > c->max_range)
+        return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: activations of %.1f MiB (a batch of "
+                        "%d rows of %lld floats, or logits of %d x %d) exceed its %.0f MiB storage "
+                        "binding", dev, (double)(act > logits ? act : logits) / (1 << 20),
+                        m->max_batch, (long long)widest, m->logit_rows, m->n_vocab,
+                        (double)c->max_range / (1 << 20));
+    /* 2-D dispatch grids (x per row or head, y per token) are not folded when x
+     * exceeds maxComputeWorkGroupCount[0] */
+    uint64_t max_x = c->max_groups[0];
+    struct { const char *what; uint64_t groups; } grid[] = {
+        {"elementwise rows", div_up_u64((uint64_t)widest, t->ew_wg)},
+        {"rope heads", div_up_u64((uint64_t)m->n_rot / 2 * (uint64_t)m->n_head, t->rope_wg)},
+        {"embedding rows", div_up_u64(div_up_u64((uint64_t)m->n_embd, 4), t->rows_wg)},
+        {"attention heads", (uint64_t)m->n_head},
+        {"matmul outputs", t->cpu_rows ? 0 : div_up_u64((uint64_t)(widest > kvd ? widest : kvd),
+                                                         t->mm_bm)},
+    };
+    for (size_t i = 0; i < sizeof grid / sizeof *grid; i++)
+        if (grid[i].groups > max_x)
+            return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: %s need %llu workgroups in x, "
+                            "more than its %llu", dev, grid[i].what,
+                            (unsigned long long)grid[i].groups, (unsigned long long)max_x);
+    if ((uint32_t)m->max_batch > c->max_groups[1])
+        return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: a batch of %d rows exceeds its %u "
+                        "workgroups in y", dev, m->max_batch, c->max_groups[1]);
+    return AL_OK;
+}
+
 /* ---- reports ------------------------------------------------------------------------------ */
 
 void vk_backend_set_timeout(al_backend *base, uint64_t ns) {
-    if (base && base->ops == &vk_ops_table) ((vk_backend *)base)->timeout_ns = ns;
+    if (base && base->ops == &vk_ops_table) ((vk_backend *)base)->s.timeout_ns = ns;
 }
 
 bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
@@ -160,13 +272,13 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
     const vk_backend *be = (const vk_backend *)base;
     static const char *paths[] = {"import", "host copy", "staging copy"};
     *out = (vk_backend_stats){
-        .weight_path = paths[be->weight_mode],
-        .bytes_imported = be->bytes_imported,
+        .weight_path = paths[be->sh->weight_mode],
+        .bytes_imported = be->sh->bytes_imported,
         .bytes_copied = be->base.n_bytes_copied,
-        .load_s = be->load_s,
-        .n_submits = be->n_submits,
-        .n_dispatches = be->n_dispatches,
-        .n_validation = atomic_load(&((vk_backend *)be)->d.n_validation),
+        .load_s = be->sh->load_s,
+        .n_submits = atomic_load(&be->sh->n_submits),
+        .n_dispatches = atomic_load(&be->sh->n_dispatches),
+        .n_validation = atomic_load(&be->sh->d.n_validation),
     };
     return true;
 }
@@ -182,7 +294,7 @@ static al_status time_copies(vk_backend *be, vk_buf *a, vk_buf *b, int n, bool s
             vk_hazard(be, i % 2 ? b : a, false);
             vk_hazard(be, i % 2 ? a : b, true);
             VkBufferCopy region = {.srcOffset = 0, .dstOffset = 0, .size = a->size};
-            be->d.fn.vkCmdCopyBuffer(be->cmd, (i % 2 ? b : a)->buffer, (i % 2 ? a : b)->buffer, 1,
+            be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, (i % 2 ? b : a)->buffer, (i % 2 ? a : b)->buffer, 1,
                                      &region);
         }
     double t0 = al_time_s();
@@ -198,16 +310,16 @@ al_status vk_measure_bandwidth(int device_index, double *gbs) {
     if (st != AL_OK) return st;
     vk_backend *be = (vk_backend *)base;
     uint64_t size = 1ull << 30, heap = 0;
-    for (uint32_t h = 0; h < be->d.caps.mem.memoryHeapCount; h++)
-        if ((be->d.caps.mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
-            be->d.caps.mem.memoryHeaps[h].size > heap)
-            heap = be->d.caps.mem.memoryHeaps[h].size;
-    while (size > (16u << 20) && (size > be->d.caps.max_alloc / 2 || size > heap / 8 ||
-                                  size > be->d.caps.max_range))
+    for (uint32_t h = 0; h < be->sh->d.caps.mem.memoryHeapCount; h++)
+        if ((be->sh->d.caps.mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+            be->sh->d.caps.mem.memoryHeaps[h].size > heap)
+            heap = be->sh->d.caps.mem.memoryHeaps[h].size;
+    while (size > (16u << 20) && (size > be->sh->d.caps.max_alloc / 2 || size > heap / 8 ||
+                                  size > be->sh->d.caps.max_range))
         size /= 2;
     vk_buf *a = NULL, *b = NULL;
-    if ((st = vk_buf_create(&be->d, size, VK_BUF_DEVICE, &a)) == AL_OK &&
-        (st = vk_buf_create(&be->d, size, VK_BUF_DEVICE, &b)) == AL_OK) {
+    if ((st = vk_buf_create(&be->sh->d, size, VK_BUF_DEVICE, &a)) == AL_OK &&
+        (st = vk_buf_create(&be->sh->d, size, VK_BUF_DEVICE, &b)) == AL_OK) {
         double t;
         st = time_copies(be, a, b, 2, false, &t); /* warm-up: first touch of the pages */
         for (int rep = 0; st == AL_OK && rep < 6; rep++) {
@@ -218,9 +330,9 @@ al_status vk_measure_bandwidth(int device_index, double *gbs) {
             }
         }
     }
-    if (st != AL_OK && be->failed) st = al_error(be->failed, "%s", be->fail_msg);
-    vk_buf_destroy(&be->d, a);
-    vk_buf_destroy(&be->d, b);
+    if (st != AL_OK && be->s.failed) st = al_error(be->s.failed, "%s", be->s.fail_msg);
+    vk_buf_destroy(&be->sh->d, a);
+    vk_buf_destroy(&be->sh->d, b);
     vk_destroy(base);
     return st;
 }

@@ -1,0 +1,209 @@
+/* stream.c: the command stream of one backend object (vk.h: vk_stream).
+ *
+ * The model calls the ops one after another (backend.h) and reads results only with
+ * tensor_read. So the ops are recorded as they are called, into a single command
+ * buffer, and nothing is submitted until the host needs a result (tensor_read, the
+ * `sync` op, freeing a tensor) or the buffer's descriptor pool or upload arena is
+ * full; then it is submitted and waited for, with a finite fence timeout.
+ *
+ * Every context has its own stream (vk_backend.c: context backends), so two threads
+ * with two contexts on one model never share a command buffer, descriptor pool,
+ * hazard list, upload arena or fence. The one thing they share is the queue: a
+ * VkQueue must be externally synchronized, so submissions take the device's queue
+ * lock (held only for vkQueueSubmit, not for the wait).
+ *
+ * Barriers: each command declares the buffers it reads and writes (vk_hazard). A
+ * global memory barrier goes in only when the new command reads or writes a buffer
+ * written since the last barrier, or writes one read since then; independent
+ * commands (the Q, K and V projections of one input) run without barriers between
+ * them. Tracking is per buffer, not per range: conservative, never wrong. It is per
+ * stream: two streams only share buffers that are read-only while they run (weights)
+ * or that one thread hands to another between evaluations, after a submit and wait.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+#include "vk.h"
+
+enum {
+    MAX_SETS = 1024,            /* dispatches per submission */
+    UPLOAD_BYTES = 8 << 20,     /* token ids and rope tables per submission */
+};
+
+static const uint64_t DEFAULT_TIMEOUT_MS = 600000; /* lavapipe runs a 1B prompt in minutes */
+
+al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...) {
+    if (be->s.failed) return be->s.failed;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(be->s.fail_msg, sizeof be->s.fail_msg, fmt, ap);
+    va_end(ap);
+    be->s.failed = st;
+    return st;
+}
+
+/* ---- command buffer ------------------------------------------------------------------- */
+
+al_status vk_stream_init(vk_backend *be) {
+    vk_device *d = &be->sh->d;
+    const char *t = getenv("ANYLLM_VK_TIMEOUT_MS"); /* 0: only look (tests) */
+    uint64_t ms = t && *t && atoll(t) >= 0 ? (uint64_t)atoll(t) : DEFAULT_TIMEOUT_MS;
+    be->s.timeout_ns = ms * 1000000ull;
+    VkCommandPoolCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+        .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+        .queueFamilyIndex = d->queue_family,
+    };
+    VkResult r = d->fn.vkCreateCommandPool(d->dev, &pci, NULL, &be->s.cmd_pool);
+    if (r != VK_SUCCESS) goto fail;
+    VkCommandBufferAllocateInfo cai = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+        .commandPool = be->s.cmd_pool,
+        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+        .commandBufferCount = 1,
+    };
+    if ((r = d->fn.vkAllocateCommandBuffers(d->dev, &cai, &be->s.cmd)) != VK_SUCCESS) goto fail;
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = d->fn.vkCreateFence(d->dev, &fci, NULL, &be->s.fence)) != VK_SUCCESS) goto fail;
+    VkDescriptorPoolSize sizes[2] = {
+        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * VK_MAX_BINDINGS},
+        {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = MAX_SETS},
+    };
+    VkDescriptorPoolCreateInfo dci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+        .maxSets = MAX_SETS,
+        .poolSizeCount = 2,
+        .pPoolSizes = sizes,
+    };
+    if ((r = d->fn.vkCreateDescriptorPool(d->dev, &dci, NULL, &be->s.desc_pool)) != VK_SUCCESS)
+        goto fail;
+    return vk_buf_create(d, UPLOAD_BYTES, VK_BUF_HOST, &be->s.upload);
+fail:
+    return al_error(AL_ERR_DEVICE, "creating command objects on %s failed (%s)", d->caps.name,
+                    vk_result_str(r));
+}
+
+void vk_stream_destroy(vk_backend *be) {
+    vk_device *d = &be->sh->d;
+    if (!d->dev || be->s.in_flight) return; /* a timed-out submission may still use them */
+    vk_buf_destroy(d, be->s.upload);
+    vk_buf_destroy(d, be->s.staging);
+    vk_buf_destroy(d, be->s.scratch);
+    be->s.upload = be->s.staging = be->s.scratch = NULL;
+    if (be->s.desc_pool) d->fn.vkDestroyDescriptorPool(d->dev, be->s.desc_pool, NULL);
+    if (be->s.fence) d->fn.vkDestroyFence(d->dev, be->s.fence, NULL);
+    if (be->s.cmd_pool) d->fn.vkDestroyCommandPool(d->dev, be->s.cmd_pool, NULL);
+    be->s.desc_pool = VK_NULL_HANDLE;
+    be->s.fence = VK_NULL_HANDLE;
+    be->s.cmd_pool = VK_NULL_HANDLE;
+}
+
+static void full_barrier(vk_backend *be, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = dst_access,
+    };
+    be->sh->d.fn.vkCmdPipelineBarrier(
+        be->s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage,
+        0, 1, &mb, 0, NULL, 0, NULL);
+    be->s.n_reads = be->s.n_writes = 0;
+}
+
+static void barrier(vk_backend *be) {
+    full_barrier(be, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+}
+
+static bool listed(const VkBuffer *list, int n, VkBuffer b) {
+    for (int i = 0; i < n; i++)
+        if (list[i] == b) return true;
+    return false;
+}
+
+void vk_hazard(vk_backend *be, const vk_buf *buf, bool write) {
+    VkBuffer b = buf->buffer;
+    /* read after write, write after write, write after read */
+    if (listed(be->s.writes, be->s.n_writes, b) || (write && listed(be->s.reads, be->s.n_reads, b)))
+        barrier(be);
+    if (be->s.n_reads == VK_MAX_HAZARDS || be->s.n_writes == VK_MAX_HAZARDS) barrier(be);
+    if (write) be->s.writes[be->s.n_writes++] = b;
+    else be->s.reads[be->s.n_reads++] = b;
+}
+
+bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
+    if (be->s.failed) return false;
+    upload_bytes += 2 * be->sh->d.caps.align + 64; /* alignment of each upload */
+    if (n_dispatch > MAX_SETS || upload_bytes > UPLOAD_BYTES) {
+        vk_fail(be, AL_ERR_UNSUPPORTED, "an op needs %d dispatches and %llu upload bytes, more "
+                "than one submission holds", n_dispatch, (unsigned long long)upload_bytes);
+        return false;
+    }
+    if (be->s.recording && (be->s.n_sets + (uint32_t)n_dispatch > MAX_SETS ||
+                            be->s.upload_used + upload_bytes > UPLOAD_BYTES))
+        if (vk_submit_wait(be) != AL_OK) return false;
+    if (be->s.recording) return true;
+    vk_device *d = &be->sh->d;
+    d->fn.vkResetDescriptorPool(d->dev, be->s.desc_pool, 0);
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    VkResult r = d->fn.vkBeginCommandBuffer(be->s.cmd, &bi);
+    if (r != VK_SUCCESS) {
+        vk_fail(be, AL_ERR_DEVICE, "vkBeginCommandBuffer failed (%s)", vk_result_str(r));
+        return false;
+    }
+    be->s.recording = true;
+    be->s.n_sets = 0;
+    be->s.upload_used = 0;
+    be->s.rope_cache.valid = false;
+    be->s.n_reads = be->s.n_writes = 0;
+    return true;
+}
+
+al_status vk_submit_wait(vk_backend *be) {
+    if (be->s.failed) return be->s.failed;
+    if (!be->s.recording) return AL_OK;
+    vk_device *d = &be->sh->d;
+    /* results become visible to the host once the fence signals */
+    full_barrier(be, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    be->s.recording = false;
+    VkResult r = d->fn.vkEndCommandBuffer(be->s.cmd);
+    if (r != VK_SUCCESS)
+        return vk_fail(be, AL_ERR_DEVICE, "vkEndCommandBuffer failed (%s)", vk_result_str(r));
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &be->s.cmd,
+    };
+    pthread_mutex_lock(&d->queue_lock);
+    r = d->fn.vkQueueSubmit(d->queue, 1, &si, be->s.fence);
+    pthread_mutex_unlock(&d->queue_lock);
+    if (r != VK_SUCCESS)
+        return vk_fail(be, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? AL_ERR_NOMEM : AL_ERR_DEVICE,
+                       "vkQueueSubmit on %s failed (%s)", d->caps.name, vk_result_str(r));
+    atomic_fetch_add_explicit(&be->sh->n_submits, 1, memory_order_relaxed);
+    r = d->fn.vkWaitForFences(d->dev, 1, &be->s.fence, VK_TRUE, be->s.timeout_ns);
+    if (r == VK_TIMEOUT) {
+        be->s.in_flight = true;
+        atomic_store(&be->sh->in_flight, true);
+        return vk_fail(be, AL_ERR_DEVICE, "%s did not finish its work within %g s (fence "
+                       "timeout; ANYLLM_VK_TIMEOUT_MS raises it)", d->caps.name,
+                       (double)be->s.timeout_ns / 1e9);
+    }
+    if (r != VK_SUCCESS)
+        return vk_fail(be, AL_ERR_DEVICE, "waiting for %s failed (%s)", d->caps.name,
+                       vk_result_str(r));
+    d->fn.vkResetFences(d->dev, 1, &be->s.fence);
+    d->fn.vkResetCommandBuffer(be->s.cmd, 0);
+    return AL_OK;
+}
+
+
+void vk_count_dispatch(vk_backend *be) {
+    atomic_fetch_add_explicit(&be->sh->n_dispatches, 1, memory_order_relaxed);
+}
