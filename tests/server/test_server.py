@@ -379,9 +379,9 @@ def test_bad_input():
 # A body that stops arriving, and headers that never end: the server must close the
 # connection (or answer 408) after its timeout, and stay healthy.
 SLOW_CLIENTS = (
-    ("a body sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    ("a body sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess"),
-    ("headers sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"))
+    ("headers sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"))
 
 
 def slow_client(name, data):
