@@ -3,7 +3,11 @@
 Checks, in order: the routes; the official openai client (chat and completions, plain and
 streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
-and the full queue on a second instance; a load test (32 streaming clients x 4 requests
+and the full queue on a second instance; what a web page could send (foreign Host, no
+Host, text/plain POSTs) and libmicrohttpd's own refusals in /metrics; clients that write
+a whole oversized body before reading, or half-close; on instances of their own, slow
+heads (slowloris), start-up (an oversized --ctx-size, SIGTERM while loading) and SIGTERM
+with requests in flight (every client gets a complete end); a load test (32 streaming clients x 4 requests
 against --parallel 4, next to one client alone); 100 clients that hang up mid-stream
 (active sequences back to 0, RSS back within 5%); and the chat page in headless Chromium,
 driven over the DevTools protocol (a pipe, so only the standard library is needed).
