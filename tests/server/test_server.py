@@ -922,14 +922,31 @@ def test_chat_page():
     if not exe:
         print("skip: chromium not found (Debian package 'chromium')")
         return "skip"
-    url = BASE + "/?q=" + requests.utils.quote(QUESTION)
-    png = os.path.join(ARGS.build, "chat-page.png")
+    chat_page_in(exe, BASE, None)
+    # with --api-key: the page loads without the key and sends the one typed in its field
+    key = "sk-page-" + "p" * 20
+    p, base = start_server("--api-key", key, "--parallel", "1")
+    try:
+        chat_page_in(exe, base, key)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    return "ok"
+
+
+def chat_page_in(exe, base, key):
+    url = base + "/?q=" + requests.utils.quote(QUESTION)
+    png = os.path.join(ARGS.build, "chat-page%s.png" % ("-key" if key else ""))
     dt = DevTools(exe, ["--window-size=1000,700", "--hide-scrollbars"])
     try:
         target = dt.call("Target.createTarget", url="about:blank")["targetId"]
         session = dt.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         dt.call("Emulation.setDeviceMetricsOverride", session, width=1000, height=700,
                 deviceScaleFactor=1, mobile=False)
+        if key:  # what typing the key into the page's field leaves behind
+            dt.call("Page.navigate", session, url=base + "/")
+            time.sleep(0.5)
+            dt.call("Runtime.evaluate", session, expression=f"sessionStorage.setItem('anyllm-key', {key!r})")
         dt.call("Page.navigate", session, url=url)
         state, t0 = {}, time.time()
         while time.time() - t0 < 120:
@@ -946,15 +963,16 @@ def test_chat_page():
             f.write(base64.b64decode(shot))
         dom = dt.call("Runtime.evaluate", session, returnByValue=True,
                       expression="document.documentElement.outerHTML")["result"]["value"]
-        with open(os.path.join(ARGS.build, "chat-page.html"), "w") as f:
+        with open(png[:-4] + ".html", "w") as f:
             f.write(dom)
     finally:
         dt.close()
     reply = (state.get("reply") or "").strip()
+    how = " with an API key" if key else ""
     check(state.get("user") == QUESTION and state.get("done") and reply and not state.get("error"),
-          f"chat page in headless Chromium streams a reply to ?q=: {reply!r} (screenshot {png})")
-    check("Paris" in reply, "the chat page's reply names Paris")
-    return "ok"
+          f"chat page{how} in headless Chromium streams a reply to ?q=: {reply!r} {state.get('error')} "
+          f"(screenshot {png})")
+    check("Paris" in reply, f"the chat page's reply{how} names Paris")
 
 
 # ---- main ----------------------------------------------------------------------------------------
