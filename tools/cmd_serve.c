@@ -34,6 +34,7 @@ static void serve_usage(FILE *f) {
         "                     training context is refused)\n"
         "  --queue N          requests that may wait for a sequence (default 2*parallel+32)\n"
         "  --api-key KEY      require 'Authorization: Bearer KEY' on every route but /health\n"
+        "                     and the chat page at / (which asks for the key)\n"
         "                     (or set ANYLLM_API_KEY)\n"
         "  --timeout S        drop a connection idle for S seconds while sending (default 10)\n"
         "  --head-timeout S   a request's headers and body must arrive within S seconds, or\n"
