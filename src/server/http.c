@@ -2,41 +2,71 @@
  * connection.
  *
  * A request goes through on_request up to three times, as libmicrohttpd calls it:
- *   1. headers in: route, method (404/405), API key (401), Content-Length (413); GET
- *      routes are answered here;
+ *   1. headers in: Host (400/403), API key (401), route and method (404/405, only after
+ *      the key so that a caller without it learns nothing), Content-Type (415),
+ *      Content-Length (413, answered once the body is read); GET routes are answered here;
  *   2. body pieces: collected up to max_body_bytes, then counted and dropped;
  *   3. body complete: parsed and validated (api.c), queued in the engine (429 when
  *      full), then answered: a stream gets a callback response at once, a plain request
  *      waits here for the end of its job.
  * While a connection's thread waits for the engine it checks, every POLL_MS, whether the
- * client has closed its socket (a zero-byte peek), and if so cancels the job, so the
- * sequence is freed within one decode step even when no text is being written.
+ * client's connection has failed (reset), and if so cancels the job, so the sequence is
+ * freed within one decode step. A client that only shut down its sending side
+ * (half-close) still reads: it gets its answer.
  * libmicrohttpd's request-completed callback also cancels a job whose request ended for
  * any other reason, and drops the connection's reference to it.
- * Idle connections (headers or body too slow) are closed after timeout_s; a body must
- * also be complete within BODY_DEADLINE timeouts, which stops a client dribbling bytes.
+ *
+ * Slow clients: libmicrohttpd's idle timeout (timeout_s) restarts with every byte, so a
+ * client sending a byte a second would hold its connection forever. Every connection
+ * therefore has a deadline for the whole head and body of a request (head_timeout_s);
+ * a reaper thread answers 408 to a connection past it and shuts its socket down. One
+ * client address may hold at most max_conns_per_ip connections, so a single client
+ * cannot take all of them.
+ *
+ * Browsers: a web page may send requests to the server, so the Host header must be one
+ * of the server's own names (DNS rebinding sends the attacker's name) and a POST must be
+ * Content-Type: application/json, which a page on another origin can only send after a
+ * CORS preflight that this server never allows (no CORS headers).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/api.h"
 #include "util.h"
 
 enum {
     POLL_MS = 50,          /* how often a waiting thread checks its client's socket    */
-    BODY_DEADLINE = 3,     /* a body must arrive within this many timeouts             */
-    DISCARD_FACTOR = 16,   /* an oversized body is read (and dropped) up to this many
-                              times the limit, so the client still gets its 413        */
+    REAP_MS = 100,         /* how often the reaper looks for connections past deadline */
+    DISCARD_FACTOR = 4,    /* an oversized body is read (and dropped) up to this many
+                              times the limit before the 413, so that a client writing
+                              its whole body before reading sees the 413, not a reset  */
+    DRAIN_S = 5,           /* at a stop, the most seconds to wait for answers written  */
     STREAM_BLOCK = 16384,  /* bytes handed to libmicrohttpd per stream callback, at most */
 };
+
+/* One TCP connection, from libmicrohttpd's connection-started to -closed notice; its
+ * fields are under the server's lock (the reaper reads them). */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;
+    double deadline;    /* al_time_s() by which the current head and body must be in;
+                           0 while a request is being answered                        */
+    bool timed_out;     /* the reaper answered 408 and shut the socket down           */
+    bool has_request;   /* a request object exists (its completion counts it)         */
+} http_conn;
 
 struct srv_server {
     srv_params p;
@@ -46,6 +76,13 @@ struct srv_server {
     srv_metrics metrics;
     srv_engine *engine;
     struct MHD_Daemon *mhd;
+    int listen_fd;      /* handed back by MHD_quiesce_daemon at a stop; -1 before  */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* n_inflight fell, or the reaper is to stop          */
+    http_conn *conns;
+    int n_inflight;     /* requests past their body whose answer is not yet written */
+    bool reaper_running, reaper_stop;
+    pthread_t reaper;
     int port;
     long long started; /* Unix seconds, what /v1/models says the model was "created" */
 };
@@ -53,6 +90,8 @@ struct srv_server {
 /* One HTTP request, from its headers to libmicrohttpd's completion callback. */
 typedef struct http_req {
     srv_endpoint ep;
+    bool headers_seen;  /* on_request has run for it (else libmicrohttpd refused it) */
+    bool inflight;      /* counted in n_inflight                                    */
     int status;         /* what was answered, for the metrics; 0 = nothing yet  */
     bool answered;
     srv_buf body;
@@ -77,11 +116,114 @@ typedef struct stream {
 
 srv_params srv_default_params(void) {
     return (srv_params){.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_ctx = 1024,
-                        .n_queue = 2 * 4 + 32, .timeout_s = 10, .max_body_bytes = 1 << 20,
+                        .n_queue = 2 * 4 + 32, .timeout_s = 10, .head_timeout_s = 30,
+                        .max_conns_per_ip = 64, .max_body_bytes = 1 << 20,
                         .max_tokens_default = 512};
 }
 
 int srv_port(const srv_server *s) { return s->port; }
+
+/* ---- connections: deadlines and the reaper ----------------------------------------------- */
+
+static int client_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static http_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void conn_set_deadline(srv_server *s, struct MHD_Connection *c, double deadline) {
+    http_conn *k = conn_of(c);
+    if (!k) return;
+    pthread_mutex_lock(&s->lock);
+    k->deadline = deadline;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The status libmicrohttpd queued on a connection itself (431, 414, 400...), or 0. */
+static int mhd_status(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+    return ci ? (int)ci->http_status : 0;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_server *s = cls;
+    http_conn *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!(k = calloc(1, sizeof *k))) return; /* out of memory: only the idle timeout */
+        k->fd = client_fd(c);
+        k->deadline = al_time_s() + s->p.head_timeout_s;
+        pthread_mutex_lock(&s->lock);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->lock);
+        *socket_context = k;
+        return;
+    }
+    if (!k) return;
+    /* libmicrohttpd notifies this before it closes the socket, so once k is off the list
+     * the reaper can no longer touch a descriptor number that may be reused */
+    pthread_mutex_lock(&s->lock);
+    if (k->prev) k->prev->next = k->next;
+    else s->conns = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&s->lock);
+    /* a head cut off before its request line was whole has no request object to
+     * count it */
+    if (k->timed_out && !k->has_request) srv_metrics_request(&s->metrics, SRV_EP_OTHER, 408);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* Answers 408 to every connection past its deadline and shuts its socket down, which
+ * makes its thread see the end of the stream and close it. */
+static void *reaper_main(void *arg) {
+    srv_server *s = arg;
+    char msg[512];
+    const char *body = "{\"error\":{\"message\":\"the request's head and body must arrive "
+                       "within the server's --head-timeout\",\"type\":\"invalid_request_error\","
+                       "\"param\":null,\"code\":\"request_timeout\"}}";
+    int n = snprintf(msg, sizeof msg, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    pthread_mutex_lock(&s->lock);
+    while (!s->reaper_stop) {
+        double now = al_time_s();
+        for (http_conn *k = s->conns; k; k = k->next) {
+            if (k->timed_out || k->deadline == 0 || now < k->deadline || k->fd < 0) continue;
+            k->timed_out = true;
+            /* libmicrohttpd writes nothing until a request's head and body are in, so
+             * these bytes cannot mix with its own */
+            if (send(k->fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {}
+            shutdown(k->fd, SHUT_RDWR);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += REAP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->changed, &s->lock, &ts);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* The request's answer is decided: no deadline while it is written, and a stop waits
+ * for it. */
+static void request_answering(srv_server *s, struct MHD_Connection *c, http_req *r) {
+    conn_set_deadline(s, c, 0);
+    if (r->inflight) return;
+    r->inflight = true;
+    pthread_mutex_lock(&s->lock);
+    s->n_inflight++;
+    pthread_mutex_unlock(&s->lock);
+}
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
@@ -123,19 +265,18 @@ static enum MHD_Result answer_error(struct MHD_Connection *c, http_req *r, const
 
 /* ---- waiting for the engine --------------------------------------------------------------- */
 
-static int client_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
-/* True if the client has closed or reset its connection. Only the connection's own
- * thread calls this, so the socket cannot be closed under it. */
+/* True if the client's connection has failed: reset, or an error pending. A peer that
+ * only shut down its sending side (recv gives 0, POLLRDHUP) still reads, so it is not
+ * gone; a peer that closed entirely answers the next write with a reset, which a
+ * stream's next text then shows. Only the connection's own thread calls this, so the
+ * socket cannot be closed under it. */
 static bool client_gone(int fd) {
     if (fd < 0) return false;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 0) <= 0) return false;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
     char b;
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
     return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
@@ -354,13 +495,90 @@ static bool authorized(const srv_server *s, struct MHD_Connection *c) {
     return secret_equal(h, s->api_key);
 }
 
+/* True if name (a Host without its port) is an IP address literal: 1.2.3.4 or [::1].
+ * DNS rebinding needs a name the attacker controls, so a literal is always safe. */
+static bool ip_literal(const char *name, size_t n) {
+    char tmp[64];
+    unsigned char addr[16];
+    bool v6 = n > 2 && name[0] == '[' && name[n - 1] == ']';
+    if (v6) name++, n -= 2;
+    if (n == 0 || n >= sizeof tmp) return false;
+    memcpy(tmp, name, n);
+    tmp[n] = 0;
+    return inet_pton(v6 ? AF_INET6 : AF_INET, tmp, addr) == 1;
+}
+
+static bool name_is(const char *name, size_t n, const char *want) {
+    return want && strlen(want) == n && !strncasecmp(name, want, n);
+}
+
+/* Whether a Host header names this server: loopback names and IP literals, the --host
+ * the server was bound to, and the --allowed-host names ("*": any), each with or without
+ * a port. Anything else is another site's name pointing here (DNS rebinding). */
+static bool host_allowed(const srv_server *s, const char *h) {
+    size_t n;
+    const char *port = NULL;
+    if (h[0] == '[') {
+        const char *e = strchr(h, ']');
+        if (!e || (e[1] && e[1] != ':')) return false;
+        n = (size_t)(e - h) + 1;
+        if (e[1]) port = e + 2;
+    } else {
+        const char *colon = strchr(h, ':');
+        if (colon && strchr(colon + 1, ':')) return false; /* IPv6 without brackets */
+        n = colon ? (size_t)(colon - h) : strlen(h);
+        if (colon) port = colon + 1;
+    }
+    if (n == 0 || (port && (!*port || strspn(port, "0123456789") != strlen(port)))) return false;
+    if (name_is(h, n, "localhost") || ip_literal(h, n) || name_is(h, n, s->p.host)) return true;
+    for (int i = 0; i < s->p.n_allowed_hosts; i++)
+        if (!strcmp(s->p.allowed_hosts[i], "*") || name_is(h, n, s->p.allowed_hosts[i]))
+            return true;
+    return false;
+}
+
+/* application/json, with parameters such as "; charset=utf-8" allowed. */
+static bool json_content_type(const char *t) {
+    if (!t) return false;
+    while (*t == ' ' || *t == '\t') t++;
+    if (strncasecmp(t, "application/json", 16)) return false;
+    t += 16;
+    while (*t == ' ' || *t == '\t') t++;
+    return *t == 0 || *t == ';';
+}
+
+/* Refusals that come before the route is told: a missing (400) or foreign (403) Host,
+ * a missing key (401). true when one was answered. */
+static bool refuse_caller(srv_server *s, struct MHD_Connection *c, http_req *r,
+                          const char *version, bool open_route, enum MHD_Result *q) {
+    srv_error err;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!host && !strcmp(version, MHD_HTTP_VERSION_1_1))
+        srv_fail(&err, 400, NULL, "missing_host", "an HTTP/1.1 request must have a Host header");
+    else if (host && !host_allowed(s, host))
+        srv_fail(&err, 403, NULL, "host_not_allowed", "Host '%.100s' is not a name of this "
+                 "server; start it with --allowed-host NAME to accept it", host);
+    else if (!open_route && !authorized(s, c))
+        srv_fail(&err, 401, NULL, "invalid_api_key", "a valid API key is required: send "
+                 "'Authorization: Bearer KEY'");
+    else
+        return false;
+    *q = answer_error(c, r, &err);
+    return true;
+}
+
 /* Headers are in: decide everything that does not need the body. */
 static enum MHD_Result on_headers(srv_server *s, struct MHD_Connection *c, http_req *r,
-                                  const char *url, const char *method) {
+                                  const char *url, const char *method, const char *version) {
     bool post;
     r->ep = route(url, &post);
     srv_error err;
+    enum MHD_Result q;
     bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    /* /health for probes; the chat page because a browser cannot send the key with a
+     * page load (the page asks for the key and sends it with its API calls) */
+    bool open_route = (r->ep == SRV_EP_HEALTH || r->ep == SRV_EP_PAGE) && is_get;
+    if (refuse_caller(s, c, r, version, open_route, &q)) return q;
     if (r->ep == SRV_EP_OTHER) {
         srv_fail(&err, 404, NULL, "not_found", "no route %.200s %.200s", method, url);
         return answer_error(c, r, &err);
@@ -370,15 +588,19 @@ static enum MHD_Result on_headers(srv_server *s, struct MHD_Connection *c, http_
                  post ? "POST" : "GET", method);
         return answer_error(c, r, &err);
     }
-    if (r->ep != SRV_EP_HEALTH && !authorized(s, c)) {
-        srv_fail(&err, 401, NULL, "invalid_api_key", "a valid API key is required: send "
-                 "'Authorization: Bearer KEY'");
+    if (!post) return answer_get(s, c, r, url);
+    const char *type =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!json_content_type(type)) {
+        srv_fail(&err, 415, NULL, "unsupported_media_type", "the request body must be sent as "
+                 "'Content-Type: application/json', not '%.100s'", type ? type : "(none)");
         return answer_error(c, r, &err);
     }
-    if (!post) return answer_get(s, c, r, url);
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
+    /* a body over the limit is still read (and dropped), up to a bound, before the 413:
+     * closing with it unread would reset the connection under a client still writing */
+    if (cl && strtoull(cl, NULL, 10) / DISCARD_FACTOR > s->p.max_body_bytes) {
         srv_fail(&err, 413, NULL, "body_too_large", "the request body has %.30s bytes; the limit "
                  "is %zu", cl, s->p.max_body_bytes);
         return answer_error(c, r, &err);
@@ -386,17 +608,36 @@ static enum MHD_Result on_headers(srv_server *s, struct MHD_Connection *c, http_
     return MHD_YES;
 }
 
+/* The first thing libmicrohttpd calls for a request, once its request line is in: the
+ * request object starts here so that requests libmicrohttpd refuses itself (431 for
+ * headers too large) are also counted, at completion. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    srv_server *s = cls;
+    http_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->ep = SRV_EP_OTHER;
+    r->t_start = al_time_s();
+    http_conn *k = conn_of(c);
+    if (k) {
+        pthread_mutex_lock(&s->lock);
+        k->has_request = true;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *data_size, void **con_cls) {
-    (void)version;
     srv_server *s = cls;
     http_req *r = *con_cls;
-    if (!r) {
-        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
-        r->t_start = al_time_s();
-        *con_cls = r;
-        return on_headers(s, c, r, url, method);
+    if (!r) return MHD_NO; /* out of memory in on_request_line */
+    if (!r->headers_seen) {
+        r->headers_seen = true;
+        enum MHD_Result q = on_headers(s, c, r, url, method, version);
+        if (r->answered) request_answering(s, c, r);
+        return q;
     }
     if (r->answered) { /* answered from the headers; the rest of the body is ignored */
         *data_size = 0;
@@ -406,7 +647,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *data_size;
         *data_size = 0;
         r->n_body += n;
-        if (al_time_s() - r->t_start > (double)BODY_DEADLINE * s->p.timeout_s) return MHD_NO;
         if (r->n_body > s->p.max_body_bytes) {
             r->too_large = true;
             srv_buf_free(&r->body);
@@ -414,6 +654,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return srv_buf_add(&r->body, data, n) ? MHD_YES : MHD_NO;
     }
+    request_answering(s, c, r);
     return on_body_done(s, c, r);
 }
 
@@ -423,21 +664,56 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
-    /* a kept-alive connection is idle from now on: the timeout applies again */
+    /* a kept-alive connection is idle from now on: the timeout applies again, and the
+     * next request's head and body have their deadline after that idle time */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.timeout_s);
+    http_conn *k = conn_of(c);
+    bool timed_out = false;
+    pthread_mutex_lock(&s->lock);
+    if (k) {
+        timed_out = k->timed_out;
+        k->has_request = false;
+        k->deadline = al_time_s() + s->p.timeout_s + s->p.head_timeout_s;
+    }
+    if (r->inflight && --s->n_inflight == 0) pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
     if (r->job) { /* a request that ends before its job does leaves nobody to read it */
         srv_job_cancel(s->engine, r->job);
         srv_job_release(s->engine, r->job);
     }
-    /* never answered: 408 for a timeout, else nginx's 499, "client closed request" */
-    int status = r->status ? r->status : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? 408 : 499;
-    srv_metrics_request(&s->metrics, r->ep, status);
+    /* not answered by us: 408 for a timeout, else nginx's 499, "client closed request";
+     * libmicrohttpd's own refusals (431...) were counted by on_mhd_log */
+    int status = r->status;
+    if (!status && (timed_out || why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)) status = 408;
+    if (!status) status = 499;
+    bool refused = !r->headers_seen && !timed_out && mhd_status(c);
+    if (!refused) srv_metrics_request(&s->metrics, r->ep, status);
     if (s->p.verbose)
         fprintf(stderr, "anyllm serve: %s %d %.3f s%s\n", srv_endpoint_path(r->ep), status,
                 al_time_s() - r->t_start,
                 why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
     srv_buf_free(&r->body);
     free(r);
+}
+
+/* libmicrohttpd's log. Its own refusals (414 for a request line too long, 431 for
+ * headers too large, 400 for a malformed head) reach no callback of ours before the
+ * request object exists, and this message is the one place that names their status,
+ * so they are counted here. The rest is printed with -v. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    srv_server *s = cls;
+    static const char refusal[] = "Error processing request (HTTP response code is %u";
+    if (!strncmp(fmt, refusal, sizeof refusal - 1)) {
+        va_list aq;
+        va_copy(aq, ap);
+        unsigned status = va_arg(aq, unsigned);
+        va_end(aq);
+        srv_metrics_request(&s->metrics, SRV_EP_OTHER, (int)status);
+    }
+    if (s->p.verbose) {
+        fputs("anyllm serve: libmicrohttpd: ", stderr);
+        vfprintf(stderr, fmt, ap);
+    }
 }
 
 /* ---- create / destroy -------------------------------------------------------------------- */
@@ -464,16 +740,22 @@ static al_status listen_on(srv_server *s) {
     int rc = getaddrinfo(s->p.host, port, &hints, &ai);
     if (rc != 0)
         return al_error(AL_ERR_ARG, "cannot use host '%s': %s", s->p.host, gai_strerror(rc));
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) |
-                     (s->p.verbose ? MHD_USE_ERROR_LOG : 0);
-    /* connections beyond the sequences and the queue only wait to be told 429 */
-    unsigned limit = (unsigned)(s->p.n_parallel + s->p.n_queue + 64);
+                     MHD_USE_ERROR_LOG;
+    /* connections beyond the sequences and the queue only wait to be told 429; one
+     * address's share comes on top, so that a client holding all of it leaves as many
+     * connections to the others as there were before the per-address cap */
+    unsigned limit = (unsigned)(s->p.n_parallel + s->p.n_queue + 64 + s->p.max_conns_per_ip);
     errno = 0;
     s->mhd = MHD_start_daemon(flags, (uint16_t)s->p.port, NULL, NULL, on_request, s,
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s,
                               MHD_OPTION_CONNECTION_LIMIT, limit,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->p.max_conns_per_ip,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
@@ -489,12 +771,16 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
     const al_vocab *v = al_model_vocab(m);
     if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
     if (p->n_parallel < 1 || p->n_ctx < p->n_parallel || p->n_queue < 0 || p->timeout_s < 1 ||
-        p->max_tokens_default < 1 || p->port < 0 || p->port > 65535 || !p->model_name)
+        p->max_tokens_default < 1 || p->port < 0 || p->port > 65535 || !p->model_name ||
+        p->head_timeout_s < 1 || p->max_conns_per_ip < 0)
         return al_error(AL_ERR_ARG, "server: invalid parameters (%d sequences of %d positions, "
                         "queue %d, port %d)", p->n_parallel, p->n_ctx, p->n_queue, p->port);
     srv_server *s = calloc(1, sizeof *s);
     if (!s) return al_error(AL_ERR_NOMEM, "out of memory starting the server");
     srv_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    s->listen_fd = -1;
     s->p = *p;
     s->started = (long long)time(NULL);
     s->model_name = strdup(p->model_name);
@@ -508,6 +794,10 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
         st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
     if (st == AL_OK)
         st = srv_engine_create(m, p->n_parallel, p->n_ctx, p->n_queue, &s->metrics, &s->engine);
+    if (st == AL_OK) {
+        s->reaper_running = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
+        if (!s->reaper_running) st = al_error(AL_ERR_NOMEM, "cannot start the reaper thread");
+    }
     if (st == AL_OK) st = listen_on(s);
     if (st != AL_OK) {
         srv_destroy(s);
@@ -517,14 +807,41 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
     return AL_OK;
 }
 
+/* Waits until every request with a decided answer has written it, DRAIN_S at most. */
+static void drain(srv_server *s) {
+    double until = al_time_s() + DRAIN_S;
+    pthread_mutex_lock(&s->lock);
+    while (s->n_inflight > 0 && al_time_s() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += REAP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->changed, &s->lock, &ts);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 void srv_destroy(srv_server *s) {
     if (!s) return;
-    /* the engine first: its jobs end, which releases the threads waiting on them, so
-     * libmicrohttpd can then join every connection thread */
+    /* no new connections; then the engine: its jobs end, which wakes the threads
+     * waiting on them, and each writes its answer (503, or a stream's error event and
+     * [DONE]); only when those are out does libmicrohttpd shut the sockets down */
+    if (s->mhd) s->listen_fd = (int)MHD_quiesce_daemon(s->mhd);
     srv_engine_stop(s->engine);
+    if (s->mhd) drain(s);
+    if (s->reaper_running) {
+        pthread_mutex_lock(&s->lock);
+        s->reaper_stop = true;
+        pthread_cond_broadcast(&s->changed);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->reaper, NULL);
+    }
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->listen_fd >= 0) close(s->listen_fd);
     srv_engine_destroy(s->engine);
     srv_metrics_free(&s->metrics);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
     free(s->model_name);
     free(s->api_key);
     free(s);

@@ -32,6 +32,12 @@ typedef struct srv_params {
     int n_ctx;                 /* positions per sequence                               */
     int n_queue;               /* requests that may wait for a free sequence           */
     int timeout_s;             /* idle time before a connection is dropped             */
+    int head_timeout_s;        /* a request's head and body must arrive within this,
+                                  however steadily the bytes trickle in               */
+    int max_conns_per_ip;      /* connections one client address may hold; 0: no cap  */
+    const char *const *allowed_hosts; /* Host names accepted besides loopback, IP
+                                  literals and --host; "*" accepts any (see http.c)    */
+    int n_allowed_hosts;
     size_t max_body_bytes;     /* larger request bodies get 413                        */
     int max_tokens_default;    /* when a request gives no max_tokens (capped by ctx)   */
     const char *api_key;       /* NULL: no key; else every route but /health needs it  */
@@ -51,8 +57,10 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out);
 /* The TCP port the server listens on (useful with port 0). */
 int srv_port(const srv_server *s);
 
-/* Stops accepting, ends every request in flight, joins the threads, frees everything.
- * NULL is a no-op. */
+/* Stops accepting, ends every request in flight (each client still gets a complete
+ * answer: a 503 error object, or a stream's error event and [DONE]), waits a bounded
+ * time for those answers to be written, joins the threads, frees everything. NULL is a
+ * no-op. */
 void srv_destroy(srv_server *s);
 
 /* ---- a growable byte buffer, always NUL-terminated ------------------------------------- */

@@ -3,7 +3,11 @@
 Checks, in order: the routes; the official openai client (chat and completions, plain and
 streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
-and the full queue on a second instance; a load test (32 streaming clients x 4 requests
+and the full queue on a second instance; what a web page could send (foreign Host, no
+Host, text/plain POSTs) and libmicrohttpd's own refusals in /metrics; clients that write
+a whole oversized body before reading, or half-close; on instances of their own, slow
+heads (slowloris), start-up (an oversized --ctx-size, SIGTERM while loading) and SIGTERM
+with requests in flight (every client gets a complete end); a load test (32 streaming clients x 4 requests
 against --parallel 4, next to one client alone); 100 clients that hang up mid-stream
 (active sequences back to 0, RSS back within 5%); and the chat page in headless Chromium,
 driven over the DevTools protocol (a pipe, so only the standard library is needed).
@@ -86,11 +90,12 @@ def chat_body(content=QUESTION, **kw):
 
 # ---- SSE over a plain socket, to measure and to hang up at will --------------------------
 
-def sse_request(path, body, read_events=None, timeout=300):
+def sse_request(path, body, read_events=None, timeout=300, base=None, on_text=None):
     """POSTs body and reads the event stream. Returns a dict: status, events (parsed JSON
     objects), done ([DONE] seen), ttft (seconds to the first text), t_total, error. With
-    read_events=N the socket is closed after N text events (a client hanging up)."""
-    port = int(BASE.rsplit(":", 1)[1])
+    read_events=N the socket is closed after N text events (a client hanging up).
+    on_text() is called at the first text."""
+    port = int((base or BASE).rsplit(":", 1)[1])
     payload = json.dumps(body).encode()
     t0 = time.time()
     res = {"status": 0, "events": [], "done": False, "ttft": None, "t_total": None, "error": None}
@@ -118,12 +123,16 @@ def sse_request(path, body, read_events=None, timeout=300):
                 break
             obj = json.loads(event)  # a malformed chunk raises: counted by the caller
             res["events"].append(obj)
+            if "error" in obj:
+                continue
             ch = obj.get("choices") or []
             text = ch and (ch[0].get("delta", {}).get("content") or ch[0].get("text"))
             if text:
                 n_text += 1
                 if res["ttft"] is None:
                     res["ttft"] = time.time() - t0
+                    if on_text:
+                        on_text()
                 if read_events and n_text >= read_events:
                     break
         res["t_total"] = time.time() - t0
@@ -374,9 +383,9 @@ def test_bad_input():
 # A body that stops arriving, and headers that never end: the server must close the
 # connection (or answer 408) after its timeout, and stay healthy.
 SLOW_CLIENTS = (
-    ("a body sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    ("a body sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mess"),
-    ("headers sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"))
+    ("headers sent too slowly", b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"))
 
 
 def slow_client(name, data):
@@ -427,8 +436,10 @@ def test_api_key_and_queue():
                 ("key prefix", {"Authorization": "Bearer " + key[:-1]}, "/v1/models", 401),
                 ("key plus a byte", {"Authorization": "Bearer " + key + "x"}, "/v1/models", 401),
                 ("Basic scheme", {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}, "/v1/models", 401),
-                ("no key on the chat page", {}, "/", 401),
                 ("no key on /metrics", {}, "/metrics", 401),
+                ("no key on an unknown route (no 404: routes stay hidden)", {}, "/v2/nothing", 401),
+                ("the right key on an unknown route", {"Authorization": "Bearer " + key}, "/v2/nothing", 404),
+                ("the chat page needs no key (a browser cannot send one)", {}, "/", 200),
                 ("the right key", {"Authorization": "Bearer " + key}, "/v1/models", 200),
                 ("/health needs no key", {}, "/health", 200)):
             r = requests.get(base + path, headers=hdr, timeout=10)
@@ -437,6 +448,11 @@ def test_api_key_and_queue():
         r = post(CHAT, chat_body(max_tokens=2), base=base)
         check(r.status_code == 401 and r.headers.get("WWW-Authenticate") == "Bearer",
               f"API key: chat without a key -> {r.status_code}, WWW-Authenticate: Bearer")
+        r = requests.get(base + CHAT, timeout=10)
+        check(r.status_code == 401, f"API key: a wrong method without the key -> {r.status_code} "
+              "(want 401, not 405)")
+        r = requests.get(base + CHAT, headers={"Authorization": "Bearer " + key}, timeout=10)
+        check(r.status_code == 405, f"API key: a wrong method with the key -> {r.status_code} (want 405)")
         client = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
         c = client.chat.completions.create(model="m", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
         check(c.usage.completion_tokens >= 1, "API key: the openai client with the key gets an answer")
@@ -453,6 +469,268 @@ def test_api_key_and_queue():
         p.terminate()
         p.wait(timeout=30)
     check(p.returncode == 0, f"the second server stops cleanly on SIGTERM (exit {p.returncode})")
+
+
+# ---- 4b. what a browser or a careless client may send (the main server) ---------------
+
+def raw_http(data, shut_wr=False, timeout=60, port=None, source=None):
+    """Sends raw bytes to the server and reads until it closes; shut_wr half-closes the
+    connection after sending (the client still reads)."""
+    s = socket.create_connection(("127.0.0.1", port or int(BASE.rsplit(":", 1)[1])), timeout=timeout,
+                                 source_address=source)
+    out = b""
+    try:
+        s.sendall(data)
+        if shut_wr:
+            s.shutdown(socket.SHUT_WR)
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError as e:
+        out += b"\n(" + repr(e).encode() + b")"
+    finally:
+        s.close()
+    return out
+
+
+def http_status(raw):
+    m = re.match(rb"HTTP/1\.[01] (\d{3}) ", raw)
+    return int(m.group(1)) if m else -1
+
+
+def test_browser_and_head():
+    port = int(BASE.rsplit(":", 1)[1])
+    # Host: a page on another site reaching us through DNS rebinding names its own host
+    for host, want in (("localhost", 200), (f"localhost:{port}", 200), ("127.0.0.1", 200),
+                       (f"[::1]:{port}", 200), ("LocalHost", 200), ("evil.example", 403),
+                       (f"evil.example:{port}", 403), ("localhost.evil.example", 403),
+                       ("localhost:x", 403), ("::1", 403)):
+        r = requests.get(BASE + "/v1/models", headers={"Host": host}, timeout=10)
+        check(r.status_code == want and (want == 200 or is_error_object(r.json())),
+              f"Host {host!r} -> {r.status_code} (want {want})")
+    r = post(CHAT, chat_body(max_tokens=2), headers={"Host": "rebind.example"})
+    check(r.status_code == 403 and is_error_object(r.json()), f"chat with a foreign Host -> {r.status_code}")
+    got = raw_http(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    check(http_status(got) == 400, f"HTTP/1.1 without Host -> {http_status(got)} (want 400)")
+    got = raw_http(b"GET /health HTTP/1.0\r\n\r\n")
+    check(http_status(got) == 200, f"HTTP/1.0 without Host -> {http_status(got)} (want 200)")
+    # CSRF: a form or a no-cors fetch can only send text/plain and the like
+    body = json.dumps(chat_body(max_tokens=2)).encode()
+    for ctype, want in (("text/plain", 415), ("application/x-www-form-urlencoded", 415),
+                        (None, 415), ("application/jsonx", 415),
+                        ("application/json; charset=utf-8", 200), ("Application/JSON", 200)):
+        h = {"Host": "127.0.0.1"}
+        if ctype:
+            h["Content-Type"] = ctype
+        r = requests.post(BASE + CHAT, data=body, headers=h, timeout=60)  # bytes: no type of its own
+        check(r.status_code == want and (want == 200 or is_error_object(r.json())),
+              f"POST with Content-Type {ctype!r} -> {r.status_code} (want {want})")
+    # libmicrohttpd's own refusals are counted too
+    before = metrics()
+    got414 = http_status(raw_http(b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+    got431 = http_status(raw_http(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 40000
+                                  + b"\r\n\r\n"))
+    after = metrics()
+    d = {st: after.get(f'anyllm_requests_total{{endpoint="other",status="{st}"}}', 0)
+         - before.get(f'anyllm_requests_total{{endpoint="other",status="{st}"}}', 0) for st in (414, 431)}
+    check(got414 == 414 and got431 == 431 and d == {414: 1, 431: 1},
+          f"a URI too long ({got414}) and headers too large ({got431}) are counted in /metrics: {d}")
+
+
+def test_client_habits():
+    """Clients that write the whole body before reading, and clients that half-close."""
+    import http.client
+    import urllib.error
+    import urllib.request
+    port = int(BASE.rsplit(":", 1)[1])
+    big = b'{"messages":[{"role":"user","content":"' + b"a" * (3 << 20) + b'"}]}'
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        # a small send buffer, as over a real network: the body is still being written
+        # when the server decides; closing then would reset the connection under it
+        c.connect()
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        c.request("POST", CHAT, body=big, headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        status, text = resp.status, resp.read()
+        ok = status == 413 and is_error_object(json.loads(text))
+    except OSError as e:
+        status, ok = repr(e), False
+    finally:
+        c.close()
+    check(ok, f"http.client, 3 MiB body written before reading -> {status} (want 413)")
+    try:
+        urllib.request.urlopen(urllib.request.Request(BASE + CHAT, data=big, headers={
+            "Content-Type": "application/json"}), timeout=60)
+        status = 200
+    except urllib.error.HTTPError as e:
+        status = e.code
+    except OSError as e:
+        status = repr(e)
+    check(status == 413, f"urllib, 3 MiB body -> {status} (want 413)")
+    # half-close: the client shuts down its sending side and waits for the answer
+    for stream in (False, True):
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 48, "temperature": 0,
+                           "stream": stream}).encode()
+        got = raw_http(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                       b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body, shut_wr=True)
+        whole = (got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") if stream
+                 else b'"finish_reason":"' in got and got.endswith(b"}"))
+        check(http_status(got) == 200 and whole and b"Paris" in got,
+              f"a half-closed client ({'stream' if stream else 'plain'}) gets its whole answer: "
+              f"{got[-60:]!r}")
+    check(wait_idle(10) is not None, "no sequence left active after the half-closed clients")
+
+
+# ---- 4c. slow heads, start-up, stopping: each on a server of its own -------------------
+
+def test_slowloris():
+    head_timeout, per_ip, n_slow = 2, 16, 150
+    p, base = start_server("--head-timeout", str(head_timeout), "--max-conns-per-ip", str(per_ip),
+                           "--timeout", "10", "--parallel", "1")
+    port = int(base.rsplit(":", 1)[1])
+    slow = []
+    try:
+        # 150 connections from 127.0.0.2 (loopback too), each sending a header byte every
+        # 0.3 s, which restarts an idle timeout every time
+        head = b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + b"X-Slow: " + b"a" * 200
+        for _ in range(n_slow):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+                s.setblocking(False)
+                slow.append({"s": s, "sent": 0, "closed": None, "got": b""})
+            except OSError:
+                pass
+        t0 = time.time()
+
+        def dribble():
+            for c in slow:
+                if c["closed"] is not None:
+                    continue
+                try:
+                    d = c["s"].recv(4096)
+                    c["got"] += d
+                    if not d:
+                        c["closed"] = time.time() - t0
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    c["closed"] = time.time() - t0
+                    continue
+                try:
+                    c["s"].send(head[c["sent"]:c["sent"] + 1])
+                    c["sent"] += 1
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    c["closed"] = time.time() - t0
+        for _ in range(3):
+            dribble()
+            time.sleep(0.3)
+        # an ordinary client meanwhile: served at once
+        t1 = time.time()
+        try:
+            r = post(CHAT, chat_body(max_tokens=2), base=base, timeout=10)
+            served, status = time.time() - t1, r.status_code
+        except requests.RequestException as e:
+            served, status = time.time() - t1, repr(e)
+        open_now = sum(c["closed"] is None for c in slow)
+        check(status == 200 and served < 3, f"slowloris: {n_slow} slow connections ({open_now} still open), "
+              f"another client is served in {served:.2f} s ({status})")
+        while time.time() - t0 < head_timeout + 3 and any(c["closed"] is None for c in slow):
+            dribble()
+            time.sleep(0.3)
+        still = sum(c["closed"] is None for c in slow)
+        late = max((c["closed"] for c in slow if c["closed"] is not None), default=0)
+        n408 = sum(c["got"].startswith(b"HTTP/1.1 408") for c in slow)
+        check(still == 0 and 0 < n408 <= per_ip,
+              f"slowloris: every slow connection closed within {late:.1f} s (--head-timeout {head_timeout}; "
+              f"{still} still open); {n408} got 408, at most {per_ip} were let in from one address")
+        check(healthy(base), "slowloris: the server is healthy afterwards")
+    finally:
+        for c in slow:
+            c["s"].close()
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def test_startup():
+    t0 = time.time()
+    r = subprocess.run([ARGS.bin, "serve", "-m", ARGS.model, "--port", str(free_port()), "-t", "2",
+                        "--ctx-size", "1048576", "--parallel", "4"], capture_output=True, text=True, timeout=60)
+    took = time.time() - t0
+    check(r.returncode != 0 and took < 5 and "training context" in r.stderr,
+          f"--ctx-size 1048576 is refused in {took:.2f} s: {r.stderr.strip()[-120:]!r}")
+    # SIGTERM while the model loads and the cache is allocated: the process ends at once
+    p = subprocess.Popen([ARGS.bin, "serve", "-m", ARGS.model, "--port", str(free_port()), "-t", "2",
+                          "--ctx-size", "8192", "--parallel", "4"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    first = p.stderr.readline().decode()  # "loading ...": the signals are handled from here on
+    p.terminate()
+    t0 = time.time()
+    try:
+        rc = p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+    took = time.time() - t0
+    err = first + p.stderr.read().decode()
+    check(rc == 0 and took < 2 and "during start-up" in err,
+          f"SIGTERM during start-up ends the process in {took:.2f} s (exit {rc}): {err.strip()[-80:]!r}")
+
+
+def test_drain():
+    p, base = start_server("--parallel", "2", "--queue", "32")
+    n_stream, n_plain = 8, 16
+    started = []
+    try:
+        def streamed(i):
+            return sse_request(CHAT, chat_body(f"Tell me a long story about {TOPICS[i % 8]}.", stream=True,
+                                               max_tokens=400, seed=i, temperature=1), base=base, timeout=60,
+                               on_text=lambda: started.append(i))
+
+        def plain(i):
+            body = json.dumps(chat_body(f"Tell me a long story about {TOPICS[i % 8]}.", max_tokens=400,
+                                        seed=i, temperature=1)).encode()
+            return raw_http(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                            b"application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                            % len(body) + body, port=int(base.rsplit(":", 1)[1]))
+        pool = cf.ThreadPoolExecutor(n_stream + n_plain)
+        futs = [pool.submit(streamed, i) for i in range(n_stream)] + [pool.submit(plain, i) for i in range(n_plain)]
+        t0 = time.time()
+        while not started and time.time() - t0 < 60:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.terminate()
+        results = [f.result(timeout=60) for f in futs]
+        pool.shutdown()
+    finally:
+        if p.poll() is None:
+            p.terminate()
+        rc = p.wait(timeout=30)
+    bad = []
+    for i, res in enumerate(results[:n_stream]):
+        last = res["events"][-1] if res["events"] else {}
+        ended = "error" in last or any(c.get("finish_reason") for c in last.get("choices", [])) or "usage" in last
+        if res["status"] == 200 and (res["error"] or not res["done"] or not ended):
+            bad.append(f"stream {i}: done {res['done']}, error {res['error']}, last {str(last)[:60]}")
+        elif res["status"] not in (200, 503):
+            bad.append(f"stream {i}: status {res['status']}")
+    for i, raw in enumerate(results[n_stream:]):
+        status, _, body = raw.partition(b"\r\n\r\n")
+        try:
+            obj = json.loads(body)
+            whole = (http_status(raw) == 200 and obj.get("choices")) or (http_status(raw) == 503 and is_error_object(obj))
+        except ValueError:
+            whole = False
+        if not whole:
+            bad.append(f"plain {i}: {raw[:40]!r}...{raw[-40:]!r}")
+    check(not bad, f"SIGTERM with {n_stream} streams and {n_plain} plain requests in flight: every client "
+          f"gets a complete answer {bad[:4]}")
+    check(rc == 0, f"the draining server exits 0 (exit {rc})")
 
 
 # ---- 5. load ---------------------------------------------------------------------------------
@@ -644,14 +922,31 @@ def test_chat_page():
     if not exe:
         print("skip: chromium not found (Debian package 'chromium')")
         return "skip"
-    url = BASE + "/?q=" + requests.utils.quote(QUESTION)
-    png = os.path.join(ARGS.build, "chat-page.png")
+    chat_page_in(exe, BASE, None)
+    # with --api-key: the page loads without the key and sends the one typed in its field
+    key = "sk-page-" + "p" * 20
+    p, base = start_server("--api-key", key, "--parallel", "1")
+    try:
+        chat_page_in(exe, base, key)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    return "ok"
+
+
+def chat_page_in(exe, base, key):
+    url = base + "/?q=" + requests.utils.quote(QUESTION)
+    png = os.path.join(ARGS.build, "chat-page%s.png" % ("-key" if key else ""))
     dt = DevTools(exe, ["--window-size=1000,700", "--hide-scrollbars"])
     try:
         target = dt.call("Target.createTarget", url="about:blank")["targetId"]
         session = dt.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         dt.call("Emulation.setDeviceMetricsOverride", session, width=1000, height=700,
                 deviceScaleFactor=1, mobile=False)
+        if key:  # what typing the key into the page's field leaves behind
+            dt.call("Page.navigate", session, url=base + "/")
+            time.sleep(0.5)
+            dt.call("Runtime.evaluate", session, expression=f"sessionStorage.setItem('anyllm-key', {key!r})")
         dt.call("Page.navigate", session, url=url)
         state, t0 = {}, time.time()
         while time.time() - t0 < 120:
@@ -668,15 +963,16 @@ def test_chat_page():
             f.write(base64.b64decode(shot))
         dom = dt.call("Runtime.evaluate", session, returnByValue=True,
                       expression="document.documentElement.outerHTML")["result"]["value"]
-        with open(os.path.join(ARGS.build, "chat-page.html"), "w") as f:
+        with open(png[:-4] + ".html", "w") as f:
             f.write(dom)
     finally:
         dt.close()
     reply = (state.get("reply") or "").strip()
+    how = " with an API key" if key else ""
     check(state.get("user") == QUESTION and state.get("done") and reply and not state.get("error"),
-          f"chat page in headless Chromium streams a reply to ?q=: {reply!r} (screenshot {png})")
-    check("Paris" in reply, "the chat page's reply names Paris")
-    return "ok"
+          f"chat page{how} in headless Chromium streams a reply to ?q=: {reply!r} {state.get('error')} "
+          f"(screenshot {png})")
+    check("Paris" in reply, f"the chat page's reply{how} names Paris")
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -695,7 +991,9 @@ def main():
     ARGS = ap.parse_args()
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("openai", test_openai_client), ("bad", test_bad_input),
-             ("auth", test_api_key_and_queue), ("load", test_load), ("disconnect", test_disconnects),
+             ("auth", test_api_key_and_queue), ("browser", test_browser_and_head),
+             ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
+             ("drain", test_drain), ("load", test_load), ("disconnect", test_disconnects),
              ("page", test_chat_page)]
     only = set(filter(None, ARGS.only.split(",")))
     skipped = 0
