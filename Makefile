@@ -145,16 +145,19 @@ asan: $(ASAN_TESTS)
 ASAN_CLI := $(ASAN_DIR)/anyllm
 ASAN_CLI_SRC := $(LIB_SRC) $(CLI_SRC) $(wildcard src/server/*.c)
 ASAN_CLI_OBJ := $(ASAN_CLI_SRC:%.c=$(ASAN_DIR)/obj/%.o) $(ASAN_DIR)/obj/gen/chat_html.o
+# float-cast-overflow (not part of -fsanitize=undefined) catches NaN and Inf weights that
+# reach an integer conversion.
+ASAN_CLI_FLAGS := $(ASAN_FLAGS) -fsanitize=float-cast-overflow
 $(ASAN_DIR)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h src/server/*.h tools/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) -c $< -o $@
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_CLI_FLAGS) -c $< -o $@
 $(ASAN_DIR)/obj/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -Iinclude -Isrc $(ASAN_FLAGS) -c $< -o $@
+	$(CC) -std=c11 -Iinclude -Isrc $(ASAN_CLI_FLAGS) -c $< -o $@
 $(ASAN_DIR)/obj/tools/cmd_bench.o: $(BUILD)/gen/build_id
-$(ASAN_DIR)/obj/tools/cmd_bench.o: ASAN_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
+$(ASAN_DIR)/obj/tools/cmd_bench.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 $(ASAN_CLI): $(ASAN_CLI_OBJ)
-	$(CC) $(ASAN_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS)
+	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS)
 
 # Semantically malformed models (tests/gen_malformed*.c), written from a tiny base model
 # and run through the sanitizer CLI by tests/malformed.sh.

@@ -19,6 +19,7 @@
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -263,6 +264,11 @@ static al_status bind_weights(al_model *m) {
     al_tensor freqs;
     if ((st = bind(m, "rope_freqs.weight", m->rope.n_rot / 2, 0, true, &freqs))) return st;
     m->rope.freq_factors = freqs.data;
+    /* rope divides each angle by its factor */
+    for (int i = 0; freqs.data && i < m->rope.n_rot / 2; i++)
+        if (!(m->rope.freq_factors[i] > 0 && m->rope.freq_factors[i] < INFINITY))
+            return al_error(AL_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive "
+                            "number", m->file->path, i, (double)m->rope.freq_factors[i]);
 
     /* each block has several tensors: a count beyond the file's is refused before it
      * sizes an allocation (block_count = 2^30 asked for 600 GB) */
