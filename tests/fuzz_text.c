@@ -1,8 +1,9 @@
 /* fuzz_text.c: libFuzzer target for the tokenizer, the detokenizer and the chat
  * templates (make fuzz; tests/fuzz_run.sh).
  *
- * The vocabularies of $SHARED/vocab (SentencePiece, GPT-2 byte-level BPE, Phi-3) are
- * loaded once. The first input byte picks a vocabulary and the flags; the rest is text,
+ * The vocabularies of $SHARED/vocab (SentencePiece, GPT-2 byte-level BPE, Phi-3) and
+ * those named by FUZZ_VOCABS are loaded once. The first input byte picks a vocabulary;
+ * the rest is text,
  * which is
  *   - tokenized with every combination of add_special and parse_special; every id must
  *     be in range, and each token is decoded with al_token_to_bytes and streamed through
@@ -29,22 +30,38 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static const char *const k_vocab_files[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
                                             "ggml-vocab-phi-3.gguf"};
-enum { N_VOCAB_FILES = 3, BPE_VOCAB = 1 };
-static al_vocab *g_vocab[N_VOCAB_FILES];
+enum { N_SHARED_VOCABS = 3, BPE_VOCAB = 1, MAX_VOCABS = 64 };
+static al_vocab *g_vocab[MAX_VOCABS]; /* the shared ones at 0..2 (NULL if absent), then extras */
+static int g_n_vocab = N_SHARED_VOCABS;
 static volatile uint64_t g_sink;
+
+/* FUZZ_VOCABS: more files, separated by spaces, e.g. the generator's odd vocabularies
+ * (all-user tokens, invalid UTF-8 tokens, merges of absent tokens); those that do not
+ * load are skipped. */
+static void load_extra_vocabs(void) {
+    const char *list = getenv("FUZZ_VOCABS");
+    if (!list) return;
+    char *copy = strdup(list), *save = NULL;
+    for (char *p = copy ? strtok_r(copy, " ", &save) : NULL; p && g_n_vocab < MAX_VOCABS;
+         p = strtok_r(NULL, " ", &save))
+        if (al_vocab_load(p, &g_vocab[g_n_vocab]) == AL_OK) g_n_vocab++;
+    free(copy);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     const char *shared = getenv("SHARED");
     int n = 0;
-    for (int i = 0; i < N_VOCAB_FILES; i++) {
+    for (int i = 0; i < N_SHARED_VOCABS; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/vocab/%s", shared ? shared : "../shared", k_vocab_files[i]);
         if (al_vocab_load(path, &g_vocab[i]) == AL_OK) n++;
     }
-    fprintf(stderr, "fuzz_text: %d of %d vocabularies loaded%s\n", n, N_VOCAB_FILES,
-            n ? "" : " (set SHARED): fuzzing the chat templates only");
+    load_extra_vocabs();
+    fprintf(stderr, "fuzz_text: %d of %d shared vocabularies and %d more loaded%s\n", n,
+            N_SHARED_VOCABS, g_n_vocab - N_SHARED_VOCABS,
+            n || g_n_vocab > N_SHARED_VOCABS ? "" : " (set SHARED): fuzzing the chat templates only");
     return 0;
 }
 
@@ -115,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     REQUIRE(text);
     memcpy(text, data + 1, size - 1);
     text[size - 1] = 0;
-    int which = data[0] % N_VOCAB_FILES;
+    int which = data[0] % g_n_vocab;
     if (g_vocab[which]) fuzz_tokenizer(g_vocab[which], which == BPE_VOCAB, text, size - 1);
     fuzz_chat(text);
     free(text);
