@@ -515,6 +515,12 @@ static void tmpl_repeat_turns(gm_model *g) {
 static void tmpl_huge_default_system(gm_model *g) {
     set_template_repeat(g, "'<|im_start|>system\\n", "ab\\\\ ", 1 << 18, "<|im_end|>'");
 }
+/* Every token user-defined and a long default system prompt: chat cuts each user token
+ * out of the rendered text before tokenizing it. */
+static void tmpl_huge_system_all_user(gm_model *g) {
+    set_all_types(g, GM_TOK_USER);
+    set_template_repeat(g, "'<|im_start|>system\\n", "Hello world. ", 1 << 15, "<|im_end|>'");
+}
 static void tmpl_escape_at_end(gm_model *g) {
     set_str(g, "tokenizer.chat_template", "<|im_start|>system\nabc\\<|im_end|>");
 }
@@ -723,6 +729,7 @@ const gm_variant gm_variants[] = {
     V("tmpl-repeat-system-quoted", tmpl_repeat_system_quoted)
     V("tmpl-repeat-system-turns", tmpl_repeat_turns)
     V("tmpl-huge-default-system", tmpl_huge_default_system)
+    V("tmpl-huge-system-all-user", tmpl_huge_system_all_user)
     V("tmpl-escape-at-end", tmpl_escape_at_end)
     V("tmpl-system-unterminated", tmpl_system_unterminated)
     V("tmpl-string-array", tmpl_nul_inside)
