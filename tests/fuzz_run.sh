@@ -1,19 +1,61 @@
 #!/bin/sh
-# Runs the libFuzzer target on the GGUF reader for FUZZ_SECONDS, seeded by
-# tests/fuzz_seed.sh. Passes when the fuzzer finds no crash, leak or sanitizer report.
+# Runs the libFuzzer targets for FUZZ_SECONDS in all, half each: the GGUF reader
+# (FUZZ_BIN, seeded by tests/fuzz_seed.sh) and the tokenizer + chat templates
+# (FUZZ_TEXT_BIN, seeded with the shared vocabularies' test strings and a few templates,
+# on the shared vocabularies and the odd ones of BUILD/gen_malformed when it is built).
+# Each passes when its fuzzer finds no crash, leak, trap or sanitizer report.
 bin=${FUZZ_BIN:-build/fuzz/fuzz_gguf}
+text_bin=${FUZZ_TEXT_BIN:-build/fuzz/fuzz_text}
 seconds=${FUZZ_SECONDS:-60}
+half=$(( (seconds + 1) / 2 ))
+shared=${SHARED:-../shared}
+pass=0; fail=0
+
+# fuzz NAME BIN CORPUS MAX_LEN: one fuzzer run; counts a pass or a failure
+fuzz() {
+    dir=$(dirname "$2")
+    mkdir -p "$3" "$dir/artifacts"
+    if SHARED=$shared "$2" -max_total_time="$half" -max_len="$4" -rss_limit_mb=2048 \
+            -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "$3" 2>"$dir/log.$1"; then
+        grep -E '^fuzz_text:' "$dir/log.$1"
+        grep -E '^stat::(number_of_executed_units|peak_rss_mb)|cov:' "$dir/log.$1" | tail -n 3
+        echo "fuzz: ${half}s on the $1 found nothing"
+        pass=$((pass + 1))
+    else
+        tail -n 40 "$dir/log.$1"
+        echo "fuzz: the $1 fuzzer found a failing input (see $dir/artifacts)"
+        fail=$((fail + 1))
+    fi
+}
+
 corpus=$(dirname "$bin")/corpus
-mkdir -p "$corpus" "$(dirname "$bin")/artifacts"
 sh "$(dirname "$0")/fuzz_seed.sh" "$corpus"
-if "$bin" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$(dirname "$bin")/artifacts/" "$corpus" 2>"$(dirname "$bin")/log"; then
-    grep -E '^stat::(number_of_executed_units|peak_rss_mb)|cov:' "$(dirname "$bin")/log" | tail -n 3
-    echo "fuzz: ${seconds}s on the GGUF reader found nothing"
-    echo "1 passed, 0 failed"
-else
-    tail -n 40 "$(dirname "$bin")/log"
-    echo "fuzz: the fuzzer found a failing input (see $(dirname "$bin")/artifacts)"
-    echo "0 passed, 1 failed"
-    exit 1
+fuzz "GGUF reader" "$bin" "$corpus" 65536
+
+# Text seeds: byte 0 picks the vocabulary (0 SentencePiece, 1 GPT-2, 2 Phi-3).
+text_corpus=$(dirname "$text_bin")/corpus_text
+mkdir -p "$text_corpus"
+i=0
+for f in "$shared"/vocab/*.inp; do
+    [ -f "$f" ] || continue
+    awk -v dir="$text_corpus" -v base="$i" '
+        /^__ggml_vocab_test__$/ { n++; next }
+        { f = sprintf("%s/seed-%d-%d", dir, base, n)
+          printf "%s%s\n", (n in seen) ? "" : sprintf("%c", 48 + n % 3), $0 >> f; seen[n] = 1; close(f) }
+    ' "$f"
+    i=$((i + 1))
+done
+printf "\001<|im_start|>system\\\\nYou are kind.<|im_end|>\\\\n{%% for m in messages %%}" > "$text_corpus/seed-chatml"
+printf "\002<|start_header_id|>user<|end_header_id|>\n\n{{ c }}<|eot_id|>" > "$text_corpus/seed-llama3"
+printf "\000[INST] <<SYS>>\nsys\n<</SYS>>\n\nhi [/INST]<start_of_turn><|user|><|end|>" > "$text_corpus/seed-inst"
+# The generator's odd vocabularies too (tests/gen_malformed.c), when it is built.
+gen=${BUILD:-build}/gen_malformed
+odd=$(dirname "$text_bin")/odd_vocabs
+if [ -x "$gen" ] && rm -rf "$odd" && mkdir -p "$odd" && "$gen" "$odd" >/dev/null; then
+    FUZZ_VOCABS=$(echo "$odd"/tok-*.gguf "$odd"/bpe-*.gguf)
+    export FUZZ_VOCABS
 fi
+fuzz "tokenizer and chat templates" "$text_bin" "$text_corpus" 4096
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,140 @@
+/* fuzz_text.c: libFuzzer target for the tokenizer, the detokenizer and the chat
+ * templates (make fuzz; tests/fuzz_run.sh).
+ *
+ * The vocabularies of $SHARED/vocab (SentencePiece, GPT-2 byte-level BPE, Phi-3) and
+ * those named by FUZZ_VOCABS are loaded once. The first input byte picks a vocabulary;
+ * the rest is text,
+ * which is
+ *   - tokenized with every combination of add_special and parse_special; every id must
+ *     be in range, and each token is decoded with al_token_to_bytes and streamed through
+ *     al_detok; for the byte-level BPE vocabulary, without special parsing, the decoded
+ *     text must equal the input (every byte has a token, so nothing may be lost);
+ *   - given to al_chat_template_detect as a template, and rendered by every format with
+ *     itself as the template (the default-system extraction reads it) and as the
+ *     content of the messages.
+ * Without vocabularies (SHARED unset and ../shared absent) only the chat part runs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "anyllm.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond)) __builtin_trap();                                                             \
+    } while (0)
+
+static const char *const k_vocab_files[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
+                                            "ggml-vocab-phi-3.gguf"};
+enum { N_SHARED_VOCABS = 3, BPE_VOCAB = 1, MAX_VOCABS = 64 };
+static al_vocab *g_vocab[MAX_VOCABS]; /* the shared ones at 0..2 (NULL if absent), then extras */
+static int g_n_vocab = N_SHARED_VOCABS;
+static volatile uint64_t g_sink;
+
+/* FUZZ_VOCABS: more files, separated by spaces, e.g. the generator's odd vocabularies
+ * (all-user tokens, invalid UTF-8 tokens, merges of absent tokens); those that do not
+ * load are skipped. */
+static void load_extra_vocabs(void) {
+    const char *list = getenv("FUZZ_VOCABS");
+    if (!list) return;
+    char *copy = strdup(list), *save = NULL;
+    for (char *p = copy ? strtok_r(copy, " ", &save) : NULL; p && g_n_vocab < MAX_VOCABS;
+         p = strtok_r(NULL, " ", &save))
+        if (al_vocab_load(p, &g_vocab[g_n_vocab]) == AL_OK) g_n_vocab++;
+    free(copy);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const char *shared = getenv("SHARED");
+    int n = 0;
+    for (int i = 0; i < N_SHARED_VOCABS; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/vocab/%s", shared ? shared : "../shared", k_vocab_files[i]);
+        if (al_vocab_load(path, &g_vocab[i]) == AL_OK) n++;
+    }
+    load_extra_vocabs();
+    fprintf(stderr, "fuzz_text: %d of %d shared vocabularies and %d more loaded%s\n", n,
+            N_SHARED_VOCABS, g_n_vocab - N_SHARED_VOCABS,
+            n || g_n_vocab > N_SHARED_VOCABS ? "" : " (set SHARED): fuzzing the chat templates only");
+    return 0;
+}
+
+/* Decodes ids one by one and through the streaming detokenizer; returns the bytes of
+ * the first (malloc'd, *len bytes) for the round-trip check. */
+static char *decode(const al_vocab *v, const int32_t *ids, int n, size_t *len) {
+    size_t cap = 64, o = 0;
+    char *out = malloc(cap);
+    al_detok *d = NULL;
+    REQUIRE(out && al_detok_create(v, &d) == AL_OK);
+    for (int i = 0; i < n; i++) {
+        int k = al_token_to_bytes(v, ids[i], true, NULL, 0);
+        REQUIRE(k >= 0);
+        while (o + (size_t)k > cap) out = realloc(out, cap *= 2);
+        REQUIRE(out);
+        REQUIRE(al_token_to_bytes(v, ids[i], true, out + o, k) == k);
+        o += (size_t)k;
+        const char *t;
+        size_t tn;
+        REQUIRE(al_detok_push(d, ids[i], &t, &tn) == AL_OK);
+        if (tn) g_sink += (unsigned char)t[0] + (unsigned char)t[tn - 1];
+    }
+    const char *t;
+    size_t tn;
+    al_detok_flush(d, &t, &tn);
+    REQUIRE(tn <= 4);
+    al_detok_destroy(d);
+    *len = o;
+    return out;
+}
+
+static void fuzz_tokenizer(const al_vocab *v, bool bpe, const char *text, size_t len) {
+    for (int mode = 0; mode < 4; mode++) {
+        al_tokenize_params p = {.add_special = mode & 1, .parse_special = mode & 2};
+        int32_t *ids = NULL;
+        int n = 0;
+        if (al_tokenize(v, text, len, &p, &ids, &n) != AL_OK) {
+            REQUIRE(ids == NULL);
+            continue;
+        }
+        for (int i = 0; i < n; i++) REQUIRE(ids[i] >= 0 && ids[i] < al_vocab_n_tokens(v));
+        size_t out_len;
+        char *out = decode(v, ids, n, &out_len);
+        if (bpe && mode == 0) REQUIRE(out_len == len && memcmp(out, text, len) == 0);
+        free(out);
+        al_free_tokens(ids);
+    }
+}
+
+static void fuzz_chat(const char *text) {
+    static const char *const formats[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"};
+    const char *name;
+    if (al_chat_template_detect(text, &name) == AL_OK) REQUIRE(name != NULL);
+    al_chat_message msgs[] = {{"system", text}, {"user", text}, {"assistant", text}, {"user", "hi"}};
+    for (int f = 0; f < 6; f++) {
+        for (int first = 0; first < 2; first++) { /* with and without the system message */
+            char *out = NULL;
+            REQUIRE(al_chat_render(formats[f], text, msgs + first, 4 - first, true, &out) == AL_OK);
+            g_sink += strlen(out);
+            al_string_free(out);
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size == 0) return 0;
+    char *text = malloc(size); /* the text after the selector byte, NUL-terminated */
+    REQUIRE(text);
+    memcpy(text, data + 1, size - 1);
+    text[size - 1] = 0;
+    int which = data[0] % g_n_vocab;
+    if (g_vocab[which]) fuzz_tokenizer(g_vocab[which], which == BPE_VOCAB, text, size - 1);
+    fuzz_chat(text);
+    free(text);
+    return 0;
+}
