@@ -539,7 +539,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     al_context *c = al_calloc(1, sizeof *c);
     if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
     c->m = m;
-    al_status st = backend_for_context(m->be, &c->be); /* a GPU: the context's own stream */
+    st = backend_for_context(m->be, &c->be); /* a GPU: the context's own stream */
     if (st != AL_OK) {
         al_free(c);
         return st;
