@@ -179,7 +179,7 @@ $(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/
 		tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c -o $@ -lm
 # ... and on the tokenizer, the detokenizer and the chat templates (tests/fuzz_text.c)
 FUZZ_TEXT_BIN := $(BUILD)/fuzz/fuzz_text
-FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/chat.c src/gguf.c \
+FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/tokenizer_special.c src/chat.c src/gguf.c \
 	src/quant.c src/util.c
 $(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h include/*.h)
 	@mkdir -p $(dir $@)
