@@ -182,6 +182,15 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     *socket_context = NULL;
 }
 
+/* Waits on s->changed (s->lock held) for REAP_MS at most. */
+static void wait_changed(srv_server *s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += REAP_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->changed, &s->lock, &ts);
+}
+
 /* Answers 408 to every connection past its deadline and shuts its socket down, which
  * makes its thread see the end of the stream and close it. */
 static void *reaper_main(void *arg) {
@@ -204,11 +213,7 @@ static void *reaper_main(void *arg) {
             if (send(k->fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {}
             shutdown(k->fd, SHUT_RDWR);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += REAP_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&s->changed, &s->lock, &ts);
+        wait_changed(s);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
@@ -812,11 +817,7 @@ static void drain(srv_server *s) {
     double until = al_time_s() + DRAIN_S;
     pthread_mutex_lock(&s->lock);
     while (s->n_inflight > 0 && al_time_s() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += REAP_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&s->changed, &s->lock, &ts);
+        wait_changed(s);
     }
     pthread_mutex_unlock(&s->lock);
 }
