@@ -37,13 +37,22 @@ typedef struct al_rope {
     const float *freq_factors; /* [n_rot/2] or NULL (Llama 3 rope_freqs) */
 } al_rope;
 
-/* Shape of one attention call. */
+/* Shape of one attention call.
+ *
+ * The caches are rings: position p lives in row p % cap, where cap = k_cache->ne[1]. A
+ * cache of a layer without a window holds every position (n_past + n_tokens <= cap,
+ * so the ring never wraps); a sliding-window layer's cache need only hold the window
+ * and the batch (window - 1 + n_tokens <= cap). For the batch's last position
+ * p_last = n_past + n_tokens - 1, row r holds position p_last - ((p_last - r) mod cap)
+ * once the batch is written; a negative one is a row never written. */
 typedef struct al_attn_shape {
     int n_head;     /* query heads */
     int n_head_kv;  /* key/value heads; n_head is a multiple of it */
     int head_dim;
     int n_past;     /* positions already in the cache before this batch */
     int n_tokens;   /* new positions in this batch (its queries are causal) */
+    float scale;    /* multiplies q.k; 0 means 1 / sqrt(head_dim) */
+    int window;     /* > 0: a query at p sees keys at p - window + 1 .. p; 0: all <= p */
 } al_attn_shape;
 
 /* What a backend needs to know to say whether it can run a model (supports). */
@@ -93,7 +102,9 @@ typedef struct al_backend_ops {
     /* out[i] = dequantized row ids[i] of table, for n ids. */
     void (*get_rows)(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
                      al_tensor *out);
-    /* out = x / rms(x) * w per row; w is an f32 weight [ne0]. */
+    /* out = x / rms(x) * w per row; w is an f32 weight [ne0]. x and out may be the same
+     * rows, and may be a view of heads (ne0 = head_dim, row_bytes = head_dim floats)
+     * laid over a contiguous [n][n_head * head_dim] tensor: per-head Q/K norm. */
     void (*rms_norm)(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
                      al_tensor *out);
     /* out[t][o] = sum_i x[t][i] * w[o][i] (+ bias[o] if bias): x is [n][n_in]. */
@@ -102,13 +113,19 @@ typedef struct al_backend_ops {
     /* Rotates each head of each row in place; row t is at position pos0 + t. */
     void (*rope)(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0,
                  const al_rope *rope);
-    /* Appends k, v ([n_tokens][n_head_kv*head_dim]) to the caches at n_past, then
-     * out[t] = causal softmax(q k^T / sqrt(head_dim)) v over positions 0..n_past+t. */
+    /* Writes k, v ([n_tokens][n_head_kv*head_dim]) to the caches at positions n_past ..
+     * (rows p % cap, see al_attn_shape), then out[t] = softmax(q k^T * scale) v over the
+     * positions query n_past + t sees: 0 .. n_past + t, or its last `window` of them. */
     void (*attention)(al_backend *be, const al_tensor *q, const al_tensor *k,
                       const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
                       const al_attn_shape *shape, al_tensor *out);
     /* g = silu(g) * u, elementwise. */
     void (*silu_mul)(al_backend *be, al_tensor *g, const al_tensor *u);
+    /* g = gelu(g) * u, elementwise, with GELU's tanh approximation
+     * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's gated FFN). */
+    void (*gelu_mul)(al_backend *be, al_tensor *g, const al_tensor *u);
+    /* x *= s, elementwise (Gemma's embedding scale). */
+    void (*scale)(al_backend *be, al_tensor *x, float s);
     /* x += y, elementwise. */
     void (*add)(al_backend *be, al_tensor *x, const al_tensor *y);
 } al_backend_ops;
