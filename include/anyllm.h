@@ -57,7 +57,7 @@ void al_model_destroy(al_model *m);
 
 /* Hyper-parameters, as read from the file. */
 typedef struct al_model_info {
-    const char *arch;   /* "llama" or "qwen2"                           */
+    const char *arch;   /* general.architecture: llama, qwen2, qwen3, gemma3 */
     int n_vocab;        /* logits per position                          */
     int n_ctx_train;    /* context length the model was trained with    */
     int n_embd;
@@ -75,6 +75,8 @@ typedef struct al_model_info {
                                 are used in place from the file mapping (the CPU, a
                                 GPU on unified memory that imports the mapping) */
     double load_s;       /* seconds al_model_load took                   */
+    const char *features; /* what the layers do, e.g. "neox rope (base 1e+06),
+                             per-head Q/K norm, SiLU-gated FFN, tied output" */
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -97,7 +99,10 @@ int al_context_n_past(const al_context *c);
 void al_context_reset(al_context *c);
 
 /* Forgets positions n_past and later, keeping the first n_past (a shared prefix).
- * AL_ERR_ARG if n_past is negative or beyond the positions held. */
+ * AL_ERR_ARG if n_past is negative or beyond the positions held. A model with
+ * sliding-window layers keeps only the recent positions those layers need, about a
+ * batch (512) beyond the window: cut back further, the context starts over (keeps 0
+ * positions). Read al_context_n_past afterwards for what was kept. */
 al_status al_context_truncate(al_context *c, int n_past);
 
 /* Positions the context holds at most. */

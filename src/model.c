@@ -1,21 +1,23 @@
-/* model.c: decoder-only transformers of the llama family, read from GGUF.
+/* model.c: decoder-only transformers read from GGUF, as described by arch.c.
  *
- * Supported architectures (general.architecture):
- *   llama  Llama 2/3/3.x, Mistral, TinyLlama, SmolLM2: RMSNorm, rotary positions on
- *          adjacent pairs, grouped-query attention, SwiGLU feed-forward; the output
- *          projection is the token embedding when output.weight is absent.
- *   qwen2  the same with biases on Q, K and V and rotary positions on split halves.
- * Every hyper-parameter comes from the file's "<arch>.*" keys, and every tensor's
- * type and shape is checked against them before the model is usable.
+ * An architecture is a descriptor (arch.h): which tensors a layer has, with their
+ * shapes, and a few flags. Every hyper-parameter comes from the file's "<arch>.*" keys,
+ * and every tensor's type and shape is checked against them before the model is usable.
  *
  * Weights are descriptors pointing into the file mapping: loading copies nothing but
  * the few small 1-D tensors that are not stored as f32.
  *
- * The forward pass for a batch of n tokens at positions n_past .. n_past+n-1 is
- *   x = embed(tokens)
- *   per layer:  x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
- *               x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
- *   logits = Wout · norm(x)
+ * The forward pass for a batch of n tokens at positions n_past .. n_past+n-1 is made of
+ * two shared blocks; a bracketed step runs when the architecture has that tensor/flag:
+ *   x = embed(tokens) [* sqrt(n_embd)]
+ *   per layer:  attention block:
+ *                 h = norm(x); q = Wq h [+ bq]; k = Wk h [+ bk]; v = Wv h [+ bv]
+ *                 [q, k = per-head norm(q), norm(k)]; q, k = rope(q), rope(k)
+ *                 o = Wo attention(q, k, v) (causal, or a sliding window)
+ *                 x += [norm](o)
+ *               FFN block:
+ *                 x += [norm](Wdown (act(Wgate norm(x)) * Wup norm(x)))  act: SiLU or GELU
+ *   logits = Wout norm(x) [soft-capped: c * tanh(logits / c)]
  */
 #include "model.h"
 
@@ -23,30 +25,29 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arch.h"
 #include "quant.h"
 #include "tokenizer.h"
 #include "util.h"
 
 typedef struct layer_weights {
-    al_tensor attn_norm; /* [n_embd] f32 */
-    al_tensor wq;        /* [n_embd] -> [n_head * head_dim] */
-    al_tensor wk;        /* [n_embd] -> [n_head_kv * head_dim] */
-    al_tensor wv;        /* [n_embd] -> [n_head_kv * head_dim] */
-    al_tensor bq, bk, bv; /* qwen2 biases, f32, same widths as the outputs; else data NULL */
-    al_tensor wo;        /* [n_head * head_dim] -> [n_embd] */
-    al_tensor ffn_norm;  /* [n_embd] f32 */
-    al_tensor w_gate;    /* [n_embd] -> [n_ff] */
-    al_tensor w_up;      /* [n_embd] -> [n_ff] */
-    al_tensor w_down;    /* [n_ff] -> [n_embd] */
+    al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */
+    bool swa;             /* attends to a sliding window, with the model's rope_swa */
 } layer_weights;
 
 struct al_model {
     gguf_file *file;
     al_backend *be;
-    char arch[16];
+    const arch_desc *ad;
+    char arch[64];
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     float norm_eps;
-    al_rope rope;
+    al_rope rope;          /* global layers */
+    al_rope rope_swa;      /* sliding-window layers */
+    int swa_window;        /* positions a sliding layer sees (0: none slide) */
+    float embd_scale;      /* token embeddings are multiplied by it (1: not at all) */
+    float softcap;         /* final logits soft-cap (0: none) */
+    char features[256];    /* al_model_info.features */
     al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
     al_tensor output_norm; /* [n_embd] f32 */
     al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied */
@@ -64,14 +65,17 @@ struct al_model {
  * are produced a slice at a time, so scratch never holds [n_batch][n_vocab]. */
 enum { LOGIT_ROWS = 16 };
 
+/* Tokens per forward chunk at most (a context's n_batch). */
+enum { MAX_BATCH = 512 };
+
 struct al_context {
     const al_model *m;
     al_backend *be;
-    int n_ctx;             /* positions the cache holds */
+    int n_ctx;             /* positions the context holds */
     int n_batch;           /* tokens per forward chunk */
     int n_past;
-    al_tensor *k_cache;    /* [n_layer] each [n_ctx][n_head_kv * head_dim] */
-    al_tensor *v_cache;    /* [n_layer] each [n_ctx][n_head_kv * head_dim] */
+    al_tensor *k_cache;    /* [n_layer] each [cap][n_head_kv * head_dim], a ring (backend.h) */
+    al_tensor *v_cache;    /* [n_layer] each [cap][n_head_kv * head_dim] */
     al_tensor x;           /* [n_batch][n_embd] residual stream */
     al_tensor xb;          /* [n_batch][n_embd] normed input / sublayer output */
     al_tensor q;           /* [n_batch][n_head * head_dim] */
@@ -132,6 +136,80 @@ static al_status read_rope_scaling(al_model *m) {
     return AL_OK;
 }
 
+/* Head size: key_length when given (qwen3 and gemma3 need not have n_embd / n_head),
+ * and value_length, when given, must agree with it. */
+static al_status read_head_dim(al_model *m) {
+    const char *path = m->file->path;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.key_length", m->arch);
+    bool given = gguf_find_key(m->file, key) != NULL;
+    if (!given && m->n_embd % m->n_head != 0)
+        return al_error(AL_ERR_FORMAT, "%s: embedding_length %d is not a multiple of head_count %d",
+                        path, m->n_embd, m->n_head);
+    int dflt = given ? 0 : m->n_embd / m->n_head, vlen;
+    al_status st;
+    if ((st = get_arch_u32(m, "attention.key_length", (uint32_t)dflt, false, &m->head_dim)) ||
+        (st = get_arch_u32(m, "attention.value_length", (uint32_t)m->head_dim, false, &vlen)) ||
+        (st = get_arch_u32(m, "rope.dimension_count", (uint32_t)m->head_dim, false,
+                           &m->rope.n_rot)))
+        return st;
+    if (m->head_dim <= 0 || m->head_dim > 4096)
+        return al_error(AL_ERR_FORMAT, "%s: attention.key_length %d is out of range [1, 4096]",
+                        path, m->head_dim);
+    if (vlen != m->head_dim)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: attention.value_length %d differs from "
+                        "key_length %d, which is not supported", path, vlen, m->head_dim);
+    if (m->rope.n_rot <= 0 || m->rope.n_rot > m->head_dim || m->rope.n_rot % 2)
+        return al_error(AL_ERR_FORMAT, "%s: rope.dimension_count %d must be even and within "
+                        "the head size %d", path, m->rope.n_rot, m->head_dim);
+    return AL_OK;
+}
+
+/* Which layers slide: ARCH.attention.sliding_window_pattern is a period (layer i slides
+ * unless (i + 1) % period == 0) or one bool per layer; absent, the descriptor's period. */
+static al_status read_swa_pattern(al_model *m) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
+    const gguf_kv *kv = gguf_find_key(m->file, key);
+    if (kv && kv->type == GGUF_VT_ARRAY) {
+        if ((kv->v.arr.type != GGUF_VT_BOOL && kv->v.arr.type != GGUF_VT_U8 &&
+             kv->v.arr.type != GGUF_VT_I8) || kv->v.arr.n != (uint64_t)m->n_layer)
+            return al_error(AL_ERR_FORMAT, "%s: %s must be %d bools (one per layer)",
+                            m->file->path, key, m->n_layer);
+        for (int il = 0; il < m->n_layer; il++)
+            m->layers[il].swa = ((const uint8_t *)kv->v.arr.data)[il] != 0;
+        return AL_OK;
+    }
+    int period;
+    al_status st = get_arch_u32(m, "attention.sliding_window_pattern",
+                                (uint32_t)m->ad->swa_period, false, &period);
+    if (st != AL_OK) return st;
+    if (period <= 0)
+        return al_error(AL_ERR_FORMAT, "%s: %s = %d must be positive", m->file->path, key, period);
+    for (int il = 0; il < m->n_layer; il++) m->layers[il].swa = (il + 1) % period != 0;
+    return AL_OK;
+}
+
+/* Sliding-window attention (ARCH_SLIDING): the window, the layers and their rope. */
+static al_status read_sliding(al_model *m) {
+    if (!(m->ad->flags & ARCH_SLIDING)) return AL_OK;
+    al_status st;
+    if ((st = get_arch_u32(m, "attention.sliding_window", 0, true, &m->swa_window)))
+        return st;
+    if (m->swa_window <= 0)
+        return al_error(AL_ERR_FORMAT, "%s: %s.attention.sliding_window must be positive",
+                        m->file->path, m->arch);
+    m->rope_swa = m->rope;
+    m->rope_swa.freq_scale = 1.0f; /* linear scaling stretches the global layers only */
+    if ((st = get_arch_f32(m, "rope.freq_base_swa", m->ad->rope_base_swa,
+                           &m->rope_swa.freq_base)))
+        return st;
+    if (!(m->rope_swa.freq_base > 0))
+        return al_error(AL_ERR_FORMAT, "%s: rope.freq_base_swa %g must be positive",
+                        m->file->path, (double)m->rope_swa.freq_base);
+    return AL_OK;
+}
+
 static al_status read_hparams(al_model *m) {
     const char *path = m->file->path;
     al_status st;
@@ -140,8 +218,10 @@ static al_status read_hparams(al_model *m) {
         (st = get_arch_u32(m, "feed_forward_length", 0, true, &m->n_ff)) ||
         (st = get_arch_u32(m, "attention.head_count", 0, true, &m->n_head)) ||
         (st = get_arch_u32(m, "context_length", 2048, false, &m->n_ctx_train)) ||
-        (st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &m->norm_eps)) ||
-        (st = get_arch_f32(m, "rope.freq_base", 10000.0f, &m->rope.freq_base)))
+        (st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", m->ad->norm_eps,
+                           &m->norm_eps)) ||
+        (st = get_arch_f32(m, "rope.freq_base", m->ad->rope_base, &m->rope.freq_base)) ||
+        (st = get_arch_f32(m, "final_logit_softcapping", 0.0f, &m->softcap)))
         return st;
     if (m->n_embd <= 0 || m->n_layer <= 0 || m->n_ff <= 0 || m->n_head <= 0)
         return al_error(AL_ERR_FORMAT, "%s: embedding_length, block_count, "
@@ -152,25 +232,20 @@ static al_status read_hparams(al_model *m) {
     if (m->n_head_kv <= 0 || m->n_head % m->n_head_kv != 0)
         return al_error(AL_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                         path, m->n_head, m->n_head_kv);
-    if (m->n_embd % m->n_head != 0)
-        return al_error(AL_ERR_FORMAT, "%s: embedding_length %d is not a multiple of head_count %d",
-                        path, m->n_embd, m->n_head);
-    if ((st = get_arch_u32(m, "attention.key_length", (uint32_t)(m->n_embd / m->n_head), false,
-                           &m->head_dim)) ||
-        (st = get_arch_u32(m, "rope.dimension_count", (uint32_t)m->head_dim, false,
-                           &m->rope.n_rot)))
-        return st;
-    if (m->head_dim <= 0 || m->rope.n_rot <= 0 || m->rope.n_rot > m->head_dim || m->rope.n_rot % 2)
-        return al_error(AL_ERR_FORMAT, "%s: rope.dimension_count %d must be even and within "
-                        "the head size %d", path, m->rope.n_rot, m->head_dim);
+    if ((st = read_head_dim(m))) return st;
     if (!(m->norm_eps > 0 && m->norm_eps < 1))
         return al_error(AL_ERR_FORMAT, "%s: layer_norm_rms_epsilon %g is out of range", path,
                         (double)m->norm_eps);
     if (!(m->rope.freq_base > 0))
         return al_error(AL_ERR_FORMAT, "%s: rope.freq_base %g must be positive", path,
                         (double)m->rope.freq_base);
-    m->rope.neox = strcmp(m->arch, "qwen2") == 0;
-    return read_rope_scaling(m);
+    if (!(m->softcap >= 0 && m->softcap < INFINITY))
+        return al_error(AL_ERR_FORMAT, "%s: final_logit_softcapping %g must be a positive "
+                        "number", path, (double)m->softcap);
+    m->rope.neox = (m->ad->flags & ARCH_ROPE_NEOX) != 0;
+    m->embd_scale = m->ad->flags & ARCH_EMBD_SCALE ? sqrtf((float)m->n_embd) : 1.0f;
+    if ((st = read_rope_scaling(m))) return st;
+    return read_sliding(m);
 }
 
 /* ---- binding tensors ------------------------------------------------------------- */
@@ -219,31 +294,29 @@ static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return AL_OK;
 }
 
+static int64_t dim_of(const al_model *m, arch_dim d) {
+    switch (d) {
+    case D_ONE: return 0;
+    case D_EMBD: return m->n_embd;
+    case D_Q: return (int64_t)m->n_head * m->head_dim;
+    case D_KV: return (int64_t)m->n_head_kv * m->head_dim;
+    case D_HEAD: return m->head_dim;
+    case D_FF: return m->n_ff;
+    }
+    return 0;
+}
+
+/* Binds layer il's tensors as the architecture's table lists them. */
 static al_status bind_layer(al_model *m, int il, layer_weights *l) {
-    int64_t e = m->n_embd, qd = (int64_t)m->n_head * m->head_dim;
-    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim, f = m->n_ff;
-    bool bias = strcmp(m->arch, "qwen2") == 0;
-    char name[96];
-    al_status st = AL_OK;
-#define BIND(field, suffix, ne0, ne1, opt)                                                  \
-    do {                                                                                   \
-        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                              \
-        if ((st = bind(m, name, ne0, ne1, opt, &l->field)) != AL_OK) return st;            \
-    } while (0)
-    BIND(attn_norm, "attn_norm.weight", e, 0, false);
-    BIND(wq, "attn_q.weight", e, qd, false);
-    BIND(wk, "attn_k.weight", e, kvd, false);
-    BIND(wv, "attn_v.weight", e, kvd, false);
-    BIND(bq, "attn_q.bias", qd, 0, !bias);
-    BIND(bk, "attn_k.bias", kvd, 0, !bias);
-    BIND(bv, "attn_v.bias", kvd, 0, !bias);
-    BIND(wo, "attn_output.weight", qd, e, false);
-    BIND(ffn_norm, "ffn_norm.weight", e, 0, false);
-    BIND(w_gate, "ffn_gate.weight", e, f, false);
-    BIND(w_up, "ffn_up.weight", e, f, false);
-    BIND(w_down, "ffn_down.weight", f, e, false);
-#undef BIND
-    return st;
+    for (int i = 0; i < m->ad->n_layer_tensors; i++) {
+        const arch_tensor *at = &m->ad->layer[i];
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
+        al_status st = bind(m, name, dim_of(m, at->ne0), dim_of(m, at->ne1), !at->required,
+                            &l->t[at->slot]);
+        if (st != AL_OK) return st;
+    }
+    return AL_OK;
 }
 
 static al_status bind_weights(al_model *m) {
@@ -279,7 +352,7 @@ static al_status bind_weights(al_model *m) {
     if (!m->layers) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
     for (int il = 0; il < m->n_layer; il++)
         if ((st = bind_layer(m, il, &m->layers[il]))) return st;
-    return AL_OK;
+    return m->ad->flags & ARCH_SLIDING ? read_swa_pattern(m) : AL_OK;
 }
 
 /* Hands every weight to the backend (a GPU copies or imports them). */
@@ -293,13 +366,11 @@ static al_status load_weights(al_model *m) {
         return st;
     if (tied) m->output = m->tok_embd;
     else if ((st = be->ops->weight_load(be, &m->output))) return st;
-    for (int il = 0; il < m->n_layer; il++) {
-        layer_weights *l = &m->layers[il];
-        al_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->bq, &l->bk, &l->bv,
-                           &l->wo, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
-            if (ts[i]->data && (st = be->ops->weight_load(be, ts[i]))) return st;
-    }
+    for (int il = 0; il < m->n_layer; il++)
+        for (int i = 0; i < L_COUNT; i++) {
+            al_tensor *t = &m->layers[il].t[i];
+            if (t->data && (st = be->ops->weight_load(be, t))) return st;
+        }
     return AL_OK;
 }
 
@@ -308,7 +379,7 @@ static al_status check_backend(const al_model *m) {
     al_model_shape shape = {
         .n_vocab = m->n_vocab, .n_embd = m->n_embd, .n_ff = m->n_ff, .n_head = m->n_head,
         .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .n_rot = m->rope.n_rot,
-        .max_batch = 512, /* al_context_create's largest n_batch */
+        .max_batch = MAX_BATCH,
         .logit_rows = LOGIT_ROWS,
     };
     return backend_supports(m->be, &shape);
@@ -338,6 +409,35 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
 
 /* ---- model ------------------------------------------------------------------------ */
 
+static bool has_slot(const al_model *m, arch_slot slot) {
+    return m->layers[0].t[slot].data != NULL;
+}
+
+/* One line on what the architecture does beyond llama's blocks, for `info`. */
+static void describe_features(al_model *m) {
+    char *f = m->features;
+    size_t n = sizeof m->features, len = 0;
+#define ADD(...) (len += len < n ? (size_t)snprintf(f + len, n - len, __VA_ARGS__) : 0)
+    ADD("%s rope (base %g)", m->rope.neox ? "neox" : "normal", (double)m->rope.freq_base);
+    if (m->rope.freq_scale != 1.0f) ADD(", rope scale 1/%g", 1.0 / m->rope.freq_scale);
+    if (m->rope.freq_factors) ADD(", rope frequency factors");
+    if (has_slot(m, L_BQ)) ADD(", QKV bias");
+    if (has_slot(m, L_Q_NORM)) ADD(", per-head Q/K norm");
+    if (has_slot(m, L_ATTN_POST_NORM)) ADD(", post-attention norm");
+    if (has_slot(m, L_FFN_POST_NORM)) ADD(", post-FFN norm");
+    ADD(", %s-gated FFN", m->ad->act == ACT_GELU ? "GELU" : "SiLU");
+    if (m->embd_scale != 1.0f) ADD(", embeddings x %.4g", (double)m->embd_scale);
+    if (m->swa_window) {
+        int n_swa = 0;
+        for (int il = 0; il < m->n_layer; il++) n_swa += m->layers[il].swa;
+        ADD(", sliding window %d on %d of %d layers (rope base %g)", m->swa_window, n_swa,
+            m->n_layer, (double)m->rope_swa.freq_base);
+    }
+    if (m->softcap > 0) ADD(", logit soft-cap %g", (double)m->softcap);
+    ADD(", %s output", m->output.data == m->tok_embd.data ? "tied" : "separate");
+#undef ADD
+}
+
 al_model_params al_model_default_params(void) {
     return (al_model_params){.n_threads = 0, .backend = NULL};
 }
@@ -346,14 +446,15 @@ static al_status read_arch(al_model *m) {
     gguf_str arch;
     al_status st = gguf_get_str(m->file, "general.architecture", &arch);
     if (st != AL_OK) return st;
-    if (gguf_str_eq(arch, "llama") || gguf_str_eq(arch, "qwen2")) {
-        gguf_str_copy(arch, m->arch, sizeof m->arch);
+    char name[64], list[128];
+    gguf_str_copy(arch, name, sizeof name);
+    m->ad = arch.n < sizeof name ? arch_find(name) : NULL;
+    if (m->ad) {
+        snprintf(m->arch, sizeof m->arch, "%s", name);
         return AL_OK;
     }
-    char buf[64];
     return al_error(AL_ERR_UNSUPPORTED, "%s: general.architecture '%s' is not supported "
-                    "(supported: llama, qwen2)", m->file->path,
-                    gguf_str_copy(arch, buf, sizeof buf));
+                    "(supported: %s)", m->file->path, name, arch_names(list, sizeof list));
 }
 
 /* The tokenizer and chat template. A model whose tokenizer cannot be used still
@@ -403,6 +504,7 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
         m->n_bytes += m->file->tensors[i].n_bytes;
     }
     if ((st = load_text_parts(m)) != AL_OK) goto fail;
+    describe_features(m);
     m->load_s = al_time_s() - t0;
     *out = m;
     return AL_OK;
@@ -432,12 +534,8 @@ static uint64_t tensor_bytes(const al_tensor *t) {
  * tied embedding table). */
 static uint64_t bytes_per_token(const al_model *m) {
     uint64_t n = m->tok_embd.row_bytes + tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);
-    for (int il = 0; il < m->n_layer; il++) {
-        const layer_weights *l = &m->layers[il];
-        const al_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->bq, &l->bk, &l->bv,
-                                 &l->wo, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) n += tensor_bytes(ts[i]);
-    }
+    for (int il = 0; il < m->n_layer; il++)
+        for (int i = 0; i < L_COUNT; i++) n += tensor_bytes(&m->layers[il].t[i]);
     return n;
 }
 
@@ -450,6 +548,7 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
         .n_bytes_per_token = bytes_per_token(m),
         .backend = m->be->desc[0] ? m->be->desc : m->be->ops->name,
         .n_bytes_copied = m->be->n_bytes_copied,
+        .features = m->features,
         .load_s = m->load_s,
     };
 }
@@ -458,9 +557,21 @@ const gguf_file *model_file(const al_model *m) { return m->file; }
 
 al_backend *model_backend(const al_model *m) { return m->be; }
 
+/* Rows of layer il's KV cache in a context of n_ctx positions: all of them, or for a
+ * sliding layer its window plus one batch, as a ring (backend.h: al_attn_shape). The
+ * batch's worth beyond the window also lets a context be cut back by up to a batch
+ * (al_context_truncate) without losing what the window needs. */
+static int layer_cap(const al_model *m, int il, int n_ctx) {
+    if (!m->layers[il].swa) return n_ctx;
+    const int n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
+    const int64_t cap = (int64_t)m->swa_window + n_batch;
+    return cap < n_ctx ? (int)cap : n_ctx;
+}
+
 uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
-    return 2ull * (uint64_t)m->n_layer * (uint64_t)n_ctx * (uint64_t)m->n_head_kv *
-           (uint64_t)m->head_dim * sizeof(float);
+    uint64_t rows = 0;
+    for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
+    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -478,10 +589,12 @@ static al_status context_alloc(al_context *c) {
     c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
     c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
     if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
-    for (int il = 0; il < m->n_layer; il++)
-        if ((st = be->ops->tensor_alloc(be, kvd, c->n_ctx, &c->k_cache[il])) ||
-            (st = be->ops->tensor_alloc(be, kvd, c->n_ctx, &c->v_cache[il])))
+    for (int il = 0; il < m->n_layer; il++) {
+        const int cap = layer_cap(m, il, c->n_ctx);
+        if ((st = be->ops->tensor_alloc(be, kvd, cap, &c->k_cache[il])) ||
+            (st = be->ops->tensor_alloc(be, kvd, cap, &c->v_cache[il])))
             return st;
+    }
     if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
         (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xb)) ||
         (st = be->ops->tensor_alloc(be, qd, nb, &c->q)) ||
@@ -545,7 +658,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
         return st;
     }
     c->n_ctx = n_ctx;
-    c->n_batch = n_ctx < 512 ? n_ctx : 512;
+    c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
     st = context_alloc(c);
     if (st != AL_OK) {
         al_context_destroy(c);
@@ -579,6 +692,13 @@ al_status al_context_truncate(al_context *c, int n_past) {
     if (n_past < 0 || n_past > c->n_past)
         return al_error(AL_ERR_ARG, "cannot truncate to %d positions: %d are held", n_past,
                         c->n_past);
+    /* A sliding layer's ring keeps its last cap positions: the window of position
+     * n_past must still be there, else the context starts over (anyllm.h). */
+    const al_model *m = c->m;
+    for (int il = 0; il < m->n_layer && n_past > 0; il++) {
+        const int64_t cap = c->k_cache[il].ne[1], lo = n_past - m->swa_window + 1;
+        if (m->layers[il].swa && (lo > 0 ? lo : 0) + cap <= (int64_t)c->n_past - 1) n_past = 0;
+    }
     c->n_past = n_past; /* later positions are overwritten by the next al_eval */
     return AL_OK;
 }
@@ -587,7 +707,17 @@ int al_context_n_ctx(const al_context *c) { return c->n_ctx; }
 
 /* ---- forward pass --------------------------------------------------------------------- */
 
-static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
+/* Per-head RMSNorm of q or k in place (the Q/K norm of qwen3 and gemma3): the rows
+ * are viewed as n_heads rows of head_dim each (backend.h: rms_norm). */
+static void head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
+                      const al_tensor *w) {
+    AL_ASSERT(x->row_bytes == (uint64_t)n_heads * m->head_dim * sizeof(float));
+    al_tensor h = *x;
+    h.ne[0] = m->head_dim;
+    h.ne[1] = x->ne[1] * n_heads;
+    h.row_bytes = (uint64_t)m->head_dim * sizeof(float);
+    be->ops->rms_norm(be, &h, w, m->norm_eps, &h);
+}
 
 /* Rotary positions and attention for rows of one sequence, or of several: when seqs
  * is NULL the n rows are consecutive positions of c; otherwise row i is the next
@@ -597,11 +727,14 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
     const al_model *m = c->m;
     al_backend *be = c->be;
     const al_backend_ops *op = be->ops;
+    const bool swa = m->layers[il].swa;
+    const al_rope *rope = swa ? &m->rope_swa : &m->rope;
     al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
-                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n};
+                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n,
+                           .window = swa ? m->swa_window : 0};
     if (!seqs) {
-        op->rope(be, q, m->n_head, m->head_dim, c->n_past, &m->rope);
-        op->rope(be, k, m->n_head_kv, m->head_dim, c->n_past, &m->rope);
+        op->rope(be, q, m->n_head, m->head_dim, c->n_past, rope);
+        op->rope(be, k, m->n_head_kv, m->head_dim, c->n_past, rope);
         op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
         return;
     }
@@ -609,42 +742,64 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
         al_context *s = seqs[i];
         al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
         al_tensor vi = al_tensor_rows(v, i, 1), ai = al_tensor_rows(att, i, 1);
-        op->rope(be, &qi, m->n_head, m->head_dim, s->n_past, &m->rope);
-        op->rope(be, &ki, m->n_head_kv, m->head_dim, s->n_past, &m->rope);
+        op->rope(be, &qi, m->n_head, m->head_dim, s->n_past, rope);
+        op->rope(be, &ki, m->n_head_kv, m->head_dim, s->n_past, rope);
         shape.n_past = s->n_past;
         shape.n_tokens = 1;
         op->attention(be, &qi, &ki, &vi, &s->k_cache[il], &s->v_cache[il], &shape, &ai);
     }
 }
 
-/* One transformer block over the n rows of c's residual stream (see attend_rows for
- * seqs). */
-static void forward_layer(al_context *c, al_context *const *seqs, int il, int n) {
+static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
+
+/* x += [post-norm](sublayer output in xb): the residual add closing each block. */
+static void residual(const al_model *m, al_backend *be, al_tensor *x, al_tensor *xb,
+                     const al_tensor *post_norm) {
+    if (post_norm->data) be->ops->rms_norm(be, xb, post_norm, m->norm_eps, xb);
+    be->ops->add(be, x, xb);
+}
+
+/* The attention block of layer il over the n rows of c's residual stream (see
+ * attend_rows for seqs). */
+static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     const al_model *m = c->m;
-    const layer_weights *l = &m->layers[il];
+    const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
     const al_backend_ops *op = be->ops;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor q = al_tensor_rows(&c->q, 0, n), k = al_tensor_rows(&c->k, 0, n);
     al_tensor v = al_tensor_rows(&c->v, 0, n), att = al_tensor_rows(&c->att, 0, n);
-    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
-
-    /* attention */
-    op->rms_norm(be, &x, &l->attn_norm, m->norm_eps, &xb);
-    op->matmul(be, &xb, &l->wq, opt(&l->bq), &q);
-    op->matmul(be, &xb, &l->wk, opt(&l->bk), &k);
-    op->matmul(be, &xb, &l->wv, opt(&l->bv), &v);
+    op->rms_norm(be, &x, &t[L_ATTN_NORM], m->norm_eps, &xb);
+    op->matmul(be, &xb, &t[L_WQ], opt(&t[L_BQ]), &q);
+    op->matmul(be, &xb, &t[L_WK], opt(&t[L_BK]), &k);
+    op->matmul(be, &xb, &t[L_WV], opt(&t[L_BV]), &v);
+    if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
+    if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
     attend_rows(c, seqs, il, n, &q, &k, &v, &att);
-    op->matmul(be, &att, &l->wo, NULL, &xb);
-    op->add(be, &x, &xb);
+    op->matmul(be, &att, &t[L_WO], NULL, &xb);
+    residual(m, be, &x, &xb, &t[L_ATTN_POST_NORM]);
+}
 
-    /* feed-forward */
-    op->rms_norm(be, &x, &l->ffn_norm, m->norm_eps, &xb);
-    op->matmul(be, &xb, &l->w_gate, NULL, &hb);
-    op->matmul(be, &xb, &l->w_up, NULL, &hb2);
-    op->silu_mul(be, &hb, &hb2);
-    op->matmul(be, &hb, &l->w_down, NULL, &xb);
-    op->add(be, &x, &xb);
+/* The dense FFN block of layer il: a gated SiLU or GELU feed-forward. */
+static void ffn_block(al_context *c, int il, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    const al_backend_ops *op = be->ops;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
+    op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
+    op->matmul(be, &xb, &t[L_GATE], NULL, &hb);
+    op->matmul(be, &xb, &t[L_UP], NULL, &hb2);
+    if (m->ad->act == ACT_GELU) op->gelu_mul(be, &hb, &hb2);
+    else op->silu_mul(be, &hb, &hb2);
+    op->matmul(be, &hb, &t[L_DOWN], NULL, &xb);
+    residual(m, be, &x, &xb, &t[L_FFN_POST_NORM]);
+}
+
+/* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */
+static void soft_cap(float *logits, size_t n, float cap) {
+    for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 /* Runs n rows through the network in c's scratch and writes the logits of rows
@@ -655,15 +810,20 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     al_backend *be = c->be;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
-    for (int il = 0; il < m->n_layer; il++) forward_layer(c, seqs, il, n);
+    if (m->embd_scale != 1.0f) be->ops->scale(be, &x, m->embd_scale);
+    for (int il = 0; il < m->n_layer; il++) {
+        attn_block(c, seqs, il, n);
+        ffn_block(c, il, n);
+    }
     if (!logits) return;
     be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);
     for (int r = first_row; r < n; r += LOGIT_ROWS) {
         int nr = n - r < LOGIT_ROWS ? n - r : LOGIT_ROWS;
         al_tensor in = al_tensor_rows(&c->xb, r, nr), out = al_tensor_rows(&c->logits, 0, nr);
+        float *dst = logits + (size_t)(r - first_row) * m->n_vocab;
         be->ops->matmul(be, &in, &m->output, NULL, &out);
-        be->ops->tensor_read(be, &out, logits + (size_t)(r - first_row) * m->n_vocab,
-                             (uint64_t)nr * m->n_vocab * sizeof(float));
+        be->ops->tensor_read(be, &out, dst, (uint64_t)nr * m->n_vocab * sizeof(float));
+        if (m->softcap > 0) soft_cap(dst, (size_t)nr * m->n_vocab, m->softcap);
     }
 }
 

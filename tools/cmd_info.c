@@ -114,6 +114,7 @@ int cmd_info(const cli_opts *o) {
     printf("architecture           %s: %d layers, n_embd %d, %d heads (%d kv, dim %d), ffn %d, "
            "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,
            mi.head_dim, mi.n_ff, mi.n_vocab, mi.n_ctx_train);
+    printf("features               %s\n", mi.features);
     char label[64];
     snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx);
     print_size(label, model_kv_bytes(m, n_ctx));

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "cli.h"
 #include "cmd_quantize.h"
 #include "gguf_write.h"
@@ -117,24 +118,33 @@ int cmd_quantize(int argc, char **argv) {
 
 typedef struct gen_opts {
     const char *out;
-    const char *arch;        /* "llama" or "qwen2" */
-    int64_t dim, layers, heads, kv_heads, ffn, vocab, ctx, seed, threads;
+    const char *arch;        /* general.architecture */
+    const arch_desc *ad;
+    int64_t dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx, seed, threads, swa;
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
 } gen_opts;
 
+static int64_t gen_head_dim(const gen_opts *o) {
+    return o->head_dim ? o->head_dim : o->dim / o->heads;
+}
+
 static void gen_usage(void) {
-    printf("usage: anyllm gen-model OUT.gguf --arch llama|qwen2 --dim D --layers L --heads H\n"
+    char archs[128];
+    arch_names(archs, sizeof archs);
+    printf("usage: anyllm gen-model OUT.gguf --arch A --dim D --layers L --heads H\n"
            "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
-           "         [--ctx N] [--seed S] [-t N] [--pure]\n"
+           "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
+           "A is one of %s; --head-dim defaults to D / H (qwen3 and gemma3\n"
+           "may differ), --swa is gemma3's sliding window (default 512).\n"
            "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
            "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
            "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
            "a seed (default 1). TYPE as for `anyllm quantize`: %s.\n"
            "example (a 1.1 B llama):\n"
            "  anyllm gen-model bench-1b.gguf --arch llama --dim 2048 --layers 16 --heads 32 \\\n"
-           "    --kv-heads 8 --ffn 8192 --vocab 32000 --type Q4_0\n", scheme_list());
+           "    --kv-heads 8 --ffn 8192 --vocab 32000 --type Q4_0\n", archs, scheme_list());
 }
 
 /* The numeric options: name, field, range. */
@@ -149,6 +159,7 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
     const gen_num nums[] = {
         {"--dim", &o->dim, 1, 1 << 16},      {"--layers", &o->layers, 1, 1024},
         {"--heads", &o->heads, 1, 1024},     {"--kv-heads", &o->kv_heads, 1, 1024},
+        {"--head-dim", &o->head_dim, 2, 4096}, {"--swa", &o->swa, 1, 1 << 20},
         {"--ffn", &o->ffn, 1, 1 << 18},      {"--vocab", &o->vocab, 259, 1 << 22},
         {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
         {"-t", &o->threads, 1, 256},
@@ -165,8 +176,10 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         return 0;
     }
     if (!strcmp(a, "--arch")) {
-        if (strcmp(val, "llama") && strcmp(val, "qwen2"))
-            return cli_fail("gen-model: --arch %s: expected llama or qwen2", val);
+        char archs[128];
+        if (!(o->ad = arch_find(val)))
+            return cli_fail("gen-model: --arch %s: expected one of %s", val,
+                            arch_names(archs, sizeof archs));
         o->arch = val;
     } else if (!strcmp(a, "--type")) {
         if (!(o->scheme = quant_scheme_find(val)))
@@ -200,13 +213,18 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
         !o->scheme)
         return cli_fail("gen-model: --arch, --dim, --layers, --heads, --kv-heads, --ffn, --vocab "
                         "and --type are required");
-    if (o->dim % o->heads || (o->dim / o->heads) % 2)
+    if (!o->head_dim && (o->dim % o->heads || (o->dim / o->heads) % 2))
         return cli_fail("gen-model: --dim %" PRId64 " must be --heads %" PRId64 " times an even "
-                        "head size", o->dim, o->heads);
+                        "head size (or give --head-dim)", o->dim, o->heads);
+    if (o->head_dim % 2)
+        return cli_fail("gen-model: --head-dim %" PRId64 " must be even", o->head_dim);
     if (o->heads % o->kv_heads)
         return cli_fail("gen-model: --heads %" PRId64 " is not a multiple of --kv-heads %" PRId64,
                         o->heads, o->kv_heads);
-    if (o->rope_base == 0) o->rope_base = strcmp(o->arch, "qwen2") ? 10000.0 : 1000000.0;
+    if (o->rope_base == 0) o->rope_base = o->ad->rope_base;
+    if (o->swa && !(o->ad->flags & ARCH_SLIDING))
+        return cli_fail("gen-model: --swa: %s has no sliding-window layers", o->arch);
+    if (!o->swa) o->swa = 512;
     return 0;
 }
 
@@ -274,7 +292,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
         {"block_count", o->layers},          {"feed_forward_length", o->ffn},
         {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
-        {"rope.dimension_count", o->dim / o->heads},
+        {"rope.dimension_count", gen_head_dim(o)},
     };
     char key[128];
     al_status st = gguf_writer_set_str(w, "general.architecture", o->arch);
@@ -289,7 +307,12 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     snprintf(key, sizeof key, "%s.rope.freq_base", o->arch);
     if (st == AL_OK) st = gguf_writer_set_f32(w, key, (float)o->rope_base);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_f32(w, key, strcmp(o->arch, "qwen2") ? 1e-5f : 1e-6f);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, o->ad->norm_eps);
+    snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
+    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
+    snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
+    if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
+        st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
     if (st == AL_OK) st = gen_vocab(w, o->vocab);
@@ -348,37 +371,33 @@ static void add_tensor(gen_tensor *ts, int *n, int max, const char *name, int64_
     (*n)++;
 }
 
-/* The tensors of the architecture, with their types under the scheme. Returns the count
- * (at most max). */
+static int64_t gen_dim(const gen_opts *o, arch_dim d) {
+    switch (d) {
+    case D_ONE: return 1;
+    case D_EMBD: return o->dim;
+    case D_Q: return o->heads * gen_head_dim(o);
+    case D_KV: return o->kv_heads * gen_head_dim(o);
+    case D_HEAD: return gen_head_dim(o);
+    case D_FF: return o->ffn;
+    }
+    return 1;
+}
+
+/* The tensors of the architecture's descriptor (arch.c), with their types under the
+ * scheme: norms are ones, biases small, matrices ~0.02. Returns the count (at most max). */
 static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
-    const int64_t d = o->dim, hd = o->dim / o->heads, kv = o->kv_heads * hd, q = o->heads * hd;
-    const int64_t f = o->ffn;
     int n = 0;
-    add_tensor(ts, &n, max, "token_embd.weight", d, o->vocab, FILL_RANDOM, 0.02f);
-    add_tensor(ts, &n, max, "output_norm.weight", d, 1, FILL_ONES, 0);
-    if (!o->tied) add_tensor(ts, &n, max, "output.weight", d, o->vocab, FILL_RANDOM, 0.02f);
-    /* per layer: suffix, shape, fill; the biases only for qwen2 */
-    const struct { const char *suffix; int64_t ne0, ne1; fill_kind fill; float std; bool bias; } layer[] = {
-        {"attn_norm.weight", d, 1, FILL_ONES, 0, false},
-        {"attn_q.weight", d, q, FILL_RANDOM, 0.02f, false},
-        {"attn_k.weight", d, kv, FILL_RANDOM, 0.02f, false},
-        {"attn_v.weight", d, kv, FILL_RANDOM, 0.02f, false},
-        {"attn_q.bias", q, 1, FILL_RANDOM, 0.01f, true},
-        {"attn_k.bias", kv, 1, FILL_RANDOM, 0.01f, true},
-        {"attn_v.bias", kv, 1, FILL_RANDOM, 0.01f, true},
-        {"attn_output.weight", q, d, FILL_RANDOM, 0.02f, false},
-        {"ffn_norm.weight", d, 1, FILL_ONES, 0, false},
-        {"ffn_gate.weight", d, f, FILL_RANDOM, 0.02f, false},
-        {"ffn_up.weight", d, f, FILL_RANDOM, 0.02f, false},
-        {"ffn_down.weight", f, d, FILL_RANDOM, 0.02f, false},
-    };
-    const bool qwen = !strcmp(o->arch, "qwen2");
+    add_tensor(ts, &n, max, "token_embd.weight", o->dim, o->vocab, FILL_RANDOM, 0.02f);
+    add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, FILL_ONES, 0);
+    if (!o->tied) add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, FILL_RANDOM, 0.02f);
     for (int64_t il = 0; il < o->layers; il++) {
-        for (size_t k = 0; k < sizeof layer / sizeof *layer; k++) {
-            if (layer[k].bias && !qwen) continue;
+        for (int k = 0; k < o->ad->n_layer_tensors; k++) {
+            const arch_tensor *at = &o->ad->layer[k];
+            const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
             char name[64];
-            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, layer[k].suffix);
-            add_tensor(ts, &n, max, name, layer[k].ne0, layer[k].ne1, layer[k].fill, layer[k].std);
+            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
+            add_tensor(ts, &n, max, name, gen_dim(o, at->ne0), gen_dim(o, at->ne1),
+                       norm ? FILL_ONES : FILL_RANDOM, norm ? 0 : vec ? 0.01f : 0.02f);
         }
     }
     quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
@@ -441,7 +460,7 @@ int cmd_gen_model(int argc, char **argv) {
     gen_opts o;
     int rc = gen_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    const int max = 3 + 12 * (int)o.layers;
+    const int max = 3 + o.ad->n_layer_tensors * (int)o.layers;
     gen_tensor *ts = calloc((size_t)max, sizeof *ts);
     if (!ts) return cli_fail("gen-model: out of memory");
     const int n = gen_plan(&o, ts, max);

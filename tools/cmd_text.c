@@ -252,6 +252,7 @@ static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sam
     int keep = 0;
     while (keep < cs->n_cached && keep < n - 1 && cs->cached[keep] == ids[keep]) keep++;
     al_context_truncate(c, keep);
+    keep = al_context_n_past(c); /* a sliding window may keep less */
     al_sampler_reset(smp);
     reply_buf reply = {0};
     gen_stats gs = {0};

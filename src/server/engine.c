@@ -306,6 +306,7 @@ static void admit_locked(srv_engine *e) {
         slot *s = &e->slots[best];
         if (best_keep >= j->n_prompt) best_keep = j->n_prompt - 1;
         al_context_truncate(s->ctx, best_keep);
+        best_keep = al_context_n_past(s->ctx); /* a sliding window may keep less */
         s->n_cached = best_keep;
         s->job = j;
         s->decoding = false;

@@ -1,0 +1,94 @@
+/* arch.c: the descriptor of each supported architecture (see arch.h).
+ *
+ *   llama   Llama 2/3/3.x, Mistral, TinyLlama, SmolLM2: RMSNorm, rope on adjacent
+ *           pairs, grouped-query attention, SwiGLU.
+ *   qwen2   llama with biases on Q, K and V and rope on split halves.
+ *   qwen3   qwen2 without the biases and with a per-head RMSNorm of Q and K; its
+ *           head size (key_length) need not be n_embd / n_head.
+ *   gemma3  per-head Q/K norm, a second RMSNorm after attention and after the FFN
+ *           (before each residual add), GELU-gated FFN, embeddings times sqrt(n_embd),
+ *           and sliding-window attention on five layers of six.
+ * The output projection is the token embedding when output.weight is absent, for
+ * every architecture (the binder's rule, not a flag).
+ */
+#include "arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define N(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* The tensors every architecture here shares, in file order. */
+#define ATTN_IN                                                  \
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true},      \
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true},                  \
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, true},                 \
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, true}
+#define ATTN_OUT {L_WO, "attn_output.weight", D_Q, D_EMBD, true}
+#define FFN                                                      \
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true},        \
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true},             \
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true},                 \
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true}
+#define QK_NORM                                                  \
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true},       \
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true}
+
+static const arch_tensor llama_layer[] = {ATTN_IN, ATTN_OUT, FFN};
+
+static const arch_tensor qwen2_layer[] = {
+    ATTN_IN,
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, true},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, true},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, true},
+    ATTN_OUT,
+    FFN,
+};
+
+static const arch_tensor qwen3_layer[] = {ATTN_IN, QK_NORM, ATTN_OUT, FFN};
+
+static const arch_tensor gemma3_layer[] = {
+    ATTN_IN,
+    QK_NORM,
+    ATTN_OUT,
+    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true},
+    FFN,
+    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true},
+};
+
+static const arch_desc archs[] = {
+    {.name = "llama", .act = ACT_SILU, .norm_eps = 1e-5f, .rope_base = 10000.0f,
+     .layer = llama_layer, .n_layer_tensors = N(llama_layer)},
+    {.name = "qwen2", .flags = ARCH_ROPE_NEOX, .act = ACT_SILU, .norm_eps = 1e-6f,
+     .rope_base = 1000000.0f, .layer = qwen2_layer, .n_layer_tensors = N(qwen2_layer)},
+    {.name = "qwen3", .flags = ARCH_ROPE_NEOX, .act = ACT_SILU, .norm_eps = 1e-6f,
+     .rope_base = 1000000.0f, .layer = qwen3_layer, .n_layer_tensors = N(qwen3_layer)},
+    {.name = "gemma3", .flags = ARCH_ROPE_NEOX | ARCH_EMBD_SCALE | ARCH_SLIDING,
+     .act = ACT_GELU, .norm_eps = 1e-6f, .rope_base = 1000000.0f, .swa_period = 6,
+     .rope_base_swa = 10000.0f, .layer = gemma3_layer, .n_layer_tensors = N(gemma3_layer)},
+};
+
+const arch_desc *arch_find(const char *name) {
+    for (int i = 0; i < N(archs); i++)
+        if (!strcmp(archs[i].name, name)) return &archs[i];
+    return NULL;
+}
+
+const char *arch_names(char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < N(archs) && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", archs[i].name);
+    return buf;
+}
+
+bool arch_slot_is_norm(arch_slot slot) {
+    return slot == L_ATTN_NORM || slot == L_Q_NORM || slot == L_K_NORM ||
+           slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
+}
+
+const arch_tensor *arch_tensor_of(const arch_desc *a, arch_slot slot) {
+    for (int i = 0; i < a->n_layer_tensors; i++)
+        if (a->layer[i].slot == slot) return &a->layer[i];
+    return NULL;
+}

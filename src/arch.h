@@ -1,0 +1,86 @@
+/* arch.h: architectures as descriptions.
+ *
+ * Each supported `general.architecture` is one constant descriptor (arch.c): its
+ * per-layer tensors with their shapes and whether they are required, the metadata
+ * defaults that differ between families, and the few flags that no tensor expresses
+ * (rope style, FFN activation, embedding scale, sliding-window layers). The binder
+ * (model.c) reads the table to find and check tensors, the forward pass runs the
+ * shared blocks and applies an optional tensor exactly when the file has it, and
+ * `anyllm gen-model` writes the same table with random weights. A new dense
+ * architecture is one more descriptor here.
+ */
+#ifndef AL_ARCH_H
+#define AL_ARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The per-layer tensor slots the shared blocks know. */
+typedef enum arch_slot {
+    L_ATTN_NORM,      /* RMSNorm before attention */
+    L_WQ, L_WK, L_WV, /* projections */
+    L_BQ, L_BK, L_BV, /* their biases (qwen2) */
+    L_Q_NORM,         /* per-head RMSNorm of Q and K before rope (qwen3, gemma3) */
+    L_K_NORM,
+    L_WO,             /* attention output */
+    L_ATTN_POST_NORM, /* RMSNorm of the attention output before the residual add (gemma3) */
+    L_FFN_NORM,       /* RMSNorm before the FFN */
+    L_GATE, L_UP, L_DOWN,
+    L_FFN_POST_NORM,  /* RMSNorm of the FFN output before the residual add (gemma3) */
+    L_COUNT
+} arch_slot;
+
+/* A tensor dimension in terms of the hyper-parameters. */
+typedef enum arch_dim {
+    D_ONE,  /* a vector: the tensor has one dimension */
+    D_EMBD, /* n_embd */
+    D_Q,    /* n_head * head_dim */
+    D_KV,   /* n_head_kv * head_dim */
+    D_HEAD, /* head_dim */
+    D_FF,   /* n_ff */
+} arch_dim;
+
+typedef struct arch_tensor {
+    arch_slot slot;
+    const char *name;   /* after "blk.N.", e.g. "attn_q.weight" */
+    arch_dim ne0, ne1;  /* ne1 = D_ONE for a vector */
+    bool required;
+} arch_tensor;
+
+typedef enum arch_act { ACT_SILU, ACT_GELU } arch_act;
+
+enum {
+    ARCH_ROPE_NEOX = 1 << 0,   /* rotate the two halves of a head, not adjacent pairs */
+    ARCH_EMBD_SCALE = 1 << 1,  /* token embeddings times sqrt(n_embd) */
+    ARCH_SLIDING = 1 << 2,     /* sliding-window attention on most layers */
+};
+
+typedef struct arch_desc {
+    const char *name;          /* general.architecture */
+    unsigned flags;
+    arch_act act;              /* of the gated FFN: act(gate) * up */
+    float norm_eps;            /* default of ARCH.attention.layer_norm_rms_epsilon */
+    float rope_base;           /* default of ARCH.rope.freq_base */
+    /* ARCH_SLIDING: layer i slides unless (i + 1) % swa_period == 0, unless the file
+     * gives ARCH.attention.sliding_window_pattern; sliding layers rotate with
+     * ARCH.rope.freq_base_swa, default rope_base_swa, and no scaling */
+    int swa_period;
+    float rope_base_swa;
+    const arch_tensor *layer;  /* the per-layer tensors */
+    int n_layer_tensors;
+} arch_desc;
+
+/* The descriptor of an architecture name, or NULL. */
+const arch_desc *arch_find(const char *name);
+
+/* "llama, qwen2, ..." for messages, written to buf. */
+const char *arch_names(char *buf, size_t size);
+
+/* Whether a slot holds RMSNorm weights (gen-model fills them with ones). */
+bool arch_slot_is_norm(arch_slot slot);
+
+/* The descriptor's entry for a slot, or NULL if the architecture has no such tensor. */
+const arch_tensor *arch_tensor_of(const arch_desc *a, arch_slot slot);
+
+#endif /* AL_ARCH_H */
