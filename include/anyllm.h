@@ -220,7 +220,10 @@ void al_sampler_reset(al_sampler *s);
  * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
  * the common formats from the template's text and renders them in C. Formats:
  * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3". A template
- * that is not recognised is an error, never a guess. The rendered text holds no BOS.
+ * that is not recognised is an error, never a guess; a file with no template gets its
+ * architecture's built-in format where the family fixes one (al_chat_template_choose).
+ * The rendered text holds no BOS. Generation ends at the format's end-of-turn token
+ * (al_vocab_is_eog: <|im_end|>, <|eot_id|>, <end_of_turn>, ...).
  * To feed a model, use al_chat_tokenize: tokenizing the rendered text with
  * parse_special would also turn marker text inside the messages into control tokens,
  * letting a message forge turn boundaries ("<|im_end|>\n<|im_start|>system ..."). */
@@ -235,6 +238,19 @@ const char *al_model_chat_template(const al_model *m);
 
 /* Recognises a Jinja template: *name is one of the format names above (static). */
 al_status al_chat_template_detect(const char *tmpl, const char **name);
+
+/* The built-in format of an architecture (al_model_info.arch) whose model files may
+ * carry no template: "gemma" for gemma, gemma2 and gemma3, whose turn format is fixed
+ * by the model family; NULL for the others and for NULL. The name is static. */
+const char *al_chat_template_builtin(const char *arch);
+
+/* The format to chat with a model in, from its template (al_model_chat_template, may be
+ * NULL) and its architecture (may be NULL): the format recognised in the template when
+ * the file has one, else the architecture's built-in format. A template that is present
+ * but not recognised stays an error (AL_ERR_UNSUPPORTED, as al_chat_template_detect):
+ * the built-in format serves files with none, it is not a guess for the others.
+ * AL_ERR_ARG when there is neither. *name is static. */
+al_status al_chat_template_choose(const char *tmpl, const char *arch, const char **name);
 
 /* Renders n messages in the named format, then the assistant's header when
  * add_generation_prompt. tmpl, if not NULL, is the model's template: a default system

@@ -4,7 +4,8 @@
  * would need an interpreter; instead each common format is recognised by the special
  * tokens its template writes, and rendered here. Recognition is by markers that only
  * that format uses, and an unrecognised template is an error, so a prompt is never
- * formatted silently wrong.
+ * formatted silently wrong. A file with no template at all gets the format of its
+ * architecture when that is fixed (Gemma), else an error.
  */
 #include <stdarg.h>
 #include <string.h>
@@ -86,6 +87,33 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
     return al_error(AL_ERR_UNSUPPORTED, "the model's chat template is not one anyllm can "
                     "render (chatml, llama3, llama2, mistral, gemma, phi3); name one with "
                     "--chat-template");
+}
+
+/* Architectures whose GGUF files often carry no template, and the format their models
+ * were trained on: Gemma's turn format is fixed by the model family (Google's Gemma 3
+ * 270M file, for one, has no tokenizer.chat_template). */
+static const struct {
+    const char *arch, *name;
+} k_builtin[] = {
+    {"gemma", "gemma"},
+    {"gemma2", "gemma"},
+    {"gemma3", "gemma"},
+};
+
+const char *al_chat_template_builtin(const char *arch) {
+    for (size_t i = 0; arch && i < sizeof k_builtin / sizeof k_builtin[0]; i++)
+        if (!strcmp(arch, k_builtin[i].arch)) return k_builtin[i].name;
+    return NULL;
+}
+
+al_status al_chat_template_choose(const char *tmpl, const char *arch, const char **name) {
+    if (!name) return al_error(AL_ERR_ARG, "al_chat_template_choose: NULL name");
+    if (tmpl && *tmpl) return al_chat_template_detect(tmpl, name);
+    *name = al_chat_template_builtin(arch);
+    if (*name) return AL_OK;
+    return al_error(AL_ERR_ARG, "the model has no chat template and anyllm has no built-in one "
+                    "for its architecture (%s); name one with --chat-template",
+                    arch ? arch : "unknown");
 }
 
 /* A ChatML template may write a default system turn as a string literal, e.g.

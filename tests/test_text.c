@@ -1,5 +1,6 @@
-/* test_text.c: chat-template recognition and rendering, chat tokenization (only the
- * template's own markers may become control tokens), and the sampler.
+/* test_text.c: chat-template recognition and rendering, the built-in format of files
+ * with no template (Gemma), chat tokenization (only the template's own markers may
+ * become control tokens), and the sampler.
  *
  * The sampler is checked on synthetic logits: greedy and top-k 1 pick the argmax,
  * draws follow softmax(logits / T) (frequencies within a few standard errors), the
@@ -42,6 +43,29 @@ static void test_detect(void) {
     CHECK(al_chat_template_detect("{{ messages | tojson }}", &name) == AL_ERR_UNSUPPORTED);
     CHECK(name == NULL && strstr(al_last_error(), "--chat-template"));
     CHECK(al_chat_template_detect(NULL, &name) == AL_ERR_ARG);
+}
+
+/* A file with no template gets its architecture's built-in format (Gemma); a file with
+ * one keeps it, recognised or refused, whatever its architecture. */
+static void test_builtin_template(void) {
+    const char *chatml = "{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>'}}";
+    CHECK(!strcmp(al_chat_template_builtin("gemma3"), "gemma"));
+    CHECK(!strcmp(al_chat_template_builtin("gemma2"), "gemma"));
+    CHECK(al_chat_template_builtin("llama") == NULL && al_chat_template_builtin("qwen3") == NULL);
+    CHECK(al_chat_template_builtin(NULL) == NULL && al_chat_template_builtin("gemma30") == NULL);
+    const char *name = NULL;
+    CHECK(al_chat_template_choose(NULL, "gemma3", &name) == AL_OK && !strcmp(name, "gemma"));
+    CHECK(al_chat_template_choose("", "gemma3", &name) == AL_OK && !strcmp(name, "gemma"));
+    CHECK(al_chat_template_choose(chatml, "gemma3", &name) == AL_OK && !strcmp(name, "chatml"));
+    CHECK(al_chat_template_choose(chatml, "qwen3", &name) == AL_OK && !strcmp(name, "chatml"));
+    name = "x";
+    CHECK(al_chat_template_choose("{{ messages | tojson }}", "gemma3", &name) ==
+              AL_ERR_UNSUPPORTED && name == NULL);
+    name = "x";
+    CHECK(al_chat_template_choose(NULL, "qwen3", &name) == AL_ERR_ARG && name == NULL);
+    CHECK(strstr(al_last_error(), "qwen3") && strstr(al_last_error(), "--chat-template"));
+    CHECK(al_chat_template_choose(NULL, NULL, &name) == AL_ERR_ARG && name == NULL);
+    CHECK(al_chat_template_choose(chatml, "llama", NULL) == AL_ERR_ARG);
 }
 
 static void expect_render(const char *name, const char *tmpl, const al_chat_message *m, int n,
@@ -262,6 +286,48 @@ static void test_chat_tokenize(void) {
           !ids && !n);
 }
 
+/* The real Gemma 3 270M file (ANYLLM_GEMMA3, fetched by `make models`) has no template:
+ * its architecture's format is chosen, the prompt starts with BOS and a user turn, ends
+ * with the model's header, and the turn's end marker ends generation. Needs only the
+ * loader and the tokenizer, not the forward pass. */
+static void test_gemma3_chat(void) {
+    const char *path = getenv("ANYLLM_GEMMA3");
+    if (!path || !*path) path = "models/gemma-3-270m-q4_k_m.gguf";
+    if (access(path, R_OK) != 0) {
+        TEST_SKIP("%s not found (run 'make models' or set ANYLLM_GEMMA3)", path);
+        return;
+    }
+    al_model *m = NULL;
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = 1;
+    if (al_model_load(path, &mp, &m) != AL_OK) {
+        CHECK_MSG(0, "%s", al_last_error());
+        return;
+    }
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    const char *tmpl = al_model_chat_template(m), *name = NULL;
+    CHECK(!strcmp(mi.arch, "gemma3") && (tmpl == NULL || *tmpl == 0));
+    CHECK(al_chat_template_choose(tmpl, mi.arch, &name) == AL_OK && !strcmp(name, "gemma"));
+    const al_vocab *v = al_model_vocab(m);
+    const al_chat_message conv[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    int32_t *ids = NULL;
+    int n = 0;
+    CHECK(al_chat_tokenize(v, name, tmpl, conv, 2, true, &ids, &n) == AL_OK);
+    int32_t sot = al_vocab_find(v, "<start_of_turn>"), eot = al_vocab_find(v, "<end_of_turn>");
+    int32_t nl = al_vocab_find(v, "\n");
+    CHECK_MSG(n > 8 && ids[0] == al_vocab_bos(v) && ids[1] == sot &&
+                  ids[2] == al_vocab_find(v, "user") && ids[3] == nl && ids[n - 3] == sot &&
+                  ids[n - 2] == al_vocab_find(v, "model") && ids[n - 1] == nl,
+              "%d ids", n);
+    int n_eot = 0;
+    for (int i = 0; i < n; i++) n_eot += ids[i] == eot;
+    CHECK(n_eot == 1 && al_vocab_is_eog(v, eot) && !al_vocab_is_eog(v, sot));
+    printf("  %s: template '%s' (built in for %s), %d prompt tokens\n", path, name, mi.arch, n);
+    al_free_tokens(ids);
+    al_model_destroy(m);
+}
+
 /* ---- sampler --------------------------------------------------------------------------- */
 
 enum { NV = 16 };
@@ -452,11 +518,13 @@ static void test_sampler_params(void) {
 
 int main(void) {
     TEST_RUN(test_detect);
+    TEST_RUN(test_builtin_template);
     TEST_RUN(test_render);
     TEST_RUN(test_default_system);
     TEST_RUN(test_render_errors);
     TEST_RUN(test_default_system_linear);
     TEST_RUN(test_chat_tokenize);
+    TEST_RUN(test_gemma3_chat);
     TEST_RUN(test_greedy);
     TEST_RUN(test_distribution);
     TEST_RUN(test_cuts);

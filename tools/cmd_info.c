@@ -115,6 +115,13 @@ int cmd_info(const cli_opts *o) {
            "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,
            mi.head_dim, mi.n_ff, mi.n_vocab, mi.n_ctx_train);
     printf("features               %s\n", mi.features);
+    /* what `chat` and `serve` will use unless told otherwise */
+    const char *tmpl = al_model_chat_template(m), *chat = NULL;
+    if (al_chat_template_choose(tmpl, mi.arch, &chat) == AL_OK)
+        printf("chat template          %s%s%s%s\n", chat, tmpl && *tmpl ? "" : " (built in for ",
+               tmpl && *tmpl ? "" : mi.arch, tmpl && *tmpl ? "" : "; the file has none)");
+    else
+        printf("chat template          none: %s\n", al_last_error());
     char label[64];
     snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx);
     print_size(label, model_kv_bytes(m, n_ctx));

@@ -277,13 +277,16 @@ int cmd_chat(const cli_opts *o) {
     const al_vocab *v = need_vocab(m);
     cs.n_vocab = model_n_vocab(m);
     const char *tmpl = al_model_chat_template(m), *name = o->chat_template;
+    al_model_info mi;
+    al_model_get_info(m, &mi);
     al_status st = AL_OK;
     char *probe = NULL;
     if (!v) {
         rc = 1;
         goto done;
     }
-    if ((!name && (st = al_chat_template_detect(tmpl, &name)) != AL_OK) ||
+    /* the file's template, else the built-in format of its architecture (Gemma) */
+    if ((!name && (st = al_chat_template_choose(tmpl, mi.arch, &name)) != AL_OK) ||
         (st = al_chat_render(name, tmpl, NULL, 0, true, &probe)) != AL_OK ||
         (st = al_sampler_create(&o->sampling, cs.n_vocab, &smp)) != AL_OK) {
         rc = cli_fail_status(st);
@@ -291,7 +294,11 @@ int cmd_chat(const cli_opts *o) {
     }
     if (o->system && (rc = chat_add(&cs, "system", o->system))) goto done;
     bool tty = isatty(0);
-    if (tty) fprintf(stderr, "chat template: %s. Type a message; Ctrl-D ends.\n", name);
+    bool builtin = !o->chat_template && !(tmpl && *tmpl);
+    if (tty)
+        fprintf(stderr, "chat template: %s%s%s%s. Type a message; Ctrl-D ends.\n", name,
+                builtin ? " (built in for " : "", builtin ? mi.arch : "",
+                builtin ? "; the file has none)" : "");
     char *line = NULL;
     size_t cap = 0;
     for (;;) {

@@ -723,12 +723,15 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- create / destroy -------------------------------------------------------------------- */
 
-/* The chat format: the one named, or the one recognised in the model's template. NULL
- * (chat refused, a warning printed) when neither works. */
+/* The chat format: the one named, or the one recognised in the model's template, or
+ * for a file with none the built-in format of its architecture (Gemma). NULL (chat
+ * refused, a warning printed) when none works. */
 static const char *chat_format(const al_model *m, const char *name) {
     const char *tmpl = al_model_chat_template(m);
+    al_model_info mi;
+    al_model_get_info(m, &mi);
     char *probe = NULL;
-    if (!name && al_chat_template_detect(tmpl, &name) != AL_OK) name = NULL;
+    if (!name && al_chat_template_choose(tmpl, mi.arch, &name) != AL_OK) name = NULL;
     if (name && al_chat_render(name, tmpl, NULL, 0, true, &probe) != AL_OK) name = NULL;
     al_string_free(probe);
     if (!name)
