@@ -1,5 +1,6 @@
-/* test_ref.c: logits of every reference model in ../shared/models/ref against the
- * logits an independent implementation computed for the same tokens.
+/* test_ref.c: logits of every reference model in ../shared/models/ref and
+ * ../shared/models/qwen3 against the logits an independent implementation computed for
+ * the same tokens.
  *
  * For each NAME.ref.json: the 48 tokens are evaluated as one batch and the logits of
  * every position are compared with NAME.logits.f32 by NMSE (sum (a-b)^2 / sum b^2)
@@ -10,7 +11,8 @@
  * agree with the single batch.
  *
  * `test_ref --compare A.f32 B.f32 [max_nmse]` compares two logit files (used by the
- * CLI test).
+ * CLI test); `--compare-ref` and `--greedy` check a model against a reference that
+ * stores only some positions (the real Gemma 3 270M, tests/gemma3.sh); see below.
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -211,14 +213,10 @@ done:
     return n_same;
 }
 
-static void test_ref_models(void) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/ref", test_shared_dir());
+/* Checks every NAME.ref.json of dir; returns how many cases ran, -1 if dir is absent. */
+static int check_dir(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) {
-        TEST_SKIP("%s not found (the shared test data is missing)", dir);
-        return;
-    }
+    if (!d) return -1;
     int n_cases = 0;
     struct dirent *e;
     char names[64][256];
@@ -240,8 +238,26 @@ static void test_ref_models(void) {
         free(rc.ref);
         n_cases++;
     }
-    printf("     %d reference models checked\n", n_cases);
-    CHECK(n_cases >= 10);
+    printf("     %d reference models of %s checked\n", n_cases, dir);
+    return n_cases;
+}
+
+static void test_ref_models(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/ref", test_shared_dir());
+    int n = check_dir(dir);
+    if (n < 0) TEST_SKIP("%s not found (the shared test data is missing)", dir);
+    else CHECK(n >= 10);
+}
+
+/* Qwen3 (per-head Q/K norm, head_dim 96 with n_embd 256, tied output): F32, Q8_0 and
+ * Q4_K_M, with the same limits as the others. */
+static void test_qwen3_models(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/qwen3", test_shared_dir());
+    int n = check_dir(dir);
+    if (n < 0) TEST_SKIP("%s not found (older shared test data)", dir);
+    else CHECK(n >= 3);
 }
 
 /* Bad arguments to al_eval are refused without changing the context. */
@@ -375,12 +391,207 @@ static int compare_files(const char *a, const char *b, double max_nmse) {
     return r.nmse <= max_nmse ? 0 : 1;
 }
 
+/* ---- checks for the shell tests (tests/gemma3.sh, tests/vulkan.sh) ------------------- */
+
+/* A reference as the shell tests use it: the tokens, n_vocab, the positions whose logits
+ * are stored (every position when the file lists none) and the reference's argmax at
+ * every position (top1; empty when the file has none). */
+typedef struct ref_json {
+    int32_t *tokens, *positions, *top1, *greedy;
+    int n_tokens, n_positions, n_top1, n_greedy, n_vocab;
+    char logits_path[2048];
+} ref_json;
+
+static int32_t *int_array(json_t *a, int *n) {
+    *n = (int)json_array_size(a);
+    int32_t *v = malloc((size_t)(*n ? *n : 1) * sizeof *v);
+    for (int i = 0; v && i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+static void ref_json_free(ref_json *r) {
+    free(r->tokens);
+    free(r->positions);
+    free(r->top1);
+    free(r->greedy);
+}
+
+static int ref_json_load(const char *path, ref_json *r) {
+    *r = (ref_json){0};
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "%s: %s\n", path, jerr.text);
+        return 0;
+    }
+    const char *lf = json_string_value(json_object_get(root, "logits_file"));
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) : 1;
+    snprintf(r->logits_path, sizeof r->logits_path, "%.*s/%s", dir_len, slash ? path : ".",
+             lf ? lf : "");
+    r->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
+    r->tokens = int_array(json_object_get(root, "tokens"), &r->n_tokens);
+    r->top1 = int_array(json_object_get(root, "top1"), &r->n_top1);
+    r->greedy = int_array(json_object_get(root, "greedy_after_prompt"), &r->n_greedy);
+    json_t *pos = json_object_get(root, "logits_positions");
+    if (pos) {
+        r->positions = int_array(pos, &r->n_positions);
+    } else { /* every position */
+        r->n_positions = r->n_tokens;
+        r->positions = malloc((size_t)(r->n_tokens ? r->n_tokens : 1) * sizeof *r->positions);
+        for (int i = 0; r->positions && i < r->n_tokens; i++) r->positions[i] = i;
+    }
+    json_decref(root);
+    int ok = lf && r->n_vocab > 0 && r->n_tokens > 0 && r->tokens && r->top1 && r->greedy &&
+             r->positions && (r->n_top1 == 0 || r->n_top1 == r->n_tokens);
+    for (int i = 0; ok && i < r->n_positions; i++)
+        ok = r->positions[i] >= 0 && r->positions[i] < r->n_tokens;
+    if (!ok) {
+        fprintf(stderr, "%s: not a reference (tokens, n_vocab, logits_file, positions)\n", path);
+        ref_json_free(r);
+    }
+    return ok;
+}
+
+/* `test_ref --compare-ref OUT.f32 NAME.ref.json MAX_NMSE MIN_TOP1`: OUT holds the logits
+ * of every position of the reference's tokens ([n_tokens][n_vocab], as `anyllm logits`
+ * writes them). The rows at the reference's stored positions are compared with its
+ * logits file by NMSE, and the argmax of every row with the reference's top1 list (when
+ * it has none, with the argmax of the stored rows). Prints the figures on one line;
+ * exits 0 when NMSE <= MAX_NMSE and the agreement >= MIN_TOP1 (a fraction). */
+static int compare_ref(const char *out_path, const char *json_path, double max_nmse,
+                       double min_top1) {
+    ref_json r;
+    if (!ref_json_load(json_path, &r)) return 1;
+    size_t n_row = (size_t)r.n_vocab;
+    float *out = read_f32_file(out_path, (size_t)r.n_tokens * n_row);
+    float *ref = read_f32_file(r.logits_path, (size_t)r.n_positions * n_row);
+    float *rows = calloc((size_t)r.n_positions * n_row, sizeof *rows);
+    if (!out || !ref || !rows) {
+        fprintf(stderr, "%s or %s is missing or not %d x %d / %d x %d floats\n", out_path,
+                r.logits_path, r.n_tokens, r.n_vocab, r.n_positions, r.n_vocab);
+        free(out);
+        free(ref);
+        free(rows);
+        ref_json_free(&r);
+        return 1;
+    }
+    for (int i = 0; i < r.n_positions; i++)
+        memcpy(rows + (size_t)i * n_row, out + (size_t)r.positions[i] * n_row,
+               n_row * sizeof *rows);
+    cmp_result c = compare(rows, ref, r.n_positions, r.n_vocab);
+    int agree = 0, n_top1 = r.n_top1 ? r.n_tokens : r.n_positions;
+    for (int i = 0; i < n_top1; i++) {
+        const float *row = r.n_top1 ? out + (size_t)i * n_row : rows + (size_t)i * n_row;
+        int want = r.n_top1 ? r.top1[i] : argmax(ref + (size_t)i * n_row, r.n_vocab);
+        agree += argmax(row, r.n_vocab) == want;
+    }
+    double top1 = (double)agree / n_top1;
+    printf("NMSE %.3e over %d positions, top-1 %d/%d (%.1f%%)\n", c.nmse, r.n_positions, agree,
+           n_top1, 100 * top1);
+    free(out);
+    free(ref);
+    free(rows);
+    ref_json_free(&r);
+    return c.nmse <= max_nmse && top1 >= min_top1 ? 0 : 1;
+}
+
+/* Teacher forcing: the prompt and the reference's first n - 1 greedy tokens as one
+ * batch. Prints at how many of the n steps our argmax is the reference's token, and
+ * for each miss the margin by which ours won: a free-running sequence parts at the
+ * first near-tie and says nothing after it. Returns the misses whose margin exceeds
+ * max_tie, plus one if there is more than one miss; -1 if it could not run. */
+static int teacher_forced(al_context *c, const ref_json *r, int n, double max_tie) {
+    int n_all = r->n_tokens + n - 1, n_miss = 0, n_wide = -1;
+    int32_t *ids = malloc((size_t)n_all * sizeof *ids);
+    float *logits = malloc((size_t)n_all * (size_t)r->n_vocab * sizeof *logits);
+    al_context_reset(c);
+    if (n < 1 || n > r->n_greedy || !ids || !logits) goto done;
+    memcpy(ids, r->tokens, (size_t)r->n_tokens * sizeof *ids);
+    memcpy(ids + r->n_tokens, r->greedy, (size_t)(n - 1) * sizeof *ids);
+    if (al_eval(c, ids, n_all, logits, true) != AL_OK) {
+        fprintf(stderr, "teacher forcing: %s\n", al_last_error());
+        goto done;
+    }
+    n_wide = 0;
+    printf("teacher-forced:");
+    for (int i = 0; i < n; i++) {
+        const float *row = logits + (size_t)(r->n_tokens - 1 + i) * r->n_vocab;
+        int ours = argmax(row, r->n_vocab);
+        if (ours == r->greedy[i]) continue;
+        double margin = (double)row[ours] - row[r->greedy[i]];
+        printf(" [step %d: ours %d, the reference's %d scores %.3f less]", i, ours,
+               r->greedy[i], margin);
+        n_miss++;
+        n_wide += margin > max_tie;
+    }
+    printf(" %d of %d steps agree\n", n - n_miss, n);
+    n_wide += n_miss > 1;
+done:
+    free(ids);
+    free(logits);
+    return n_wide;
+}
+
+/* `test_ref --greedy MODEL.gguf NAME.ref.json N BACKEND MAX_TIE`: evaluates the
+ * reference's tokens as one batch, then decodes N tokens greedily one at a time on
+ * BACKEND (cpu, vulkan, ...). Prints "greedy: ID ..." and how many of them lead the
+ * reference's greedy tokens, then the teacher-forced agreement. Exits 0 when all N
+ * lead, or when, teacher-forced, our argmax misses the reference's token at one step
+ * only, by a near-tie (our token ahead by at most MAX_TIE; 0 makes the check strict). */
+static int greedy_ids(const char *model, const char *json_path, int n, const char *backend,
+                      double max_tie) {
+    ref_json r;
+    if (n < 1 || !ref_json_load(json_path, &r)) return 1;
+    if (n > r.n_greedy) {
+        fprintf(stderr, "%s has %d greedy tokens, fewer than %d\n", json_path, r.n_greedy, n);
+        ref_json_free(&r);
+        return 1;
+    }
+    al_model_params mp = al_model_default_params();
+    mp.backend = backend;
+    al_model *m = NULL;
+    al_context *c = NULL;
+    float *logits = malloc((size_t)r.n_vocab * sizeof *logits);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    int n_done = 0, n_same = 0, n_wide = -1;
+    al_status st = logits && ids ? al_model_load(model, &mp, &m) : AL_ERR_NOMEM;
+    if (st == AL_OK) {
+        al_context_params cp = al_context_default_params();
+        cp.n_ctx = r.n_tokens + n;
+        st = al_context_create(m, &cp, &c);
+    }
+    if (st == AL_OK) st = al_eval(c, r.tokens, r.n_tokens, logits, false);
+    while (st == AL_OK && n_done < n) {
+        ids[n_done] = argmax(logits, r.n_vocab);
+        if (n_same == n_done && n_done < r.n_greedy && ids[n_done] == r.greedy[n_done]) n_same++;
+        st = al_eval(c, &ids[n_done++], 1, logits, false);
+    }
+    if (st != AL_OK) fprintf(stderr, "%s: %s\n", model, al_last_error());
+    printf("greedy:");
+    for (int i = 0; i < n_done; i++) printf(" %d", ids[i]);
+    printf("\n%d of %d lead the reference's greedy tokens\n", n_same, n);
+    if (st == AL_OK) n_wide = teacher_forced(c, &r, n, max_tie);
+    free(logits);
+    free(ids);
+    ref_json_free(&r);
+    al_context_destroy(c);
+    al_model_destroy(m);
+    return st == AL_OK && (n_same == n || n_wide == 0) ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "--compare"))
         return compare_files(argv[2], argv[3], argc >= 5 ? atof(argv[4]) : 1e-4);
+    if (argc == 6 && !strcmp(argv[1], "--compare-ref"))
+        return compare_ref(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
+    if (argc == 7 && !strcmp(argv[1], "--greedy"))
+        return greedy_ids(argv[2], argv[3], atoi(argv[4]), argv[5], atof(argv[6]));
     TEST_RUN(test_load_errors);
     TEST_RUN(test_eval_errors);
     TEST_RUN(test_eval_multi);
     TEST_RUN(test_ref_models);
+    TEST_RUN(test_qwen3_models);
     return test_finish();
 }
