@@ -1,6 +1,7 @@
 #!/bin/sh
-# End-to-end tests of the anyllm command line: `info` on every shared GGUF file,
-# `logits` against a reference, and one-line errors with a non-zero exit for bad use.
+# End-to-end tests of the anyllm command line: `info` on every shared GGUF file (its
+# features and chat template lines), `logits` against a reference, the chat template
+# chosen for a file without one, and one-line errors with a non-zero exit for bad use.
 . "$(dirname "$0")/lib.sh"
 
 if [ ! -d "$SHARED/models" ]; then
@@ -9,7 +10,9 @@ if [ ! -d "$SHARED/models" ]; then
     exit 0
 fi
 
-for f in "$SHARED"/models/*.gguf "$SHARED"/models/ref/*.gguf "$SHARED"/vocab/*.gguf; do
+for f in "$SHARED"/models/*.gguf "$SHARED"/models/ref/*.gguf "$SHARED"/vocab/*.gguf \
+        "$SHARED"/models/qwen3/*.gguf "$SHARED"/models/gemma3/*.gguf; do
+    [ -f "$f" ] || continue # a folder older shared data lacks
     if "$bin" info -m "$f" >"$tmp/info" 2>"$tmp/err" && grep -q '^parameters' "$tmp/info"; then
         ok "info $(basename "$f")"
     else
@@ -20,6 +23,43 @@ if "$bin" info -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" | grep -q 'vocabulary-on
     ok "info says a vocabulary-only file has no weights"
 else
     bad "info on a vocabulary-only file"
+fi
+
+# info says what the layers of a model do; Qwen3 normalises Q and K per head
+q3=$SHARED/models/qwen3/ref-qwen3-f32.gguf
+if [ -f "$q3" ]; then
+    "$bin" info -m "$q3" >"$tmp/info" 2>&1
+    feat=$(grep '^features' "$tmp/info")
+    if echo "$feat" | grep -q 'per-head Q/K norm'; then ok "info qwen3: $feat"
+    else bad "info qwen3 has no features line naming the Q/K norm: '$feat'"; fi
+else
+    echo "skip: $q3 not found (older shared data)"
+fi
+
+# chat templates without a template in the file: a gemma3 file gets the built-in Gemma
+# format (chat with no input chooses it and exits without evaluating anything), other
+# architectures are refused in one line that says what to do
+g3=$tmp/gemma3-tiny.gguf
+if "$bin" gen-model "$g3" --arch gemma3 --dim 64 --layers 2 --heads 2 --kv-heads 1 --ffn 128 \
+        --vocab 300 --head-dim 32 --swa 16 --type Q8_0 -t 1 >/dev/null 2>"$tmp/err"; then
+    line=$("$bin" info -m "$g3" | grep '^chat template')
+    if echo "$line" | grep -q '^chat template  *gemma (built in for gemma3'; then
+        ok "info on a gemma3 file without a template: $line"
+    else
+        bad "info on a gemma3 file: '$line'"
+    fi
+    "$bin" chat -m "$g3" -t 1 </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -eq 0 ] && [ ! -s "$tmp/err" ]; then
+        ok "chat on a gemma3 file without a template starts"
+    else
+        bad "chat on a gemma3 file without a template: rc $rc: $(cat "$tmp/err")"
+    fi
+else
+    bad "gen-model gemma3: $(cat "$tmp/err")"
+fi
+if [ -f "$q3" ]; then
+    expect_error "chat on a qwen3 file without a template" "$bin" chat -m "$q3" -t 1
+    grep -q -- "--chat-template" "$tmp/err" || bad "the chat refusal does not name --chat-template"
 fi
 
 ref=$SHARED/models/ref/ref-llama-f32

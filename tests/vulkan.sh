@@ -1,10 +1,13 @@
 #!/bin/sh
 # The Vulkan backend end to end, through the command line:
-#   - every reference model of ../shared/models/ref with --backend vulkan, against the
-#     reference logits (NMSE <= 1e-4 for f32/f16 files, 1e-3 for quantized ones), with
-#     the Khronos validation layer on and its message count required to be 0; a few
-#     of them again as if the device were discrete (staging uploads and reads) and
-#     without subgroup arithmetic
+#   - every reference model of ../shared/models/ref and ../shared/models/qwen3 with
+#     --backend vulkan, against the reference logits (NMSE <= 1e-4 for f32/f16 files,
+#     1e-3 for quantized ones), with the Khronos validation layer on and its message
+#     count required to be 0; a few of them again as if the device were discrete
+#     (staging uploads and reads) and without subgroup arithmetic
+#   - the real Gemma 3 270M, when ANYLLM_GEMMA3 (or models/) has it: the reference's
+#     prompt within the limits of tests/gemma3.sh, and the first 8 greedy tokens equal
+#     to the CPU's
 #   - Vulkan absent (no driver: VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere; no
 #     loader): --backend vulkan fails with one line, --backend auto falls back to the
 #     CPU, says so, and still gets the reference logits
@@ -16,6 +19,11 @@
 . "$(dirname "$0")/lib.sh"
 cmp_bin=$BUILD/test_ref
 skip=0
+# Gemma 3 270M: the limits of tests/gemma3.sh (keep them equal)
+GEMMA3=${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}
+GEMMA3_MAX_NMSE=2e-3
+GEMMA3_MIN_TOP1=0.90
+GEMMA3_N_GREEDY=8
 finish() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; exit $?; }
 
 if [ ! -d "$SHARED/models/ref" ]; then
@@ -41,11 +49,12 @@ fi
 
 tokens() { tr -d ' \n' <"$1" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/'; }
 
-# ref_logits NAME LABEL [ENV=VALUE ...]: the reference prompt with --backend vulkan
+# ref_logits DIR/NAME LABEL [ENV=VALUE ...]: the reference prompt of
+# $SHARED/models/DIR/NAME with --backend vulkan
 ref_logits() {
     name=$1; label=$2; shift 2
     case $name in *-f32|*-f16) max=1e-4 ;; *) max=1e-3 ;; esac
-    m=$SHARED/models/ref/$name
+    m=$SHARED/models/$name
     env ANYLLM_VK_VALIDATION=$VALIDATE "$@" "$bin" logits -m "$m.gguf" \
         --tokens "$(tokens "$m.ref.json")" --out "$tmp/out.f32" --backend vulkan 2>"$tmp/err"
     rc=$?
@@ -59,12 +68,46 @@ ref_logits() {
     fi
 }
 
-for j in "$SHARED"/models/ref/*.ref.json; do
-    ref_logits "$(basename "$j" .ref.json)" "vulkan"
+for j in "$SHARED"/models/ref/*.ref.json "$SHARED"/models/qwen3/*.ref.json; do
+    [ -f "$j" ] || continue # no qwen3 folder in older shared data
+    ref_logits "$(basename "$(dirname "$j")")/$(basename "$j" .ref.json)" "vulkan"
 done
-for name in ref-llama-Q4_K_M ref-qwen2-Q8_0; do
+for name in ref/ref-llama-Q4_K_M ref/ref-qwen2-Q8_0 qwen3/ref-qwen3-Q4_K_M; do
+    [ -f "$SHARED/models/$name.gguf" ] || continue
     ref_logits $name "as discrete, no subgroups" ANYLLM_VK_PRETEND_DISCRETE=1 ANYLLM_VK_NO_SUBGROUP=1
 done
+
+# Gemma 3 270M: the reference's prompt against the reference (the limits of
+# tests/gemma3.sh) and against the CPU, and greedy decoding equal to the CPU's
+gref=$SHARED/models/gemma3/gemma-3-270m-q4_k_m.ref.json
+if [ ! -f "$GEMMA3" ] || [ ! -f "$gref" ]; then
+    echo "skip: Gemma 3 on Vulkan: $GEMMA3 or $gref not found (make models)"
+    skip=$((skip + 1))
+else
+    env ANYLLM_VK_VALIDATION=$VALIDATE "$bin" logits -m "$GEMMA3" --tokens "$(tokens "$gref")" \
+        --out "$tmp/g_vk.f32" --backend vulkan 2>"$tmp/err"; rc=$?
+    msgs=$(sed -nE 's/^anyllm: vulkan validation: ([0-9]+) messages$/\1/p' "$tmp/err")
+    "$bin" logits -m "$GEMMA3" --tokens "$(tokens "$gref")" --out "$tmp/g_cpu.f32" -t 2 \
+        2>>"$tmp/err"
+    res=$("$cmp_bin" --compare-ref "$tmp/g_vk.f32" "$gref" $GEMMA3_MAX_NMSE $GEMMA3_MIN_TOP1 2>&1)
+    crc=$?
+    vs_cpu=$("$cmp_bin" --compare "$tmp/g_vk.f32" "$tmp/g_cpu.f32" 1 2>&1)
+    what="$res (limits $GEMMA3_MAX_NMSE, $GEMMA3_MIN_TOP1); vs the CPU $vs_cpu"
+    if [ $rc -eq 0 ] && [ $crc -eq 0 ] && { [ $VALIDATE -eq 0 ] || [ "$msgs" = 0 ]; }; then
+        ok "gemma-3-270m vulkan: $what; validation messages: ${msgs:-off}"
+    else
+        bad "gemma-3-270m vulkan: exit $rc, $what; validation messages: ${msgs:-?}"
+        head -n 5 "$tmp/err"
+    fi
+    g_cpu=$("$cmp_bin" --greedy "$GEMMA3" "$gref" $GEMMA3_N_GREEDY cpu 0 2>&1 | grep '^greedy:')
+    g_vk=$("$cmp_bin" --greedy "$GEMMA3" "$gref" $GEMMA3_N_GREEDY vulkan 0 2>&1 | grep '^greedy:')
+    n_ids=$(echo "$g_vk" | wc -w)
+    if [ -n "$g_vk" ] && [ "$g_vk" = "$g_cpu" ] && [ "$n_ids" -eq $((GEMMA3_N_GREEDY + 1)) ]; then
+        ok "gemma-3-270m vulkan: the first $GEMMA3_N_GREEDY greedy tokens equal the CPU's: $g_vk"
+    else
+        bad "gemma-3-270m vulkan greedy: '$g_vk', the CPU '$g_cpu'"
+    fi
+fi
 
 # Vulkan absent: no driver for the loader to find, then no loader at all
 m=$SHARED/models/ref/ref-llama-Q8_0
