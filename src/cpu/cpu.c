@@ -194,7 +194,7 @@ typedef struct rows_job {
     row_op op;
     const al_tensor *x, *y; /* y: the norm weight, silu's or gelu's u, add's addend */
     al_tensor *out;
-    float eps; /* the norm's epsilon, or scale's factor */
+    float f; /* the norm's epsilon, or scale's factor */
 } rows_job;
 
 static void rows_part(void *arg, int ith, int nth) {
@@ -204,7 +204,7 @@ static void rows_part(void *arg, int ith, int nth) {
         float *x = cpu_f32_row(j->x, r);
         switch (j->op) {
         case ROW_NORM:
-            j->k->rms_norm(x, cpu_f32_row(j->y, 0), j->eps, cpu_f32_row(j->out, r), n);
+            j->k->rms_norm(x, cpu_f32_row(j->y, 0), j->f, cpu_f32_row(j->out, r), n);
             break;
         case ROW_SILU:
             j->k->silu_mul(x, cpu_f32_row(j->y, r), n);
@@ -213,7 +213,7 @@ static void rows_part(void *arg, int ith, int nth) {
             j->k->gelu_mul(x, cpu_f32_row(j->y, r), n);
             break;
         case ROW_SCALE:
-            j->k->scale(x, j->eps, n);
+            j->k->scale(x, j->f, n);
             break;
         case ROW_ADD:
             j->k->add(x, cpu_f32_row(j->y, r), n);
@@ -233,7 +233,7 @@ static void run_rows(cpu_backend *cb, rows_job *j) {
 
 static void fast_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
                           al_tensor *out) {
-    rows_job j = {.op = ROW_NORM, .x = x, .y = w, .out = out, .eps = eps};
+    rows_job j = {.op = ROW_NORM, .x = x, .y = w, .out = out, .f = eps};
     run_rows((cpu_backend *)be, &j);
 }
 
@@ -248,7 +248,7 @@ static void fast_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
 }
 
 static void fast_scale(al_backend *be, al_tensor *x, float s) {
-    rows_job j = {.op = ROW_SCALE, .x = x, .eps = s};
+    rows_job j = {.op = ROW_SCALE, .x = x, .f = s};
     run_rows((cpu_backend *)be, &j);
 }
 

@@ -30,7 +30,6 @@
  * the positions its queries see (a sliding window skips the rest), through the ring
  * caches' rows p % cap.
  */
-#include <math.h>
 #include <string.h>
 
 #include "ops.h"

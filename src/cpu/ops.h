@@ -180,10 +180,12 @@ typedef struct cpu_attn_args {
  * Every kernel visits key positions in steps of CPU_ATTN_KEYS that start at multiples
  * of it, from the step holding the tile's first visible key to its last, so that the
  * steps a query sees do not depend on its tile mates; keys a lane does not see add
- * exact zeros. Its running maximum starts at -FLT_MAX, not -inf: a lane whose window
- * starts after the tile's first step sees only masked (-inf) scores there, and
- * exp(-inf - -inf) would be NaN, while exp(-inf - -FLT_MAX) is 0 and the rescale
- * exp(-FLT_MAX - -FLT_MAX) = 1 leaves its zero sums zero. */
+ * exact zeros. A lane's running maximum starts at -FLT_MAX, not -inf: a lane whose
+ * window starts after the tile's first step sees only masked (-inf) scores there, and
+ * its rescale exp(max - new max) would be exp(-inf - -inf) = NaN; from -FLT_MAX it is
+ * exp(0) = 1, which leaves the lane's zero sums zero. Once a lane sees a key, the
+ * rescale is exp(-FLT_MAX - score) = 0, as it was from -inf, so a causal attention
+ * (window 0) gives the same bits either way. */
 typedef void (*cpu_attn_fn)(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
 
 /* The key positions each lane j of a tile sees, lo[j] .. pos[j] (lanes from nq on
