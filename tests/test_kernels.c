@@ -10,6 +10,12 @@
  * up to the activation rounding (f32_limit). The fast path must
  * also give bit-identical results whatever the batch split and the thread count: a
  * token's logits may not depend on what else is in its batch.
+ *
+ * Attention over ring caches with a sliding window and a scale is checked twice: the
+ * reference against a naive attention in double over the whole sequence, and each fast
+ * ISA against the reference, bit-identical with and without the ring. The reference
+ * ops themselves are checked where a formula says what they must give: gelu_mul on
+ * known values, rms_norm in place on per-head views.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -445,6 +451,187 @@ static void test_attention(void) {
     }
 }
 
+/* ---- ring caches, sliding windows, scale -------------------------------------------- */
+/* A model's sliding layers keep a ring of cap rows (backend.h al_attn_shape): position p
+ * lives in row p % cap and a query at p sees the last `window` positions. These cases
+ * run long enough for the ring to wrap many times, in a prompt batch and then pieces
+ * down to single-token decode steps, and compare every position's output with a naive
+ * attention over the whole sequence in double. */
+
+typedef struct ring_case {
+    int n_head, n_head_kv, head_dim;
+    int window; /* 0: every earlier position */
+    int cap;    /* rows of the ring; 0: n_pos (no wrap) */
+    float scale;
+    int n_pos; /* positions in all */
+    int first; /* the first batch (a prompt); then pieces of 1, 3, 1, 1, 6, 2 */
+} ring_case;
+
+typedef struct ring_data {
+    const ring_case *c;
+    int64_t qd, kvd;
+    float *q, *k, *v; /* [n_pos][qd or kvd] */
+} ring_data;
+
+/* The largest batch a call at n_past may take with a ring of cap rows (backend.h). */
+static int ring_max_batch(const ring_case *c, int cap, int n_past) {
+    const int no_wrap = cap - n_past, sliding = c->window > 0 ? cap - c->window + 1 : 0;
+    return no_wrap > sliding ? no_wrap : sliding;
+}
+
+/* Attends every position, in batches of the schedule (first, then the pieces) or, with
+ * greedy, of the largest size the ring allows; out is [n_pos][qd]. */
+static void run_ring(al_backend *be, const ring_data *d, int cap, bool greedy, float *out) {
+    static const int pieces[] = {1, 3, 1, 1, 6, 2};
+    const ring_case *c = d->c;
+    float *kc = calloc((size_t)(cap * d->kvd), 4), *vc = calloc((size_t)(cap * d->kvd), 4);
+    al_tensor kct = f32_tensor(kc, d->kvd, cap), vct = f32_tensor(vc, d->kvd, cap);
+    for (int pos = 0, i = 0; pos < c->n_pos; i++) {
+        int n = greedy ? c->n_pos : i == 0 ? c->first : pieces[(i - 1) % 6];
+        const int lim = ring_max_batch(c, cap, pos);
+        if (n > lim) n = lim;
+        if (n > c->n_pos - pos) n = c->n_pos - pos;
+        al_tensor qt = f32_tensor(d->q + pos * d->qd, d->qd, n);
+        al_tensor kt = f32_tensor(d->k + pos * d->kvd, d->kvd, n);
+        al_tensor vt = f32_tensor(d->v + pos * d->kvd, d->kvd, n);
+        al_tensor ot = f32_tensor(out + pos * d->qd, d->qd, n);
+        al_attn_shape s = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                           .head_dim = c->head_dim, .n_past = pos, .n_tokens = n,
+                           .scale = c->scale, .window = c->window};
+        be->ops->attention(be, &qt, &kt, &vt, &kct, &vct, &s, &ot);
+        pos += n;
+    }
+    free(kc), free(vc);
+}
+
+/* The oracle: softmax(scale q.k) v over positions max(0, p - window + 1) .. p of the
+ * whole sequence, in double; out is [n_pos][qd]. */
+static void naive_ring(const ring_data *d, float *out) {
+    const ring_case *c = d->c;
+    const int hd = c->head_dim, g = c->n_head / c->n_head_kv;
+    const double scale = c->scale != 0 ? c->scale : 1.0 / sqrt((double)hd);
+    double *w = malloc((size_t)c->n_pos * sizeof *w);
+    for (int p = 0; p < c->n_pos; p++)
+        for (int h = 0; h < c->n_head; h++) {
+            const int lo = c->window > 0 && p - c->window + 1 > 0 ? p - c->window + 1 : 0;
+            const float *q = d->q + p * d->qd + h * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int j = lo; j <= p; j++) {
+                const float *k = d->k + j * d->kvd + (h / g) * hd;
+                double dot = 0;
+                for (int i = 0; i < hd; i++)
+                    dot += (double)q[i] * k[i];
+                w[j] = dot * scale;
+                if (w[j] > mx) mx = w[j];
+            }
+            for (int j = lo; j <= p; j++)
+                sum += w[j] = exp(w[j] - mx);
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int j = lo; j <= p; j++)
+                    o += w[j] * d->v[j * d->kvd + (h / g) * hd + i];
+                out[p * d->qd + h * hd + i] = (float)(o / sum);
+            }
+        }
+    free(w);
+}
+
+static const ring_case g_ring_cases[] = {
+    {4, 2, 64, 0, 0, 0.0f, 50, 17},      /* no window: as test_attention */
+    {4, 2, 64, 0, 0, 0.3f, 40, 9},       /* an explicit scale */
+    {4, 1, 64, 8, 12, 0.0f, 70, 5},      /* a ring smaller than a key step wraps inside it */
+    {8, 2, 32, 40, 47, 0.125f, 150, 30}, /* a window over two key steps */
+    {6, 2, 40, 19, 26, 0.0f, 90, 8},     /* an odd head size: the portable kernel */
+    {2, 1, 256, 33, 40, 0.0625f, 100, 8},/* Gemma 3's heads */
+    {2, 1, 288, 10, 16, 0.0f, 60, 7},    /* beyond CPU_ATTN_MAX_DIM: the reference */
+    {14, 2, 64, 1, 4, 0.0f, 30, 4},      /* a window of one: each query sees itself */
+    {4, 4, 16, 100, 130, 0.0f, 90, 40},  /* a window longer than the sequence */
+};
+
+static ring_data ring_data_make(const ring_case *c) {
+    ring_data d = {.c = c,
+                   .qd = (int64_t)c->n_head * c->head_dim,
+                   .kvd = (int64_t)c->n_head_kv * c->head_dim};
+    d.q = random_floats(c->n_pos * d.qd, 2.0f);
+    d.k = random_floats(c->n_pos * d.kvd, 2.0f);
+    d.v = random_floats(c->n_pos * d.kvd, 1.0f);
+    return d;
+}
+
+/* The largest |a - b|; NaN if any difference is NaN, so that a check fails. */
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= m)) m = e;
+    }
+    return m;
+}
+
+/* The reference against the naive attention, with the ring and without. */
+static void test_attention_ring_ref(void) {
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof g_ring_cases / sizeof *g_ring_cases; ci++) {
+        const ring_case *c = &g_ring_cases[ci];
+        ring_data d = ring_data_make(c);
+        const int64_t n_o = c->n_pos * d.qd;
+        float *o_naive = malloc((size_t)n_o * 4), *o_ring = calloc((size_t)n_o, 4);
+        float *o_full = calloc((size_t)n_o, 4);
+        al_backend *ref = backend(CPU_ISA_REF, 2, d.qd, c->n_pos);
+        naive_ring(&d, o_naive);
+        run_ring(ref, &d, c->cap ? c->cap : c->n_pos, false, o_ring);
+        run_ring(ref, &d, c->n_pos, false, o_full);
+        const double e = max_abs_diff(o_ring, o_naive, n_o), n = nmse(o_ring, o_naive, n_o);
+        const bool same = !memcmp(o_ring, o_full, (size_t)n_o * 4);
+        CHECK_MSG(e <= 2e-6 && n <= 1e-12 && same,
+                  "heads %d/%d dim %d window %d cap %d: max error %.1e NMSE %.1e%s", c->n_head,
+                  c->n_head_kv, c->head_dim, c->window, c->cap, e, n,
+                  same ? "" : "; the ring changed the result");
+        if (e > worst) worst = e;
+        ref->ops->destroy(ref);
+        free(d.q), free(d.k), free(d.v), free(o_naive), free(o_ring), free(o_full);
+    }
+    printf("     ref    ring attention: worst error %.1e against the naive one over %zu cases\n",
+           worst, sizeof g_ring_cases / sizeof *g_ring_cases);
+}
+
+/* Each fast ISA against the reference; its result must not depend on the ring, the
+ * batch split or the thread count. */
+static void test_attention_ring_fast(void) {
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        double worst = 0;
+        for (size_t ci = 0; ci < sizeof g_ring_cases / sizeof *g_ring_cases; ci++) {
+            const ring_case *c = &g_ring_cases[ci];
+            const int cap = c->cap ? c->cap : c->n_pos;
+            ring_data d = ring_data_make(c);
+            const int64_t n_o = c->n_pos * d.qd;
+            float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
+            float *o_greedy = calloc((size_t)n_o, 4), *o_full = calloc((size_t)n_o, 4);
+            al_backend *ref = backend(CPU_ISA_REF, 1, d.qd, c->n_pos);
+            al_backend *f3 = backend((cpu_isa)isa, 3, d.qd, c->n_pos),
+                       *f1 = backend((cpu_isa)isa, 1, d.qd, c->n_pos);
+            run_ring(ref, &d, cap, false, o_ref);
+            run_ring(f3, &d, cap, false, o_fast);
+            run_ring(f1, &d, cap, true, o_greedy);
+            run_ring(f3, &d, c->n_pos, false, o_full);
+            const double e = nmse(o_fast, o_ref, n_o);
+            const bool same = !memcmp(o_fast, o_greedy, (size_t)n_o * 4) &&
+                              !memcmp(o_fast, o_full, (size_t)n_o * 4);
+            CHECK_MSG(e <= 1e-10 && same, "%s heads %d/%d dim %d window %d cap %d: NMSE %.2e%s",
+                      cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim,
+                      c->window, c->cap, e,
+                      same ? "" : "; the ring, pieces or threads changed the result");
+            if (e > worst) worst = e;
+            ref->ops->destroy(ref), f3->ops->destroy(f3), f1->ops->destroy(f1);
+            free(d.q), free(d.k), free(d.v), free(o_ref), free(o_fast), free(o_greedy),
+                free(o_full);
+        }
+        printf("     %-6s ring attention: worst NMSE %.1e over %zu cases\n",
+               cpu_isa_name((cpu_isa)isa), worst, sizeof g_ring_cases / sizeof *g_ring_cases);
+    }
+}
+
 /* ---- per-row ops ------------------------------------------------------------------------- */
 
 static void check_rows(al_backend *fast, al_backend *ref, int64_t n, int64_t rows, double *worst) {
@@ -510,6 +697,139 @@ static void test_row_ops(void) {
     }
 }
 
+/* ---- gelu_mul, scale, rms_norm in place ------------------------------------------------ */
+
+/* Inputs for gelu: mostly |x| < 4, where GELU bends, with every fifth element far out
+ * where tanh saturates (x -> x above, 0 below), both signs; u in [-3, 3). */
+static float gelu_input(int64_t i) {
+    static const float far[] = {8.0f, -8.0f, 30.0f, -30.0f, 1e3f, -1e3f, 1e20f, -1e20f, -5.5f};
+    return i % 5 == 4 ? far[(i / 5) % 9] * (1.0f + 0.1f * frand()) : 4.0f * frand();
+}
+
+/* gelu_mul and scale of one backend against the reference, on rows of n. gelu within
+ * 2e-6 of the value plus 1e-7 of |x u| (below x = -3 GELU is a small difference
+ * whose float rounding the second term allows); scale bit for bit. Returns the worst
+ * relative gelu error where |x| <= 4. */
+static double check_gelu_scale(al_backend *fast, al_backend *ref, int64_t n, int64_t rows) {
+    const int64_t m = n * rows;
+    float *x = malloc((size_t)m * 4), *u = random_floats(m, 3.0f);
+    float *a = malloc((size_t)m * 4), *b = malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++)
+        x[i] = gelu_input(i);
+    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows), ut = f32_tensor(u, n, rows);
+    memcpy(a, x, (size_t)m * 4), memcpy(b, x, (size_t)m * 4);
+    fast->ops->gelu_mul(fast, &at, &ut);
+    ref->ops->gelu_mul(ref, &bt, &ut);
+    double worst = 0;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < m; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= 2e-6 * fabs(b[i]) + 1e-7 * fabs((double)x[i] * u[i])) && bad < 0) bad = i;
+        if (fabsf(x[i]) <= 4.0f && b[i] != 0 && e / fabs(b[i]) > worst) worst = e / fabs(b[i]);
+    }
+    CHECK_MSG(bad < 0, "gelu_mul n %lld rows %lld: x %g u %g: %.9g vs %.9g", (long long)n,
+              (long long)rows, bad < 0 ? 0 : x[bad], bad < 0 ? 0 : u[bad], bad < 0 ? 0 : a[bad],
+              bad < 0 ? 0 : b[bad]);
+    memcpy(a, x, (size_t)m * 4), memcpy(b, x, (size_t)m * 4);
+    fast->ops->scale(fast, &at, 25.298221f);
+    ref->ops->scale(ref, &bt, 25.298221f);
+    CHECK_MSG(!memcmp(a, b, (size_t)m * 4) && b[m - 1] == x[m - 1] * 25.298221f,
+              "scale n %lld rows %lld", (long long)n, (long long)rows);
+    free(x), free(u), free(a), free(b);
+    return worst;
+}
+
+/* gelu_mul on values of the tanh form computed elsewhere (Python, double), within tol
+ * of the value plus tol_xu of |x u| (check_gelu_scale). */
+static void check_gelu_values(al_backend *be, double tol, double tol_xu) {
+    static const float xs[] = {1, -1, 0.5f, -3, 3, -6, 0, 30, -30};
+    static const double want[] = {0.8411919906082768,   -0.15880800939172324, 0.34571400982514394,
+                                  -0.0036373920817729943, 2.996362607918227,  -8.43964897967453e-11,
+                                  0,                     30,                  0};
+    float g[9], u[9];
+    for (int i = 0; i < 9; i++)
+        g[i] = xs[i], u[i] = i % 2 ? -2.0f : 1.0f;
+    al_tensor gt = f32_tensor(g, 9, 1), ut = f32_tensor(u, 9, 1);
+    be->ops->gelu_mul(be, &gt, &ut);
+    for (int i = 0; i < 9; i++)
+        CHECK_MSG(fabs(g[i] - want[i] * u[i]) <=
+                      tol * fabs(want[i] * u[i]) + tol_xu * fabs(xs[i] * u[i]) + 1e-30,
+                  "%s: gelu(%g) * %g = %.9g, want %.9g", be->desc, xs[i], u[i], g[i],
+                  want[i] * u[i]);
+}
+
+static void test_gelu_scale(void) {
+    static const int64_t ns[] = {1, 7, 13, 33, 640, 2048, 5000};
+    static const int64_t rows[] = {1, 3, 64};
+    al_backend *ref = backend(CPU_ISA_REF, 1, 5000, 64);
+    check_gelu_values(ref, 1e-7, 0);
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        al_backend *fast = backend((cpu_isa)isa, 3, 5000, 64);
+        check_gelu_values(fast, 2e-6, 1e-7);
+        double worst = 0;
+        for (int i = 0; i < 7; i++)
+            for (int j = 0; j < 3; j++) {
+                const double e = check_gelu_scale(fast, ref, ns[i], rows[j]);
+                if (e > worst) worst = e;
+            }
+        printf("     %-6s gelu_mul: worst relative error %.1e for |x| <= 4; scale exact\n",
+               cpu_isa_name((cpu_isa)isa), worst);
+        fast->ops->destroy(fast);
+    }
+    ref->ops->destroy(ref);
+}
+
+/* rms_norm in place (out = x) on n_tok rows of n_head * hd floats, viewed as n_tok *
+ * n_head rows of hd (backend.h: the per-head Q/K norm; n_head 1 is a plain in-place
+ * norm), starting one row into the buffer; against the formula in double, and the
+ * row before the view must stay as it was. Returns the largest error. */
+static double check_norm_view(al_backend *be, int n_tok, int n_head, int hd) {
+    const int64_t row = (int64_t)n_head * hd, m = row * (n_tok + 1);
+    float *buf = random_floats(m, 3.0f), *x = malloc((size_t)m * 4), *w = random_floats(hd, 1.5f);
+    memcpy(x, buf, (size_t)m * 4);
+    al_tensor wt = f32_tensor(w, hd, 1);
+    al_tensor v = {.type = AL_TYPE_F32,
+                   .ne = {hd, (int64_t)n_tok * n_head},
+                   .data = buf,
+                   .offset = (uint64_t)row * sizeof(float),
+                   .row_bytes = (uint64_t)hd * sizeof(float)};
+    be->ops->rms_norm(be, &v, &wt, 1e-6f, &v);
+    double worst = memcmp(buf, x, (size_t)row * 4) ? INFINITY : 0;
+    for (int64_t r = 0; r < (int64_t)n_tok * n_head; r++) {
+        const float *xr = x + row + r * hd, *got = buf + row + r * hd;
+        double ss = 0;
+        for (int i = 0; i < hd; i++)
+            ss += (double)xr[i] * xr[i];
+        const double s = 1.0 / sqrt(ss / hd + 1e-6);
+        for (int i = 0; i < hd; i++) {
+            const double e = fabs(got[i] - xr[i] * s * w[i]);
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    CHECK_MSG(worst <= 1e-6, "%s: rms_norm in place, %d x %d heads of %d: error %.1e", be->desc,
+              n_tok, n_head, hd, worst);
+    free(buf), free(x), free(w);
+    return worst;
+}
+
+static void test_rms_norm_views(void) {
+    static const int shapes[][3] = {{1, 4, 64}, {3, 8, 128}, {70, 4, 256}, {5, 2, 40},
+                                    {2, 3, 7},  {9, 1, 576}, {40, 1, 2048}};
+    for (int isa = CPU_ISA_REF; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        al_backend *be = backend((cpu_isa)isa, 3, 2048, 64);
+        double worst = 0;
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            const double e = check_norm_view(be, shapes[i][0], shapes[i][1], shapes[i][2]);
+            if (e > worst) worst = e;
+        }
+        printf("     %-6s rms_norm in place and per head: worst error %.1e\n",
+               cpu_isa_name((cpu_isa)isa), worst);
+        be->ops->destroy(be);
+    }
+}
+
 /* ---- instruction sets ------------------------------------------------------------------- */
 
 /* bench's bandwidth reader: the same sum as plain C on every ISA */
@@ -544,7 +864,11 @@ int main(void) {
     TEST_RUN(test_isa_choice);
     TEST_RUN(test_sum_u64);
     TEST_RUN(test_row_ops);
+    TEST_RUN(test_gelu_scale);
+    TEST_RUN(test_rms_norm_views);
     TEST_RUN(test_attention);
+    TEST_RUN(test_attention_ring_ref);
+    TEST_RUN(test_attention_ring_fast);
     TEST_RUN(test_matmul_passes);
     TEST_RUN(test_matmul_scalar);
     TEST_RUN(test_matmul_avx2);

@@ -1,5 +1,5 @@
 /* cpu.c: the CPU backend object: which instruction set runs, the scratch that reserve()
- * sizes, tensor storage, and the per-row ops (norm, rope, silu, add).
+ * sizes, tensor storage, and the per-row ops (norm, rope, silu, gelu, scale, add).
  *
  * The instruction set is chosen once, when the backend is created, by ANYLLM_ISA: best
  * (the default: the best the CPU and OS support, by CPUID through
@@ -187,14 +187,14 @@ static void cpu_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint6
 
 /* ---- per-row ops ------------------------------------------------------------------------ */
 
-typedef enum { ROW_NORM, ROW_SILU, ROW_ADD } row_op;
+typedef enum { ROW_NORM, ROW_SILU, ROW_GELU, ROW_SCALE, ROW_ADD } row_op;
 
 typedef struct rows_job {
     const cpu_kernels *k;
     row_op op;
-    const al_tensor *x, *y; /* y: the norm weight, silu's u or add's addend */
+    const al_tensor *x, *y; /* y: the norm weight, silu's or gelu's u, add's addend */
     al_tensor *out;
-    float eps;
+    float f; /* the norm's epsilon, or scale's factor */
 } rows_job;
 
 static void rows_part(void *arg, int ith, int nth) {
@@ -204,10 +204,16 @@ static void rows_part(void *arg, int ith, int nth) {
         float *x = cpu_f32_row(j->x, r);
         switch (j->op) {
         case ROW_NORM:
-            j->k->rms_norm(x, cpu_f32_row(j->y, 0), j->eps, cpu_f32_row(j->out, r), n);
+            j->k->rms_norm(x, cpu_f32_row(j->y, 0), j->f, cpu_f32_row(j->out, r), n);
             break;
         case ROW_SILU:
             j->k->silu_mul(x, cpu_f32_row(j->y, r), n);
+            break;
+        case ROW_GELU:
+            j->k->gelu_mul(x, cpu_f32_row(j->y, r), n);
+            break;
+        case ROW_SCALE:
+            j->k->scale(x, j->f, n);
             break;
         case ROW_ADD:
             j->k->add(x, cpu_f32_row(j->y, r), n);
@@ -227,12 +233,22 @@ static void run_rows(cpu_backend *cb, rows_job *j) {
 
 static void fast_rms_norm(al_backend *be, const al_tensor *x, const al_tensor *w, float eps,
                           al_tensor *out) {
-    rows_job j = {.op = ROW_NORM, .x = x, .y = w, .out = out, .eps = eps};
+    rows_job j = {.op = ROW_NORM, .x = x, .y = w, .out = out, .f = eps};
     run_rows((cpu_backend *)be, &j);
 }
 
 static void fast_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
     rows_job j = {.op = ROW_SILU, .x = g, .y = u};
+    run_rows((cpu_backend *)be, &j);
+}
+
+static void fast_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
+    rows_job j = {.op = ROW_GELU, .x = g, .y = u};
+    run_rows((cpu_backend *)be, &j);
+}
+
+static void fast_scale(al_backend *be, al_tensor *x, float s) {
+    rows_job j = {.op = ROW_SCALE, .x = x, .f = s};
     run_rows((cpu_backend *)be, &j);
 }
 
@@ -324,6 +340,8 @@ static const al_backend_ops cpu_ref_ops = {
     .rope = ref_rope,
     .attention = ref_attention,
     .silu_mul = ref_silu_mul,
+    .gelu_mul = ref_gelu_mul,
+    .scale = ref_scale,
     .add = ref_add,
 };
 
@@ -340,6 +358,8 @@ static const al_backend_ops cpu_fast_ops = {
     .rope = fast_rope,
     .attention = fast_attention,
     .silu_mul = fast_silu_mul,
+    .gelu_mul = fast_gelu_mul,
+    .scale = fast_scale,
     .add = fast_add,
 };
 

@@ -17,6 +17,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -48,10 +49,11 @@ INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* Lanes at or before pos are visible: a mask of all-ones lanes. */
-INLINE __m256 visible(int key, __m256i pos) {
-    return _mm256_castsi256_ps(
-        _mm256_xor_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(key), pos), _mm256_set1_epi32(-1)));
+/* Lanes with lo <= key <= pos see the key: a mask of all-ones lanes. */
+INLINE __m256 visible(int key, __m256i lo, __m256i pos) {
+    const __m256i k = _mm256_set1_epi32(key);
+    const __m256i hidden = _mm256_or_si256(_mm256_cmpgt_epi32(k, pos), _mm256_cmpgt_epi32(lo, k));
+    return _mm256_castsi256_ps(_mm256_xor_si256(hidden, _mm256_set1_epi32(-1)));
 }
 
 /* ---- exp ---------------------------------------------------------------------------- */
@@ -835,16 +837,22 @@ static void mk_f_avx2(const cpu_mk_args *a) {
 }
 
 /* ---- attention --------------------------------------------------------------------------- */
+/* Steps and masking as ops.h (cpu_attn_fn) describes. */
+
+typedef struct attn_state {
+    __m256i lo, pos; /* first and last visible key per lane */
+    int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
+} attn_state;
 
 /* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
-static __m256 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const float *qt,
-                          __m256i pos, float *e) {
+static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
+                          const attn_state *st, float *e) {
     const int hd = a->head_dim;
     __m256 mb = _mm256_set1_ps(-INFINITY);
     for (int i0 = 0; i0 < n; i0 += 4) {
         const float *kp[4];
         for (int i = 0; i < 4; i++)
-            kp[i] = a->k + (int64_t)(kb + i0 + (i0 + i < n ? i : 0)) * a->ldk + (int64_t)kvh * hd;
+            kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
         __m256 s[4];
         for (int i = 0; i < 4; i++)
             s[i] = _mm256_setzero_ps();
@@ -855,8 +863,8 @@ static __m256 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const 
                 s[i] = _mm256_fmadd_ps(qd, _mm256_set1_ps(kp[i][d]), s[i]);
         }
         for (int i = 0; i < 4 && i0 + i < n; i++) {
-            const __m256 sc =
-                _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i], visible(kb + i0 + i, pos));
+            const __m256 sc = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i],
+                                               visible(kb + i0 + i, st->lo, st->pos));
             _mm256_store_ps(e + (i0 + i) * LANES, sc);
             mb = _mm256_max_ps(mb, sc);
         }
@@ -865,14 +873,15 @@ static __m256 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const 
 }
 
 /* ot[d] += sum_i e[i] * v_i[d] for 8 dimensions at a time, keys in order. */
-static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const float *e, float *ot) {
+static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, const float *e,
+                        float *ot) {
     const int hd = a->head_dim;
     for (int d0 = 0; d0 < hd; d0 += 8) {
         __m256 acc[8];
         for (int d = 0; d < 8; d++)
             acc[d] = _mm256_load_ps(ot + (d0 + d) * LANES);
         for (int i = 0; i < n; i++) {
-            const float *v = a->v + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd + d0;
+            const float *v = a->v + st->row[i] + d0;
             const __m256 ei = _mm256_load_ps(e + i * LANES);
 #pragma GCC unroll 8
             for (int d = 0; d < 8; d++)
@@ -886,33 +895,34 @@ static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const fl
 static void attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
     const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
     float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
-    int pos[LANES], p_end = 0;
     for (int j = 0; j < LANES; j++) {
         const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
         const float *q = a->q + t * a->ldq + (int64_t)h * hd;
         for (int d = 0; d < hd; d++)
             qt[d * LANES + j] = q[d] * a->scale;
-        pos[j] = a->n_past + t;
-        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
     }
-    const __m256i vpos = _mm256_loadu_si256((const __m256i *)pos);
-    __m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
+    int lo[LANES], pos[LANES], begin;
+    const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
+    attn_state st = {.lo = _mm256_loadu_si256((const __m256i *)lo),
+                     .pos = _mm256_loadu_si256((const __m256i *)pos)};
+    __m256 mx = _mm256_set1_ps(-FLT_MAX), sum = _mm256_setzero_ps(); /* not -inf: ops.h */
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
-    for (int kb = 0; kb < p_end; kb += CPU_ATTN_KEYS) {
+    for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
-        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kvh, kb, n, qt, vpos, e));
+        cpu_attn_key_rows(a, kvh, kb, n, st.row);
+        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, qt, &st, e));
         const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
         mx = mn;
         sum = _mm256_mul_ps(sum, alpha);
         for (int d = 0; d < hd; d++)
             _mm256_store_ps(ot + d * LANES, _mm256_mul_ps(_mm256_load_ps(ot + d * LANES), alpha));
         for (int i = 0; i < n; i++) {
-            const __m256 ei = _mm256_and_ps(
-                visible(kb + i, vpos), exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
+            const __m256 ei = _mm256_and_ps(visible(kb + i, st.lo, st.pos),
+                                            exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
             sum = _mm256_add_ps(sum, ei);
             _mm256_store_ps(e + i * LANES, ei);
         }
-        attn_values(a, kvh, kb, n, e, ot);
+        attn_values(a, n, &st, e, ot);
     }
     float inv[LANES];
     _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
@@ -963,6 +973,34 @@ static void silu_mul_avx2(float *g, const float *u, int64_t n) {
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* ops.h: gelu(x) = x / (1 + exp(-2z)). A 2z beyond exp256's clamp gives x or a
+ * value below 1e-37 where the exact one is 0; the tail takes the scalar form. */
+static void gelu_mul_avx2(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), k0 = _mm256_set1_ps(CPU_GELU_K0);
+    const __m256 k1 = _mm256_set1_ps(CPU_GELU_K1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 z2 = _mm256_mul_ps(x, _mm256_fmadd_ps(k1, _mm256_mul_ps(x, x), k0));
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), z2));
+        _mm256_storeu_ps(
+            g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        const float x = g[i], z2 = x * (CPU_GELU_K0 + CPU_GELU_K1 * x * x);
+        g[i] = x / (1.0f + expf(-z2)) * u[i];
+    }
+}
+
+static void scale_avx2(float *x, float s, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+    for (; i < n; i++)
+        x[i] *= s;
+}
+
 static void add_avx2(float *x, const float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -1008,6 +1046,8 @@ const cpu_kernels cpu_kernels_avx2 = {
     .attn = attn_avx2,
     .rms_norm = rms_norm_avx2,
     .silu_mul = silu_mul_avx2,
+    .gelu_mul = gelu_mul_avx2,
+    .scale = scale_avx2,
     .add = add_avx2,
     .sum_u64 = sum_u64_avx2,
 };

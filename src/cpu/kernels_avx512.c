@@ -32,6 +32,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #endif
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -1077,22 +1078,30 @@ static void mk_f_512(const cpu_mk_args *a) {
 }
 
 /* ---- attention --------------------------------------------------------------------------- */
+/* Steps and masking as ops.h (cpu_attn_fn) describes. */
 
 typedef struct attn_state {
-    __m512i pos; /* last visible key per lane */
-    __m512 mx;   /* running maximum score */
-    __m512 sum;  /* running sum of exp(score - mx) */
+    __m512i lo, pos; /* first and last visible key per lane */
+    __m512 mx;       /* running maximum score */
+    __m512 sum;      /* running sum of exp(score - mx) */
+    int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
 } attn_state;
 
+/* Lanes with lo <= key <= pos see the key. */
+INLINE __mmask16 visible(int key, const attn_state *st) {
+    const __m512i k = _mm512_set1_epi32(key);
+    return _mm512_mask_cmple_epi32_mask(_mm512_cmple_epi32_mask(st->lo, k), k, st->pos);
+}
+
 /* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
-static __m512 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const float *qt,
+static __m512 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
                           const attn_state *st, float *e) {
     const int hd = a->head_dim;
     __m512 mb = _mm512_set1_ps(-INFINITY);
     for (int i0 = 0; i0 < n; i0 += 8) {
         const float *kp[8];
         for (int i = 0; i < 8; i++)
-            kp[i] = a->k + (int64_t)(kb + i0 + (i0 + i < n ? i : 0)) * a->ldk + (int64_t)kvh * hd;
+            kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
         __m512 s[8];
         for (int i = 0; i < 8; i++)
             s[i] = _mm512_setzero_ps();
@@ -1103,8 +1112,8 @@ static __m512 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const 
                 s[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kp[i][d]), s[i]);
         }
         for (int i = 0; i < 8 && i0 + i < n; i++) {
-            const __mmask16 vis = _mm512_cmple_epi32_mask(_mm512_set1_epi32(kb + i0 + i), st->pos);
-            const __m512 sc = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s[i]);
+            const __m512 sc =
+                _mm512_mask_blend_ps(visible(kb + i0 + i, st), _mm512_set1_ps(-INFINITY), s[i]);
             _mm512_store_ps(e + (i0 + i) * LANES, sc);
             mb = _mm512_max_ps(mb, sc);
         }
@@ -1113,14 +1122,15 @@ static __m512 attn_scores(const cpu_attn_args *a, int kvh, int kb, int n, const 
 }
 
 /* ot[d] += sum_i e[i] * v_i[d] for 16 dimensions at a time, keys in order. */
-static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const float *e, float *ot) {
+static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, const float *e,
+                        float *ot) {
     const int hd = a->head_dim;
     for (int d0 = 0; d0 < hd; d0 += 16) {
         __m512 acc[16];
         for (int d = 0; d < 16; d++)
             acc[d] = _mm512_load_ps(ot + (d0 + d) * LANES);
         for (int i = 0; i < n; i++) {
-            const float *v = a->v + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd + d0;
+            const float *v = a->v + st->row[i] + d0;
             const __m512 ei = _mm512_load_ps(e + i * LANES);
 #pragma GCC unroll 16
             for (int d = 0; d < 16; d++)
@@ -1134,35 +1144,35 @@ static void attn_values(const cpu_attn_args *a, int kvh, int kb, int n, const fl
 static void attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
     const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
     float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
-    int pos[LANES], p_end = 0;
     for (int j = 0; j < LANES; j++) {
         const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
         const float *q = a->q + t * a->ldq + (int64_t)h * hd;
         for (int d = 0; d < hd; d++)
             qt[d * LANES + j] = q[d] * a->scale;
-        pos[j] = a->n_past + t;
-        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
     }
-    attn_state st = {.pos = _mm512_loadu_si512(pos),
-                     .mx = _mm512_set1_ps(-INFINITY),
+    int lo[LANES], pos[LANES], begin;
+    const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
+    attn_state st = {.lo = _mm512_loadu_si512(lo),
+                     .pos = _mm512_loadu_si512(pos),
+                     .mx = _mm512_set1_ps(-FLT_MAX), /* not -inf: ops.h */
                      .sum = _mm512_setzero_ps()};
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
-    for (int kb = 0; kb < p_end; kb += CPU_ATTN_KEYS) {
+    for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
-        const __m512 mn = _mm512_max_ps(st.mx, attn_scores(a, kvh, kb, n, qt, &st, e));
+        cpu_attn_key_rows(a, kvh, kb, n, st.row);
+        const __m512 mn = _mm512_max_ps(st.mx, attn_scores(a, kb, n, qt, &st, e));
         const __m512 alpha = exp512(_mm512_sub_ps(st.mx, mn));
         st.mx = mn;
         st.sum = _mm512_mul_ps(st.sum, alpha);
         for (int d = 0; d < hd; d++)
             _mm512_store_ps(ot + d * LANES, _mm512_mul_ps(_mm512_load_ps(ot + d * LANES), alpha));
         for (int i = 0; i < n; i++) {
-            const __mmask16 vis = _mm512_cmple_epi32_mask(_mm512_set1_epi32(kb + i), st.pos);
-            const __m512 ei =
-                _mm512_maskz_mov_ps(vis, exp512(_mm512_sub_ps(_mm512_load_ps(e + i * LANES), mn)));
+            const __m512 ei = _mm512_maskz_mov_ps(
+                visible(kb + i, &st), exp512(_mm512_sub_ps(_mm512_load_ps(e + i * LANES), mn)));
             st.sum = _mm512_add_ps(st.sum, ei);
             _mm512_store_ps(e + i * LANES, ei);
         }
-        attn_values(a, kvh, kb, n, e, ot);
+        attn_values(a, n, &st, e, ot);
     }
     float inv[LANES];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
@@ -1207,6 +1217,29 @@ static void silu_mul_512(float *g, const float *u, int64_t n) {
         const __m512 s =
             _mm512_div_ps(gv, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
         _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+/* ops.h: gelu(x) = x / (1 + exp(-2z)); a 2z beyond exp512's clamp gives x or a value
+ * below 1e-37 where the exact one is 0. */
+static void gelu_mul_512(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), k0 = _mm512_set1_ps(CPU_GELU_K0);
+    const __m512 k1 = _mm512_set1_ps(CPU_GELU_K1);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 z2 = _mm512_mul_ps(x, _mm512_fmadd_ps(k1, _mm512_mul_ps(x, x), k0));
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), z2));
+        const __m512 gl = _mm512_div_ps(x, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(gl, _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+static void scale_512(float *x, float s, int64_t n) {
+    const __m512 sv = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sv));
     }
 }
 
@@ -1259,6 +1292,8 @@ const cpu_kernels cpu_kernels_avx512 = {
     .attn = attn_512,
     .rms_norm = rms_norm_512,
     .silu_mul = silu_mul_512,
+    .gelu_mul = gelu_mul_512,
+    .scale = scale_512,
     .add = add_512,
     .sum_u64 = sum_u64_512,
 };

@@ -9,6 +9,7 @@
  * integer dot products run over contiguous bytes, which compilers vectorize.
  * Attention tiles hold 8 queries.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -378,31 +379,25 @@ static void mk_f_scalar(const cpu_mk_args *a) {
 
 /* ---- attention --------------------------------------------------------------------- */
 /* Queries of one kv head in lanes: qt[d][lane] holds the scaled queries, ot[d][lane]
- * the running sums of e * v. Keys are visited in steps of CPU_ATTN_KEYS starting at
- * multiples of it, and a lane's masked keys add exact zeros, so a query's result does
- * not depend on which other queries share its tile. */
+ * the running sums of e * v. Steps and masking as ops.h (cpu_attn_fn) describes. */
 
 typedef struct attn_lanes {
+    int lo[LANES];    /* first visible key position per lane */
     int pos[LANES];   /* last visible key position per lane */
     float mx[LANES];  /* running maximum score */
     float sum[LANES]; /* running sum of exp(score - mx) */
 } attn_lanes;
 
-/* Fills qt with the tile's queries (missing lanes repeat the last) and returns the
- * number of key positions the tile needs. */
-static int attn_load_queries(const cpu_attn_args *a, int kvh, int q0, int nq, int lanes, float *qt,
-                             int *pos) {
+/* Fills qt with the tile's queries (missing lanes repeat the last). */
+static void attn_load_queries(const cpu_attn_args *a, int kvh, int q0, int nq, int lanes,
+                              float *qt) {
     const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
-    int p_end = 0;
     for (int j = 0; j < lanes; j++) {
         const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
         const float *q = a->q + t * a->ldq + (int64_t)h * hd;
         for (int d = 0; d < hd; d++)
             qt[d * lanes + j] = q[d] * a->scale;
-        pos[j] = a->n_past + t;
-        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
     }
-    return p_end;
 }
 
 static void attn_store(const cpu_attn_args *a, int kvh, int q0, int nq, int lanes, const float *ot,
@@ -421,15 +416,18 @@ static void attn_step_scalar(const cpu_attn_args *a, int kvh, int kb, int n, con
                              float *ot, float *e, attn_lanes *s) {
     const int hd = a->head_dim;
     float mb[LANES], alpha[LANES];
+    int64_t row[CPU_ATTN_KEYS];
+    cpu_attn_key_rows(a, kvh, kb, n, row);
     for (int j = 0; j < LANES; j++)
         mb[j] = -INFINITY;
     for (int i = 0; i < n; i++) {
-        const float *k = a->k + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd;
+        const float *k = a->k + row[i];
         for (int j = 0; j < LANES; j++) {
             float sc = 0;
             for (int d = 0; d < hd; d++)
                 sc += qt[d * LANES + j] * k[d];
-            e[i * LANES + j] = kb + i <= s->pos[j] ? sc : -INFINITY;
+            const bool vis = kb + i >= s->lo[j] && kb + i <= s->pos[j];
+            e[i * LANES + j] = vis ? sc : -INFINITY;
             mb[j] = fmaxf(mb[j], e[i * LANES + j]);
         }
     }
@@ -443,10 +441,11 @@ static void attn_step_scalar(const cpu_attn_args *a, int kvh, int kb, int n, con
         for (int j = 0; j < LANES; j++)
             ot[d * LANES + j] *= alpha[j];
     for (int i = 0; i < n; i++) {
-        const float *v = a->v + (int64_t)(kb + i) * a->ldk + (int64_t)kvh * hd;
+        const float *v = a->v + row[i];
         float *ei = e + i * LANES;
         for (int j = 0; j < LANES; j++) {
-            ei[j] = kb + i <= s->pos[j] ? expf(ei[j] - s->mx[j]) : 0.0f;
+            const bool vis = kb + i >= s->lo[j] && kb + i <= s->pos[j];
+            ei[j] = vis ? expf(ei[j] - s->mx[j]) : 0.0f;
             s->sum[j] += ei[j];
         }
         for (int d = 0; d < hd; d++)
@@ -459,13 +458,15 @@ static void attn_scalar(const cpu_attn_args *a, int kvh, int q0, int nq, float *
     const int hd = a->head_dim;
     float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
     attn_lanes s;
-    const int p_end = attn_load_queries(a, kvh, q0, nq, LANES, qt, s.pos);
+    int begin;
+    attn_load_queries(a, kvh, q0, nq, LANES, qt);
+    const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, s.lo, s.pos, &begin);
     for (int j = 0; j < LANES; j++) {
-        s.mx[j] = -INFINITY;
+        s.mx[j] = -FLT_MAX; /* not -inf: see ops.h */
         s.sum[j] = 0;
     }
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
-    for (int kb = 0; kb < p_end; kb += CPU_ATTN_KEYS) {
+    for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
         attn_step_scalar(a, kvh, kb, n, qt, ot, e, &s);
     }
@@ -491,6 +492,18 @@ static void rms_norm_scalar(const float *x, const float *w, float eps, float *ou
 static void silu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void gelu_mul_scalar(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i], z2 = x * (CPU_GELU_K0 + CPU_GELU_K1 * x * x);
+        g[i] = x / (1.0f + expf(-z2)) * u[i];
+    }
+}
+
+static void scale_scalar(float *x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
 static void add_scalar(float *x, const float *y, int64_t n) {
@@ -522,6 +535,8 @@ const cpu_kernels cpu_kernels_scalar = {
     .attn = attn_scalar,
     .rms_norm = rms_norm_scalar,
     .silu_mul = silu_mul_scalar,
+    .gelu_mul = gelu_mul_scalar,
+    .scale = scale_scalar,
     .add = add_scalar,
     .sum_u64 = sum_u64_scalar,
 };

@@ -26,9 +26,10 @@
  *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
- * differ in cost, and the counter keeps both cores busy to the end.
+ * differ in cost, and the counter keeps both cores busy to the end. A tile visits only
+ * the positions its queries see (a sliding window skips the rest), through the ring
+ * caches' rows p % cap.
  */
-#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -378,13 +379,8 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
         ref_attention(be, q, k, v, k_cache, v_cache, s, out);
         return;
     }
-    AL_ASSERT(s->n_past + s->n_tokens <= k_cache->ne[1]);
-    AL_ASSERT(s->n_head % s->n_head_kv == 0 && k_cache->row_bytes == v_cache->row_bytes);
-    const uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
-    for (int t = 0; t < s->n_tokens; t++) {
-        memcpy(cpu_f32_row(k_cache, s->n_past + t), cpu_f32_row(k, t), kv_bytes);
-        memcpy(cpu_f32_row(v_cache, s->n_past + t), cpu_f32_row(v, t), kv_bytes);
-    }
+    AL_ASSERT(k_cache->row_bytes == v_cache->row_bytes);
+    cpu_attn_write_kv(k, v, k_cache, v_cache, s);
     /* heads of an odd size take the portable kernel, always, so that the result of
      * a shape never depends on anything but the shape */
     if (s->head_dim % kern->attn_align) kern = &cpu_kernels_scalar;
@@ -404,7 +400,9 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
               .head_dim = s->head_dim,
               .n_past = s->n_past,
               .n_tokens = s->n_tokens,
-              .scale = 1.0f / sqrtf((float)s->head_dim)},
+              .cap = (int)k_cache->ne[1],
+              .window = s->window,
+              .scale = cpu_attn_scale(s)},
     };
     const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
     j.n_qtiles = (n_q + j.lanes - 1) / j.lanes;

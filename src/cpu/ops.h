@@ -103,6 +103,13 @@ typedef struct cpu_qtype {
  * Q8_1, Q8_K and unknown ids). */
 const cpu_qtype *cpu_qtype_get(uint32_t type);
 
+/* GELU's tanh approximation, 0.5 x (1 + tanh(z)) with z = sqrt(2/pi) (x + 0.044715 x^3),
+ * is x / (1 + exp(-2z)) (as 1 + tanh(z) = 2 / (1 + exp(-2z))): the fast kernels take
+ * this form, one exp and no cancellation for negative x, with
+ * 2z = x (CPU_GELU_K0 + CPU_GELU_K1 x^2). */
+#define CPU_GELU_K0 1.5957691216057308f  /* 2 sqrt(2/pi) */
+#define CPU_GELU_K1 0.07135481627260025f /* 2 sqrt(2/pi) 0.044715 */
+
 /* ---- kernel signatures ------------------------------------------------------------- */
 
 /* How a matmul quantizes its activations: groups of `group` (32: Q8_0, 256: Q8_K),
@@ -157,17 +164,58 @@ typedef void (*cpu_mk_fn)(const cpu_mk_args *a);
 typedef struct cpu_attn_args {
     const float *q; /* [n_tokens][n_head * head_dim] */
     int64_t ldq;
-    const float *k, *v; /* caches [n_past + n_tokens][n_head_kv * head_dim] */
+    const float *k, *v; /* ring caches [cap][n_head_kv * head_dim]: position p in row p % cap */
     int64_t ldk;
     float *out; /* [n_tokens][n_head * head_dim] */
     int64_t ldo;
     int n_head, n_head_kv, head_dim, n_past, n_tokens;
-    float scale; /* 1 / sqrt(head_dim) */
+    int cap;     /* rows of the caches */
+    int window;  /* > 0: a query at p sees p - window + 1 .. p; 0: 0 .. p */
+    float scale; /* multiplies q.k: al_attn_shape.scale, or 1 / sqrt(head_dim) */
 } cpu_attn_args;
 
 /* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
- * G = n_head / n_head_kv), nq <= attn_lanes. scratch holds cpu_attn_scratch floats. */
+ * G = n_head / n_head_kv), nq <= attn_lanes. scratch holds cpu_attn_scratch floats.
+ *
+ * Every kernel visits key positions in steps of CPU_ATTN_KEYS that start at multiples
+ * of it, from the step holding the tile's first visible key to its last, so that the
+ * steps a query sees do not depend on its tile mates; keys a lane does not see add
+ * exact zeros. A lane's running maximum starts at -FLT_MAX, not -inf: a lane whose
+ * window starts after the tile's first step sees only masked (-inf) scores there, and
+ * its rescale exp(max - new max) would be exp(-inf - -inf) = NaN; from -FLT_MAX it is
+ * exp(0) = 1, which leaves the lane's zero sums zero. Once a lane sees a key, the
+ * rescale is exp(-FLT_MAX - score) = 0, as it was from -inf, so a causal attention
+ * (window 0) gives the same bits either way. */
 typedef void (*cpu_attn_fn)(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
+
+/* The key positions each lane j of a tile sees, lo[j] .. pos[j] (lanes from nq on
+ * repeat the last query), and the tile's span: returns the end of its last step and
+ * sets *begin to the start of its first. */
+static inline int cpu_attn_tile_keys(const cpu_attn_args *a, int q0, int nq, int lanes, int *lo,
+                                     int *pos, int *begin) {
+    const int g = a->n_head / a->n_head_kv;
+    int p_end = 0, p_lo = a->n_past + a->n_tokens;
+    for (int j = 0; j < lanes; j++) {
+        const int p = a->n_past + (q0 + (j < nq ? j : nq - 1)) / g;
+        pos[j] = p;
+        lo[j] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+        if (p + 1 > p_end) p_end = p + 1;
+        if (lo[j] < p_lo) p_lo = lo[j];
+    }
+    *begin = p_lo / CPU_ATTN_KEYS * CPU_ATTN_KEYS;
+    return p_end;
+}
+
+/* Offsets in floats, from a->k or a->v, of kv head kvh at key positions [kb, kb + n):
+ * position p lies in row p % cap. One division per step, not per key. */
+static inline void cpu_attn_key_rows(const cpu_attn_args *a, int kvh, int kb, int n,
+                                     int64_t *off) {
+    int r = kb % a->cap;
+    for (int i = 0; i < n; i++) {
+        off[i] = (int64_t)r * a->ldk + (int64_t)kvh * a->head_dim;
+        if (++r == a->cap) r = 0;
+    }
+}
 
 /* Floats of per-thread scratch the attention kernels need. */
 static inline int64_t cpu_attn_scratch(int lanes, int head_dim) {
@@ -193,6 +241,8 @@ typedef struct cpu_kernels {
     cpu_attn_fn attn;
     void (*rms_norm)(const float *x, const float *w, float eps, float *out, int64_t n);
     void (*silu_mul)(float *g, const float *u, int64_t n);
+    void (*gelu_mul)(float *g, const float *u, int64_t n); /* within ~1e-6 of the reference */
+    void (*scale)(float *x, float s, int64_t n);
     void (*add)(float *x, const float *y, int64_t n);
     /* the sum of n 64-bit words (n a multiple of 16, p 64-byte aligned): a read at the
      * ISA's full width, for bench's memory bandwidth test */
@@ -260,7 +310,17 @@ void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const
                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *shape,
                    al_tensor *out);
 void ref_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
+
+/* Writes the batch's k and v ([n_tokens][n_head_kv * head_dim]) to rows p % cap of
+ * the caches, after checking that the caches can hold what the batch needs
+ * (al_attn_shape); the first step of every attention op. */
+void cpu_attn_write_kv(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
+                       al_tensor *v_cache, const al_attn_shape *s);
+/* The factor of q.k: s->scale, or 1 / sqrt(head_dim) when it is 0. */
+float cpu_attn_scale(const al_attn_shape *s);
 
 /* The fast ops (matmul.c). They take the backend lock themselves. */
 void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,

@@ -71,6 +71,32 @@ void ref_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
     }
 }
 
+/* GELU's tanh approximation as backend.h writes it, in double: 1 + tanh(z) cancels for
+ * x below about -5, and double keeps what float would lose there. */
+static double gelu_tanh(double x) {
+    const double sqrt_2_over_pi = 0.79788456080286535588;
+    return 0.5 * x * (1.0 + tanh(sqrt_2_over_pi * (x + 0.044715 * x * x * x)));
+}
+
+void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
+    (void)be;
+    for (int64_t r = 0; r < g->ne[1]; r++) {
+        float *gr = cpu_f32_row(g, r);
+        const float *ur = cpu_f32_row(u, r);
+        for (int64_t i = 0; i < g->ne[0]; i++)
+            gr[i] = (float)(gelu_tanh(gr[i]) * ur[i]);
+    }
+}
+
+void ref_scale(al_backend *be, al_tensor *x, float s) {
+    (void)be;
+    for (int64_t r = 0; r < x->ne[1]; r++) {
+        float *xr = cpu_f32_row(x, r);
+        for (int64_t i = 0; i < x->ne[0]; i++)
+            xr[i] *= s;
+    }
+}
+
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     (void)be;
     for (int64_t r = 0; r < x->ne[1]; r++) {
@@ -162,6 +188,25 @@ void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al
 
 /* ---- attention ----------------------------------------------------------------- */
 
+void cpu_attn_write_kv(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
+                       al_tensor *v_cache, const al_attn_shape *s) {
+    const int64_t cap = k_cache->ne[1];
+    /* a ring must keep the oldest position the batch's first query sees (backend.h) */
+    AL_ASSERT(s->n_past + s->n_tokens <= cap ||
+              (s->window > 0 && (int64_t)s->window - 1 + s->n_tokens <= cap));
+    AL_ASSERT(v_cache->ne[1] == cap && s->n_head % s->n_head_kv == 0);
+    const uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
+    for (int t = 0; t < s->n_tokens; t++) {
+        const int64_t row = ((int64_t)s->n_past + t) % cap;
+        memcpy(cpu_f32_row(k_cache, row), cpu_f32_row(k, t), kv_bytes);
+        memcpy(cpu_f32_row(v_cache, row), cpu_f32_row(v, t), kv_bytes);
+    }
+}
+
+float cpu_attn_scale(const al_attn_shape *s) {
+    return s->scale != 0.0f ? s->scale : 1.0f / sqrtf((float)s->head_dim);
+}
+
 typedef struct attn_job {
     cpu_backend *cb;
     const al_tensor *q, *k_cache, *v_cache;
@@ -169,31 +214,34 @@ typedef struct attn_job {
     al_tensor *out;
 } attn_job;
 
-/* One query row of one head against every visible cache position. The scores of one
- * query are the only n_ctx-sized buffer: no n_ctx x n_ctx matrix exists. */
+/* One query row of one head against every position it sees: 0 .. p, or the last
+ * `window` of them; position j lies in cache row j % cap. The scores of one query are
+ * the only n_ctx-sized buffer: no n_ctx x n_ctx matrix exists. */
 static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const al_attn_shape *s = j->s;
-    int kvh = h / (s->n_head / s->n_head_kv);
-    int64_t n_vis = (int64_t)s->n_past + t + 1;
+    const int kvh = h / (s->n_head / s->n_head_kv);
+    const int64_t cap = j->k_cache->ne[1], p = s->n_past + t;
+    const int64_t first = s->window > 0 && p - s->window + 1 > 0 ? p - s->window + 1 : 0;
+    const int64_t n_vis = p - first + 1;
     const float *q = cpu_f32_row(j->q, t) + (int64_t)h * s->head_dim;
-    float scale = 1.0f / sqrtf((float)s->head_dim);
+    const float scale = cpu_attn_scale(s);
     float mx = -INFINITY;
-    for (int64_t p = 0; p < n_vis; p++) {
-        const float *k = cpu_f32_row(j->k_cache, p) + (int64_t)kvh * s->head_dim;
-        scores[p] = dot_f32(q, k, s->head_dim) * scale;
-        if (scores[p] > mx) mx = scores[p];
+    for (int64_t i = 0; i < n_vis; i++) {
+        const float *k = cpu_f32_row(j->k_cache, (first + i) % cap) + (int64_t)kvh * s->head_dim;
+        scores[i] = dot_f32(q, k, s->head_dim) * scale;
+        if (scores[i] > mx) mx = scores[i];
     }
     double sum = 0;
-    for (int64_t p = 0; p < n_vis; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+    for (int64_t i = 0; i < n_vis; i++) {
+        scores[i] = expf(scores[i] - mx);
+        sum += scores[i];
     }
     float inv = (float)(1.0 / sum);
     float *o = cpu_f32_row(j->out, t) + (int64_t)h * s->head_dim;
     memset(o, 0, (size_t)s->head_dim * sizeof(float));
-    for (int64_t p = 0; p < n_vis; p++) {
-        const float *v = cpu_f32_row(j->v_cache, p) + (int64_t)kvh * s->head_dim;
-        float a = scores[p] * inv;
+    for (int64_t i = 0; i < n_vis; i++) {
+        const float *v = cpu_f32_row(j->v_cache, (first + i) % cap) + (int64_t)kvh * s->head_dim;
+        float a = scores[i] * inv;
         for (int d = 0; d < s->head_dim; d++)
             o[d] += a * v[d];
     }
@@ -210,15 +258,12 @@ static void attn_part(void *arg, int ith, int nth) {
 void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s, al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
-    AL_ASSERT(s->n_past + s->n_tokens <= k_cache->ne[1]);
-    AL_ASSERT(s->n_head % s->n_head_kv == 0);
-    uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
-    for (int t = 0; t < s->n_tokens; t++) {
-        memcpy(cpu_f32_row(k_cache, s->n_past + t), cpu_f32_row(k, t), kv_bytes);
-        memcpy(cpu_f32_row(v_cache, s->n_past + t), cpu_f32_row(v, t), kv_bytes);
-    }
+    cpu_attn_write_kv(k, v, k_cache, v_cache, s);
+    /* a query sees at most window positions, or all up to the batch's last */
+    int64_t max_vis = (int64_t)s->n_past + s->n_tokens;
+    if (s->window > 0 && s->window < max_vis) max_vis = s->window;
     pthread_mutex_lock(&cb->lock);
-    AL_ASSERT(cb->work_per_thread >= (uint64_t)(s->n_past + s->n_tokens));
+    AL_ASSERT(cb->work_per_thread >= (uint64_t)max_vis);
     attn_job j = {.cb = cb, .q = q, .k_cache = k_cache, .v_cache = v_cache, .s = s, .out = out};
     pool_run(cb->pool, attn_part, &j);
     pthread_mutex_unlock(&cb->lock);
