@@ -5,7 +5,9 @@
  * random and of awkward sizes (rows that are not multiples of the workgroup, tile or
  * alignment; views at row offsets); every weight type is covered with random blocks
  * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
- * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights.
+ * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights. Where this branch's
+ * CPU backend has no reference (gelu_mul, scale, attention over ring caches with a
+ * window and a scale), the expected values are computed here in double precision.
  *
  * The suite runs in three configurations of the one Vulkan device: the defaults
  * (weights imported, subgroup arithmetic), then as if the device were discrete
