@@ -5,7 +5,9 @@
  * random and of awkward sizes (rows that are not multiples of the workgroup, tile or
  * alignment; views at row offsets); every weight type is covered with random blocks
  * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
- * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights.
+ * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights. Where this branch's
+ * CPU backend has no reference (gelu_mul, scale, attention over ring caches with a
+ * window and a scale), the expected values are computed here in double precision.
  *
  * The suite runs in three configurations of the one Vulkan device: the defaults
  * (weights imported, subgroup arithmetic), then as if the device were discrete
@@ -375,6 +377,239 @@ static void test_elementwise(void) {
     free(b);
 }
 
+/* The Vulkan tensor t's first n floats, read back. */
+static float *read_vk(const al_tensor *t, size_t n) {
+    float *a = malloc(n * sizeof *a);
+    AL_ASSERT(a);
+    g_vk->ops->tensor_read(g_vk, t, a, n * sizeof(float));
+    return a;
+}
+
+/* NMSE of n floats of the Vulkan tensor t against ref, and how many are not finite;
+ * max_rel (if not NULL): the largest |a - ref| / max(|ref|, 1), which, unlike the
+ * NMSE, is not dominated by the largest values. */
+static double compare_host(const al_tensor *t, const float *ref, size_t n, int *n_bad,
+                           double *max_rel) {
+    float *a = read_vk(t, n);
+    *n_bad = 0;
+    if (max_rel) *max_rel = 0;
+    for (size_t i = 0; i < n; i++) {
+        *n_bad += !isfinite(a[i]);
+        double d = fabs((double)a[i] - ref[i]) / fmax(fabs((double)ref[i]), 1.0);
+        if (max_rel && !(d <= *max_rel)) *max_rel = d; /* a NaN sticks */
+    }
+    double e = nmse(a, ref, n);
+    free(a);
+    return e;
+}
+
+/* gelu_mul and scale have no CPU reference op on this branch: the expected values
+ * are computed here in double precision. The inputs reach |g| = 200 (and one
+ * column 1e4 and -1e4), where a tanh computed as (e^2z - 1) / (e^2z + 1) overflows
+ * into NaN; the result must stay finite and match. Both ops run on views from row 1,
+ * and the row before must be left alone. */
+static void test_gelu_scale(void) {
+    int64_t cols = 1001, rows = 6, n_view = rows - 1;
+    size_t n = (size_t)(cols * rows);
+    float *g = random_floats(n, 6.0f), *u = random_floats(n, 2.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        g[r * cols + 7] = 200.0f * (r % 2 ? 1.0f : -1.0f);
+        g[r * cols + 8] = r % 2 ? 1e4f : -1e4f;
+        g[r * cols + 9] = 0.0f;
+    }
+    float *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) {
+        double a = g[i], z = sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
+        want[i] = i < (size_t)cols ? g[i] : (float)(0.5 * a * (1.0 + tanh(z)) * u[i]);
+    }
+    pair x, y;
+    act_pair(cols, rows, g, &x);
+    act_pair(cols, rows, u, &y);
+    al_tensor xv = al_tensor_rows(&x.vk, 1, n_view), yv = al_tensor_rows(&y.vk, 1, n_view);
+    g_vk->ops->gelu_mul(g_vk, &xv, &yv);
+    int bad1, bad2;
+    double r1, r2, e1 = compare_host(&x.vk, want, n, &bad1, &r1);
+    const float s = -3.75f;
+    for (size_t i = (size_t)cols; i < n; i++) want[i] = (float)((double)want[i] * s);
+    g_vk->ops->scale(g_vk, &xv, s);
+    double e2 = compare_host(&x.vk, want, n, &bad2, &r2);
+    CHECK_MSG(e1 <= 1e-6 && r1 <= 1e-5 && bad1 == 0 && e2 <= 1e-6 && r2 <= 1e-5 && bad2 == 0,
+              "gelu_mul NMSE %g, error %g (%d not finite); scale NMSE %g, error %g (%d not "
+              "finite)", e1, r1, bad1, e2, r2, bad2);
+    printf("  gelu_mul NMSE %.2e, max error %.1e; scale NMSE %.2e, max error %.1e (|g| up to "
+           "1e4)\n", e1, r1, e2, r2);
+    free_pair(&x);
+    free_pair(&y);
+    free(g);
+    free(u);
+    free(want);
+}
+
+/* rms_norm over a per-head view in place (qwen3 / gemma3 Q/K norm, model.c head_norm):
+ * ne0 = head_dim, n_rows * n_heads rows of head_dim floats. 70000 rows of 8 exceed
+ * the 65535 workgroups in x most devices allow, so the rows fold into y. */
+static void test_rms_norm_heads(void) {
+    int sizes[][3] = {{128, 8, 512}, {256, 4, 33}, {8, 7, 10000}}; /* head_dim, heads, rows */
+    for (int k = 0; k < 3; k++) {
+        int64_t hd = sizes[k][0], nh = sizes[k][1], rows = sizes[k][2], cols = hd * nh;
+        float *xv = random_floats((size_t)(cols * rows), 3.0f), *wv = random_floats((size_t)hd, 1.0f);
+        pair x, w;
+        act_pair(cols, rows, xv, &x);
+        weight_pair(AL_TYPE_F32, hd, 1, memcpy(keep_alloc((size_t)hd * 4), wv, (size_t)hd * 4), &w);
+        al_tensor hc = x.cpu, hv = x.vk;
+        hc.ne[0] = hv.ne[0] = hd;
+        hc.ne[1] = hv.ne[1] = rows * nh;
+        hc.row_bytes = hv.row_bytes = (uint64_t)hd * sizeof(float);
+        g_cpu->ops->rms_norm(g_cpu, &hc, &w.cpu, 1e-6f, &hc);
+        g_vk->ops->rms_norm(g_vk, &hv, &w.vk, 1e-6f, &hv);
+        double e = compare(&x), moved = nmse(x.cpu.data, xv, (size_t)(cols * rows));
+        /* moved: the norm changed the data, so an op that did nothing would fail */
+        CHECK_MSG(e <= 1e-6 && moved > 1e-2, "rms_norm heads %lld x %lld x %lld: NMSE %g",
+                  (long long)rows, (long long)nh, (long long)hd, e);
+        printf("  rms_norm in place on %lld head rows of %lld NMSE %.2e\n", (long long)(rows * nh),
+               (long long)hd, e);
+        free_pair(&x);
+        free(xv);
+        free(wv);
+    }
+}
+
+/* ---- attention over ring caches ----------------------------------------------------------- */
+
+/* One attention configuration run through a sequence of batches, against a naive
+ * attention over the full history of keys and values (every position ever written,
+ * kept here): the ring holds only cap rows, so by the end it has wrapped around,
+ * some batches across its end. */
+typedef struct ring_case {
+    int n_head, n_head_kv, head_dim;
+    int window;   /* 0: all positions */
+    float scale;  /* 0: 1 / sqrt(head_dim) */
+    int cap;      /* rows of the ring */
+    int n_steps;
+    int steps[8]; /* tokens per batch */
+} ring_case;
+
+/* out[t] of the naive attention: query t of the batch is at position p0 + t. */
+static void naive_attention(const ring_case *rc, const float *q, const float *hk, const float *hv,
+                            int p0, int n, int window, float *out) {
+    int kvd = rc->n_head_kv * rc->head_dim, qd = rc->n_head * rc->head_dim, hd = rc->head_dim;
+    double scale = rc->scale != 0 ? rc->scale : 1.0 / sqrt((double)hd);
+    double *sc = malloc((size_t)(p0 + n) * sizeof *sc);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < rc->n_head; h++) {
+            int p = p0 + t, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+            int kvh = h / (rc->n_head / rc->n_head_kv);
+            const float *qh = q + (size_t)t * qd + (size_t)h * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int j = lo; j <= p; j++) {
+                const float *kj = hk + (size_t)j * kvd + (size_t)kvh * hd;
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)qh[i] * kj[i];
+                sc[j] = d * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = lo; j <= p; j++) sum += sc[j] = exp(sc[j] - mx);
+            for (int i = 0; i < hd; i++) {
+                double a = 0;
+                for (int j = lo; j <= p; j++) a += sc[j] * hv[(size_t)j * kvd + (size_t)kvh * hd + i];
+                out[(size_t)t * qd + (size_t)h * hd + i] = (float)(a / sum);
+            }
+        }
+    free(sc);
+}
+
+/* After a batch ending at p_last: row r of the ring holds position
+ * p_last - ((p_last - r) mod cap) of the history (backend.h), when that is >= 0. */
+static double ring_error(const ring_case *rc, const pair *cache, const float *hist, int p_last) {
+    int kvd = rc->n_head_kv * rc->head_dim;
+    float *got = read_vk(&cache->vk, (size_t)rc->cap * kvd), *want = calloc((size_t)rc->cap * kvd, 4);
+    for (int r = 0; r < rc->cap; r++) {
+        int p = p_last - ((p_last - r) % rc->cap + rc->cap) % rc->cap;
+        if (p >= 0) memcpy(want + (size_t)r * kvd, hist + (size_t)p * kvd, (size_t)kvd * 4);
+        else memcpy(got + (size_t)r * kvd, want + (size_t)r * kvd, (size_t)kvd * 4);
+    }
+    double e = nmse(got, want, (size_t)rc->cap * kvd);
+    free(got);
+    free(want);
+    return e;
+}
+
+static void one_ring(const ring_case *rc) {
+    int kvd = rc->n_head_kv * rc->head_dim, qd = rc->n_head * rc->head_dim, total = 0;
+    for (int i = 0; i < rc->n_steps; i++) total += rc->steps[i];
+    float *hk = random_floats((size_t)total * kvd, 2.0f), *hv = random_floats((size_t)total * kvd, 1.0f);
+    pair kc, vc;
+    act_pair(kvd, rc->cap, NULL, &kc);
+    act_pair(kvd, rc->cap, NULL, &vc);
+    double worst = 0, worst_cache = 0, power = INFINITY;
+    for (int i = 0, p0 = 0; i < rc->n_steps; p0 += rc->steps[i], i++) {
+        int n = rc->steps[i];
+        float *qv = random_floats((size_t)n * qd, 2.0f);
+        float *want = malloc((size_t)n * qd * 4), *all = malloc((size_t)n * qd * 4);
+        pair q, k, v, out;
+        act_pair(qd, n, qv, &q);
+        act_pair(kvd, n, hk + (size_t)p0 * kvd, &k);
+        act_pair(kvd, n, hv + (size_t)p0 * kvd, &v);
+        act_pair(qd, n + 2, NULL, &out);
+        al_attn_shape shape = {.n_head = rc->n_head, .n_head_kv = rc->n_head_kv,
+                               .head_dim = rc->head_dim, .n_past = p0, .n_tokens = n,
+                               .scale = rc->scale, .window = rc->window};
+        al_tensor ov = al_tensor_rows(&out.vk, 2, n); /* a view at an offset */
+        g_vk->ops->attention(g_vk, &q.vk, &k.vk, &v.vk, &kc.vk, &vc.vk, &shape, &ov);
+        naive_attention(rc, qv, hk, hv, p0, n, rc->window, want);
+        int n_bad;
+        double e = compare_host(&ov, want, (size_t)n * qd, &n_bad, NULL);
+        if (n_bad) e = INFINITY;
+        double ec = ring_error(rc, &kc, hk, p0 + n - 1) + ring_error(rc, &vc, hv, p0 + n - 1);
+        worst = e > worst ? e : worst;
+        worst_cache = ec > worst_cache ? ec : worst_cache;
+        /* the test's power: once the window cuts positions off, the windowed result
+         * is far from attention over everything */
+        if (rc->window > 0 && p0 + 1 > rc->window) {
+            naive_attention(rc, qv, hk, hv, p0, n, 0, all);
+            double d = nmse(all, want, (size_t)n * qd);
+            power = d < power ? d : power;
+        }
+        free_pair(&q);
+        free_pair(&k);
+        free_pair(&v);
+        free_pair(&out);
+        free(qv);
+        free(want);
+        free(all);
+    }
+    CHECK_MSG(worst <= 1e-6 && worst_cache <= 1e-12 && (rc->window == 0 || power > 1e-3),
+              "attention %d/%d x %d window %d cap %d: NMSE %g, caches %g, window effect %g",
+              rc->n_head, rc->n_head_kv, rc->head_dim, rc->window, rc->cap, worst, worst_cache,
+              power);
+    printf("  ring attention heads %d/%d dim %d window %d scale %g cap %d, %d positions: NMSE "
+           "%.2e, caches %.1e", rc->n_head, rc->n_head_kv, rc->head_dim, rc->window,
+           (double)rc->scale, rc->cap, total, worst, worst_cache);
+    if (rc->window > 0) printf(", window effect %.2e", power);
+    printf("\n");
+    free_pair(&kc);
+    free_pair(&vc);
+    free(hk);
+    free(hv);
+}
+
+static void test_attention_ring(void) {
+    /* window 20, batches of up to 30 in a ring of 20 - 1 + 30 = 49 rows: 136 positions,
+     * the batch at 46 (and at 77, 107) crosses the ring's end; single-token decodes */
+    const ring_case a = {8, 2, 64, 20, 0.3f, 49, 8, {30, 1, 15, 30, 1, 29, 1, 29}};
+    /* window 70 (more positions than one 64-wide workgroup step), grouped 4:1, the
+     * default scale, a ring of 70 - 1 + 40 = 109 rows over 161 positions */
+    const ring_case b = {4, 1, 128, 70, 0.0f, 109, 6, {40, 1, 1, 40, 39, 40}};
+    /* no window: the ring holds every position and never wraps */
+    const ring_case c = {3, 3, 40, 0, 0.125f, 200, 5, {100, 1, 30, 1, 68}};
+    /* window 1: a query sees only itself */
+    const ring_case d = {2, 1, 32, 1, 0.5f, 16, 4, {16, 1, 16, 5}};
+    one_ring(&a);
+    one_ring(&b);
+    one_ring(&c);
+    one_ring(&d);
+}
+
 /* A weight of 150 MB: more than lavapipe's 128 MiB binding, so get_rows and both
  * matmul shaders must split it across bindings. */
 static void test_big_weight(void) {
@@ -730,7 +965,10 @@ static void run_suite(const char *label) {
     TEST_RUN(test_matmul);
     TEST_RUN(test_rope);
     TEST_RUN(test_attention);
+    TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
+    TEST_RUN(test_gelu_scale);
+    TEST_RUN(test_rms_norm_heads);
     TEST_RUN(test_unsupported_type);
     TEST_RUN(test_row_too_wide);
     TEST_RUN(test_supports);

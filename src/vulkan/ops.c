@@ -90,6 +90,7 @@ static void dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
             .pBufferInfo = &infos[i],
         };
     d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)p->n_bindings, w, 0, NULL);
+    AL_ASSERT(push_bytes <= VK_PUSH_BYTES);
     uint64_t max_x = d->caps.max_groups[0];
     AL_ASSERT(groups_x <= max_x || groups_y == 1); /* only 1-D grids are folded */
     uint32_t gx = (uint32_t)(groups_x < max_x ? groups_x : max_x);
@@ -146,12 +147,29 @@ void vk_op_silu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
     binary((vk_backend *)base, VK_OP_SILU_MUL, g, u);
 }
 
+void vk_op_gelu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
+    binary((vk_backend *)base, VK_OP_GELU_MUL, g, u);
+}
+
+void vk_op_scale(al_backend *base, al_tensor *x, float s) {
+    vk_backend *be = (vk_backend *)base;
+    if (x->ne[1] == 0) return;
+    if (!vk_begin(be, 1, 0)) return;
+    vk_hazard(be, x->data, true);
+    VkDescriptorBufferInfo info[1];
+    vk_pc_scale pc = {.n_cols = (uint32_t)x->ne[0], .n_rows = (uint32_t)x->ne[1], .s = s};
+    pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
+    dispatch(be, VK_OP_SCALE, 0, 0, info, &pc, sizeof pc, div_up(pc.n_cols, be->sh->pl.tune.ew_wg),
+             pc.n_rows);
+}
+
 void vk_op_rms_norm(al_backend *base, const al_tensor *x, const al_tensor *w, float eps,
                     al_tensor *out) {
     vk_backend *be = (vk_backend *)base;
     AL_ASSERT(x->ne[0] == w->ne[0] && w->type == AL_TYPE_F32 && out->ne[1] == x->ne[1]);
     if (!vk_begin(be, 1, 0)) return;
-    vk_hazard(be, x->data, false);
+    /* in place (x and out in one buffer), the write alone stands for both */
+    if (x->data != out->data) vk_hazard(be, x->data, false);
     vk_hazard(be, w->data, false);
     vk_hazard(be, out->data, true);
     VkDescriptorBufferInfo info[3];
@@ -160,6 +178,7 @@ void vk_op_rms_norm(al_backend *base, const al_tensor *x, const al_tensor *w, fl
     pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
     pc.w_off = bind_f32(be, &info[1], w, &w_stride);
     pc.o_off = bind_f32(be, &info[2], out, &pc.o_stride);
+    /* a per-head view may have more rows than groups in x: dispatch folds them */
     dispatch(be, VK_OP_RMS_NORM, 0, 0, info, &pc, sizeof pc, pc.n_rows, 1);
 }
 
@@ -395,27 +414,40 @@ void vk_op_rope(al_backend *base, al_tensor *x, int n_head, int head_dim, int po
 
 /* ---- attention --------------------------------------------------------------------------- */
 
-/* Copies the n rows of src (kv_bytes each) to rows [row0, row0 + n) of dst. */
-static void copy_rows(vk_backend *be, const al_tensor *src, al_tensor *dst, int row0, int n,
+/* Copies the n rows of src (kv_bytes each) into the ring dst at the rows of positions
+ * p0 .. p0 + n - 1, row p % cap (backend.h: al_attn_shape): rows that follow each
+ * other in both go as one region, so a batch is one region, or two where it wraps. */
+static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int64_t p0, int64_t n,
                       uint64_t kv_bytes) {
     const vk_buf *s = src->data, *dd = dst->data;
+    int64_t cap = dst->ne[1];
     vk_hazard(be, s, false);
     vk_hazard(be, dd, true);
-    uint64_t dst0 = dst->offset + (uint64_t)row0 * dst->row_bytes;
-    if (src->row_bytes == kv_bytes && dst->row_bytes == kv_bytes) {
-        VkBufferCopy one = {.srcOffset = src->offset, .dstOffset = dst0, .size = kv_bytes * (uint64_t)n};
-        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, 1, &one);
-        return;
-    }
     VkBufferCopy regions[64];
-    for (int t0 = 0; t0 < n; t0 += 64) {
-        int m = n - t0 < 64 ? n - t0 : 64;
-        for (int i = 0; i < m; i++)
-            regions[i] = (VkBufferCopy){.srcOffset = src->offset + (uint64_t)(t0 + i) * src->row_bytes,
-                                        .dstOffset = dst0 + (uint64_t)(t0 + i) * dst->row_bytes,
-                                        .size = kv_bytes};
-        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, (uint32_t)m, regions);
+    uint32_t m = 0;
+    for (int64_t t = 0; t < n; t++) {
+        uint64_t so = src->offset + (uint64_t)t * src->row_bytes;
+        uint64_t d0 = dst->offset + (uint64_t)((p0 + t) % cap) * dst->row_bytes;
+        VkBufferCopy *last = m ? &regions[m - 1] : NULL;
+        if (last && last->srcOffset + last->size == so && last->dstOffset + last->size == d0) {
+            last->size += kv_bytes; /* rows packed back to back on both sides */
+            continue;
+        }
+        if (m == 64) {
+            be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+            m = 0;
+        }
+        regions[m++] = (VkBufferCopy){.srcOffset = so, .dstOffset = d0, .size = kv_bytes};
     }
+    if (m) be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+}
+
+/* Whether every position a query of the batch sees is still in a ring of cap rows once
+ * the batch is written (backend.h: al_attn_shape): all positions fit, or the window
+ * and the batch do. */
+static bool ring_holds(const al_attn_shape *s, int64_t cap) {
+    int64_t n = s->n_tokens;
+    return (int64_t)s->n_past + n <= cap || (s->window > 0 && (int64_t)s->window - 1 + n <= cap);
 }
 
 void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
@@ -423,9 +455,12 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
                      const al_attn_shape *s, al_tensor *out) {
     vk_backend *be = (vk_backend *)base;
     AL_ASSERT(s->n_head % s->n_head_kv == 0 && q->ne[1] >= s->n_tokens);
-    if (s->n_past + s->n_tokens > k_cache->ne[1]) {
-        vk_fail(be, AL_ERR_ARG, "attention: %d + %d positions exceed the cache of %lld",
-                s->n_past, s->n_tokens, (long long)k_cache->ne[1]);
+    int64_t cap = k_cache->ne[1];
+    if (s->n_tokens == 0) return;
+    if (s->n_past < 0 || s->n_tokens < 0 || s->window < 0 || v_cache->ne[1] != cap ||
+        !ring_holds(s, cap)) {
+        vk_fail(be, AL_ERR_ARG, "attention: %d + %d positions (window %d) do not fit the cache "
+                "of %lld rows", s->n_past, s->n_tokens, s->window, (long long)cap);
         return;
     }
     if ((uint32_t)s->head_dim > be->sh->pl.tune.attn_max_hd) {
@@ -435,8 +470,8 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     }
     if (!vk_begin(be, 1, 0)) return;
     uint64_t kv_bytes = (uint64_t)s->n_head_kv * (uint64_t)s->head_dim * sizeof(float);
-    copy_rows(be, k, k_cache, s->n_past, s->n_tokens, kv_bytes);
-    copy_rows(be, v, v_cache, s->n_past, s->n_tokens, kv_bytes);
+    copy_ring(be, k, k_cache, s->n_past, s->n_tokens, kv_bytes);
+    copy_ring(be, v, v_cache, s->n_past, s->n_tokens, kv_bytes);
     vk_hazard(be, q->data, false);
     vk_hazard(be, k_cache->data, false);
     vk_hazard(be, v_cache->data, false);
@@ -445,10 +480,12 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     vk_pc_attention pc = {.n_head = (uint32_t)s->n_head, .n_head_kv = (uint32_t)s->n_head_kv,
                           .head_dim = (uint32_t)s->head_dim, .n_past = (uint32_t)s->n_past,
                           .n_tok = (uint32_t)s->n_tokens,
-                          .scale = 1.0f / sqrtf((float)s->head_dim)};
+                          .scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)s->head_dim),
+                          .cap = (uint32_t)cap, .window = (uint32_t)s->window};
+    /* the rows written so far: all of the ring once it has been filled */
+    int64_t used = (int64_t)s->n_past + s->n_tokens < cap ? (int64_t)s->n_past + s->n_tokens : cap;
     al_tensor qv = al_tensor_rows(q, 0, s->n_tokens), ov = al_tensor_rows(out, 0, s->n_tokens);
-    al_tensor kv = al_tensor_rows(k_cache, 0, s->n_past + s->n_tokens);
-    al_tensor vv = al_tensor_rows(v_cache, 0, s->n_past + s->n_tokens);
+    al_tensor kv = al_tensor_rows(k_cache, 0, used), vv = al_tensor_rows(v_cache, 0, used);
     pc.q_off = bind_f32(be, &info[0], &qv, &pc.q_stride);
     pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
     pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);

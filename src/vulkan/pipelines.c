@@ -40,6 +40,8 @@ static const struct {
 } g_ops[VK_OP_COUNT] = {
     [VK_OP_ADD] = {"add", 2, 0, false, false},
     [VK_OP_SILU_MUL] = {"silu_mul", 2, 0, false, false},
+    [VK_OP_GELU_MUL] = {"gelu_mul", 2, 0, false, false},
+    [VK_OP_SCALE] = {"scale", 1, 0, false, false},
     [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false},
     [VK_OP_ROPE] = {"rope", 2, 0, false, false},
     [VK_OP_ATTENTION] = {"attention", 4, 0, true, false},
@@ -204,7 +206,10 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
  * the workgroup size. */
 static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v, uint32_t *wg) {
     switch (op) {
-    case VK_OP_ADD: case VK_OP_SILU_MUL: case VK_OP_COPY: v[0] = t->ew_wg; *wg = v[0]; return 1;
+    case VK_OP_ADD: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SCALE: case VK_OP_COPY:
+        v[0] = t->ew_wg;
+        *wg = v[0];
+        return 1;
     case VK_OP_RMS_NORM: v[0] = t->norm_wg; *wg = v[0]; return 1;
     case VK_OP_ROPE: v[0] = t->rope_wg; *wg = v[0]; return 1;
     case VK_OP_GET_ROWS: v[0] = t->rows_wg; *wg = v[0]; return 1;

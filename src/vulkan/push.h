@@ -15,15 +15,23 @@
 
 #include <stdint.h>
 
-/* add.comp, silu_mul.comp: x[r][c] op= y[r][c]. */
+/* add.comp, silu_mul.comp, gelu_mul.comp: x[r][c] op= y[r][c]. */
 typedef struct vk_pc_binary {
     uint32_t n_cols, n_rows;
     uint32_t x_off, x_stride;
     uint32_t y_off, y_stride;
 } vk_pc_binary;
-_Static_assert(sizeof(vk_pc_binary) == 24, "mirror of add.comp / silu_mul.comp");
+_Static_assert(sizeof(vk_pc_binary) == 24, "mirror of add.comp / silu_mul.comp / gelu_mul.comp");
 
-/* rms_norm.comp: out[r] = x[r] / rms(x[r]) * w. */
+/* scale.comp: x[r][c] *= s. */
+typedef struct vk_pc_scale {
+    uint32_t n_cols, n_rows;
+    uint32_t x_off, x_stride;
+    float s;
+} vk_pc_scale;
+_Static_assert(sizeof(vk_pc_scale) == 20, "mirror of scale.comp");
+
+/* rms_norm.comp: out[r] = x[r] / rms(x[r]) * w; rows numbered over a 2-D grid. */
 typedef struct vk_pc_rms_norm {
     uint32_t n_cols, n_rows;
     uint32_t x_off, x_stride;
@@ -79,8 +87,10 @@ typedef struct vk_pc_rope {
 } vk_pc_rope;
 _Static_assert(sizeof(vk_pc_rope) == 32, "mirror of rope.comp");
 
-/* attention.comp: causal attention of n_tok queries over n_past + t + 1 cached
- * positions; one workgroup per (head, token). */
+/* attention.comp: causal attention of n_tok queries, query t at position n_past + t
+ * over positions 0 .. n_past + t (window 0) or its last `window` ones; position j is
+ * row j % cap of the ring caches. scale multiplies q.k (the host resolves 0 to
+ * 1 / sqrt(head_dim)). One workgroup per (head, token). */
 typedef struct vk_pc_attention {
     uint32_t n_head, n_head_kv, head_dim, n_past, n_tok;
     uint32_t q_off, q_stride;
@@ -88,8 +98,10 @@ typedef struct vk_pc_attention {
     uint32_t v_off, v_stride;
     uint32_t o_off, o_stride;
     float scale;
+    uint32_t cap, window;    /* rows of each cache; 0 = no window */
 } vk_pc_attention;
-_Static_assert(sizeof(vk_pc_attention) == 56, "mirror of attention.comp");
+_Static_assert(sizeof(vk_pc_attention) == 64, "mirror of attention.comp");
+_Static_assert(sizeof(vk_pc_attention) <= 128, "the push-constant range every device offers");
 
 /* copy.comp: n 16-byte words (bandwidth measurement). */
 typedef struct vk_pc_copy {
