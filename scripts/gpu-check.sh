@@ -7,8 +7,9 @@
 #    machine has none (see the device machine's notes), NVIDIA's driver file when the
 #    loader finds no driver
 # 2. the op tests against the CPU reference (build/test_vulkan)
-# 3. the reference logits with --backend vulkan, and the no-Vulkan fall-back
-#    (tests/vulkan.sh)
+# 3. the reference logits with --backend vulkan (llama, qwen2, qwen3), and the no-Vulkan
+#    fall-back (tests/vulkan.sh); Gemma 3 270M too when ANYLLM_GEMMA3 names the file
+#    (241 MiB, more than a device run carries: there it is skipped unless present)
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a

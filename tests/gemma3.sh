@@ -15,7 +15,12 @@
 # the model or the reference is absent.
 . "$(dirname "$0")/lib.sh"
 
-# Limits: provisional, until measurements with the final kernels set them.
+# Limits, from measurement (the closing note of issue 11 has the figures): the reference
+# rounds activations to 8 bits for its quantized weights and the GELU to fp16, and on
+# this real model that rounding alone moves the logits by ~2e-3 NMSE (perturbing it,
+# e.g. fp16 GELU on or off in our own 8-bit path, moves them that much). Our default
+# path (~15-bit activations) lands at 1.5e-3 with 60 of 64 argmaxes, the misses at
+# near-ties; the issue's 1e-3 and 95% lie below that noise floor.
 MAX_NMSE=2e-3   # NMSE over the stored positions
 MIN_TOP1=0.90   # argmax agreement over all positions
 N_GREEDY=8      # greedy tokens that must follow the reference's
