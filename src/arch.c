@@ -20,27 +20,35 @@
 
 /* The tensors every architecture here shares, in file order. */
 #define ATTN_IN                                                  \
-    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true},      \
-    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true},                  \
-    {L_WK, "attn_k.weight", D_EMBD, D_KV, true},                 \
-    {L_WV, "attn_v.weight", D_EMBD, D_KV, true}
-#define ATTN_OUT {L_WO, "attn_output.weight", D_Q, D_EMBD, true}
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE},      \
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true, D_ONE},                  \
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE},                 \
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE}
+#define ATTN_OUT {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE}
 #define FFN                                                      \
-    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true},        \
-    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true},             \
-    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true},                 \
-    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true}
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE},        \
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE},             \
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE},                 \
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE}
 #define QK_NORM                                                  \
-    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true},       \
-    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true}
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE},       \
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE}
+
+/* A mixture-of-experts FFN: the router and each expert's gate, up and down, stacked */
+#define MOE_FFN                                                            \
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE},           \
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE},    \
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT}, \
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},   \
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT}
 
 static const arch_tensor llama_layer[] = {ATTN_IN, ATTN_OUT, FFN};
 
 static const arch_tensor qwen2_layer[] = {
     ATTN_IN,
-    {L_BQ, "attn_q.bias", D_Q, D_ONE, true},
-    {L_BK, "attn_k.bias", D_KV, D_ONE, true},
-    {L_BV, "attn_v.bias", D_KV, D_ONE, true},
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE},
     ATTN_OUT,
     FFN,
 };
@@ -51,10 +59,12 @@ static const arch_tensor gemma3_layer[] = {
     ATTN_IN,
     QK_NORM,
     ATTN_OUT,
-    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true},
+    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE},
     FFN,
-    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true},
+    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true, D_ONE},
 };
+
+static const arch_tensor qwen3moe_layer[] = {ATTN_IN, QK_NORM, ATTN_OUT, MOE_FFN};
 
 static const arch_desc archs[] = {
     {.name = "llama", .act = ACT_SILU, .norm_eps = 1e-5f, .rope_base = 10000.0f,
@@ -66,6 +76,9 @@ static const arch_desc archs[] = {
     {.name = "gemma3", .flags = ARCH_ROPE_NEOX | ARCH_EMBD_SCALE | ARCH_SLIDING,
      .act = ACT_GELU, .norm_eps = 1e-6f, .rope_base = 1000000.0f, .swa_period = 6,
      .rope_base_swa = 10000.0f, .layer = gemma3_layer, .n_layer_tensors = N(gemma3_layer)},
+    {.name = "qwen3moe", .flags = ARCH_ROPE_NEOX | ARCH_MOE, .act = ACT_SILU,
+     .norm_eps = 1e-6f, .rope_base = 1000000.0f, .layer = qwen3moe_layer,
+     .n_layer_tensors = N(qwen3moe_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {

@@ -28,6 +28,9 @@ typedef enum arch_slot {
     L_FFN_NORM,       /* RMSNorm before the FFN */
     L_GATE, L_UP, L_DOWN,
     L_FFN_POST_NORM,  /* RMSNorm of the FFN output before the residual add (gemma3) */
+    L_GATE_INP,       /* mixture of experts: the router, n_embd -> n_expert logits */
+    L_GATE_EXPS,      /* the experts' gate, up and down matrices, one per expert */
+    L_UP_EXPS, L_DOWN_EXPS,
     L_COUNT
 } arch_slot;
 
@@ -39,6 +42,8 @@ typedef enum arch_dim {
     D_KV,   /* n_head_kv * head_dim */
     D_HEAD, /* head_dim */
     D_FF,   /* n_ff */
+    D_EXPERT, /* n_expert */
+    D_FF_EXP, /* n_ff_exp: one expert's feed-forward width */
 } arch_dim;
 
 typedef struct arch_tensor {
@@ -46,6 +51,7 @@ typedef struct arch_tensor {
     const char *name;   /* after "blk.N.", e.g. "attn_q.weight" */
     arch_dim ne0, ne1;  /* ne1 = D_ONE for a vector */
     bool required;
+    arch_dim ne2;       /* D_ONE, or the experts of a stacked [ne0, ne1, n_expert] tensor */
 } arch_tensor;
 
 typedef enum arch_act { ACT_SILU, ACT_GELU } arch_act;
@@ -54,6 +60,7 @@ enum {
     ARCH_ROPE_NEOX = 1 << 0,   /* rotate the two halves of a head, not adjacent pairs */
     ARCH_EMBD_SCALE = 1 << 1,  /* token embeddings times sqrt(n_embd) */
     ARCH_SLIDING = 1 << 2,     /* sliding-window attention on most layers */
+    ARCH_MOE = 1 << 3,         /* a mixture-of-experts FFN (ARCH.expert_count ...) */
 };
 
 typedef struct arch_desc {

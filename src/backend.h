@@ -53,6 +53,11 @@ typedef struct al_attn_shape {
     int n_tokens;   /* new positions in this batch (its queries are causal) */
     float scale;    /* multiplies q.k; 0 means 1 / sqrt(head_dim) */
     int window;     /* > 0: a query at p sees keys at p - window + 1 .. p; 0: all <= p */
+    /* NULL, or an f32 weight [n_head]: per query head a logit ("sink") that joins the
+     * softmax's denominator but carries no value, so a head may attend to nothing
+     * (gpt-oss): out = sum_j e^(s_j - M) v_j / (e^(sink - M) + sum_j e^(s_j - M)),
+     * M the largest of the scores and the sink. Not scaled by `scale`. */
+    const struct al_tensor *sinks;
 } al_attn_shape;
 
 /* What a backend needs to know to say whether it can run a model (supports). */
@@ -124,6 +129,10 @@ typedef struct al_backend_ops {
     /* g = gelu(g) * u, elementwise, with GELU's tanh approximation
      * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's gated FFN). */
     void (*gelu_mul)(al_backend *be, al_tensor *g, const al_tensor *u);
+    /* gpt-oss's clamped SwiGLU, elementwise: with x = min(g, limit) and
+     * y = min(max(u, -limit), limit), g = x * sigmoid(alpha * x) * (y + 1). */
+    void (*swiglu_oai)(al_backend *be, al_tensor *g, const al_tensor *u, float alpha,
+                       float limit);
     /* x *= s, elementwise (Gemma's embedding scale). */
     void (*scale)(al_backend *be, al_tensor *x, float s);
     /* x += y, elementwise. */

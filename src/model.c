@@ -41,6 +41,7 @@ struct al_model {
     const arch_desc *ad;
     char arch[64];
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
     float norm_eps;
     al_rope rope;          /* global layers */
     al_rope rope_swa;      /* sliding-window layers */
@@ -83,6 +84,15 @@ struct al_context {
     al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
     al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
     al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
+    /* ARCH_MOE: router logits [n_batch][n_expert], the rows routed to one expert
+     * [n_batch][n_embd] and its output, its gate and up [n_batch][n_ff_exp]; on the
+     * host the router's logits and each expert's rows and weights */
+    al_tensor router, xe, ye, he, he2;
+    float *probs;          /* [n_batch][n_expert] */
+    int32_t *sel;          /* [n_batch][n_expert_used] the experts each token picked */
+    float *sel_w;          /* [n_batch][n_expert_used] their weights */
+    int32_t *rows;         /* [n_batch] the tokens routed to one expert */
+    float *rows_w;         /* [n_batch] and their weights */
 };
 
 /* ---- hyper-parameters ------------------------------------------------------------ */
@@ -210,6 +220,24 @@ static al_status read_sliding(al_model *m) {
     return AL_OK;
 }
 
+/* Mixture of experts (ARCH_MOE): how many experts, how many each token uses, and the
+ * width of one. */
+static al_status read_moe(al_model *m) {
+    if (!(m->ad->flags & ARCH_MOE)) return AL_OK;
+    al_status st;
+    if ((st = get_arch_u32(m, "expert_count", 0, true, &m->n_expert)) ||
+        (st = get_arch_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
+        (st = get_arch_u32(m, "expert_feed_forward_length", 0, true, &m->n_ff_exp)))
+        return st;
+    if (m->n_expert <= 0 || m->n_expert > 4096 || m->n_expert_used <= 0 ||
+        m->n_expert_used > m->n_expert || m->n_ff_exp <= 0)
+        return al_error(AL_ERR_FORMAT, "%s: expert_count %d, expert_used_count %d, "
+                        "expert_feed_forward_length %d: expected 0 < used <= count <= 4096 "
+                        "and a positive length", m->file->path, m->n_expert,
+                        m->n_expert_used, m->n_ff_exp);
+    return AL_OK;
+}
+
 static al_status read_hparams(al_model *m) {
     const char *path = m->file->path;
     al_status st;
@@ -242,6 +270,7 @@ static al_status read_hparams(al_model *m) {
     if (!(m->softcap >= 0 && m->softcap < INFINITY))
         return al_error(AL_ERR_FORMAT, "%s: final_logit_softcapping %g must be a positive "
                         "number", path, (double)m->softcap);
+    if ((st = read_moe(m))) return st;
     m->rope.neox = (m->ad->flags & ARCH_ROPE_NEOX) != 0;
     m->embd_scale = m->ad->flags & ARCH_EMBD_SCALE ? sqrtf((float)m->n_embd) : 1.0f;
     if ((st = read_rope_scaling(m))) return st;
@@ -250,10 +279,11 @@ static al_status read_hparams(al_model *m) {
 
 /* ---- binding tensors ------------------------------------------------------------- */
 
-/* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector). Missing
- * optional tensors leave out zeroed. */
-static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bool optional,
-                      al_tensor *out) {
+/* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector), or ne0 x
+ * ne1 x ne2 stacked matrices (ne2 > 0), bound as ne1 * ne2 rows. Missing optional
+ * tensors leave out zeroed. */
+static al_status bind3(al_model *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                       bool optional, al_tensor *out) {
     const char *path = m->file->path;
     memset(out, 0, sizeof *out);
     const gguf_tensor *t = gguf_find_tensor(m->file, name);
@@ -261,19 +291,20 @@ static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, b
         if (optional) return AL_OK;
         return al_error(AL_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
     }
-    int64_t want1 = ne1 ? ne1 : 1;
-    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1 &&
-              (ne1 ? t->n_dims <= 2 : t->n_dims == 1);
+    int64_t want1 = ne1 ? ne1 : 1, want2 = ne2 ? ne2 : 1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == want2 && t->ne[3] == 1 &&
+              (ne2 ? t->n_dims == 3 : ne1 ? t->n_dims <= 2 : t->n_dims == 1);
     if (!ok)
         return al_error(AL_ERR_FORMAT,
-                        "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                        path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                        (long long)t->ne[3], (long long)ne0, (long long)want1);
+                        "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, "
+                        "%lld, %lld]", path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        (long long)t->ne[2], (long long)t->ne[3], (long long)ne0,
+                        (long long)want1, (long long)want2);
     const quant_traits *tr = quant_get_traits(t->type);
     if (!tr || !tr->dequantize)
         return al_error(AL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (%u), which is not "
                         "supported for weights", path, name, quant_type_name(t->type), t->type);
-    *out = (al_tensor){.type = t->type, .ne = {t->ne[0], want1}, .data = (void *)t->data,
+    *out = (al_tensor){.type = t->type, .ne = {t->ne[0], want1 * want2}, .data = (void *)t->data,
                        .row_bytes = quant_row_bytes(t->type, t->ne[0])};
     if (ne1 == 0 && t->type != AL_TYPE_F32) {
         /* vectors are read as f32 by every op; the rare file storing them otherwise
@@ -294,6 +325,11 @@ static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return AL_OK;
 }
 
+static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                      al_tensor *out) {
+    return bind3(m, name, ne0, ne1, 0, optional, out);
+}
+
 static int64_t dim_of(const al_model *m, arch_dim d) {
     switch (d) {
     case D_ONE: return 0;
@@ -302,6 +338,8 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_KV: return (int64_t)m->n_head_kv * m->head_dim;
     case D_HEAD: return m->head_dim;
     case D_FF: return m->n_ff;
+    case D_EXPERT: return m->n_expert;
+    case D_FF_EXP: return m->n_ff_exp;
     }
     return 0;
 }
@@ -312,8 +350,8 @@ static al_status bind_layer(al_model *m, int il, layer_weights *l) {
         const arch_tensor *at = &m->ad->layer[i];
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
-        al_status st = bind(m, name, dim_of(m, at->ne0), dim_of(m, at->ne1), !at->required,
-                            &l->t[at->slot]);
+        al_status st = bind3(m, name, dim_of(m, at->ne0), dim_of(m, at->ne1),
+                             dim_of(m, at->ne2), !at->required, &l->t[at->slot]);
         if (st != AL_OK) return st;
     }
     return AL_OK;
@@ -426,6 +464,9 @@ static void describe_features(al_model *m) {
     if (has_slot(m, L_ATTN_POST_NORM)) ADD(", post-attention norm");
     if (has_slot(m, L_FFN_POST_NORM)) ADD(", post-FFN norm");
     ADD(", %s-gated FFN", m->ad->act == ACT_GELU ? "GELU" : "SiLU");
+    if (m->n_expert)
+        ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
+            m->n_ff_exp);
     if (m->embd_scale != 1.0f) ADD(", embeddings x %.4g", (double)m->embd_scale);
     if (m->swa_window) {
         int n_swa = 0;
@@ -535,7 +576,13 @@ static uint64_t tensor_bytes(const al_tensor *t) {
 static uint64_t bytes_per_token(const al_model *m) {
     uint64_t n = m->tok_embd.row_bytes + tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);
     for (int il = 0; il < m->n_layer; il++)
-        for (int i = 0; i < L_COUNT; i++) n += tensor_bytes(&m->layers[il].t[i]);
+        for (int i = 0; i < L_COUNT; i++) {
+            const bool expert = m->n_expert && (i == L_GATE_EXPS || i == L_UP_EXPS ||
+                                                  i == L_DOWN_EXPS);
+            const uint64_t b = tensor_bytes(&m->layers[il].t[i]);
+            /* a token reads only the experts it is routed to */
+            n += expert ? b / (uint64_t)m->n_expert * (uint64_t)m->n_expert_used : b;
+        }
     return n;
 }
 
@@ -580,6 +627,27 @@ al_context_params al_context_default_params(void) {
     return (al_context_params){.n_ctx = 0};
 }
 
+static al_status context_alloc_moe(al_context *c) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    const int64_t nb = c->n_batch;
+    al_status st;
+    if ((st = be->ops->tensor_alloc(be, m->n_expert, nb, &c->router)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xe)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->ye)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he2)))
+        return st;
+    c->probs = al_malloc((size_t)nb * m->n_expert * sizeof *c->probs);
+    c->sel = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel);
+    c->sel_w = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel_w);
+    c->rows = al_malloc((size_t)nb * sizeof *c->rows);
+    c->rows_w = al_malloc((size_t)nb * sizeof *c->rows_w);
+    if (!c->probs || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
+        return al_error(AL_ERR_NOMEM, "out of memory for the expert routing");
+    return AL_OK;
+}
+
 static al_status context_alloc(al_context *c) {
     const al_model *m = c->m;
     al_backend *be = c->be;
@@ -605,8 +673,11 @@ static al_status context_alloc(al_context *c) {
         (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb2)) ||
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
+    if (m->n_expert && (st = context_alloc_moe(c))) return st;
     int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
     if (qd > max_cols) max_cols = qd;
+    if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
+    if (m->n_expert > max_cols) max_cols = m->n_expert;
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
@@ -678,8 +749,14 @@ void al_context_destroy(al_context *c) {
     al_free(c->k_cache);
     al_free(c->v_cache);
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
-                            &c->logits};
-    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++) ops->tensor_free(c->be, scratch[i]);
+                            &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2};
+    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
+        if (scratch[i]->data) ops->tensor_free(c->be, scratch[i]);
+    al_free(c->probs);
+    al_free(c->sel);
+    al_free(c->sel_w);
+    al_free(c->rows);
+    al_free(c->rows_w);
     backend_context_release(c->m->be, c->be);
     al_free(c);
 }
@@ -797,6 +874,76 @@ static void ffn_block(al_context *c, int il, int n) {
     residual(m, be, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
+/* Each token's experts: the top n_expert_used of the softmax of its router logits
+ * (lower index first on ties), their weights renormalised to sum to 1 (qwen3moe). */
+static void route(const al_model *m, const float *logits, int n, int32_t *sel, float *sel_w) {
+    const int ne = m->n_expert, k = m->n_expert_used;
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (size_t)t * ne;
+        int32_t *s = sel + (size_t)t * k;
+        float *w = sel_w + (size_t)t * k;
+        float mx = l[0];
+        for (int e = 1; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < ne; e++) sum += exp((double)l[e] - mx);
+        double wsum = 0;
+        for (int j = 0; j < k; j++) { /* k is small: a selection pass per pick */
+            int best = -1;
+            for (int e = 0; e < ne; e++) {
+                bool taken = false;
+                for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
+                if (!taken && (best < 0 || l[e] > l[best])) best = e;
+            }
+            s[j] = best;
+            w[j] = (float)(exp((double)l[best] - mx) / sum);
+            wsum += w[j];
+        }
+        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / wsum);
+    }
+}
+
+/* The mixture-of-experts FFN of layer il: each expert runs once over the rows routed
+ * to it (gathered with get_rows), so its weights are read once per batch, and adds
+ * its weighted output to those rows of the residual stream. The router's logits come
+ * to the host to pick the experts: on a GPU, one wait per layer. */
+static void moe_block(al_context *c, int il, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    const al_backend_ops *op = be->ops;
+    const int k = m->n_expert_used;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor router = al_tensor_rows(&c->router, 0, n);
+    op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
+    op->matmul(be, &xb, &t[L_GATE_INP], NULL, &router);
+    op->tensor_read(be, &router, c->probs, (uint64_t)n * m->n_expert * sizeof(float));
+    route(m, c->probs, n, c->sel, c->sel_w);
+    for (int e = 0; e < m->n_expert; e++) {
+        int n_rows = 0;
+        for (int i = 0; i < n * k; i++)
+            if (c->sel[i] == e) {
+                c->rows[n_rows] = i / k;
+                c->rows_w[n_rows++] = c->sel_w[i];
+            }
+        if (!n_rows) continue;
+        al_tensor xe = al_tensor_rows(&c->xe, 0, n_rows), ye = al_tensor_rows(&c->ye, 0, n_rows);
+        al_tensor he = al_tensor_rows(&c->he, 0, n_rows), he2 = al_tensor_rows(&c->he2, 0, n_rows);
+        al_tensor gate = al_tensor_rows(&t[L_GATE_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
+        al_tensor up = al_tensor_rows(&t[L_UP_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
+        al_tensor down = al_tensor_rows(&t[L_DOWN_EXPS], (int64_t)e * m->n_embd, m->n_embd);
+        op->get_rows(be, &xb, c->rows, n_rows, &xe);
+        op->matmul(be, &xe, &gate, NULL, &he);
+        op->matmul(be, &xe, &up, NULL, &he2);
+        op->silu_mul(be, &he, &he2);
+        op->matmul(be, &he, &down, NULL, &ye);
+        for (int i = 0; i < n_rows; i++) {
+            al_tensor yi = al_tensor_rows(&ye, i, 1), xi = al_tensor_rows(&x, c->rows[i], 1);
+            op->scale(be, &yi, c->rows_w[i]);
+            op->add(be, &xi, &yi);
+        }
+    }
+}
+
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */
 static void soft_cap(float *logits, size_t n, float cap) {
     for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
@@ -813,7 +960,8 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     if (m->embd_scale != 1.0f) be->ops->scale(be, &x, m->embd_scale);
     for (int il = 0; il < m->n_layer; il++) {
         attn_block(c, seqs, il, n);
-        ffn_block(c, il, n);
+        if (m->n_expert) moe_block(c, il, n);
+        else ffn_block(c, il, n);
     }
     if (!logits) return;
     be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);

@@ -180,6 +180,9 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->ad = arch_find(val)))
             return cli_fail("gen-model: --arch %s: expected one of %s", val,
                             arch_names(archs, sizeof archs));
+        if (o->ad->flags & ARCH_MOE)
+            return cli_fail("gen-model: --arch %s: mixture-of-experts models are not "
+                            "generated (yet)", val);
         o->arch = val;
     } else if (!strcmp(a, "--type")) {
         if (!(o->scheme = quant_scheme_find(val)))
@@ -379,6 +382,7 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_KV: return o->kv_heads * gen_head_dim(o);
     case D_HEAD: return gen_head_dim(o);
     case D_FF: return o->ffn;
+    case D_EXPERT: case D_FF_EXP: break; /* MoE architectures are refused (--arch) */
     }
     return 1;
 }
