@@ -66,6 +66,27 @@ static const arch_tensor gemma3_layer[] = {
 
 static const arch_tensor qwen3moe_layer[] = {ATTN_IN, QK_NORM, ATTN_OUT, MOE_FFN};
 
+/* gpt-oss: biases everywhere, attention sinks, and "post_attention_norm" is the
+ * FFN's input norm (there is no ffn_norm) */
+static const arch_tensor gpt_oss_layer[] = {
+    ATTN_IN,
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE},
+    ATTN_OUT,
+    {L_BO, "attn_output.bias", D_EMBD, D_ONE, true, D_ONE},
+    {L_SINKS, "attn_sinks.weight", D_N_HEAD, D_ONE, true, D_ONE},
+    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE},
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE},
+    {L_GATE_INP_B, "ffn_gate_inp.bias", D_EXPERT, D_ONE, true, D_ONE},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},
+    {L_GATE_EXPS_B, "ffn_gate_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},
+    {L_UP_EXPS_B, "ffn_up_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT},
+    {L_DOWN_EXPS_B, "ffn_down_exps.bias", D_EMBD, D_EXPERT, true, D_ONE},
+};
+
 static const arch_desc archs[] = {
     {.name = "llama", .act = ACT_SILU, .norm_eps = 1e-5f, .rope_base = 10000.0f,
      .layer = llama_layer, .n_layer_tensors = N(llama_layer)},
@@ -79,6 +100,10 @@ static const arch_desc archs[] = {
     {.name = "qwen3moe", .flags = ARCH_ROPE_NEOX | ARCH_MOE, .act = ACT_SILU,
      .norm_eps = 1e-6f, .rope_base = 1000000.0f, .layer = qwen3moe_layer,
      .n_layer_tensors = N(qwen3moe_layer)},
+    {.name = "gpt-oss", .flags = ARCH_ROPE_NEOX | ARCH_MOE | ARCH_SLIDING,
+     .act = ACT_SWIGLU_OAI, .gating = GATE_TOPK_SOFTMAX, .norm_eps = 1e-5f,
+     .rope_base = 150000.0f, .swa_period = 2, .layer = gpt_oss_layer,
+     .n_layer_tensors = N(gpt_oss_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {

@@ -31,6 +31,10 @@ typedef enum arch_slot {
     L_GATE_INP,       /* mixture of experts: the router, n_embd -> n_expert logits */
     L_GATE_EXPS,      /* the experts' gate, up and down matrices, one per expert */
     L_UP_EXPS, L_DOWN_EXPS,
+    L_BO,             /* attention output bias (gpt-oss) */
+    L_SINKS,          /* per-head attention sink logits (gpt-oss) */
+    L_GATE_INP_B,     /* the router's bias and the experts' biases, a row per expert */
+    L_GATE_EXPS_B, L_UP_EXPS_B, L_DOWN_EXPS_B,
     L_COUNT
 } arch_slot;
 
@@ -44,6 +48,7 @@ typedef enum arch_dim {
     D_FF,   /* n_ff */
     D_EXPERT, /* n_expert */
     D_FF_EXP, /* n_ff_exp: one expert's feed-forward width */
+    D_N_HEAD, /* n_head */
 } arch_dim;
 
 typedef struct arch_tensor {
@@ -54,7 +59,15 @@ typedef struct arch_tensor {
     arch_dim ne2;       /* D_ONE, or the experts of a stacked [ne0, ne1, n_expert] tensor */
 } arch_tensor;
 
-typedef enum arch_act { ACT_SILU, ACT_GELU } arch_act;
+/* The gated FFN's activation: act(gate) * up, or gpt-oss's clamped SwiGLU
+ * (backend.h: swiglu_oai). */
+typedef enum arch_act { ACT_SILU, ACT_GELU, ACT_SWIGLU_OAI } arch_act;
+
+/* How a mixture of experts weighs the experts a token picks (ARCH_MOE). */
+typedef enum arch_gating {
+    GATE_SOFTMAX_NORM, /* softmax over all experts, top k, the k weights renormalised */
+    GATE_TOPK_SOFTMAX, /* top k of the raw logits, then a softmax over those k */
+} arch_gating;
 
 enum {
     ARCH_ROPE_NEOX = 1 << 0,   /* rotate the two halves of a head, not adjacent pairs */
@@ -67,11 +80,13 @@ typedef struct arch_desc {
     const char *name;          /* general.architecture */
     unsigned flags;
     arch_act act;              /* of the gated FFN: act(gate) * up */
+    arch_gating gating;        /* ARCH_MOE */
     float norm_eps;            /* default of ARCH.attention.layer_norm_rms_epsilon */
     float rope_base;           /* default of ARCH.rope.freq_base */
     /* ARCH_SLIDING: layer i slides unless (i + 1) % swa_period == 0, unless the file
      * gives ARCH.attention.sliding_window_pattern; sliding layers rotate with
-     * ARCH.rope.freq_base_swa, default rope_base_swa, and no scaling */
+     * ARCH.rope.freq_base_swa, default rope_base_swa (0: the global layers' base),
+     * and no scaling */
     int swa_period;
     float rope_base_swa;
     const arch_tensor *layer;  /* the per-layer tensors */

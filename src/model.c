@@ -211,8 +211,8 @@ static al_status read_sliding(al_model *m) {
                         m->file->path, m->arch);
     m->rope_swa = m->rope;
     m->rope_swa.freq_scale = 1.0f; /* linear scaling stretches the global layers only */
-    if ((st = get_arch_f32(m, "rope.freq_base_swa", m->ad->rope_base_swa,
-                           &m->rope_swa.freq_base)))
+    const float base_swa = m->ad->rope_base_swa > 0 ? m->ad->rope_base_swa : m->rope.freq_base;
+    if ((st = get_arch_f32(m, "rope.freq_base_swa", base_swa, &m->rope_swa.freq_base)))
         return st;
     if (!(m->rope_swa.freq_base > 0))
         return al_error(AL_ERR_FORMAT, "%s: rope.freq_base_swa %g must be positive",
@@ -340,6 +340,7 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_FF: return m->n_ff;
     case D_EXPERT: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
+    case D_N_HEAD: return m->n_head;
     }
     return 0;
 }
@@ -460,10 +461,12 @@ static void describe_features(al_model *m) {
     if (m->rope.freq_scale != 1.0f) ADD(", rope scale 1/%g", 1.0 / m->rope.freq_scale);
     if (m->rope.freq_factors) ADD(", rope frequency factors");
     if (has_slot(m, L_BQ)) ADD(", QKV bias");
+    if (has_slot(m, L_BO)) ADD(", attention output bias");
+    if (has_slot(m, L_SINKS)) ADD(", attention sinks");
     if (has_slot(m, L_Q_NORM)) ADD(", per-head Q/K norm");
     if (has_slot(m, L_ATTN_POST_NORM)) ADD(", post-attention norm");
     if (has_slot(m, L_FFN_POST_NORM)) ADD(", post-FFN norm");
-    ADD(", %s-gated FFN", m->ad->act == ACT_GELU ? "GELU" : "SiLU");
+    ADD(", %s FFN", m->ad->act == ACT_GELU ? "GELU-gated" : m->ad->act == ACT_SILU ? "SiLU-gated" : "clamped SwiGLU");
     if (m->n_expert)
         ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
             m->n_ff_exp);
@@ -796,6 +799,8 @@ static void head_norm(const al_model *m, al_backend *be, const al_tensor *x, int
     be->ops->rms_norm(be, &h, w, m->norm_eps, &h);
 }
 
+static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
+
 /* Rotary positions and attention for rows of one sequence, or of several: when seqs
  * is NULL the n rows are consecutive positions of c; otherwise row i is the next
  * position of seqs[i], attending to that sequence's own cache. */
@@ -808,7 +813,8 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
     const al_rope *rope = swa ? &m->rope_swa : &m->rope;
     al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
                            .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n,
-                           .window = swa ? m->swa_window : 0};
+                           .window = swa ? m->swa_window : 0,
+                           .sinks = opt(&m->layers[il].t[L_SINKS])};
     if (!seqs) {
         op->rope(be, q, m->n_head, m->head_dim, c->n_past, rope);
         op->rope(be, k, m->n_head_kv, m->head_dim, c->n_past, rope);
@@ -827,7 +833,6 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
     }
 }
 
-static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
 
 /* x += [post-norm](sublayer output in xb): the residual add closing each block. */
 static void residual(const al_model *m, al_backend *be, al_tensor *x, al_tensor *xb,
@@ -853,7 +858,7 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
     if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
     attend_rows(c, seqs, il, n, &q, &k, &v, &att);
-    op->matmul(be, &att, &t[L_WO], NULL, &xb);
+    op->matmul(be, &att, &t[L_WO], opt(&t[L_BO]), &xb);
     residual(m, be, &x, &xb, &t[L_ATTN_POST_NORM]);
 }
 
@@ -874,19 +879,17 @@ static void ffn_block(al_context *c, int il, int n) {
     residual(m, be, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
-/* Each token's experts: the top n_expert_used of the softmax of its router logits
- * (lower index first on ties), their weights renormalised to sum to 1 (qwen3moe). */
+/* Each token's experts: the n_expert_used largest router logits (the lower index
+ * first on ties), weighted by the architecture's gating. Softmax and renormalising
+ * the picked ones (qwen3moe) gives the same weights as a softmax over just the picked
+ * logits (gpt-oss) up to rounding: both are e^l / sum over the picks, computed here
+ * the way each reference computes it. */
 static void route(const al_model *m, const float *logits, int n, int32_t *sel, float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
     for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * ne;
         int32_t *s = sel + (size_t)t * k;
         float *w = sel_w + (size_t)t * k;
-        float mx = l[0];
-        for (int e = 1; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
-        double sum = 0;
-        for (int e = 0; e < ne; e++) sum += exp((double)l[e] - mx);
-        double wsum = 0;
         for (int j = 0; j < k; j++) { /* k is small: a selection pass per pick */
             int best = -1;
             for (int e = 0; e < ne; e++) {
@@ -895,10 +898,17 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
                 if (!taken && (best < 0 || l[e] > l[best])) best = e;
             }
             s[j] = best;
-            w[j] = (float)(exp((double)l[best] - mx) / sum);
-            wsum += w[j];
         }
-        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / wsum);
+        const float mx = l[s[0]]; /* the largest logit, picked first */
+        double all = 0, picked = 0;
+        for (int e = 0; m->ad->gating == GATE_SOFTMAX_NORM && e < ne; e++)
+            all += exp((double)l[e] - mx);
+        for (int j = 0; j < k; j++) {
+            w[j] = (float)exp((double)l[s[j]] - mx);
+            if (m->ad->gating == GATE_SOFTMAX_NORM) w[j] = (float)(w[j] / all);
+            picked += w[j];
+        }
+        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / picked);
     }
 }
 
@@ -915,7 +925,7 @@ static void moe_block(al_context *c, int il, int n) {
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor router = al_tensor_rows(&c->router, 0, n);
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
-    op->matmul(be, &xb, &t[L_GATE_INP], NULL, &router);
+    op->matmul(be, &xb, &t[L_GATE_INP], opt(&t[L_GATE_INP_B]), &router);
     op->tensor_read(be, &router, c->probs, (uint64_t)n * m->n_expert * sizeof(float));
     route(m, c->probs, n, c->sel, c->sel_w);
     for (int e = 0; e < m->n_expert; e++) {
@@ -931,11 +941,15 @@ static void moe_block(al_context *c, int il, int n) {
         al_tensor gate = al_tensor_rows(&t[L_GATE_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
         al_tensor up = al_tensor_rows(&t[L_UP_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
         al_tensor down = al_tensor_rows(&t[L_DOWN_EXPS], (int64_t)e * m->n_embd, m->n_embd);
+        al_tensor gate_b = al_tensor_rows(&t[L_GATE_EXPS_B], e, 1);
+        al_tensor up_b = al_tensor_rows(&t[L_UP_EXPS_B], e, 1);
+        al_tensor down_b = al_tensor_rows(&t[L_DOWN_EXPS_B], e, 1);
         op->get_rows(be, &xb, c->rows, n_rows, &xe);
-        op->matmul(be, &xe, &gate, NULL, &he);
-        op->matmul(be, &xe, &up, NULL, &he2);
-        op->silu_mul(be, &he, &he2);
-        op->matmul(be, &he, &down, NULL, &ye);
+        op->matmul(be, &xe, &gate, opt(&gate_b), &he);
+        op->matmul(be, &xe, &up, opt(&up_b), &he2);
+        if (m->ad->act == ACT_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, 1.702f, 7.0f);
+        else op->silu_mul(be, &he, &he2);
+        op->matmul(be, &he, &down, opt(&down_b), &ye);
         for (int i = 0; i < n_rows; i++) {
             al_tensor yi = al_tensor_rows(&ye, i, 1), xi = al_tensor_rows(&x, c->rows[i], 1);
             op->scale(be, &yi, c->rows_w[i]);

@@ -118,11 +118,15 @@ static cmp_result compare(const float *a, const float *ref, int n_rows, int n_vo
                         .top1_res = (double)agree_res / n_rows};
 }
 
+/* The backend the reference cases run on: NULL (the CPU), or the one --dir names. */
+static const char *g_backend;
+
 /* Evaluates the case's tokens in pieces of the given sizes (0-terminated list; the
  * last piece size repeats) and returns all logits, or NULL on failure. */
 static float *eval_pieces(const ref_case *rc, int n_threads, const int *pieces) {
     al_model_params mp = al_model_default_params();
     mp.n_threads = n_threads;
+    mp.backend = g_backend;
     al_model *m = NULL;
     al_context *c = NULL;
     float *out = malloc((size_t)rc->n_tokens * (size_t)rc->n_vocab * sizeof(float));
@@ -196,7 +200,9 @@ static int greedy_prefix(const ref_case *rc) {
     al_context *c = NULL;
     float *logits = malloc((size_t)rc->n_vocab * sizeof(float));
     int n_same = -1;
-    if (!logits || al_model_load(rc->name, NULL, &m) != AL_OK) goto done;
+    al_model_params mp = al_model_default_params();
+    mp.backend = g_backend;
+    if (!logits || al_model_load(rc->name, &mp, &m) != AL_OK) goto done;
     al_context_params cp = al_context_default_params();
     cp.n_ctx = rc->n_tokens + rc->n_greedy;
     if (al_context_create(m, &cp, &c) != AL_OK ||
@@ -261,6 +267,25 @@ static void test_qwen3_models(void) {
 }
 
 /* Bad arguments to al_eval are refused without changing the context. */
+/* Mixture of experts: qwen3moe (F32, Q8_0, Q4_K_M) and gpt-oss (F32, MXFP4_MOE: attention
+ * sinks, a 16-position sliding window on even layers, biases), with the same limits
+ * and the same pieces (token by token, ragged chunks) as the others. */
+static void test_moe_models(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/moe", test_shared_dir());
+    int n = check_dir(dir);
+    if (n < 0) TEST_SKIP("%s not found (older shared test data)", dir);
+    else CHECK(n >= 5);
+}
+
+/* --dir DIR BACKEND: every case of one folder on one backend (tests/vulkan.sh). */
+static const char *g_dir;
+static void test_dir(void) {
+    int n = check_dir(g_dir);
+    if (n < 0) TEST_SKIP("%s not found", g_dir);
+    else CHECK(n >= 1);
+}
+
 static void test_eval_errors(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
@@ -586,6 +611,12 @@ int main(int argc, char **argv) {
         return compare_files(argv[2], argv[3], argc >= 5 ? atof(argv[4]) : 1e-4);
     if (argc == 6 && !strcmp(argv[1], "--compare-ref"))
         return compare_ref(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
+    if (argc == 4 && !strcmp(argv[1], "--dir")) { /* the checks of one folder on a backend */
+        g_dir = argv[2];
+        g_backend = argv[3];
+        TEST_RUN(test_dir);
+        return test_finish();
+    }
     if (argc == 7 && !strcmp(argv[1], "--greedy"))
         return greedy_ids(argv[2], argv[3], atoi(argv[4]), argv[5], atof(argv[6]));
     TEST_RUN(test_load_errors);
@@ -593,5 +624,6 @@ int main(int argc, char **argv) {
     TEST_RUN(test_eval_multi);
     TEST_RUN(test_ref_models);
     TEST_RUN(test_qwen3_models);
+    TEST_RUN(test_moe_models);
     return test_finish();
 }

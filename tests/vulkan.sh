@@ -1,10 +1,13 @@
 #!/bin/sh
 # The Vulkan backend end to end, through the command line:
-#   - every reference model of ../shared/models/ref and ../shared/models/qwen3 with
-#     --backend vulkan, against the reference logits (NMSE <= 1e-4 for f32/f16 files,
-#     1e-3 for quantized ones), with the Khronos validation layer on and its message
-#     count required to be 0; a few of them again as if the device were discrete
-#     (staging uploads and reads) and without subgroup arithmetic
+#   - every reference model of ../shared/models/ref, qwen3 and moe with --backend
+#     vulkan, against the reference logits (NMSE <= 1e-4 for f32/f16 files, 1e-3 for
+#     quantized ones), with the Khronos validation layer on and its message count
+#     required to be 0; a few of them again as if the device were discrete (staging
+#     uploads and reads) and without subgroup arithmetic
+#   - the qwen3 and moe references through build/test_ref on Vulkan: also token by
+#     token and in ragged pieces through the KV cache (equal to one batch), and greedy
+#     decoding
 #   - the real Gemma 3 270M, when ANYLLM_GEMMA3 (or models/) has it: the reference's
 #     prompt within the limits of tests/gemma3.sh, and the first 8 greedy tokens equal
 #     to the CPU's
@@ -68,13 +71,31 @@ ref_logits() {
     fi
 }
 
-for j in "$SHARED"/models/ref/*.ref.json "$SHARED"/models/qwen3/*.ref.json; do
-    [ -f "$j" ] || continue # no qwen3 folder in older shared data
+for j in "$SHARED"/models/ref/*.ref.json "$SHARED"/models/qwen3/*.ref.json \
+        "$SHARED"/models/moe/*.ref.json; do
+    [ -f "$j" ] || continue # no qwen3 or moe folder in older shared data
     ref_logits "$(basename "$(dirname "$j")")/$(basename "$j" .ref.json)" "vulkan"
 done
-for name in ref/ref-llama-Q4_K_M ref/ref-qwen2-Q8_0 qwen3/ref-qwen3-Q4_K_M; do
+for name in ref/ref-llama-Q4_K_M ref/ref-qwen2-Q8_0 qwen3/ref-qwen3-Q4_K_M \
+        moe/ref-qwen3moe-Q4_K_M; do
     [ -f "$SHARED/models/$name.gguf" ] || continue
     ref_logits $name "as discrete, no subgroups" ANYLLM_VK_PRETEND_DISCRETE=1 ANYLLM_VK_NO_SUBGROUP=1
+done
+
+# the checks of test_ref (pieces through the KV cache, greedy decoding) on Vulkan
+for d in qwen3 moe; do
+    [ -d "$SHARED/models/$d" ] || continue
+    ANYLLM_VK_VALIDATION=$VALIDATE "$cmp_bin" --dir "$SHARED/models/$d" vulkan \
+        >"$tmp/dir.out" 2>"$tmp/dir.err"; rc=$?
+    sum=$(grep -cE 'NMSE|greedy decode' "$tmp/dir.out")
+    msgs=$(sed -nE 's/^anyllm: vulkan validation: ([0-9]+) messages$/\1/p' "$tmp/dir.err" |
+        awk '{ s += $1 } END { print s + 0 }')
+    if [ $rc -eq 0 ] && { [ $VALIDATE -eq 0 ] || [ "$msgs" = 0 ]; }; then
+        ok "test_ref --dir models/$d vulkan: $sum checks, pieces equal one batch, validation messages: $msgs"
+    else
+        bad "test_ref --dir models/$d vulkan: exit $rc, validation messages: $msgs"
+        grep -E 'FAIL|NMSE' "$tmp/dir.out" "$tmp/dir.err" | head -n 8
+    fi
 done
 
 # Gemma 3 270M: the reference's prompt against the reference (the limits of

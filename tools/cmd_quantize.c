@@ -121,6 +121,7 @@ typedef struct gen_opts {
     const char *arch;        /* general.architecture */
     const arch_desc *ad;
     int64_t dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx, seed, threads, swa;
+    int64_t experts, experts_used, ffn_exp; /* mixture-of-experts architectures */
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -136,8 +137,10 @@ static void gen_usage(void) {
     printf("usage: anyllm gen-model OUT.gguf --arch A --dim D --layers L --heads H\n"
            "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
-           "A is one of %s; --head-dim defaults to D / H (qwen3 and gemma3\n"
-           "may differ), --swa is gemma3's sliding window (default 512).\n"
+           "         [--experts E --experts-used K --ffn-exp F]\n"
+           "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
+           "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
+           "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
            "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
            "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
            "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
@@ -162,7 +165,8 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         {"--head-dim", &o->head_dim, 2, 4096}, {"--swa", &o->swa, 1, 1 << 20},
         {"--ffn", &o->ffn, 1, 1 << 18},      {"--vocab", &o->vocab, 259, 1 << 22},
         {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
-        {"-t", &o->threads, 1, 256},
+        {"-t", &o->threads, 1, 256},         {"--experts", &o->experts, 1, 4096},
+        {"--experts-used", &o->experts_used, 1, 4096}, {"--ffn-exp", &o->ffn_exp, 1, 1 << 18},
     };
     if (!strcmp(a, "--tied")) return o->tied = true, 0;
     if (!strcmp(a, "--pure")) return o->pure = true, 0;
@@ -180,9 +184,6 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         if (!(o->ad = arch_find(val)))
             return cli_fail("gen-model: --arch %s: expected one of %s", val,
                             arch_names(archs, sizeof archs));
-        if (o->ad->flags & ARCH_MOE)
-            return cli_fail("gen-model: --arch %s: mixture-of-experts models are not "
-                            "generated (yet)", val);
         o->arch = val;
     } else if (!strcmp(a, "--type")) {
         if (!(o->scheme = quant_scheme_find(val)))
@@ -228,6 +229,16 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     if (o->swa && !(o->ad->flags & ARCH_SLIDING))
         return cli_fail("gen-model: --swa: %s has no sliding-window layers", o->arch);
     if (!o->swa) o->swa = 512;
+    const bool moe = o->ad->flags & ARCH_MOE;
+    if (moe && !(o->experts && o->experts_used && o->ffn_exp))
+        return cli_fail("gen-model: %s is a mixture of experts: --experts, --experts-used "
+                        "and --ffn-exp are required", o->arch);
+    if (!moe && (o->experts || o->experts_used || o->ffn_exp))
+        return cli_fail("gen-model: --experts, --experts-used and --ffn-exp: %s has no "
+                        "experts", o->arch);
+    if (o->experts_used > o->experts)
+        return cli_fail("gen-model: --experts-used %" PRId64 " exceeds --experts %" PRId64,
+                        o->experts_used, o->experts);
     return 0;
 }
 
@@ -313,6 +324,14 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     if (st == AL_OK) st = gguf_writer_set_f32(w, key, o->ad->norm_eps);
     snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
     if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
+    const struct { const char *suffix; int64_t v; } moe[] = {
+        {"expert_count", o->experts}, {"expert_used_count", o->experts_used},
+        {"expert_feed_forward_length", o->ffn_exp},
+    };
+    for (size_t i = 0; st == AL_OK && o->ad->flags & ARCH_MOE && i < 3; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, moe[i].suffix);
+        st = gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
+    }
     snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
     if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
@@ -328,7 +347,7 @@ typedef enum { FILL_RANDOM, FILL_ONES } fill_kind;
 
 typedef struct gen_tensor {
     char name[64];
-    int64_t ne[2];      /* ne[1] = 1 for a vector */
+    int64_t ne[3];      /* ne[1] = 1 for a vector; ne[2] experts of a stacked tensor, or 1 */
     fill_kind fill;
     float std;          /* of FILL_RANDOM */
     uint32_t type;
@@ -367,11 +386,15 @@ static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
 }
 
 static void add_tensor(gen_tensor *ts, int *n, int max, const char *name, int64_t ne0,
-                       int64_t ne1, fill_kind fill, float std) {
+                       int64_t ne1, int64_t ne2, fill_kind fill, float std) {
     if (*n >= max) return;
-    ts[*n] = (gen_tensor){.ne = {ne0, ne1}, .fill = fill, .std = std};
+    ts[*n] = (gen_tensor){.ne = {ne0, ne1, ne2}, .fill = fill, .std = std};
     snprintf(ts[*n].name, sizeof ts[*n].name, "%s", name);
     (*n)++;
+}
+
+static int gen_dims(const gen_tensor *t) {
+    return t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
 }
 
 static int64_t gen_dim(const gen_opts *o, arch_dim d) {
@@ -382,7 +405,9 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_KV: return o->kv_heads * gen_head_dim(o);
     case D_HEAD: return gen_head_dim(o);
     case D_FF: return o->ffn;
-    case D_EXPERT: case D_FF_EXP: break; /* MoE architectures are refused (--arch) */
+    case D_N_HEAD: return o->heads;
+    case D_EXPERT: return o->experts;
+    case D_FF_EXP: return o->ffn_exp;
     }
     return 1;
 }
@@ -391,9 +416,10 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
  * scheme: norms are ones, biases small, matrices ~0.02. Returns the count (at most max). */
 static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     int n = 0;
-    add_tensor(ts, &n, max, "token_embd.weight", o->dim, o->vocab, FILL_RANDOM, 0.02f);
-    add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, FILL_ONES, 0);
-    if (!o->tied) add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, FILL_RANDOM, 0.02f);
+    add_tensor(ts, &n, max, "token_embd.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
+    add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, 1, FILL_ONES, 0);
+    if (!o->tied)
+        add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
     for (int64_t il = 0; il < o->layers; il++) {
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
@@ -401,14 +427,15 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
             char name[64];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
             add_tensor(ts, &n, max, name, gen_dim(o, at->ne0), gen_dim(o, at->ne1),
-                       norm ? FILL_ONES : FILL_RANDOM, norm ? 0 : vec ? 0.01f : 0.02f);
+                       gen_dim(o, at->ne2), norm ? FILL_ONES : FILL_RANDOM,
+                       norm ? 0 : vec ? 0.01f : 0.02f);
         }
     }
     quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
                           .has_output = !o->tied, .pure = o->pure};
     for (int i = 0; i < n; i++) {
-        const int64_t ne[4] = {ts[i].ne[0], ts[i].ne[1], 1, 1};
-        ts[i].type = quant_pick_type(o->scheme, &m, ts[i].name, ts[i].ne[1] > 1 ? 2 : 1, ne,
+        const int64_t ne[4] = {ts[i].ne[0], ts[i].ne[1], ts[i].ne[2], 1};
+        ts[i].type = quant_pick_type(o->scheme, &m, ts[i].name, gen_dims(&ts[i]), ne,
                                      AL_TYPE_F32, &ts[i].fell_back);
     }
     return n;
@@ -421,8 +448,9 @@ static al_status gen_tensor_data(gguf_writer *w, const gen_opts *o, const gen_te
     int64_t chunk = (int64_t)(buf_bytes / row_bytes);
     gen_source src = {.seed = (uint64_t)o->seed, .id = (uint64_t)id, .t = t};
     al_status st = AL_OK;
-    for (int64_t r = 0; r < t->ne[1] && st == AL_OK; r += chunk) {
-        const int64_t k = t->ne[1] - r < chunk ? t->ne[1] - r : chunk;
+    const int64_t n_rows = t->ne[1] * t->ne[2];
+    for (int64_t r = 0; r < n_rows && st == AL_OK; r += chunk) {
+        const int64_t k = n_rows - r < chunk ? n_rows - r : chunk;
         st = quant_rows(t->type, t->ne[0], r, k, gen_row, &src, buf, (int)o->threads);
         if (st == AL_OK) st = gguf_writer_write(w, buf, row_bytes * (uint64_t)k);
     }
@@ -436,7 +464,7 @@ static al_status gen_write(const gen_opts *o, gen_tensor *ts, int n, uint64_t *n
     al_status st = gguf_writer_create(&w);
     if (st == AL_OK) st = gen_metadata(w, o);
     for (int i = 0; st == AL_OK && i < n; i++) {
-        st = gguf_writer_add_tensor(w, ts[i].name, ts[i].ne[1] > 1 ? 2 : 1, ts[i].ne, ts[i].type);
+        st = gguf_writer_add_tensor(w, ts[i].name, gen_dims(&ts[i]), ts[i].ne, ts[i].type);
         const uint64_t rb = quant_row_bytes(ts[i].type, ts[i].ne[0]);
         if (rb > buf_bytes) buf_bytes = rb;
     }
@@ -449,7 +477,8 @@ static al_status gen_write(const gen_opts *o, gen_tensor *ts, int n, uint64_t *n
         total += gguf_writer_tensor_bytes(w, (uint64_t)i);
         /* one line per layer: its last tensor is ffn_down */
         int layer;
-        if (st == AL_OK && strstr(ts[i].name, "ffn_down") && sscanf(ts[i].name, "blk.%d.", &layer) == 1)
+        if (st == AL_OK && strstr(ts[i].name, "ffn_down") && !strstr(ts[i].name, ".bias") &&
+            sscanf(ts[i].name, "blk.%d.", &layer) == 1)
             fprintf(stderr, "gen-model: layer %d/%" PRId64 " written, %.1f s\n", layer + 1, o->layers,
                     al_time_s() - t0);
     }
@@ -471,7 +500,7 @@ int cmd_gen_model(int argc, char **argv) {
     uint64_t n_params = 0, n_bytes = 0;
     int n_fallback = 0;
     for (int i = 0; i < n; i++) {
-        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1]);
+        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2]);
         n_fallback += ts[i].fell_back;
     }
     const double t0 = al_time_s();
