@@ -69,7 +69,9 @@ typedef struct al_model_info {
     uint64_t n_params;  /* elements over all tensors                    */
     uint64_t n_bytes;   /* bytes of tensor data                         */
     uint64_t n_bytes_per_token; /* weight bytes one decode step reads: every
-                                   matrix, the output, one embedding row */
+                                   matrix (of a mixture of experts, only the
+                                   experts a token uses), the output, one
+                                   embedding row */
     const char *backend; /* where the model runs, e.g. "cpu avx512 q8x2" */
     uint64_t n_bytes_copied; /* weight bytes the backend copied at load; 0 when all
                                 are used in place from the file mapping (the CPU, a

@@ -126,6 +126,8 @@ int cmd_info(const cli_opts *o) {
     snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx);
     print_size(label, model_kv_bytes(m, n_ctx));
     print_size("memory needed", mi.n_bytes + model_kv_bytes(m, n_ctx));
+    /* what bounds decoding: a mixture of experts reads only the experts a token picks */
+    print_size("read per token", mi.n_bytes_per_token);
     al_model_destroy(m);
     return 0;
 }
