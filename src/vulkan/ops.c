@@ -455,6 +455,7 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
                      const al_attn_shape *s, al_tensor *out) {
     vk_backend *be = (vk_backend *)base;
     AL_ASSERT(s->n_head % s->n_head_kv == 0 && q->ne[1] >= s->n_tokens);
+    AL_ASSERT(!s->sinks || (s->sinks->type == AL_TYPE_F32 && s->sinks->ne[0] >= s->n_head));
     int64_t cap = k_cache->ne[1];
     if (s->n_tokens == 0) return;
     if (s->n_past < 0 || s->n_tokens < 0 || s->window < 0 || v_cache->ne[1] != cap ||
@@ -475,8 +476,9 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     vk_hazard(be, q->data, false);
     vk_hazard(be, k_cache->data, false);
     vk_hazard(be, v_cache->data, false);
+    if (s->sinks) vk_hazard(be, s->sinks->data, false);
     vk_hazard(be, out->data, true);
-    VkDescriptorBufferInfo info[4];
+    VkDescriptorBufferInfo info[5];
     vk_pc_attention pc = {.n_head = (uint32_t)s->n_head, .n_head_kv = (uint32_t)s->n_head_kv,
                           .head_dim = (uint32_t)s->head_dim, .n_past = (uint32_t)s->n_past,
                           .n_tok = (uint32_t)s->n_tokens,
@@ -490,5 +492,12 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
     pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
     pc.o_off = bind_f32(be, &info[3], &ov, &pc.o_stride);
+    uint32_t s_stride;
+    if (s->sinks) {
+        pc.s_off = bind_f32(be, &info[4], s->sinks, &s_stride);
+        pc.has_sink = 1;
+    } else {
+        info[4] = info[0]; /* a binding must be valid even where the shader skips it */
+    }
     dispatch(be, VK_OP_ATTENTION, 0, 0, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
 }

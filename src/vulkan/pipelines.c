@@ -44,7 +44,7 @@ static const struct {
     [VK_OP_SCALE] = {"scale", 1, 0, false, false},
     [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false},
     [VK_OP_ROPE] = {"rope", 2, 0, false, false},
-    [VK_OP_ATTENTION] = {"attention", 4, 0, true, false},
+    [VK_OP_ATTENTION] = {"attention", 5, 0, true, false},
     [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true},
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true},

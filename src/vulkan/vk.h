@@ -180,7 +180,7 @@ typedef enum vk_op {
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 4, VK_PUSH_BYTES = 128 };
+enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention has 5 bindings */
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
