@@ -6,9 +6,9 @@
  * alignment; views at row offsets); every weight type is covered with random blocks
  * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
  * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights. Where this branch's
- * CPU backend has no reference (gelu_mul, scale, attention over ring caches with a
- * window, a scale and sinks), the expected values are computed here in double
- * precision.
+ * CPU backend has no reference (gelu_mul, swiglu_oai, scale, attention over ring
+ * caches with a window, a scale and sinks), the expected values are computed here in
+ * double precision.
  *
  * The suite runs in three configurations of the one Vulkan device: the defaults
  * (weights imported, subgroup arithmetic), then as if the device were discrete
@@ -444,6 +444,60 @@ static void test_gelu_scale(void) {
     free(g);
     free(u);
     free(want);
+}
+
+/* gpt-oss's clamped SwiGLU in double precision (backend.h); an input of -inf gives
+ * the limit of x sigmoid(alpha x), 0. */
+static double swiglu_oai_ref(double g, double u, double alpha, double limit) {
+    double x = fmin(g, limit), y = fmin(fmax(u, -limit), limit);
+    return isinf(x) ? 0.0 : x / (1.0 + exp(-alpha * x)) * (y + 1.0);
+}
+
+/* swiglu_oai against the formula in double precision, with gpt-oss's alpha and limit
+ * and with others (the push constants reach the shader). Inputs are beyond +-limit
+ * on both sides, and a few columns hold g whose e^(-alpha g) overflows a float (-1e4,
+ * -inf; -100 with alpha 1.702), and u = +-1e4; nothing may come out non-finite.
+ * Views from row 1: the row before must be left alone. */
+static void test_swiglu_oai(void) {
+    const float params[][2] = {{1.702f, 7.0f}, {0.5f, 2.5f}}; /* alpha, limit */
+    int64_t cols = 1001, rows = 6, n_view = rows - 1;
+    size_t n = (size_t)(cols * rows);
+    for (int k = 0; k < 2; k++) {
+        float alpha = params[k][0], limit = params[k][1];
+        float *g = random_floats(n, 12.0f), *u = random_floats(n, 12.0f);
+        for (int64_t r = 1; r < rows; r++) { /* row 0, left alone, stays finite */
+            float *gr = g + r * cols, *ur = u + r * cols;
+            gr[3] = -1e4f, gr[4] = -100.0f, gr[5] = -INFINITY, gr[6] = 1e4f, gr[7] = limit;
+            ur[8] = 1e4f, ur[9] = -1e4f, ur[10] = -limit, gr[11] = 0.0f;
+        }
+        float *want = malloc(n * sizeof *want);
+        for (size_t i = 0; i < n; i++)
+            want[i] = i < (size_t)cols ? g[i] : (float)swiglu_oai_ref(g[i], u[i], alpha, limit);
+        pair x, y;
+        act_pair(cols, rows, g, &x);
+        act_pair(cols, rows, u, &y);
+        al_tensor xv = al_tensor_rows(&x.vk, 1, n_view), yv = al_tensor_rows(&y.vk, 1, n_view);
+        g_vk->ops->swiglu_oai(g_vk, &xv, &yv, alpha, limit);
+        int bad;
+        double r, e = compare_host(&x.vk, want, n, &bad, &r);
+        /* the clamps matter: without them the result would be far from this one */
+        double unclamped = 0;
+        for (size_t i = (size_t)cols; i < n; i++)
+            if (isfinite(g[i]) && fabs(g[i]) < 100 && fabs(u[i]) < 100) {
+                double d = g[i] / (1.0 + exp(-alpha * (double)g[i])) * (u[i] + 1.0) - want[i];
+                unclamped = fmax(unclamped, fabs(d));
+            }
+        CHECK_MSG(e <= 1e-6 && r <= 1e-5 && bad == 0 && unclamped > 1.0,
+                  "swiglu_oai alpha %g limit %g: NMSE %g, error %g (%d not finite), clamp "
+                  "effect %g", (double)alpha, (double)limit, e, r, bad, unclamped);
+        printf("  swiglu_oai alpha %g limit %g NMSE %.2e, max error %.1e (|g|, |u| up to 1e4, "
+               "-inf)\n", (double)alpha, (double)limit, e, r);
+        free_pair(&x);
+        free_pair(&y);
+        free(g);
+        free(u);
+        free(want);
+    }
 }
 
 /* rms_norm over a per-head view in place (qwen3 / gemma3 Q/K norm, model.c head_norm):
@@ -1002,6 +1056,7 @@ static void run_suite(const char *label) {
     TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
     TEST_RUN(test_gelu_scale);
+    TEST_RUN(test_swiglu_oai);
     TEST_RUN(test_rms_norm_heads);
     TEST_RUN(test_unsupported_type);
     TEST_RUN(test_row_too_wide);

@@ -113,17 +113,20 @@ static int64_t rows_per_binding(const vk_backend *be, uint64_t row_bytes) {
 
 /* ---- elementwise and per-row ops ------------------------------------------------------- */
 
-static void binary(vk_backend *be, vk_op op, al_tensor *x, const al_tensor *y) {
+/* x op= y elementwise. pc starts the op's push block of push_bytes: the vk_pc_binary
+ * fields are filled here, the ones after them (swiglu_oai's alpha, limit) by the caller. */
+static void binary(vk_backend *be, vk_op op, al_tensor *x, const al_tensor *y, vk_pc_binary *pc,
+                   uint32_t push_bytes) {
     AL_ASSERT(x->ne[0] == y->ne[0] && x->ne[1] == y->ne[1]);
     if (!vk_begin(be, 1, 0)) return;
     vk_hazard(be, y->data, false);
     vk_hazard(be, x->data, true);
     VkDescriptorBufferInfo info[2];
-    vk_pc_binary pc = {.n_cols = (uint32_t)x->ne[0], .n_rows = (uint32_t)x->ne[1]};
-    pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
-    pc.y_off = bind_f32(be, &info[1], y, &pc.y_stride);
-    dispatch(be, op, 0, 0, info, &pc, sizeof pc, div_up(pc.n_cols, be->sh->pl.tune.ew_wg),
-             pc.n_rows);
+    pc->n_cols = (uint32_t)x->ne[0], pc->n_rows = (uint32_t)x->ne[1];
+    pc->x_off = bind_f32(be, &info[0], x, &pc->x_stride);
+    pc->y_off = bind_f32(be, &info[1], y, &pc->y_stride);
+    dispatch(be, op, 0, 0, info, pc, push_bytes, div_up(pc->n_cols, be->sh->pl.tune.ew_wg),
+             pc->n_rows);
 }
 
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
@@ -140,15 +143,24 @@ void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
 }
 
 void vk_op_add(al_backend *base, al_tensor *x, const al_tensor *y) {
-    binary((vk_backend *)base, VK_OP_ADD, x, y);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_ADD, x, y, &pc, sizeof pc);
 }
 
 void vk_op_silu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
-    binary((vk_backend *)base, VK_OP_SILU_MUL, g, u);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_SILU_MUL, g, u, &pc, sizeof pc);
 }
 
 void vk_op_gelu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
-    binary((vk_backend *)base, VK_OP_GELU_MUL, g, u);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_GELU_MUL, g, u, &pc, sizeof pc);
+}
+
+void vk_op_swiglu_oai(al_backend *base, al_tensor *g, const al_tensor *u, float alpha,
+                      float limit) {
+    vk_pc_swiglu_oai pc = {.alpha = alpha, .limit = limit};
+    binary((vk_backend *)base, VK_OP_SWIGLU_OAI, g, u, &pc.b, sizeof pc);
 }
 
 void vk_op_scale(al_backend *base, al_tensor *x, float s) {

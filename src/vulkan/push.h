@@ -23,6 +23,14 @@ typedef struct vk_pc_binary {
 } vk_pc_binary;
 _Static_assert(sizeof(vk_pc_binary) == 24, "mirror of add.comp / silu_mul.comp / gelu_mul.comp");
 
+/* swiglu_oai.comp: g[r][c] = swiglu_oai(g[r][c], u[r][c]) with gpt-oss's alpha and
+ * limit (backend.h); the tensors as for the binary ops. */
+typedef struct vk_pc_swiglu_oai {
+    vk_pc_binary b;
+    float alpha, limit;
+} vk_pc_swiglu_oai;
+_Static_assert(sizeof(vk_pc_swiglu_oai) == 32, "mirror of swiglu_oai.comp");
+
 /* scale.comp: x[r][c] *= s. */
 typedef struct vk_pc_scale {
     uint32_t n_cols, n_rows;
