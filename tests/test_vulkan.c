@@ -6,8 +6,9 @@
  * alignment; views at row offsets); every weight type is covered with random blocks
  * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
  * <= 1e-6 for f32 ops, <= 5e-4 for matmuls of quantized weights. Where this branch's
- * CPU backend has no reference (gelu_mul, scale, attention over ring caches with a
- * window and a scale), the expected values are computed here in double precision.
+ * CPU backend has no reference (gelu_mul, swiglu_oai, scale, attention over ring
+ * caches with a window, a scale and sinks), the expected values are computed here in
+ * double precision.
  *
  * The suite runs in three configurations of the one Vulkan device: the defaults
  * (weights imported, subgroup arithmetic), then as if the device were discrete
@@ -445,6 +446,60 @@ static void test_gelu_scale(void) {
     free(want);
 }
 
+/* gpt-oss's clamped SwiGLU in double precision (backend.h); an input of -inf gives
+ * the limit of x sigmoid(alpha x), 0. */
+static double swiglu_oai_ref(double g, double u, double alpha, double limit) {
+    double x = fmin(g, limit), y = fmin(fmax(u, -limit), limit);
+    return isinf(x) ? 0.0 : x / (1.0 + exp(-alpha * x)) * (y + 1.0);
+}
+
+/* swiglu_oai against the formula in double precision, with gpt-oss's alpha and limit
+ * and with others (the push constants reach the shader). Inputs are beyond +-limit
+ * on both sides, and a few columns hold g whose e^(-alpha g) overflows a float (-1e4,
+ * -inf; -100 with alpha 1.702), and u = +-1e4; nothing may come out non-finite.
+ * Views from row 1: the row before must be left alone. */
+static void test_swiglu_oai(void) {
+    const float params[][2] = {{1.702f, 7.0f}, {0.5f, 2.5f}}; /* alpha, limit */
+    int64_t cols = 1001, rows = 6, n_view = rows - 1;
+    size_t n = (size_t)(cols * rows);
+    for (int k = 0; k < 2; k++) {
+        float alpha = params[k][0], limit = params[k][1];
+        float *g = random_floats(n, 12.0f), *u = random_floats(n, 12.0f);
+        for (int64_t r = 1; r < rows; r++) { /* row 0, left alone, stays finite */
+            float *gr = g + r * cols, *ur = u + r * cols;
+            gr[3] = -1e4f, gr[4] = -100.0f, gr[5] = -INFINITY, gr[6] = 1e4f, gr[7] = limit;
+            ur[8] = 1e4f, ur[9] = -1e4f, ur[10] = -limit, gr[11] = 0.0f;
+        }
+        float *want = malloc(n * sizeof *want);
+        for (size_t i = 0; i < n; i++)
+            want[i] = i < (size_t)cols ? g[i] : (float)swiglu_oai_ref(g[i], u[i], alpha, limit);
+        pair x, y;
+        act_pair(cols, rows, g, &x);
+        act_pair(cols, rows, u, &y);
+        al_tensor xv = al_tensor_rows(&x.vk, 1, n_view), yv = al_tensor_rows(&y.vk, 1, n_view);
+        g_vk->ops->swiglu_oai(g_vk, &xv, &yv, alpha, limit);
+        int bad;
+        double r, e = compare_host(&x.vk, want, n, &bad, &r);
+        /* the clamps matter: without them the result would be far from this one */
+        double unclamped = 0;
+        for (size_t i = (size_t)cols; i < n; i++)
+            if (isfinite(g[i]) && fabs(g[i]) < 100 && fabs(u[i]) < 100) {
+                double d = g[i] / (1.0 + exp(-alpha * (double)g[i])) * (u[i] + 1.0) - want[i];
+                unclamped = fmax(unclamped, fabs(d));
+            }
+        CHECK_MSG(e <= 1e-6 && r <= 1e-5 && bad == 0 && unclamped > 1.0,
+                  "swiglu_oai alpha %g limit %g: NMSE %g, error %g (%d not finite), clamp "
+                  "effect %g", (double)alpha, (double)limit, e, r, bad, unclamped);
+        printf("  swiglu_oai alpha %g limit %g NMSE %.2e, max error %.1e (|g|, |u| up to 1e4, "
+               "-inf)\n", (double)alpha, (double)limit, e, r);
+        free_pair(&x);
+        free_pair(&y);
+        free(g);
+        free(u);
+        free(want);
+    }
+}
+
 /* rms_norm over a per-head view in place (qwen3 / gemma3 Q/K norm, model.c head_norm):
  * ne0 = head_dim, n_rows * n_heads rows of head_dim floats. 70000 rows of 8 exceed
  * the 65535 workgroups in x most devices allow, so the rows fold into y. */
@@ -487,11 +542,21 @@ typedef struct ring_case {
     int cap;      /* rows of the ring */
     int n_steps;
     int steps[8]; /* tokens per batch */
+    bool sinks;   /* per-head sink logits (gpt-oss), sink_value(h) */
 } ring_case;
 
-/* out[t] of the naive attention: query t of the batch is at position p0 + t. */
+/* Head h's sink logit. The scores of these tests are a few units (q, k in [-2, 2]),
+ * so the sinks are some that dominate them (40: the head attends to almost nothing),
+ * some of their size, and very negative ones that change nothing, -inf included. */
+static float sink_value(int h) {
+    static const float v[] = {6.0f, -1e4f, 1.5f, -INFINITY, 40.0f, -0.5f, 3.0f, -30.0f};
+    return v[h % 8];
+}
+
+/* out[t] of the naive attention: query t of the batch is at position p0 + t. sinks:
+ * NULL, or [n_head] logits in the denominator only, not scaled (backend.h). */
 static void naive_attention(const ring_case *rc, const float *q, const float *hk, const float *hv,
-                            int p0, int n, int window, float *out) {
+                            int p0, int n, int window, const float *sinks, float *out) {
     int kvd = rc->n_head_kv * rc->head_dim, qd = rc->n_head * rc->head_dim, hd = rc->head_dim;
     double scale = rc->scale != 0 ? rc->scale : 1.0 / sqrt((double)hd);
     double *sc = malloc((size_t)(p0 + n) * sizeof *sc);
@@ -500,7 +565,7 @@ static void naive_attention(const ring_case *rc, const float *q, const float *hk
             int p = p0 + t, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             int kvh = h / (rc->n_head / rc->n_head_kv);
             const float *qh = q + (size_t)t * qd + (size_t)h * hd;
-            double mx = -INFINITY, sum = 0;
+            double mx = sinks ? sinks[h] : -INFINITY, sum = 0;
             for (int j = lo; j <= p; j++) {
                 const float *kj = hk + (size_t)j * kvd + (size_t)kvh * hd;
                 double d = 0;
@@ -508,6 +573,7 @@ static void naive_attention(const ring_case *rc, const float *q, const float *hk
                 sc[j] = d * scale;
                 mx = sc[j] > mx ? sc[j] : mx;
             }
+            if (sinks) sum = exp((double)sinks[h] - mx);
             for (int j = lo; j <= p; j++) sum += sc[j] = exp(sc[j] - mx);
             for (int i = 0; i < hd; i++) {
                 double a = 0;
@@ -538,10 +604,16 @@ static void one_ring(const ring_case *rc) {
     int kvd = rc->n_head_kv * rc->head_dim, qd = rc->n_head * rc->head_dim, total = 0;
     for (int i = 0; i < rc->n_steps; i++) total += rc->steps[i];
     float *hk = random_floats((size_t)total * kvd, 2.0f), *hv = random_floats((size_t)total * kvd, 1.0f);
-    pair kc, vc;
+    pair kc, vc, sk;
     act_pair(kvd, rc->cap, NULL, &kc);
     act_pair(kvd, rc->cap, NULL, &vc);
-    double worst = 0, worst_cache = 0, power = INFINITY;
+    float *sv = NULL;
+    if (rc->sinks) {
+        sv = keep_alloc((size_t)rc->n_head * sizeof(float));
+        for (int h = 0; h < rc->n_head; h++) sv[h] = sink_value(h);
+        weight_pair(AL_TYPE_F32, rc->n_head, 1, sv, &sk);
+    }
+    double worst = 0, worst_cache = 0, power = INFINITY, sink_power = INFINITY;
     for (int i = 0, p0 = 0; i < rc->n_steps; p0 += rc->steps[i], i++) {
         int n = rc->steps[i];
         float *qv = random_floats((size_t)n * qd, 2.0f);
@@ -553,10 +625,11 @@ static void one_ring(const ring_case *rc) {
         act_pair(qd, n + 2, NULL, &out);
         al_attn_shape shape = {.n_head = rc->n_head, .n_head_kv = rc->n_head_kv,
                                .head_dim = rc->head_dim, .n_past = p0, .n_tokens = n,
-                               .scale = rc->scale, .window = rc->window};
+                               .scale = rc->scale, .window = rc->window,
+                               .sinks = rc->sinks ? &sk.vk : NULL};
         al_tensor ov = al_tensor_rows(&out.vk, 2, n); /* a view at an offset */
         g_vk->ops->attention(g_vk, &q.vk, &k.vk, &v.vk, &kc.vk, &vc.vk, &shape, &ov);
-        naive_attention(rc, qv, hk, hv, p0, n, rc->window, want);
+        naive_attention(rc, qv, hk, hv, p0, n, rc->window, sv, want);
         int n_bad;
         double e = compare_host(&ov, want, (size_t)n * qd, &n_bad, NULL);
         if (n_bad) e = INFINITY;
@@ -566,9 +639,15 @@ static void one_ring(const ring_case *rc) {
         /* the test's power: once the window cuts positions off, the windowed result
          * is far from attention over everything */
         if (rc->window > 0 && p0 + 1 > rc->window) {
-            naive_attention(rc, qv, hk, hv, p0, n, 0, all);
+            naive_attention(rc, qv, hk, hv, p0, n, 0, sv, all);
             double d = nmse(all, want, (size_t)n * qd);
             power = d < power ? d : power;
+        }
+        /* and the sinks' power: without them the result is far from this one */
+        if (rc->sinks) {
+            naive_attention(rc, qv, hk, hv, p0, n, rc->window, NULL, all);
+            double d = nmse(all, want, (size_t)n * qd);
+            sink_power = d < sink_power ? d : sink_power;
         }
         free_pair(&q);
         free_pair(&k);
@@ -578,14 +657,16 @@ static void one_ring(const ring_case *rc) {
         free(want);
         free(all);
     }
-    CHECK_MSG(worst <= 1e-6 && worst_cache <= 1e-12 && (rc->window == 0 || power > 1e-3),
-              "attention %d/%d x %d window %d cap %d: NMSE %g, caches %g, window effect %g",
-              rc->n_head, rc->n_head_kv, rc->head_dim, rc->window, rc->cap, worst, worst_cache,
-              power);
-    printf("  ring attention heads %d/%d dim %d window %d scale %g cap %d, %d positions: NMSE "
+    CHECK_MSG(worst <= 1e-6 && worst_cache <= 1e-12 && (rc->window == 0 || power > 1e-3) &&
+              (!rc->sinks || sink_power > 1e-2),
+              "attention %d/%d x %d window %d cap %d sinks %d: NMSE %g, caches %g, window "
+              "effect %g, sink effect %g", rc->n_head, rc->n_head_kv, rc->head_dim, rc->window,
+              rc->cap, rc->sinks, worst, worst_cache, power, sink_power);
+    printf("  ring attention heads %d/%d dim %d window %d scale %g cap %d%s, %d positions: NMSE "
            "%.2e, caches %.1e", rc->n_head, rc->n_head_kv, rc->head_dim, rc->window,
-           (double)rc->scale, rc->cap, total, worst, worst_cache);
+           (double)rc->scale, rc->cap, rc->sinks ? " sinks" : "", total, worst, worst_cache);
     if (rc->window > 0) printf(", window effect %.2e", power);
+    if (rc->sinks) printf(", sink effect %.2e", sink_power);
     printf("\n");
     free_pair(&kc);
     free_pair(&vc);
@@ -596,18 +677,25 @@ static void one_ring(const ring_case *rc) {
 static void test_attention_ring(void) {
     /* window 20, batches of up to 30 in a ring of 20 - 1 + 30 = 49 rows: 136 positions,
      * the batch at 46 (and at 77, 107) crosses the ring's end; single-token decodes */
-    const ring_case a = {8, 2, 64, 20, 0.3f, 49, 8, {30, 1, 15, 30, 1, 29, 1, 29}};
+    const ring_case a = {8, 2, 64, 20, 0.3f, 49, 8, {30, 1, 15, 30, 1, 29, 1, 29}, false};
     /* window 70 (more positions than one 64-wide workgroup step), grouped 4:1, the
      * default scale, a ring of 70 - 1 + 40 = 109 rows over 161 positions */
-    const ring_case b = {4, 1, 128, 70, 0.0f, 109, 6, {40, 1, 1, 40, 39, 40}};
+    const ring_case b = {4, 1, 128, 70, 0.0f, 109, 6, {40, 1, 1, 40, 39, 40}, false};
     /* no window: the ring holds every position and never wraps */
-    const ring_case c = {3, 3, 40, 0, 0.125f, 200, 5, {100, 1, 30, 1, 68}};
+    const ring_case c = {3, 3, 40, 0, 0.125f, 200, 5, {100, 1, 30, 1, 68}, false};
     /* window 1: a query sees only itself */
-    const ring_case d = {2, 1, 32, 1, 0.5f, 16, 4, {16, 1, 16, 5}};
+    const ring_case d = {2, 1, 32, 1, 0.5f, 16, 4, {16, 1, 16, 5}, false};
     one_ring(&a);
     one_ring(&b);
     one_ring(&c);
     one_ring(&d);
+    /* with sinks (gpt-oss): a, b and c again, c grouped 2:1, each head its own sink */
+    const ring_case as = {8, 2, 64, 20, 0.3f, 49, 8, {30, 1, 15, 30, 1, 29, 1, 29}, true};
+    const ring_case bs = {4, 1, 128, 70, 0.0f, 109, 6, {40, 1, 1, 40, 39, 40}, true};
+    const ring_case cs = {6, 3, 40, 0, 0.125f, 200, 5, {100, 1, 30, 1, 68}, true};
+    one_ring(&as);
+    one_ring(&bs);
+    one_ring(&cs);
 }
 
 /* A weight of 150 MB: more than lavapipe's 128 MiB binding, so get_rows and both
@@ -968,6 +1056,7 @@ static void run_suite(const char *label) {
     TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
     TEST_RUN(test_gelu_scale);
+    TEST_RUN(test_swiglu_oai);
     TEST_RUN(test_rms_norm_heads);
     TEST_RUN(test_unsupported_type);
     TEST_RUN(test_row_too_wide);

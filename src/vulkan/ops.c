@@ -113,17 +113,20 @@ static int64_t rows_per_binding(const vk_backend *be, uint64_t row_bytes) {
 
 /* ---- elementwise and per-row ops ------------------------------------------------------- */
 
-static void binary(vk_backend *be, vk_op op, al_tensor *x, const al_tensor *y) {
+/* x op= y elementwise. pc starts the op's push block of push_bytes: the vk_pc_binary
+ * fields are filled here, the ones after them (swiglu_oai's alpha, limit) by the caller. */
+static void binary(vk_backend *be, vk_op op, al_tensor *x, const al_tensor *y, vk_pc_binary *pc,
+                   uint32_t push_bytes) {
     AL_ASSERT(x->ne[0] == y->ne[0] && x->ne[1] == y->ne[1]);
     if (!vk_begin(be, 1, 0)) return;
     vk_hazard(be, y->data, false);
     vk_hazard(be, x->data, true);
     VkDescriptorBufferInfo info[2];
-    vk_pc_binary pc = {.n_cols = (uint32_t)x->ne[0], .n_rows = (uint32_t)x->ne[1]};
-    pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
-    pc.y_off = bind_f32(be, &info[1], y, &pc.y_stride);
-    dispatch(be, op, 0, 0, info, &pc, sizeof pc, div_up(pc.n_cols, be->sh->pl.tune.ew_wg),
-             pc.n_rows);
+    pc->n_cols = (uint32_t)x->ne[0], pc->n_rows = (uint32_t)x->ne[1];
+    pc->x_off = bind_f32(be, &info[0], x, &pc->x_stride);
+    pc->y_off = bind_f32(be, &info[1], y, &pc->y_stride);
+    dispatch(be, op, 0, 0, info, pc, push_bytes, div_up(pc->n_cols, be->sh->pl.tune.ew_wg),
+             pc->n_rows);
 }
 
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
@@ -140,15 +143,24 @@ void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
 }
 
 void vk_op_add(al_backend *base, al_tensor *x, const al_tensor *y) {
-    binary((vk_backend *)base, VK_OP_ADD, x, y);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_ADD, x, y, &pc, sizeof pc);
 }
 
 void vk_op_silu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
-    binary((vk_backend *)base, VK_OP_SILU_MUL, g, u);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_SILU_MUL, g, u, &pc, sizeof pc);
 }
 
 void vk_op_gelu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
-    binary((vk_backend *)base, VK_OP_GELU_MUL, g, u);
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_GELU_MUL, g, u, &pc, sizeof pc);
+}
+
+void vk_op_swiglu_oai(al_backend *base, al_tensor *g, const al_tensor *u, float alpha,
+                      float limit) {
+    vk_pc_swiglu_oai pc = {.alpha = alpha, .limit = limit};
+    binary((vk_backend *)base, VK_OP_SWIGLU_OAI, g, u, &pc.b, sizeof pc);
 }
 
 void vk_op_scale(al_backend *base, al_tensor *x, float s) {
@@ -455,6 +467,7 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
                      const al_attn_shape *s, al_tensor *out) {
     vk_backend *be = (vk_backend *)base;
     AL_ASSERT(s->n_head % s->n_head_kv == 0 && q->ne[1] >= s->n_tokens);
+    AL_ASSERT(!s->sinks || (s->sinks->type == AL_TYPE_F32 && s->sinks->ne[0] >= s->n_head));
     int64_t cap = k_cache->ne[1];
     if (s->n_tokens == 0) return;
     if (s->n_past < 0 || s->n_tokens < 0 || s->window < 0 || v_cache->ne[1] != cap ||
@@ -475,8 +488,9 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     vk_hazard(be, q->data, false);
     vk_hazard(be, k_cache->data, false);
     vk_hazard(be, v_cache->data, false);
+    if (s->sinks) vk_hazard(be, s->sinks->data, false);
     vk_hazard(be, out->data, true);
-    VkDescriptorBufferInfo info[4];
+    VkDescriptorBufferInfo info[5];
     vk_pc_attention pc = {.n_head = (uint32_t)s->n_head, .n_head_kv = (uint32_t)s->n_head_kv,
                           .head_dim = (uint32_t)s->head_dim, .n_past = (uint32_t)s->n_past,
                           .n_tok = (uint32_t)s->n_tokens,
@@ -490,5 +504,12 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
     pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
     pc.o_off = bind_f32(be, &info[3], &ov, &pc.o_stride);
+    uint32_t s_stride;
+    if (s->sinks) {
+        pc.s_off = bind_f32(be, &info[4], s->sinks, &s_stride);
+        pc.has_sink = 1;
+    } else {
+        info[4] = info[0]; /* a binding must be valid even where the shader skips it */
+    }
     dispatch(be, VK_OP_ATTENTION, 0, 0, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
 }

@@ -41,10 +41,11 @@ static const struct {
     [VK_OP_ADD] = {"add", 2, 0, false, false},
     [VK_OP_SILU_MUL] = {"silu_mul", 2, 0, false, false},
     [VK_OP_GELU_MUL] = {"gelu_mul", 2, 0, false, false},
+    [VK_OP_SWIGLU_OAI] = {"swiglu_oai", 2, 0, false, false},
     [VK_OP_SCALE] = {"scale", 1, 0, false, false},
     [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false},
     [VK_OP_ROPE] = {"rope", 2, 0, false, false},
-    [VK_OP_ATTENTION] = {"attention", 4, 0, true, false},
+    [VK_OP_ATTENTION] = {"attention", 5, 0, true, false},
     [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true},
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true},
@@ -206,7 +207,8 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
  * the workgroup size. */
 static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v, uint32_t *wg) {
     switch (op) {
-    case VK_OP_ADD: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SCALE: case VK_OP_COPY:
+    case VK_OP_ADD: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SWIGLU_OAI:
+    case VK_OP_SCALE: case VK_OP_COPY:
         v[0] = t->ew_wg;
         *wg = v[0];
         return 1;

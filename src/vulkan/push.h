@@ -23,6 +23,14 @@ typedef struct vk_pc_binary {
 } vk_pc_binary;
 _Static_assert(sizeof(vk_pc_binary) == 24, "mirror of add.comp / silu_mul.comp / gelu_mul.comp");
 
+/* swiglu_oai.comp: g[r][c] = swiglu_oai(g[r][c], u[r][c]) with gpt-oss's alpha and
+ * limit (backend.h); the tensors as for the binary ops. */
+typedef struct vk_pc_swiglu_oai {
+    vk_pc_binary b;
+    float alpha, limit;
+} vk_pc_swiglu_oai;
+_Static_assert(sizeof(vk_pc_swiglu_oai) == 32, "mirror of swiglu_oai.comp");
+
 /* scale.comp: x[r][c] *= s. */
 typedef struct vk_pc_scale {
     uint32_t n_cols, n_rows;
@@ -90,7 +98,9 @@ _Static_assert(sizeof(vk_pc_rope) == 32, "mirror of rope.comp");
 /* attention.comp: causal attention of n_tok queries, query t at position n_past + t
  * over positions 0 .. n_past + t (window 0) or its last `window` ones; position j is
  * row j % cap of the ring caches. scale multiplies q.k (the host resolves 0 to
- * 1 / sqrt(head_dim)). One workgroup per (head, token). */
+ * 1 / sqrt(head_dim)). has_sink: sinks[s_off + h] is head h's sink logit (binding 4;
+ * backend.h al_attn_shape.sinks), else binding 4 is a dummy never read. One
+ * workgroup per (head, token). */
 typedef struct vk_pc_attention {
     uint32_t n_head, n_head_kv, head_dim, n_past, n_tok;
     uint32_t q_off, q_stride;
@@ -99,8 +109,9 @@ typedef struct vk_pc_attention {
     uint32_t o_off, o_stride;
     float scale;
     uint32_t cap, window;    /* rows of each cache; 0 = no window */
+    uint32_t s_off, has_sink;
 } vk_pc_attention;
-_Static_assert(sizeof(vk_pc_attention) == 64, "mirror of attention.comp");
+_Static_assert(sizeof(vk_pc_attention) == 72, "mirror of attention.comp");
 _Static_assert(sizeof(vk_pc_attention) <= 128, "the push-constant range every device offers");
 
 /* copy.comp: n 16-byte words (bandwidth measurement). */

@@ -175,12 +175,13 @@ void vk_buf_destroy(vk_device *d, vk_buf *b);
 /* ---- pipelines (pipelines.c) ---------------------------------------------------- */
 
 typedef enum vk_op {
-    VK_OP_ADD, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SCALE, VK_OP_RMS_NORM, VK_OP_ROPE,
-    VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS, VK_OP_COPY,
+    VK_OP_ADD, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
+    VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
+    VK_OP_COPY,
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 4, VK_PUSH_BYTES = 128 };
+enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention has 5 bindings */
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
@@ -195,7 +196,7 @@ typedef struct vk_pipeline {
 /* Sizes given to the shaders as specialization constants. Defaults depend on the
  * device; ANYLLM_VK_TUNE="mv_wg=64,mv_nr=2,mm_bm=64,..." overrides them (tuning). */
 typedef struct vk_tuning {
-    uint32_t ew_wg;                       /* add, silu_mul, gelu_mul, scale */
+    uint32_t ew_wg;                       /* add, silu_mul, gelu_mul, swiglu_oai, scale */
     uint32_t norm_wg, rope_wg, rows_wg;   /* rms_norm, rope, get_rows */
     uint32_t attn_wg, attn_max_hd;        /* attention: positions per step, head_dim bound */
     uint32_t mv_wg, mv_nr;                /* matvec: invocations, rows per workgroup */
@@ -343,6 +344,7 @@ void vk_op_attention(al_backend *be, const al_tensor *q, const al_tensor *k,
                      const al_attn_shape *shape, al_tensor *out);
 void vk_op_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void vk_op_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+void vk_op_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void vk_op_scale(al_backend *be, al_tensor *x, float s);
 /* Records d = s over n bytes (a multiple of 16) with copy.comp. */
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n);

@@ -10,6 +10,12 @@
 // The caches are rings of cap rows (backend.h: al_attn_shape): position j is row
 // j % cap. ops.c wrote this batch's keys and values before, and checked that the
 // visible positions of every query are still in the ring.
+//
+// Sinks (gpt-oss, has_sink = 1): head h's logit sinks[h] joins the denominator with
+// no value. It is taken as a position already seen: the running maximum starts at it
+// and the running sum at e^(sink - sink) = 1 (acc stays 0), so the rescaling below
+// handles it like any score. It is not multiplied by scale. Without sinks the
+// binding is some other buffer, never read.
 
 #extension GL_EXT_control_flow_attributes : require
 #include "reduce.glsl"
@@ -25,12 +31,14 @@ layout(push_constant) uniform Push { // vk_pc_attention in push.h
     uint o_off, o_stride;
     float scale;
     uint cap, window;
+    uint s_off, has_sink;
 } p;
 
 layout(binding = 0, std430) readonly buffer Q { float q[]; };
 layout(binding = 1, std430) readonly buffer K { float k[]; };
 layout(binding = 2, std430) readonly buffer V { float v[]; };
 layout(binding = 3, std430) writeonly buffer O { float o[]; };
+layout(binding = 4, std430) readonly buffer S { float sinks[]; }; // [n_head]
 
 shared float qs[MAX_HD];
 shared float ps[WG]; // exp(score - max) of the current positions
@@ -46,7 +54,9 @@ void main() {
     for (uint d = tid; d < hd; d += WG) qs[d] = q[p.q_off + t * p.q_stride + h * hd + d];
     barrier();
 
-    float m = NEG, l = 0.0, acc[ND];
+    // max with NEG: m stays finite, as with the scores, even for a sink of -inf
+    float m = p.has_sink != 0 ? max(sinks[p.s_off + h], NEG) : NEG;
+    float l = p.has_sink != 0 ? 1.0 : 0.0, acc[ND];
     [[unroll]] for (uint j = 0; j < ND; j++) acc[j] = 0.0;
     for (uint c0 = 0; c0 < n_vis; c0 += WG) {
         uint i = c0 + tid; // this invocation's position is lo + i
