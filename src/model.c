@@ -48,6 +48,8 @@ struct al_model {
     int swa_window;        /* positions a sliding layer sees (0: none slide) */
     float embd_scale;      /* token embeddings are multiplied by it (1: not at all) */
     float softcap;         /* final logits soft-cap (0: none) */
+    float attn_scale;      /* of q.k: 0 for 1 / sqrt(head_dim), else YaRN's (read_yarn) */
+    float *yarn_factors;   /* [n_rot / 2] the rope's frequency factors under YaRN */
     char features[256];    /* al_model_info.features */
     al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
     al_tensor output_norm; /* [n_embd] f32 */
@@ -117,6 +119,54 @@ static al_status get_arch_f32(const al_model *m, const char *suffix, float dflt,
     return gguf_get_f32_or(m->file, key, dflt, out);
 }
 
+/* YaRN (gpt-oss): each rotating pair's angle mixes the interpolated (divided by the
+ * factor) and the original one, by a ramp over the pairs: the fast ones, which turn
+ * many times within the original context, keep their angle, the slow ones are
+ * interpolated. That is a per-pair frequency factor, which the rope op already takes,
+ * and a magnitude mscale on the rotated q and k; with every dimension rotating, that
+ * is mscale^2 on q.k, folded into the attention scale. */
+static al_status read_yarn(al_model *m) {
+    const char *path = m->file->path;
+    float factor, ext, attn, beta_fast, beta_slow;
+    int n_orig;
+    al_status st;
+    if ((st = get_arch_f32(m, "rope.scaling.factor", 0.0f, &factor)) ||
+        (st = get_arch_u32(m, "rope.scaling.original_context_length", (uint32_t)m->n_ctx_train,
+                           false, &n_orig)) ||
+        (st = get_arch_f32(m, "rope.scaling.yarn_ext_factor", 1.0f, &ext)) ||
+        (st = get_arch_f32(m, "rope.scaling.yarn_attn_factor", 1.0f, &attn)) ||
+        (st = get_arch_f32(m, "rope.scaling.yarn_beta_fast", 32.0f, &beta_fast)) ||
+        (st = get_arch_f32(m, "rope.scaling.yarn_beta_slow", 1.0f, &beta_slow)))
+        return st;
+    if (!(factor >= 1.0f && factor <= 1024.0f) || n_orig <= 0 || !(ext >= 0 && ext <= 1) ||
+        !(attn > 0 && attn < 100) || !(beta_fast > 0 && beta_slow > 0))
+        return al_error(AL_ERR_FORMAT, "%s: YaRN factor %g, original context %d, ext_factor "
+                        "%g, attn_factor %g, beta %g/%g: out of range", path, (double)factor,
+                        n_orig, (double)ext, (double)attn, (double)beta_fast, (double)beta_slow);
+    if (m->rope.n_rot != m->head_dim)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: YaRN with %d of %d dimensions rotating is "
+                        "not supported", path, m->rope.n_rot, m->head_dim);
+    const int n_pairs = m->rope.n_rot / 2;
+    if (!(m->yarn_factors = al_malloc((size_t)n_pairs * sizeof *m->yarn_factors)))
+        return al_error(AL_ERR_NOMEM, "out of memory for the YaRN factors");
+    /* the pair that turns `turns` times over the original context */
+    const double two_pi = 6.283185307179586, lb = 2 * log(m->rope.freq_base);
+    const double lo_d = m->rope.n_rot * log(n_orig / (beta_fast * two_pi)) / lb;
+    const double hi_d = m->rope.n_rot * log(n_orig / (beta_slow * two_pi)) / lb;
+    const double lo = fmax(0, floor(lo_d)), hi = fmin(m->rope.n_rot - 1, ceil(hi_d));
+    const double scale = 1.0 / factor;
+    for (int i = 0; i < n_pairs; i++) {
+        const double y = (i - lo) / fmax(0.001, hi - lo);
+        const double mix = (1 - fmin(1, fmax(0, y))) * ext;
+        m->yarn_factors[i] = (float)(1.0 / (scale * (1 - mix) + mix));
+    }
+    m->rope.freq_factors = m->yarn_factors;
+    m->rope.freq_scale = 1.0f;
+    const double mscale = ext > 0 ? attn * (1 + 0.1 * log(factor)) : attn;
+    m->attn_scale = (float)(mscale * mscale / sqrt((double)m->head_dim));
+    return AL_OK;
+}
+
 static al_status read_rope_scaling(al_model *m) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
@@ -128,10 +178,11 @@ static al_status read_rope_scaling(al_model *m) {
         al_status st = gguf_get_str(m->file, key, &type);
         if (st != AL_OK) return st;
         if (gguf_str_eq(type, "none")) return AL_OK;
+        if (gguf_str_eq(type, "yarn")) return read_yarn(m);
         if (!gguf_str_eq(type, "linear")) {
             char buf[64];
-            return al_error(AL_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (none, linear)",
-                            m->file->path, key, gguf_str_copy(type, buf, sizeof buf));
+            return al_error(AL_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (none, linear, "
+                            "yarn)", m->file->path, key, gguf_str_copy(type, buf, sizeof buf));
         }
         al_status st2 = get_arch_f32(m, "rope.scaling.factor", 1.0f, &factor);
         if (st2 != AL_OK) return st2;
@@ -375,7 +426,10 @@ static al_status bind_weights(al_model *m) {
 
     al_tensor freqs;
     if ((st = bind(m, "rope_freqs.weight", m->rope.n_rot / 2, 0, true, &freqs))) return st;
-    m->rope.freq_factors = freqs.data;
+    if (freqs.data && m->yarn_factors)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: rope_freqs.weight with YaRN scaling is not "
+                        "supported", m->file->path);
+    if (freqs.data) m->rope.freq_factors = freqs.data;
     /* rope divides each angle by its factor */
     for (int i = 0; freqs.data && i < m->rope.n_rot / 2; i++)
         if (!(m->rope.freq_factors[i] > 0 && m->rope.freq_factors[i] < INFINITY))
@@ -459,7 +513,8 @@ static void describe_features(al_model *m) {
 #define ADD(...) (len += len < n ? (size_t)snprintf(f + len, n - len, __VA_ARGS__) : 0)
     ADD("%s rope (base %g)", m->rope.neox ? "neox" : "normal", (double)m->rope.freq_base);
     if (m->rope.freq_scale != 1.0f) ADD(", rope scale 1/%g", 1.0 / m->rope.freq_scale);
-    if (m->rope.freq_factors) ADD(", rope frequency factors");
+    if (m->yarn_factors) ADD(", YaRN rope scaling");
+    else if (m->rope.freq_factors) ADD(", rope frequency factors");
     if (has_slot(m, L_BQ)) ADD(", QKV bias");
     if (has_slot(m, L_BO)) ADD(", attention output bias");
     if (has_slot(m, L_SINKS)) ADD(", attention sinks");
@@ -562,6 +617,7 @@ void al_model_destroy(al_model *m) {
     if (m->be) m->be->ops->destroy(m->be);
     al_vocab_destroy(m->vocab);
     al_free(m->chat_template);
+    al_free(m->yarn_factors);
     for (int i = 0; i < m->n_owned; i++) al_free(m->owned[i]);
     al_free(m->owned);
     al_free(m->layers);
@@ -813,7 +869,7 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
     const al_rope *rope = swa ? &m->rope_swa : &m->rope;
     al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
                            .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n,
-                           .window = swa ? m->swa_window : 0,
+                           .scale = m->attn_scale, .window = swa ? m->swa_window : 0,
                            .sinks = opt(&m->layers[il].t[L_SINKS])};
     if (!seqs) {
         op->rope(be, q, m->n_head, m->head_dim, c->n_past, rope);

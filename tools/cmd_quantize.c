@@ -122,6 +122,7 @@ typedef struct gen_opts {
     const arch_desc *ad;
     int64_t dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx, seed, threads, swa;
     int64_t experts, experts_used, ffn_exp; /* mixture-of-experts architectures */
+    int64_t yarn;            /* > 0: YaRN rope scaling by this factor over --ctx */
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -137,7 +138,7 @@ static void gen_usage(void) {
     printf("usage: anyllm gen-model OUT.gguf --arch A --dim D --layers L --heads H\n"
            "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
-           "         [--experts E --experts-used K --ffn-exp F]\n"
+           "         [--experts E --experts-used K --ffn-exp F] [--yarn FACTOR]\n"
            "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
            "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
            "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
@@ -167,6 +168,7 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
         {"-t", &o->threads, 1, 256},         {"--experts", &o->experts, 1, 4096},
         {"--experts-used", &o->experts_used, 1, 4096}, {"--ffn-exp", &o->ffn_exp, 1, 1 << 18},
+        {"--yarn", &o->yarn, 1, 1024},
     };
     if (!strcmp(a, "--tied")) return o->tied = true, 0;
     if (!strcmp(a, "--pure")) return o->pure = true, 0;
@@ -332,6 +334,12 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
         snprintf(key, sizeof key, "%s.%s", o->arch, moe[i].suffix);
         st = gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
     }
+    snprintf(key, sizeof key, "%s.rope.scaling.type", o->arch);
+    if (st == AL_OK && o->yarn) st = gguf_writer_set_str(w, key, "yarn");
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", o->arch);
+    if (st == AL_OK && o->yarn) st = gguf_writer_set_f32(w, key, (float)o->yarn);
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", o->arch);
+    if (st == AL_OK && o->yarn) st = gguf_writer_set_u32(w, key, (uint32_t)o->ctx);
     snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
     if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
