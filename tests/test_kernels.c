@@ -13,9 +13,11 @@
  *
  * Attention over ring caches with a sliding window and a scale is checked twice: the
  * reference against a naive attention in double over the whole sequence, and each fast
- * ISA against the reference, bit-identical with and without the ring. The reference
+ * ISA against the reference, bit-identical with and without the ring; the same again
+ * with attention sinks (gpt-oss), per head values from -inf to 1e30. The reference
  * ops themselves are checked where a formula says what they must give: gelu_mul on
- * known values, rms_norm in place on per-head views.
+ * known values, swiglu_oai against its formula in double, rms_norm in place on
+ * per-head views.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -471,6 +473,7 @@ typedef struct ring_data {
     const ring_case *c;
     int64_t qd, kvd;
     float *q, *k, *v; /* [n_pos][qd or kvd] */
+    float *sinks;     /* [n_head], or NULL */
 } ring_data;
 
 /* The largest batch a call at n_past may take with a ring of cap rows (backend.h). */
@@ -486,6 +489,7 @@ static void run_ring(al_backend *be, const ring_data *d, int cap, bool greedy, f
     const ring_case *c = d->c;
     float *kc = calloc((size_t)(cap * d->kvd), 4), *vc = calloc((size_t)(cap * d->kvd), 4);
     al_tensor kct = f32_tensor(kc, d->kvd, cap), vct = f32_tensor(vc, d->kvd, cap);
+    const al_tensor sinks = f32_tensor(d->sinks, c->n_head, 1);
     for (int pos = 0, i = 0; pos < c->n_pos; i++) {
         int n = greedy ? c->n_pos : i == 0 ? c->first : pieces[(i - 1) % 6];
         const int lim = ring_max_batch(c, cap, pos);
@@ -497,7 +501,8 @@ static void run_ring(al_backend *be, const ring_data *d, int cap, bool greedy, f
         al_tensor ot = f32_tensor(out + pos * d->qd, d->qd, n);
         al_attn_shape s = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
                            .head_dim = c->head_dim, .n_past = pos, .n_tokens = n,
-                           .scale = c->scale, .window = c->window};
+                           .scale = c->scale, .window = c->window,
+                           .sinks = d->sinks ? &sinks : NULL};
         be->ops->attention(be, &qt, &kt, &vt, &kct, &vct, &s, &ot);
         pos += n;
     }
@@ -505,7 +510,8 @@ static void run_ring(al_backend *be, const ring_data *d, int cap, bool greedy, f
 }
 
 /* The oracle: softmax(scale q.k) v over positions max(0, p - window + 1) .. p of the
- * whole sequence, in double; out is [n_pos][qd]. */
+ * whole sequence, in double, with the head's sink (if any) one more unscaled logit in
+ * the maximum and the denominator; out is [n_pos][qd]. */
 static void naive_ring(const ring_data *d, float *out) {
     const ring_case *c = d->c;
     const int hd = c->head_dim, g = c->n_head / c->n_head_kv;
@@ -515,7 +521,8 @@ static void naive_ring(const ring_data *d, float *out) {
         for (int h = 0; h < c->n_head; h++) {
             const int lo = c->window > 0 && p - c->window + 1 > 0 ? p - c->window + 1 : 0;
             const float *q = d->q + p * d->qd + h * hd;
-            double mx = -INFINITY, sum = 0;
+            const double sink = d->sinks ? d->sinks[h] : -INFINITY;
+            double mx = sink, sum = 0;
             for (int j = lo; j <= p; j++) {
                 const float *k = d->k + j * d->kvd + (h / g) * hd;
                 double dot = 0;
@@ -524,6 +531,7 @@ static void naive_ring(const ring_data *d, float *out) {
                 w[j] = dot * scale;
                 if (w[j] > mx) mx = w[j];
             }
+            if (d->sinks) sum = exp(sink - mx);
             for (int j = lo; j <= p; j++)
                 sum += w[j] = exp(w[j] - mx);
             for (int i = 0; i < hd; i++) {
@@ -629,6 +637,136 @@ static void test_attention_ring_fast(void) {
         }
         printf("     %-6s ring attention: worst NMSE %.1e over %zu cases\n",
                cpu_isa_name((cpu_isa)isa), worst, sizeof g_ring_cases / sizeof *g_ring_cases);
+    }
+}
+
+/* ---- attention sinks ------------------------------------------------------------------ */
+/* gpt-oss gives each query head a logit with no value (backend.h al_attn_shape.sinks).
+ * The heads of a kv group get different sinks, so that a kernel which took another
+ * lane's sink would show: moderate ones, of the size of the scores, which change the
+ * output a lot; huge ones (1e4, 1e30: the head attends to nothing, out = 0); very
+ * negative ones (-1e4: almost no effect); and -inf, which must be no sink at all, bit
+ * for bit. Prompt batches, pieces down to single-token decode steps, GQA, windows and
+ * rings that wrap, as above. */
+
+static const float g_sink_values[8] = {0.5f, -2.0f, 1e4f, 2.5f, -1e4f, -INFINITY, 1e30f, 1.25f};
+
+static const ring_case g_sink_cases[] = {
+    {8, 2, 64, 0, 0, 0.0f, 50, 17},      /* no window, GQA 4 */
+    {8, 2, 32, 40, 47, 0.125f, 150, 30}, /* a window over two key steps, a wrapping ring */
+    {4, 1, 64, 8, 12, 0.0f, 70, 5},      /* a ring smaller than a key step */
+    {6, 2, 40, 19, 26, 0.0f, 90, 8},     /* an odd head size: the portable kernel */
+    {16, 2, 64, 16, 20, 0.0f, 60, 12},   /* gpt-oss's GQA 8 with a window */
+    {2, 1, 288, 10, 16, 0.0f, 60, 7},    /* beyond CPU_ATTN_MAX_DIM: the reference */
+    {8, 8, 16, 1, 4, 0.0f, 30, 4},       /* a window of one: the key against the sink */
+    {4, 4, 64, 0, 0, 0.3f, 24, 24},      /* one prompt batch, no window */
+};
+
+static ring_data sink_data_make(const ring_case *c) {
+    ring_data d = ring_data_make(c);
+    d.sinks = malloc((size_t)c->n_head * sizeof(float));
+    for (int h = 0; h < c->n_head; h++)
+        d.sinks[h] = g_sink_values[h % 8];
+    return d;
+}
+
+static void ring_data_free(ring_data *d) {
+    free(d->q), free(d->k), free(d->v), free(d->sinks);
+}
+
+/* Whether the heads whose sink is -inf have the same bits in a as in b ([n_pos][qd]). */
+static bool minus_inf_heads_same(const ring_data *d, const float *a, const float *b) {
+    const int hd = d->c->head_dim;
+    for (int p = 0; p < d->c->n_pos; p++)
+        for (int h = 0; h < d->c->n_head; h++)
+            if (d->sinks[h] == -INFINITY &&
+                memcmp(a + p * d->qd + h * hd, b + p * d->qd + h * hd, (size_t)hd * 4))
+                return false;
+    return true;
+}
+
+/* The reference against the naive attention with sinks, with the ring and without; the
+ * sinks must change the naive result (else the test would pass with them ignored). */
+static void test_attention_sinks_ref(void) {
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof g_sink_cases / sizeof *g_sink_cases; ci++) {
+        const ring_case *c = &g_sink_cases[ci];
+        const int cap = c->cap ? c->cap : c->n_pos, hd = c->head_dim;
+        ring_data d = sink_data_make(c), plain = d;
+        plain.sinks = NULL;
+        const int64_t n_o = c->n_pos * d.qd;
+        float *o_naive = malloc((size_t)n_o * 4), *o_plain = malloc((size_t)n_o * 4);
+        float *o_ring = calloc((size_t)n_o, 4), *o_full = calloc((size_t)n_o, 4);
+        float *o_ref_plain = calloc((size_t)n_o, 4);
+        al_backend *ref = backend(CPU_ISA_REF, 2, d.qd, c->n_pos);
+        naive_ring(&d, o_naive);
+        naive_ring(&plain, o_plain);
+        run_ring(ref, &d, cap, false, o_ring);
+        run_ring(ref, &d, c->n_pos, false, o_full);
+        run_ring(ref, &plain, cap, false, o_ref_plain);
+        const double e = max_abs_diff(o_ring, o_naive, n_o), n = nmse(o_ring, o_naive, n_o);
+        const double effect = nmse(o_plain, o_naive, n_o);
+        const bool same = !memcmp(o_ring, o_full, (size_t)n_o * 4);
+        const bool inf_same = minus_inf_heads_same(&d, o_ring, o_ref_plain);
+        bool zero = true; /* heads with a huge sink attend to nothing */
+        for (int64_t i = 0; i < n_o; i++)
+            if (d.sinks[(i % d.qd) / hd] >= 1e4f && o_ring[i] != 0.0f) zero = false;
+        CHECK_MSG(e <= 2e-6 && n <= 1e-12 && same && effect >= 1e-3 && zero && inf_same,
+                  "heads %d/%d dim %d window %d cap %d: max error %.1e NMSE %.1e, sinks move "
+                  "the naive output by NMSE %.1e%s%s%s",
+                  c->n_head, c->n_head_kv, hd, c->window, c->cap, e, n, effect,
+                  same ? "" : "; the ring changed the result",
+                  zero ? "" : "; a head with a huge sink is not 0",
+                  inf_same ? "" : "; a -inf sink changed bits");
+        if (e > worst) worst = e;
+        ref->ops->destroy(ref);
+        ring_data_free(&d);
+        free(o_naive), free(o_plain), free(o_ring), free(o_full), free(o_ref_plain);
+    }
+    printf("     ref    attention sinks: worst error %.1e against the naive one over %zu cases\n",
+           worst, sizeof g_sink_cases / sizeof *g_sink_cases);
+}
+
+/* Each fast ISA against the reference with sinks; its result must not depend on the
+ * ring, the batch split or the thread count, and a -inf sink must be no sink. */
+static void test_attention_sinks_fast(void) {
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        double worst = 0;
+        for (size_t ci = 0; ci < sizeof g_sink_cases / sizeof *g_sink_cases; ci++) {
+            const ring_case *c = &g_sink_cases[ci];
+            const int cap = c->cap ? c->cap : c->n_pos;
+            ring_data d = sink_data_make(c), plain = d;
+            plain.sinks = NULL;
+            const int64_t n_o = c->n_pos * d.qd;
+            float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
+            float *o_greedy = calloc((size_t)n_o, 4), *o_full = calloc((size_t)n_o, 4);
+            float *o_plain = calloc((size_t)n_o, 4);
+            al_backend *ref = backend(CPU_ISA_REF, 1, d.qd, c->n_pos);
+            al_backend *f3 = backend((cpu_isa)isa, 3, d.qd, c->n_pos),
+                       *f1 = backend((cpu_isa)isa, 1, d.qd, c->n_pos);
+            run_ring(ref, &d, cap, false, o_ref);
+            run_ring(f3, &d, cap, false, o_fast);
+            run_ring(f1, &d, cap, true, o_greedy);
+            run_ring(f3, &d, c->n_pos, false, o_full);
+            run_ring(f3, &plain, cap, false, o_plain);
+            const double e = nmse(o_fast, o_ref, n_o);
+            const bool same = !memcmp(o_fast, o_greedy, (size_t)n_o * 4) &&
+                              !memcmp(o_fast, o_full, (size_t)n_o * 4);
+            const bool inf_same = minus_inf_heads_same(&d, o_fast, o_plain);
+            CHECK_MSG(e <= 1e-10 && same && inf_same,
+                      "%s heads %d/%d dim %d window %d cap %d: NMSE %.2e%s%s",
+                      cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim,
+                      c->window, c->cap, e,
+                      same ? "" : "; the ring, pieces or threads changed the result",
+                      inf_same ? "" : "; a -inf sink changed bits");
+            if (e > worst) worst = e;
+            ref->ops->destroy(ref), f3->ops->destroy(f3), f1->ops->destroy(f1);
+            ring_data_free(&d);
+            free(o_ref), free(o_fast), free(o_greedy), free(o_full), free(o_plain);
+        }
+        printf("     %-6s attention sinks: worst NMSE %.1e over %zu cases\n",
+               cpu_isa_name((cpu_isa)isa), worst, sizeof g_sink_cases / sizeof *g_sink_cases);
     }
 }
 
@@ -780,6 +918,95 @@ static void test_gelu_scale(void) {
     ref->ops->destroy(ref);
 }
 
+/* ---- swiglu_oai -------------------------------------------------------------------------- */
+
+/* Inputs for gpt-oss's SwiGLU with a given limit: mostly within 3 limits, where both
+ * clamps and the sigmoid's bend matter, with every sixth element far out (+-1e3,
+ * +-1e20, the limit itself, just past it) and every sixth near 0. */
+static float swiglu_input(int64_t i, float limit) {
+    const float far[] = {1e3f, -1e3f, 1e20f, -1e20f, limit, -limit, limit * 1.0000001f, -60.0f};
+    return i % 6 == 4   ? far[(i / 6) % 8]
+           : i % 6 == 5 ? 0.01f * frand()
+                        : 3.0f * limit * frand();
+}
+
+/* The formula of backend.h in double, written apart from the reference's. */
+static double swiglu_oai_formula(float g, float u, float alpha, float limit) {
+    const double x = fmin(g, limit), y = fmax(fmin(u, limit), -limit);
+    return x * (1.0 / (1.0 + exp(-(double)alpha * x))) * (y + 1.0);
+}
+
+/* swiglu_oai of the reference against the formula (one float rounding) and of a fast
+ * backend against the reference on rows of n: within 2e-6, plus the rounding of
+ * alpha * x in float, which moves e^(-alpha x) by |alpha x| * 6e-8, plus x (y + 1)
+ * times 5e-39 below x = -52 / alpha, where e^(-alpha x) passes the SIMD exp's clamp.
+ * Returns the worst relative error where |x| <= limit. */
+static double check_swiglu(al_backend *fast, al_backend *ref, int64_t n, int64_t rows,
+                           float alpha, float limit) {
+    const int64_t m = n * rows;
+    float *g = malloc((size_t)m * 4), *u = malloc((size_t)m * 4);
+    float *a = malloc((size_t)m * 4), *b = malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++)
+        g[i] = swiglu_input(i, limit), u[i] = swiglu_input(i + 3 * (i / 7), limit);
+    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows), ut = f32_tensor(u, n, rows);
+    memcpy(a, g, (size_t)m * 4), memcpy(b, g, (size_t)m * 4);
+    fast->ops->swiglu_oai(fast, &at, &ut, alpha, limit);
+    ref->ops->swiglu_oai(ref, &bt, &ut, alpha, limit);
+    double worst = 0;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < m && bad < 0; i++) {
+        const double want = swiglu_oai_formula(g[i], u[i], alpha, limit);
+        const double x = fmin(g[i], limit), xy = fabs(x * (fmax(fmin(u[i], limit), -limit) + 1));
+        const double e = fabs((double)a[i] - b[i]);
+        const double tol = (2e-6 + 1.2e-7 * fabs(alpha * x)) * fabs(b[i]) + 5e-39 * xy + 1e-44;
+        if (!(fabs(b[i] - want) <= 1.2e-7 * fabs(want) + 1e-44) || !(e <= tol)) bad = i;
+        if (fabs(x) <= limit && b[i] != 0 && e / fabs(b[i]) > worst) worst = e / fabs(b[i]);
+    }
+    CHECK_MSG(bad < 0, "%s swiglu_oai n %lld rows %lld alpha %g limit %g: g %g u %g: %.9g, "
+              "reference %.9g, formula %.9g", fast->desc, (long long)n, (long long)rows, alpha,
+              limit, bad < 0 ? 0 : g[bad], bad < 0 ? 0 : u[bad], bad < 0 ? 0 : a[bad],
+              bad < 0 ? 0 : b[bad], bad < 0 ? 0 : swiglu_oai_formula(g[bad], u[bad], alpha, limit));
+    free(g), free(u), free(a), free(b);
+    return worst;
+}
+
+/* Known points: the clamps hold (g past the limit gives the value at the limit, u past
+ * +-limit that at +-limit: 7 sigmoid(11.914) 8 and 2 sigmoid(3.404) (-6), computed in
+ * Python) and u = -1 zeroes the output. */
+static void check_swiglu_points(al_backend *be) {
+    float g[5] = {7.0f, 100.0f, 2.0f, 2.0f, 3.0f}, u[5] = {7.0f, 50.0f, -7.0f, -1e9f, -1.0f};
+    al_tensor gt = f32_tensor(g, 5, 1), ut = f32_tensor(u, 5, 1);
+    be->ops->swiglu_oai(be, &gt, &ut, 1.702f, 7.0f);
+    CHECK_MSG(g[0] == g[1] && g[2] == g[3] && g[4] == 0.0f && fabs(g[0] - 55.9996250) < 4e-5 &&
+                  fabs(g[2] + 11.6139517) < 1e-5,
+              "%s: swiglu_oai clamps: %g %g, %g %g, %g", be->desc, g[0], g[1], g[2], g[3], g[4]);
+}
+
+static void test_swiglu_oai(void) {
+    static const int64_t ns[] = {1, 7, 13, 33, 640, 2049, 5000};
+    static const int64_t rows[] = {1, 3, 64};
+    static const float params[][2] = {{1.702f, 7.0f}, {1.0f, 2.5f}}; /* alpha, limit */
+    al_backend *ref = backend(CPU_ISA_REF, 1, 5000, 64);
+    check_swiglu_points(ref);
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) continue;
+        al_backend *fast = backend((cpu_isa)isa, 3, 5000, 64);
+        check_swiglu_points(fast);
+        double worst = 0;
+        for (int p = 0; p < 2; p++)
+            for (int i = 0; i < 7; i++)
+                for (int j = 0; j < 3; j++) {
+                    const double e =
+                        check_swiglu(fast, ref, ns[i], rows[j], params[p][0], params[p][1]);
+                    if (e > worst) worst = e;
+                }
+        printf("     %-6s swiglu_oai: worst relative error %.1e for |x| <= limit\n",
+               cpu_isa_name((cpu_isa)isa), worst);
+        fast->ops->destroy(fast);
+    }
+    ref->ops->destroy(ref);
+}
+
 /* rms_norm in place (out = x) on n_tok rows of n_head * hd floats, viewed as n_tok *
  * n_head rows of hd (backend.h: the per-head Q/K norm; n_head 1 is a plain in-place
  * norm), starting one row into the buffer; against the formula in double, and the
@@ -865,10 +1092,13 @@ int main(void) {
     TEST_RUN(test_sum_u64);
     TEST_RUN(test_row_ops);
     TEST_RUN(test_gelu_scale);
+    TEST_RUN(test_swiglu_oai);
     TEST_RUN(test_rms_norm_views);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_ring_ref);
     TEST_RUN(test_attention_ring_fast);
+    TEST_RUN(test_attention_sinks_ref);
+    TEST_RUN(test_attention_sinks_fast);
     TEST_RUN(test_matmul_passes);
     TEST_RUN(test_matmul_scalar);
     TEST_RUN(test_matmul_avx2);

@@ -1,5 +1,6 @@
 /* cpu.c: the CPU backend object: which instruction set runs, the scratch that reserve()
- * sizes, tensor storage, and the per-row ops (norm, rope, silu, gelu, scale, add).
+ * sizes, tensor storage, and the per-row ops (norm, rope, silu, gelu, gpt-oss's
+ * SwiGLU, scale, add).
  *
  * The instruction set is chosen once, when the backend is created, by ANYLLM_ISA: best
  * (the default: the best the CPU and OS support, by CPUID through
@@ -187,14 +188,15 @@ static void cpu_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint6
 
 /* ---- per-row ops ------------------------------------------------------------------------ */
 
-typedef enum { ROW_NORM, ROW_SILU, ROW_GELU, ROW_SCALE, ROW_ADD } row_op;
+typedef enum { ROW_NORM, ROW_SILU, ROW_GELU, ROW_SWIGLU_OAI, ROW_SCALE, ROW_ADD } row_op;
 
 typedef struct rows_job {
     const cpu_kernels *k;
     row_op op;
-    const al_tensor *x, *y; /* y: the norm weight, silu's or gelu's u, add's addend */
+    const al_tensor *x, *y; /* y: the norm weight, the gated ops' u, add's addend */
     al_tensor *out;
-    float f; /* the norm's epsilon, or scale's factor */
+    float f;  /* the norm's epsilon, scale's factor, or swiglu_oai's alpha */
+    float f2; /* swiglu_oai's limit */
 } rows_job;
 
 static void rows_part(void *arg, int ith, int nth) {
@@ -211,6 +213,9 @@ static void rows_part(void *arg, int ith, int nth) {
             break;
         case ROW_GELU:
             j->k->gelu_mul(x, cpu_f32_row(j->y, r), n);
+            break;
+        case ROW_SWIGLU_OAI:
+            j->k->swiglu_oai(x, cpu_f32_row(j->y, r), j->f, j->f2, n);
             break;
         case ROW_SCALE:
             j->k->scale(x, j->f, n);
@@ -244,6 +249,12 @@ static void fast_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
 
 static void fast_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
     rows_job j = {.op = ROW_GELU, .x = g, .y = u};
+    run_rows((cpu_backend *)be, &j);
+}
+
+static void fast_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha,
+                            float limit) {
+    rows_job j = {.op = ROW_SWIGLU_OAI, .x = g, .y = u, .f = alpha, .f2 = limit};
     run_rows((cpu_backend *)be, &j);
 }
 
@@ -341,6 +352,7 @@ static const al_backend_ops cpu_ref_ops = {
     .attention = ref_attention,
     .silu_mul = ref_silu_mul,
     .gelu_mul = ref_gelu_mul,
+    .swiglu_oai = ref_swiglu_oai,
     .scale = ref_scale,
     .add = ref_add,
 };
@@ -359,6 +371,7 @@ static const al_backend_ops cpu_fast_ops = {
     .attention = fast_attention,
     .silu_mul = fast_silu_mul,
     .gelu_mul = fast_gelu_mul,
+    .swiglu_oai = fast_swiglu_oai,
     .scale = fast_scale,
     .add = fast_add,
 };

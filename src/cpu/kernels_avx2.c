@@ -905,7 +905,9 @@ static void attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *sc
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
     attn_state st = {.lo = _mm256_loadu_si256((const __m256i *)lo),
                      .pos = _mm256_loadu_si256((const __m256i *)pos)};
-    __m256 mx = _mm256_set1_ps(-FLT_MAX), sum = _mm256_setzero_ps(); /* not -inf: ops.h */
+    float mx0[LANES], sum0[LANES];
+    cpu_attn_lane_start(a, kvh, q0, nq, LANES, mx0, sum0); /* -FLT_MAX (not -inf) or sinks */
+    __m256 mx = _mm256_loadu_ps(mx0), sum = _mm256_loadu_ps(sum0);
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
@@ -992,6 +994,27 @@ static void gelu_mul_avx2(float *g, const float *u, int64_t n) {
     }
 }
 
+/* min(limit, g) and max(-limit, .) keep a NaN input NaN, as the reference does. A gate
+ * below about -52 / alpha puts e^(-alpha x) beyond exp256's clamp: then x / 2.4e38
+ * where the exact value is below 1e-36. */
+static void swiglu_oai_avx2(float *g, const float *u, float alpha, float limit, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(limit);
+    const __m256 neg_lim = _mm256_set1_ps(-limit), neg_alpha = _mm256_set1_ps(-alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_min_ps(lim, _mm256_loadu_ps(g + i));
+        const __m256 y = _mm256_max_ps(neg_lim, _mm256_min_ps(lim, _mm256_loadu_ps(u + i)));
+        const __m256 e = exp256(_mm256_mul_ps(neg_alpha, x));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+                                              _mm256_add_ps(y, one)));
+    }
+    for (; i < n; i++) {
+        const float x = g[i] > limit ? limit : g[i];
+        const float y = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
 static void scale_avx2(float *x, float s, int64_t n) {
     const __m256 sv = _mm256_set1_ps(s);
     int64_t i = 0;
@@ -1047,6 +1070,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .rms_norm = rms_norm_avx2,
     .silu_mul = silu_mul_avx2,
     .gelu_mul = gelu_mul_avx2,
+    .swiglu_oai = swiglu_oai_avx2,
     .scale = scale_avx2,
     .add = add_avx2,
     .sum_u64 = sum_u64_avx2,

@@ -1152,10 +1152,12 @@ static void attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scr
     }
     int lo[LANES], pos[LANES], begin;
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
+    float mx0[LANES], sum0[LANES];
+    cpu_attn_lane_start(a, kvh, q0, nq, LANES, mx0, sum0); /* -FLT_MAX (not -inf) or sinks */
     attn_state st = {.lo = _mm512_loadu_si512(lo),
                      .pos = _mm512_loadu_si512(pos),
-                     .mx = _mm512_set1_ps(-FLT_MAX), /* not -inf: ops.h */
-                     .sum = _mm512_setzero_ps()};
+                     .mx = _mm512_loadu_ps(mx0),
+                     .sum = _mm512_loadu_ps(sum0)};
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
@@ -1235,6 +1237,23 @@ static void gelu_mul_512(float *g, const float *u, int64_t n) {
     }
 }
 
+/* min(limit, g) and max(-limit, .) keep a NaN input NaN, as the reference does. A gate
+ * below about -52 / alpha puts e^(-alpha x) beyond exp512's clamp: then x / 2.4e38
+ * where the exact value is below 1e-36. */
+static void swiglu_oai_512(float *g, const float *u, float alpha, float limit, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(limit);
+    const __m512 neg_lim = _mm512_set1_ps(-limit), neg_alpha = _mm512_set1_ps(-alpha);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_min_ps(lim, _mm512_maskz_loadu_ps(k, g + i));
+        const __m512 y =
+            _mm512_max_ps(neg_lim, _mm512_min_ps(lim, _mm512_maskz_loadu_ps(k, u + i)));
+        const __m512 e = exp512(_mm512_mul_ps(neg_alpha, x));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)),
+                                                      _mm512_add_ps(y, one)));
+    }
+}
+
 static void scale_512(float *x, float s, int64_t n) {
     const __m512 sv = _mm512_set1_ps(s);
     for (int64_t i = 0; i < n; i += 16) {
@@ -1293,6 +1312,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .rms_norm = rms_norm_512,
     .silu_mul = silu_mul_512,
     .gelu_mul = gelu_mul_512,
+    .swiglu_oai = swiglu_oai_512,
     .scale = scale_512,
     .add = add_512,
     .sum_u64 = sum_u64_512,

@@ -461,10 +461,7 @@ static void attn_scalar(const cpu_attn_args *a, int kvh, int q0, int nq, float *
     int begin;
     attn_load_queries(a, kvh, q0, nq, LANES, qt);
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, s.lo, s.pos, &begin);
-    for (int j = 0; j < LANES; j++) {
-        s.mx[j] = -FLT_MAX; /* not -inf: see ops.h */
-        s.sum[j] = 0;
-    }
+    cpu_attn_lane_start(a, kvh, q0, nq, LANES, s.mx, s.sum); /* -FLT_MAX or the sinks */
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
@@ -498,6 +495,15 @@ static void gelu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i], z2 = x * (CPU_GELU_K0 + CPU_GELU_K1 * x * x);
         g[i] = x / (1.0f + expf(-z2)) * u[i];
+    }
+}
+
+/* Comparisons as in the reference, so that NaN passes through the clamps. */
+static void swiglu_oai_scalar(float *g, const float *u, float alpha, float limit, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] > limit ? limit : g[i];
+        const float y = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
     }
 }
 
@@ -536,6 +542,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .rms_norm = rms_norm_scalar,
     .silu_mul = silu_mul_scalar,
     .gelu_mul = gelu_mul_scalar,
+    .swiglu_oai = swiglu_oai_scalar,
     .scale = scale_scalar,
     .add = add_scalar,
     .sum_u64 = sum_u64_scalar,

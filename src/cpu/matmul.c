@@ -402,7 +402,8 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
               .n_tokens = s->n_tokens,
               .cap = (int)k_cache->ne[1],
               .window = s->window,
-              .scale = cpu_attn_scale(s)},
+              .scale = cpu_attn_scale(s),
+              .sinks = s->sinks ? cpu_f32_row(s->sinks, 0) : NULL},
     };
     const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
     j.n_qtiles = (n_q + j.lanes - 1) / j.lanes;

@@ -39,6 +39,8 @@
 #ifndef AL_CPU_OPS_H
 #define AL_CPU_OPS_H
 
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -172,6 +174,7 @@ typedef struct cpu_attn_args {
     int cap;     /* rows of the caches */
     int window;  /* > 0: a query at p sees p - window + 1 .. p; 0: 0 .. p */
     float scale; /* multiplies q.k: al_attn_shape.scale, or 1 / sqrt(head_dim) */
+    const float *sinks; /* [n_head] logits in the denominator only (al_attn_shape), or NULL */
 } cpu_attn_args;
 
 /* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
@@ -185,7 +188,11 @@ typedef struct cpu_attn_args {
  * its rescale exp(max - new max) would be exp(-inf - -inf) = NaN; from -FLT_MAX it is
  * exp(0) = 1, which leaves the lane's zero sums zero. Once a lane sees a key, the
  * rescale is exp(-FLT_MAX - score) = 0, as it was from -inf, so a causal attention
- * (window 0) gives the same bits either way. */
+ * (window 0) gives the same bits either way.
+ *
+ * A sink is one more score with a zero value, seen before every key: its lane starts
+ * with the sink as the running maximum and e^(sink - sink) = 1 as the running sum
+ * (cpu_attn_lane_start), and the steps rescale that 1 like any other term. */
 typedef void (*cpu_attn_fn)(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
 
 /* The key positions each lane j of a tile sees, lo[j] .. pos[j] (lanes from nq on
@@ -204,6 +211,23 @@ static inline int cpu_attn_tile_keys(const cpu_attn_args *a, int q0, int nq, int
     }
     *begin = p_lo / CPU_ATTN_KEYS * CPU_ATTN_KEYS;
     return p_end;
+}
+
+/* The running maximum and sum each lane j of a tile starts from (lanes from nq on
+ * repeat the last query): -FLT_MAX and 0 without sinks (cpu_attn_fn), else the lane's
+ * sink and e^0 = 1. A sink of -inf is no sink: it starts from -FLT_MAX and e^-inf = 0,
+ * as without one. */
+static inline void cpu_attn_lane_start(const cpu_attn_args *a, int kvh, int q0, int nq,
+                                       int lanes, float *mx, float *sum) {
+    const int g = a->n_head / a->n_head_kv;
+    for (int j = 0; j < lanes; j++) {
+        mx[j] = -FLT_MAX;
+        sum[j] = 0.0f;
+        if (!a->sinks) continue;
+        const float sink = a->sinks[kvh * g + (q0 + (j < nq ? j : nq - 1)) % g];
+        if (sink > mx[j]) mx[j] = sink;
+        sum[j] = expf(sink - mx[j]);
+    }
 }
 
 /* Offsets in floats, from a->k or a->v, of kv head kvh at key positions [kb, kb + n):
@@ -242,6 +266,9 @@ typedef struct cpu_kernels {
     void (*rms_norm)(const float *x, const float *w, float eps, float *out, int64_t n);
     void (*silu_mul)(float *g, const float *u, int64_t n);
     void (*gelu_mul)(float *g, const float *u, int64_t n); /* within ~1e-6 of the reference */
+    /* backend.h swiglu_oai on one row; within a few 1e-7 of the reference, plus the
+     * rounding of alpha * x in e^(-alpha x) where sigmoid is tiny */
+    void (*swiglu_oai)(float *g, const float *u, float alpha, float limit, int64_t n);
     void (*scale)(float *x, float s, int64_t n);
     void (*add)(float *x, const float *y, int64_t n);
     /* the sum of n 64-bit words (n a multiple of 16, p 64-byte aligned): a read at the
@@ -311,6 +338,7 @@ void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const
                    al_tensor *out);
 void ref_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
+void ref_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
 

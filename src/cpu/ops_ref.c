@@ -88,6 +88,25 @@ void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU as backend.h writes it, in double: the gate is clamped
+ * above only, the linear input on both sides. Comparisons, not fmin/fmax, so that a
+ * NaN input gives NaN as the fast kernels do. */
+static double swiglu_oai(double g, double u, double alpha, double limit) {
+    const double x = g > limit ? limit : g;
+    const double y = u > limit ? limit : u < -limit ? -limit : u;
+    return x / (1.0 + exp(-alpha * x)) * (y + 1.0);
+}
+
+void ref_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit) {
+    (void)be;
+    for (int64_t r = 0; r < g->ne[1]; r++) {
+        float *gr = cpu_f32_row(g, r);
+        const float *ur = cpu_f32_row(u, r);
+        for (int64_t i = 0; i < g->ne[0]; i++)
+            gr[i] = (float)swiglu_oai(gr[i], ur[i], alpha, limit);
+    }
+}
+
 void ref_scale(al_backend *be, al_tensor *x, float s) {
     (void)be;
     for (int64_t r = 0; r < x->ne[1]; r++) {
@@ -216,7 +235,8 @@ typedef struct attn_job {
 
 /* One query row of one head against every position it sees: 0 .. p, or the last
  * `window` of them; position j lies in cache row j % cap. The scores of one query are
- * the only n_ctx-sized buffer: no n_ctx x n_ctx matrix exists. */
+ * the only n_ctx-sized buffer: no n_ctx x n_ctx matrix exists. A sink is a score with
+ * no value: it takes part in the maximum and adds e^(sink - max) to the denominator. */
 static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const al_attn_shape *s = j->s;
     const int kvh = h / (s->n_head / s->n_head_kv);
@@ -225,13 +245,14 @@ static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const int64_t n_vis = p - first + 1;
     const float *q = cpu_f32_row(j->q, t) + (int64_t)h * s->head_dim;
     const float scale = cpu_attn_scale(s);
-    float mx = -INFINITY;
+    const float sink = s->sinks ? cpu_f32_row(s->sinks, 0)[h] : -INFINITY;
+    float mx = sink;
     for (int64_t i = 0; i < n_vis; i++) {
         const float *k = cpu_f32_row(j->k_cache, (first + i) % cap) + (int64_t)kvh * s->head_dim;
         scores[i] = dot_f32(q, k, s->head_dim) * scale;
         if (scores[i] > mx) mx = scores[i];
     }
-    double sum = 0;
+    double sum = s->sinks ? expf(sink - mx) : 0.0;
     for (int64_t i = 0; i < n_vis; i++) {
         scores[i] = expf(scores[i] - mx);
         sum += scores[i];
