@@ -1,0 +1,75 @@
+#!/bin/sh
+# Mixtures of experts through the command line, on small models gen-model writes (the
+# reference logits of ../shared/models/moe are build/test_ref's):
+#   - gen-model writes qwen3moe and gpt-oss files that load and run, and refuses
+#     expert options that do not fit;
+#   - `info` reports the bytes a token reads: a token uses k of the experts, so it
+#     reads fewer bytes than the file holds;
+#   - YaRN rope scaling: a factor of 1 gives the very logits of no scaling (the
+#     factors and the attention scale are wired through), a factor of 32 changes them,
+#     and Vulkan, when there is a device, computes the same as the CPU.
+. "$(dirname "$0")/lib.sh"
+cmp_bin=$BUILD/test_ref
+shape="--dim 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 1024"
+experts="--experts 8 --experts-used 2 --ffn-exp 128"
+toks=$(seq -s, 5 60)
+
+for arch in qwen3moe gpt-oss; do
+    f=$tmp/$arch.gguf
+    swa=""; [ $arch = gpt-oss ] && swa="--swa 16"
+    if "$bin" gen-model "$f" --arch $arch $shape $experts $swa --type Q8_0 \
+            >/dev/null 2>"$tmp/err" &&
+        "$bin" logits -m "$f" --tokens "$toks" --out "$tmp/$arch.f32" -t 2 2>"$tmp/err"; then
+        ok "gen-model $arch runs: $("$bin" info -m "$f" | grep '^features' | cut -c24-120)"
+    else
+        bad "gen-model $arch: $(head -n 3 "$tmp/err")"
+        continue
+    fi
+    file_bytes=$(wc -c <"$f")
+    per_token=$("$bin" info -m "$f" | sed -nE 's/^read per token +([0-9]+) bytes.*/\1/p')
+    if [ -n "$per_token" ] && [ "$per_token" -gt 0 ] && [ "$per_token" -lt "$file_bytes" ]; then
+        ok "$arch: a token reads $per_token of the file's $file_bytes bytes"
+    else
+        bad "$arch: read per token '$per_token', file $file_bytes bytes"
+    fi
+done
+
+expect_error "gen-model qwen3moe without --experts" "$bin" gen-model "$tmp/x.gguf" \
+    --arch qwen3moe $shape --type Q8_0
+expect_error "gen-model --experts-used beyond --experts" "$bin" gen-model "$tmp/x.gguf" \
+    --arch qwen3moe $shape --experts 4 --experts-used 8 --ffn-exp 64 --type Q8_0
+expect_error "gen-model --experts on a dense architecture" "$bin" gen-model "$tmp/x.gguf" \
+    --arch llama --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 1024 \
+    $experts --type Q8_0
+
+# YaRN: the same weights (the same seed) without scaling, with factor 1 and factor 32
+for y in 0 1 32; do
+    extra=""; [ $y -gt 0 ] && extra="--yarn $y"
+    "$bin" gen-model "$tmp/y$y.gguf" --arch gpt-oss $shape $experts --swa 16 --ctx 4096 \
+        --type F16 $extra >/dev/null 2>&1 &&
+        "$bin" logits -m "$tmp/y$y.gguf" --tokens "$toks" --out "$tmp/y$y.f32" -t 2 \
+        2>"$tmp/err" || bad "YaRN $y: $(head -n 3 "$tmp/err")"
+done
+if cmp -s "$tmp/y0.f32" "$tmp/y1.f32"; then ok "YaRN factor 1: the logits of no scaling, bit for bit"
+else bad "YaRN factor 1 differs from no scaling"; fi
+if ! "$cmp_bin" --compare "$tmp/y32.f32" "$tmp/y0.f32" 1e-3 >"$tmp/out" 2>&1; then
+    ok "YaRN factor 32 changes the logits: $(cat "$tmp/out")"
+else
+    bad "YaRN factor 32 changes nothing: $(cat "$tmp/out")"
+fi
+if "$bin" info -m "$tmp/y32.gguf" | grep -q 'YaRN rope scaling'; then ok "info names YaRN"
+else bad "info does not name YaRN"; fi
+if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
+    "$bin" logits --backend vulkan -m "$tmp/y32.gguf" --tokens "$toks" --out "$tmp/y32v.f32" \
+        2>"$tmp/err"
+    if res=$("$cmp_bin" --compare "$tmp/y32v.f32" "$tmp/y32.f32" 1e-6 2>&1); then
+        ok "YaRN on Vulkan equals the CPU: $res"
+    else
+        bad "YaRN on Vulkan: $res $(head -n 2 "$tmp/err")"
+    fi
+else
+    echo "note: no Vulkan device: YaRN on Vulkan not compared"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
