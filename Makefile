@@ -179,9 +179,11 @@ $(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/
 	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c -o $@ -lm
-# ... and on the tokenizer, the detokenizer and the chat templates (tests/fuzz_text.c)
+# ... and on the tokenizer, the detokenizer, the chat templates and the Harmony reply
+# parser (tests/fuzz_text.c)
 FUZZ_TEXT_BIN := $(BUILD)/fuzz/fuzz_text
-FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/tokenizer_special.c src/chat.c src/gguf.c \
+FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/tokenizer_special.c src/chat.c \
+	src/harmony.c src/gguf.c \
 	src/quant.c src/util.c
 $(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h include/*.h)
 	@mkdir -p $(dir $@)

@@ -221,7 +221,8 @@ void al_sampler_reset(al_sampler *s);
 /* ---- chat templates ---------------------------------------------------------------------
  * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
  * the common formats from the template's text and renders them in C. Formats:
- * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3". A template
+ * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3", and
+ * "harmony" (gpt-oss), whose replies come on channels (al_harmony below). A template
  * that is not recognised is an error, never a guess; a file with no template gets its
  * architecture's built-in format where the family fixes one (al_chat_template_choose).
  * The rendered text holds no BOS. Generation ends at the format's end-of-turn token
@@ -242,8 +243,9 @@ const char *al_model_chat_template(const al_model *m);
 al_status al_chat_template_detect(const char *tmpl, const char **name);
 
 /* The built-in format of an architecture (al_model_info.arch) whose model files may
- * carry no template: "gemma" for gemma, gemma2 and gemma3, whose turn format is fixed
- * by the model family; NULL for the others and for NULL. The name is static. */
+ * carry no template: "gemma" for gemma, gemma2 and gemma3, "harmony" for gpt-oss, whose
+ * turn formats are fixed by the model family; NULL for the others and for NULL. The
+ * name is static. */
 const char *al_chat_template_builtin(const char *arch);
 
 /* The format to chat with a model in, from its template (al_model_chat_template, may be
@@ -257,7 +259,14 @@ al_status al_chat_template_choose(const char *tmpl, const char *arch, const char
 /* Renders n messages in the named format, then the assistant's header when
  * add_generation_prompt. tmpl, if not NULL, is the model's template: a default system
  * prompt written into it (as SmolLM2's and Qwen's are) is used when the messages have
- * none. On success *out is a NUL-terminated string freed with al_string_free(). */
+ * none. On success *out is a NUL-terminated string freed with al_string_free().
+ * "harmony" renders what OpenAI's gpt-oss template renders for a plain conversation:
+ * always its system message (the model identity and knowledge cutoff the template sets,
+ * else OpenAI's; "Reasoning: medium"; the valid channels; no "Current date" line, so a
+ * prompt does not change with the day), then each system message as a developer
+ * message ("# Instructions\n\n" + text), user turns, and past assistant turns as their
+ * final channel (<|start|>assistant<|channel|>final<|message|>TEXT<|end|>); the
+ * generation prompt is "<|start|>assistant". */
 al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs,
                          int n, bool add_generation_prompt, char **out);
 void al_string_free(char *s);
@@ -272,6 +281,72 @@ void al_string_free(char *s);
 al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl,
                            const al_chat_message *msgs, int n, bool add_generation_prompt,
                            int32_t **tokens, int *n_tokens);
+
+/* ---- Harmony replies (gpt-oss) -----------------------------------------------------------
+ * A model chatting in the "harmony" format writes its reply as messages on channels:
+ *   <|channel|>analysis<|message|>reasoning ...<|end|>
+ *   <|start|>assistant<|channel|>final<|message|>the answer ...<|return|>
+ * al_harmony splits that text, as it streams in, into pieces by channel. What it reads:
+ *   - a message is a header, <|message|>, then a body up to <|end|>, <|return|> or
+ *     <|call|>; the header names the channel after <|channel|> (the word up to a space
+ *     or a marker: "final", "analysis", "commentary"; another name counts as
+ *     commentary, none at all as final); <|start|> opens the next message;
+ *   - the reply is complete (al_harmony_done) at <|return|> or <|call|>, or when a final
+ *     message ends with <|end|>; what follows is ignored;
+ *   - text outside any message (at the start, or after an <|end|>) is final text, so a
+ *     model that ignores the format still answers: it is released when <|start|>,
+ *     <|end|>, <|return|>, <|call|> or al_harmony_finish ends it, or past 256 bytes
+ *     (followed by <|channel|> or <|message|> it is a header instead); a header past
+ *     256 bytes ends there, the rest being the body of the channel it named;
+ *   - a body cut short by <|start|> or <|channel|> ends there; a stray <|message|> or
+ *     <|constrain|> in a body is dropped; any other "<|...|>" is text.
+ * How the text is cut into pushes does not change the pieces' text per channel: a
+ * marker split across pushes is held back until it is complete. The markers are
+ * control tokens of gpt-oss's vocabulary, which print as nothing: feed generated tokens
+ * with al_harmony_push_token, which writes control tokens' text. Not thread-safe; one
+ * parser per reply. */
+
+typedef enum al_channel {
+    AL_CHANNEL_FINAL,      /* the answer, for the user                                  */
+    AL_CHANNEL_ANALYSIS,   /* the chain of thought: not for the user unless asked       */
+    AL_CHANNEL_COMMENTARY, /* tool-call preambles and calls (tools are not supported)   */
+} al_channel;
+
+typedef struct al_chat_piece {
+    al_channel channel;
+    const char *text; /* len bytes, not NUL-terminated */
+    size_t len;
+} al_chat_piece;
+
+typedef struct al_harmony al_harmony;
+
+/* A parser for one reply. v (may be NULL) is the vocabulary al_harmony_push_token
+ * decodes with; the parser does not own it, and it must outlive the parser. */
+al_status al_harmony_create(const al_vocab *v, al_harmony **out);
+void al_harmony_destroy(al_harmony *h); /* NULL is a no-op */
+
+/* Feeds len bytes of generated text, markers as text. *pieces (may be set to NULL when
+ * *n_pieces is 0) lists the text now known, in order, adjacent pieces of one channel
+ * merged; it is owned by the parser and valid until its next call. AL_ERR_NOMEM leaves
+ * the parser unusable. */
+al_status al_harmony_push(al_harmony *h, const char *text, size_t len,
+                          const al_chat_piece **pieces, int *n_pieces);
+
+/* Feeds one generated token: a control token that is one of Harmony's markers as its
+ * text, other control tokens (BOS, <|endoftext|>) as nothing, and any other token
+ * through the parser's own streaming detokenizer (al_detok), which holds back an
+ * incomplete UTF-8 character. AL_ERR_ARG for an id out of range or a parser made
+ * without a vocabulary. Pieces as al_harmony_push. */
+al_status al_harmony_push_token(al_harmony *h, int32_t id, const al_chat_piece **pieces,
+                                int *n_pieces);
+
+/* The end of the reply (an end-of-generation token, the token limit): releases what was
+ * held back (a partial marker is text, and so is a partial character; text outside any
+ * message is final text). The parser is then done and ignores what it is given. */
+al_status al_harmony_finish(al_harmony *h, const al_chat_piece **pieces, int *n_pieces);
+
+/* True once the reply is complete: generation should stop. */
+bool al_harmony_done(const al_harmony *h);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,11 @@
  * tokens its template writes, and rendered here. Recognition is by markers that only
  * that format uses, and an unrecognised template is an error, so a prompt is never
  * formatted silently wrong. A file with no template at all gets the format of its
- * architecture when that is fixed (Gemma), else an error.
+ * architecture when that is fixed (Gemma, gpt-oss), else an error. The replies of
+ * Harmony (gpt-oss), which come on channels, are parsed in harmony.c.
  */
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "anyllm.h"
@@ -77,7 +79,9 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
     *name = NULL;
     if (!tmpl || !*tmpl) return al_error(AL_ERR_ARG, "the model has no chat template; "
                                          "name one with --chat-template");
-    if (strstr(tmpl, "<|im_start|>")) *name = "chatml";
+    /* first: Harmony's template also writes <|end|>, which phi3's check looks for */
+    if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|channel|>")) *name = "harmony";
+    else if (strstr(tmpl, "<|im_start|>")) *name = "chatml";
     else if (strstr(tmpl, "<|start_header_id|>")) *name = "llama3";
     else if (strstr(tmpl, "<start_of_turn>")) *name = "gemma";
     else if (strstr(tmpl, "<|user|>") && strstr(tmpl, "<|end|>")) *name = "phi3";
@@ -85,19 +89,21 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
     else if (strstr(tmpl, "[INST]")) *name = "mistral";
     if (*name) return AL_OK;
     return al_error(AL_ERR_UNSUPPORTED, "the model's chat template is not one anyllm can "
-                    "render (chatml, llama3, llama2, mistral, gemma, phi3); name one with "
-                    "--chat-template");
+                    "render (chatml, llama3, llama2, mistral, gemma, phi3, harmony); name one "
+                    "with --chat-template");
 }
 
 /* Architectures whose GGUF files often carry no template, and the format their models
  * were trained on: Gemma's turn format is fixed by the model family (Google's Gemma 3
- * 270M file, for one, has no tokenizer.chat_template). */
+ * 270M file, for one, has no tokenizer.chat_template), and gpt-oss works only in
+ * Harmony (OpenAI: "should not be used without using the harmony format"). */
 static const struct {
     const char *arch, *name;
 } k_builtin[] = {
     {"gemma", "gemma"},
     {"gemma2", "gemma"},
     {"gemma3", "gemma"},
+    {"gpt-oss", "harmony"},
 };
 
 const char *al_chat_template_builtin(const char *arch) {
@@ -114,6 +120,26 @@ al_status al_chat_template_choose(const char *tmpl, const char *arch, const char
     return al_error(AL_ERR_ARG, "the model has no chat template and anyllm has no built-in one "
                     "for its architecture (%s); name one with --chat-template",
                     arch ? arch : "unknown");
+}
+
+/* The text of a Jinja string literal, s[0..end) between its quotes, with its escapes
+ * undone; NULL when empty or out of memory. */
+static char *unescape(const char *s, const char *end) {
+    strbuf b = {0};
+    for (const char *c = s; c < end; c++) {
+        if (c[0] == '\\' && c + 1 < end) {
+            char e = c[1] == 'n' ? '\n' : c[1] == 't' ? '\t' : c[1];
+            sb_append_n(&b, &e, 1);
+            c++;
+        } else {
+            sb_append_n(&b, c, 1);
+        }
+    }
+    if (b.failed) {
+        al_free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 /* A ChatML template may write a default system turn as a string literal, e.g.
@@ -139,23 +165,38 @@ static char *default_system(const char *tmpl) {
         if (!end) return NULL; /* no later turn has an end either */
         if (!no_quote && (!quote || quote < q)) no_quote = !(quote = strpbrk(q, "'\""));
         if (quote && quote < end) continue; /* the literal ends first: not a default */
-        strbuf b = {0};
-        for (const char *c = q; c < end; c++) {
-            if (c[0] == '\\' && c + 1 < end) { /* Jinja string escapes */
-                char e = c[1] == 'n' ? '\n' : c[1] == 't' ? '\t' : c[1];
-                sb_append_n(&b, &e, 1);
-                c++;
-            } else {
-                sb_append_n(&b, c, 1);
-            }
-        }
-        if (b.failed) {
-            al_free(b.s);
-            return NULL;
-        }
-        return b.s ? b.s : NULL;
+        return unescape(q, end);
     }
     return NULL;
+}
+
+/* The string literal a Harmony template assigns to a variable, e.g. the identity in
+ * `{%- set model_identity = "You are ..." %}`, unescaped; NULL if there is none. */
+static char *harmony_set(const char *tmpl, const char *var) {
+    char want[64];
+    snprintf(want, sizeof want, "set %s", var);
+    const char *p = tmpl ? strstr(tmpl, want) : NULL;
+    if (!p) return NULL;
+    p += strlen(want);
+    while (*p == ' ') p++;
+    if (*p++ != '=') return NULL;
+    while (*p == ' ') p++;
+    char quote = *p;
+    if (quote != '"' && quote != '\'') return NULL;
+    const char *start = ++p;
+    while (*p && *p != quote) p += p[0] == '\\' && p[1] ? 2 : 1;
+    return *p ? unescape(start, p) : NULL; /* an unterminated literal is no default */
+}
+
+/* The knowledge cutoff a Harmony template writes ("Knowledge cutoff: 2024-06\n"), or
+ * NULL: the text up to the escape, quote or brace that ends it, at most 32 bytes. */
+static char *harmony_cutoff(const char *tmpl) {
+    static const char key[] = "Knowledge cutoff: ";
+    const char *p = tmpl ? strstr(tmpl, key) : NULL;
+    if (!p) return NULL;
+    p += sizeof key - 1;
+    size_t n = strcspn(p, "\\\"'{}<\n");
+    return n > 0 && n <= 32 ? unescape(p, p + n) : NULL;
 }
 
 /* ---- rendering -------------------------------------------------------------------- */
@@ -246,6 +287,34 @@ static void render_phi3(strbuf *b, const al_chat_message *m, int n, bool gen) {
     if (gen) sb_append(b, "<|assistant|>\n");
 }
 
+/* Harmony (OpenAI's gpt-oss format, github.com/openai/harmony docs/format.md): the
+ * system message carries meta data (identity, knowledge cutoff, reasoning effort,
+ * channels); what other formats call the system prompt is the developer message's
+ * instructions. Past replies keep only their final channel: the chain of thought of
+ * earlier turns is dropped, as the model was trained. */
+static void render_harmony(strbuf *b, const char *tmpl, const al_chat_message *m, int n,
+                           bool gen) {
+    char *identity = harmony_set(tmpl, "model_identity"), *cutoff = harmony_cutoff(tmpl);
+    sb_cat(b, "<|start|>system<|message|>",
+           identity ? identity : "You are ChatGPT, a large language model trained by OpenAI.",
+           "\nKnowledge cutoff: ", cutoff ? cutoff : "2024-06",
+           "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+           "Channel must be included for every message.<|end|>", NULL);
+    al_free(identity);
+    al_free(cutoff);
+    for (int i = 0; i < n; i++) {
+        if (is_role(m[i].role, "system"))
+            sb_append(b, "<|start|>developer<|message|># Instructions\n\n");
+        else if (is_role(m[i].role, "user"))
+            sb_append(b, "<|start|>user<|message|>");
+        else
+            sb_append(b, "<|start|>assistant<|channel|>final<|message|>");
+        sb_content(b, m[i].content);
+        sb_append(b, "<|end|>");
+    }
+    if (gen) sb_append(b, "<|start|>assistant");
+}
+
 /* Renders into b (spans included); on failure b holds nothing to free. */
 static al_status render(const char *name, const char *tmpl, const al_chat_message *msgs, int n,
                         bool gen, strbuf *b) {
@@ -264,9 +333,10 @@ static al_status render(const char *name, const char *tmpl, const al_chat_messag
     else if (!strcmp(name, "mistral")) render_inst(b, msgs, n, false);
     else if (!strcmp(name, "gemma")) render_gemma(b, msgs, n, gen);
     else if (!strcmp(name, "phi3")) render_phi3(b, msgs, n, gen);
+    else if (!strcmp(name, "harmony")) render_harmony(b, tmpl, msgs, n, gen);
     else
         return al_error(AL_ERR_UNSUPPORTED, "chat template '%s' is not known (chatml, llama3, "
-                        "llama2, mistral, gemma, phi3)", name);
+                        "llama2, mistral, gemma, phi3, harmony)", name);
     sb_append(b, ""); /* an empty conversation is still a string */
     if (b->failed) {
         al_free(b->s);

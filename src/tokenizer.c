@@ -388,6 +388,8 @@ static const char *const k_eog_texts[] = {
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
+    "<|return|>", /* Harmony (gpt-oss): the reply is complete       */
+    "<|call|>",   /* Harmony: the reply ends in a tool call         */
     "<end_of_turn>",
     "<|endoftext|>",
     "<|eom_id|>",
@@ -409,6 +411,12 @@ static void mark_eog(al_vocab *v) {
     if (v->eos >= 0) v->eog[v->eos] = 1;
     if (v->eot >= 0) v->eog[v->eot] = 1;
     if (v->eom >= 0) v->eog[v->eom] = 1;
+    /* Harmony's <|end|> closes one message of a reply that goes on (the reasoning, then
+     * the answer); <|return|> and <|call|> end the reply. A vocabulary with all three
+     * is Harmony's, whatever its eos/eot keys say (llama.cpp decides the same way). */
+    int32_t end = vocab_lookup(v, "<|end|>", 7);
+    if (end >= 0 && vocab_lookup(v, "<|return|>", 10) >= 0 && vocab_lookup(v, "<|call|>", 8) >= 0)
+        v->eog[end] = 0;
 }
 
 static int hex_digit(char c) {

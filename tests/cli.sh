@@ -1,7 +1,8 @@
 #!/bin/sh
 # End-to-end tests of the anyllm command line: `info` on every shared GGUF file (its
 # features and chat template lines), `logits` against a reference, the chat template
-# chosen for a file without one, and one-line errors with a non-zero exit for bad use.
+# chosen for a file without one, chat in the Harmony format, and one-line errors with a
+# non-zero exit for bad use.
 . "$(dirname "$0")/lib.sh"
 
 if [ ! -d "$SHARED/models" ]; then
@@ -155,6 +156,35 @@ if [ $rc -eq 0 ] && grep -q "NUL byte" "$tmp/err" && [ ! -s "$tmp/out" ]; then
     ok "chat skips a line holding a NUL byte: $(cat "$tmp/err")"
 else
     bad "chat with a NUL byte: rc $rc, out '$(cat "$tmp/out")', err '$(cat "$tmp/err")'"
+fi
+
+# chat in the Harmony format (gpt-oss) on a model that does not write it (random weights,
+# no Harmony tokens): the reply goes through the reply parser, which takes text outside
+# the format for the answer; --show-reasoning marks the channels, and without it the
+# same answer comes unmarked
+printf 'Hi\n' | "$bin" chat -m "$m" --chat-template harmony -n 12 --temp 0 -t 2 \
+    >"$tmp/plain" 2>"$tmp/err"; rc1=$?
+printf 'Hi\n' | "$bin" chat -m "$m" --chat-template harmony -n 12 --temp 0 -t 2 --show-reasoning \
+    >"$tmp/marked" 2>>"$tmp/err"; rc2=$?
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -s "$tmp/plain" ] && [ ! -s "$tmp/err" ] &&
+        [ "[final] $(cat "$tmp/plain")" = "$(cat "$tmp/marked")" ]; then
+    ok "chat --chat-template harmony: the answer, marked with --show-reasoning"
+else
+    bad "chat harmony: rc $rc1/$rc2, '$(cat "$tmp/plain")' vs '$(cat "$tmp/marked")': $(cat "$tmp/err")"
+fi
+
+# a gpt-oss file without a template gets the built-in Harmony format, once the
+# architecture runs here
+oss=$SHARED/models/moe/ref-gpt-oss-f32.gguf
+if [ -f "$oss" ] && "$bin" info -m "$oss" >"$tmp/info" 2>&1 && ! grep -q '^runnable *no' "$tmp/info"; then
+    line=$(grep '^chat template' "$tmp/info")
+    if echo "$line" | grep -q '^chat template  *harmony (built in for gpt-oss'; then
+        ok "info on a gpt-oss file without a template: $line"
+    else
+        bad "info on a gpt-oss file: '$line'"
+    fi
+else
+    echo "skip: the gpt-oss architecture does not run here (or $oss is missing)"
 fi
 
 echo "$pass passed, $fail failed"

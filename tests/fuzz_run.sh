@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs the libFuzzer targets for FUZZ_SECONDS in all, half each: the GGUF reader
 # (FUZZ_BIN, seeded by tests/fuzz_seed.sh) and the tokenizer + chat templates
-# (FUZZ_TEXT_BIN, seeded with the shared vocabularies' test strings and a few templates,
-# on the shared vocabularies and the odd ones of BUILD/gen_malformed when it is built).
+# (FUZZ_TEXT_BIN, seeded with the shared vocabularies' test strings, a few templates and
+# Harmony replies, on the shared vocabularies and the odd ones of BUILD/gen_malformed
+# when it is built).
 # Each passes when its fuzzer finds no crash, leak, trap or sanitizer report.
 bin=${FUZZ_BIN:-build/fuzz/fuzz_gguf}
 text_bin=${FUZZ_TEXT_BIN:-build/fuzz/fuzz_text}
@@ -48,6 +49,11 @@ done
 printf "\001<|im_start|>system\\\\nYou are kind.<|im_end|>\\\\n{%% for m in messages %%}" > "$text_corpus/seed-chatml"
 printf "\002<|start_header_id|>user<|end_header_id|>\n\n{{ c }}<|eot_id|>" > "$text_corpus/seed-llama3"
 printf "\000[INST] <<SYS>>\nsys\n<</SYS>>\n\nhi [/INST]<start_of_turn><|user|><|end|>" > "$text_corpus/seed-inst"
+# Harmony: a reply with reasoning and an answer, and a tool call (the reply parser)
+printf "\001<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi<|return|>" \
+    > "$text_corpus/seed-harmony"
+printf "\002 to=functions.f<|channel|>commentary <|constrain|>json<|message|>{}<|call|>set model_identity = 'x'" \
+    > "$text_corpus/seed-harmony-call"
 # The generator's odd vocabularies too (tests/gen_malformed.c), when it is built.
 gen=${BUILD:-build}/gen_malformed
 odd=$(dirname "$text_bin")/odd_vocabs

@@ -11,7 +11,10 @@
  *     text must equal the input (every byte has a token, so nothing may be lost);
  *   - given to al_chat_template_detect as a template, and rendered by every format with
  *     itself as the template (the default-system extraction reads it) and as the
- *     content of the messages.
+ *     content of the messages;
+ *   - parsed as a Harmony reply, whole and cut into pieces (the text per channel and the
+ *     end state must not depend on the cuts), and fed token by token to a parser with
+ *     the vocabulary (al_harmony_push_token).
  * Without vocabularies (SHARED unset and ../shared absent) only the chat part runs.
  */
 #include <stdio.h>
@@ -111,12 +114,85 @@ static void fuzz_tokenizer(const al_vocab *v, bool bpe, const char *text, size_t
     }
 }
 
+/* The text per channel a parser released, and whether it was done before the end. */
+typedef struct parse_out {
+    char *text[3];
+    size_t len[3], cap[3];
+    bool done;
+} parse_out;
+
+static void take(parse_out *o, const al_chat_piece *p, int n) {
+    for (int i = 0; i < n; i++) {
+        int c = (int)p[i].channel;
+        REQUIRE(c >= 0 && c < 3 && p[i].len > 0 && (i == 0 || p[i - 1].channel != p[i].channel));
+        while (o->len[c] + p[i].len > o->cap[c]) {
+            o->cap[c] = o->cap[c] ? 2 * o->cap[c] : 256;
+            o->text[c] = realloc(o->text[c], o->cap[c]);
+            REQUIRE(o->text[c]);
+        }
+        memcpy(o->text[c] + o->len[c], p[i].text, p[i].len);
+        o->len[c] += p[i].len;
+    }
+}
+
+/* Parses text in pieces of `step` bytes (0: whole). */
+static void parse_steps(const char *text, size_t len, size_t step, parse_out *o) {
+    al_harmony *h = NULL;
+    REQUIRE(al_harmony_create(NULL, &h) == AL_OK);
+    const al_chat_piece *p;
+    int n;
+    for (size_t at = 0; at < len;) {
+        size_t k = step == 0 || step > len - at ? len - at : step;
+        REQUIRE(al_harmony_push(h, text + at, k, &p, &n) == AL_OK);
+        take(o, p, n);
+        at += k;
+    }
+    o->done = al_harmony_done(h);
+    REQUIRE(al_harmony_finish(h, &p, &n) == AL_OK);
+    take(o, p, n);
+    REQUIRE(al_harmony_done(h));
+    al_harmony_destroy(h);
+}
+
+static void fuzz_harmony(const al_vocab *v, const char *text, size_t len) {
+    parse_out whole = {0}, cut = {0};
+    parse_steps(text, len, 0, &whole);
+    parse_steps(text, len, 1 + (len ? (unsigned char)text[0] % 13 : 0), &cut);
+    REQUIRE(whole.done == cut.done);
+    for (int c = 0; c < 3; c++) {
+        REQUIRE(whole.len[c] == cut.len[c]);
+        REQUIRE(whole.len[c] == 0 || !memcmp(whole.text[c], cut.text[c], whole.len[c]));
+        free(whole.text[c]);
+        free(cut.text[c]);
+    }
+    if (!v) return;
+    al_tokenize_params tp = {.add_special = false, .parse_special = true};
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (al_tokenize(v, text, len, &tp, &ids, &n_ids) != AL_OK) return;
+    al_harmony *h = NULL;
+    REQUIRE(al_harmony_create(v, &h) == AL_OK);
+    parse_out tok = {0};
+    const al_chat_piece *p;
+    int n;
+    for (int i = 0; i < n_ids; i++) {
+        REQUIRE(al_harmony_push_token(h, ids[i], &p, &n) == AL_OK);
+        take(&tok, p, n);
+    }
+    REQUIRE(al_harmony_finish(h, &p, &n) == AL_OK);
+    take(&tok, p, n);
+    for (int c = 0; c < 3; c++) free(tok.text[c]);
+    al_harmony_destroy(h);
+    al_free_tokens(ids);
+}
+
 static void fuzz_chat(const char *text) {
-    static const char *const formats[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"};
+    static const char *const formats[] = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3",
+                                          "harmony"};
     const char *name;
     if (al_chat_template_detect(text, &name) == AL_OK) REQUIRE(name != NULL);
     al_chat_message msgs[] = {{"system", text}, {"user", text}, {"assistant", text}, {"user", "hi"}};
-    for (int f = 0; f < 6; f++) {
+    for (int f = 0; f < (int)(sizeof formats / sizeof *formats); f++) {
         for (int first = 0; first < 2; first++) { /* with and without the system message */
             char *out = NULL;
             REQUIRE(al_chat_render(formats[f], text, msgs + first, 4 - first, true, &out) == AL_OK);
@@ -135,6 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int which = data[0] % g_n_vocab;
     if (g_vocab[which]) fuzz_tokenizer(g_vocab[which], which == BPE_VOCAB, text, size - 1);
     fuzz_chat(text);
+    fuzz_harmony(g_vocab[which], text, size - 1);
     free(text);
     return 0;
 }

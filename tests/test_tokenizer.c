@@ -3,6 +3,9 @@
  * special tokens, malformed vocabularies built in memory, invalid UTF-8 and
  * out-of-memory injection.
  *
+ * Harmony's (gpt-oss) end-of-generation tokens are checked on a vocabulary built in
+ * memory.
+ *
  * The vectors include the Gemma 3 tokenizer's (../shared/models/gemma3), which is run
  * through the same round trip, special-token and lossless checks as the others.
  *
@@ -890,6 +893,38 @@ static void test_spm_merges(void) {
     al_vocab_destroy(v);
 }
 
+/* Harmony (gpt-oss): <|return|> and <|call|> end generation, and <|end|> only ends one
+ * message of the reply, even where the file names it EOS. A vocabulary without both
+ * (Phi-3 has <|end|> alone) keeps <|end|> as the end of generation. */
+static void harmony_image(image *im, int n_tok) {
+    static const char *const t[] = {"a", "b", "<|end|>", "<|return|>", "<|call|>"};
+    static const int32_t types[] = {1, 1, 3, 1, 3}; /* <|return|> made control by its name */
+    kv_str(im, "tokenizer.ggml.model", "llama");
+    kv_strs(im, "tokenizer.ggml.tokens", t, n_tok);
+    kv_nums(im, "tokenizer.ggml.token_type", 5, types, n_tok);
+    kv_bool(im, "tokenizer.ggml.add_bos_token", false);
+    kv_u32(im, "tokenizer.ggml.eos_token_id", 2);
+}
+
+static void test_harmony_eog(void) {
+    for (int n_tok = 4; n_tok <= 5; n_tok++) {
+        image im = {0};
+        harmony_image(&im, n_tok);
+        al_vocab *v;
+        al_status st = image_vocab(&im, &v);
+        CHECK_MSG(st == AL_OK, "%s", al_last_error());
+        if (st != AL_OK) continue;
+        bool harmony = n_tok == 5;
+        CHECK_MSG(al_vocab_is_eog(v, 2) == !harmony, "%d tokens: <|end|> eog %d", n_tok,
+                  al_vocab_is_eog(v, 2));
+        CHECK(al_vocab_is_control(v, 2) && al_vocab_eos(v) == 2);
+        CHECK(al_vocab_is_eog(v, 3) && al_vocab_is_control(v, 3));
+        CHECK(!harmony || (al_vocab_is_eog(v, 4) && al_vocab_is_control(v, 4)));
+        CHECK(!al_vocab_is_eog(v, 0) && !al_vocab_is_eog(v, 1));
+        al_vocab_destroy(v);
+    }
+}
+
 /* ---- streaming, special tokens, invalid input ---------------------------------------- */
 
 static al_vocab *load_vocab_at(const char *path) {
@@ -1194,6 +1229,7 @@ int main(void) {
     TEST_RUN(test_pre_tokenizers);
     TEST_RUN(test_malformed);
     TEST_RUN(test_spm_merges);
+    TEST_RUN(test_harmony_eog);
     TEST_RUN(test_vectors);
     TEST_RUN(test_round_trip);
     TEST_RUN(test_detok);

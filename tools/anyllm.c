@@ -4,7 +4,7 @@
  *   anyllm logits     -m FILE --tokens 1,2,3 --out OUT.f32
  *   anyllm tokenize   -m FILE (-p TEXT | -f FILE) [--bos] [--special]
  *   anyllm run        -m FILE -p TEXT [-n N] [sampling options]
- *   anyllm chat       -m FILE [-s SYSTEM] [--chat-template NAME] [sampling options]
+ *   anyllm chat       -m FILE [-s SYSTEM] [--chat-template NAME] [--show-reasoning] [sampling]
  *   anyllm perplexity -m FILE -f TEXT [--ctx N] [--chunks N]
  *   anyllm bench      -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] [-o md|json|csv]
  *   anyllm devices    [--bandwidth]
@@ -127,7 +127,9 @@ static void usage(FILE *f) {
         "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
         "  --frequency-penalty F, --presence-penalty P\n"
         "  -s, --system TEXT  system prompt (chat)\n"
-        "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3\n");
+        "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3, harmony\n"
+        "  --show-reasoning   chat: print a Harmony (gpt-oss) reply's reasoning too, each\n"
+        "                     channel marked ([analysis] ..., [final] ...)\n");
 }
 
 /* ---- option parsing ------------------------------------------------------------------ */
@@ -180,6 +182,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), -1;
         if (!strcmp(a, "--bos")) { o->bos = true; continue; }
         if (!strcmp(a, "--special")) { o->special = true; continue; }
+        if (!strcmp(a, "--show-reasoning")) { o->show_reasoning = true; continue; }
         const char *val = i + 1 < argc ? argv[++i] : NULL;
         if (!val) return cli_fail("option %s needs a value", a);
         const num_opt *n = NULL;

@@ -24,6 +24,7 @@ typedef struct cli_opts {
     int n_chunks;              /* --chunks (perplexity); 0 = all */
     bool bos;                  /* --bos (tokenize) */
     bool special;              /* --special */
+    bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
     bool seed_set;
     al_sampler_params sampling;
 } cli_opts;

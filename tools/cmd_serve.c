@@ -43,7 +43,9 @@ static void serve_usage(FILE *f) {
         "                     '*' accepts any). Loopback names, IP addresses and --host are\n"
         "                     always accepted; other names get 403 (DNS rebinding)\n"
         "  --max-tokens N     tokens generated when a request gives no max_tokens (default 512)\n"
-        "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3\n"
+        "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3, harmony\n"
+        "                     (harmony, gpt-oss: the answer is the message's content, the\n"
+        "                     reasoning its reasoning_content)\n"
         "  --backend NAME     cpu (default), vulkan, vulkan:N or auto, as the library offers\n"
         "  -t N               threads (default: all cores)\n"
         "  -v, --verbose      one line per request on stderr\n");

@@ -99,10 +99,78 @@ static void reply_add(reply_buf *r, const char *s, size_t n) {
     r->s[r->len] = 0;
 }
 
+/* Where generated text goes: to stdout as it comes, or, for a Harmony reply, through
+ * the parser, which keeps the answer (final channel) apart from the reasoning. */
+typedef struct gen_sink {
+    reply_buf *reply;    /* collects the answer; may be NULL                           */
+    al_harmony *harmony; /* NULL: all the text is the answer                           */
+    bool show_reasoning; /* print the other channels too, each run marked "[analysis] " */
+    int shown;           /* the channel of the last text printed; -1 before any        */
+} gen_sink;
+
+static const char *channel_name(al_channel c) {
+    return c == AL_CHANNEL_FINAL ? "final" : c == AL_CHANNEL_ANALYSIS ? "analysis" : "commentary";
+}
+
+static void sink_text(gen_sink *o, const char *text, size_t len) {
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    reply_add(o->reply, text, len);
+}
+
+/* Prints the parser's pieces: the final channel, and the others with --show-reasoning,
+ * each change of channel marked. Only the final channel goes into the reply. */
+static void sink_pieces(gen_sink *o, const al_chat_piece *p, int n) {
+    for (int i = 0; i < n; i++) {
+        bool final = p[i].channel == AL_CHANNEL_FINAL;
+        if (!final && !o->show_reasoning) continue;
+        if (o->show_reasoning && (int)p[i].channel != o->shown) {
+            printf("%s[%s] ", o->shown >= 0 ? "\n" : "", channel_name(p[i].channel));
+            o->shown = (int)p[i].channel;
+        }
+        fwrite(p[i].text, 1, p[i].len, stdout);
+        if (final) reply_add(o->reply, p[i].text, p[i].len);
+    }
+    fflush(stdout);
+}
+
+/* One generated token to the sink. */
+static al_status sink_token(gen_sink *o, al_detok *dt, int32_t tok) {
+    const char *text;
+    size_t len;
+    if (!o->harmony) {
+        al_status st = al_detok_push(dt, tok, &text, &len);
+        if (st == AL_OK) sink_text(o, text, len);
+        return st;
+    }
+    const al_chat_piece *p;
+    int n;
+    al_status st = al_harmony_push_token(o->harmony, tok, &p, &n);
+    if (st == AL_OK) sink_pieces(o, p, n);
+    return st;
+}
+
+/* The end of generation: what the detokenizer or the parser held back. */
+static al_status sink_end(gen_sink *o, al_detok *dt) {
+    const char *text;
+    size_t len;
+    al_detok_flush(dt, &text, &len);
+    if (!o->harmony) {
+        sink_text(o, text, len);
+        return AL_OK;
+    }
+    const al_chat_piece *p;
+    int n;
+    al_status st = al_harmony_finish(o->harmony, &p, &n);
+    if (st == AL_OK) sink_pieces(o, p, n);
+    return st;
+}
+
 /* Evaluates the prompt (appended to what the context holds), then generates up to
- * n_max tokens (n_vocab: logits per position, model_n_vocab), streaming text to stdout and collecting it in reply if not NULL. */
+ * n_max tokens (n_vocab: logits per position, model_n_vocab) into the sink, until an
+ * end-of-generation token, a complete Harmony reply or a full context. */
 static int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
-                    const int32_t *prompt, int n_prompt, int n_max, reply_buf *reply,
+                    const int32_t *prompt, int n_prompt, int n_max, gen_sink *out,
                     gen_stats *gs) {
     float *logits = malloc((size_t)n_vocab * sizeof(float));
     al_detok *dt = NULL;
@@ -118,18 +186,15 @@ static int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *s
     gs->t_prompt = al_time_s() - t0;
     gs->n_gen = 0;
     gs->t_gen = 0;
-    const char *text;
-    size_t len;
     while (st == AL_OK && gs->n_gen < n_max) {
         int32_t tok = al_sampler_sample(smp, logits);
         if (gs->n_gen == 0) gs->t_first = al_time_s() - t0;
         if (al_vocab_is_eog(v, tok)) break;
         gs->n_gen++;
         al_sampler_accept(smp, tok);
-        if ((st = al_detok_push(dt, tok, &text, &len)) != AL_OK) break;
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
-        reply_add(reply, text, len);
+        if ((st = sink_token(out, dt, tok)) != AL_OK) break;
+        /* Harmony's <|end|> after the answer ends the reply, though it is no EOG token */
+        if (out->harmony && al_harmony_done(out->harmony)) break;
         if (al_context_n_past(c) >= al_context_n_ctx(c)) {
             fprintf(stderr, "\n[context full at %d tokens]\n", al_context_n_ctx(c));
             break;
@@ -138,9 +203,8 @@ static int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *s
         st = al_eval(c, &tok, 1, logits, false);
         gs->t_gen += al_time_s() - t1;
     }
-    al_detok_flush(dt, &text, &len);
-    fwrite(text, 1, len, stdout);
-    reply_add(reply, text, len);
+    al_status st_end = sink_end(out, dt);
+    if (st == AL_OK) st = st_end;
     al_detok_destroy(dt);
     free(logits);
     return st == AL_OK ? 0 : cli_fail_status(st);
@@ -192,7 +256,8 @@ int cmd_run(const cli_opts *o) {
     }
     fwrite(text, 1, len, stdout);
     gen_stats gs = {0};
-    rc = generate(c, v, model_n_vocab(m), smp, ids, n, n_predict, NULL, &gs);
+    gen_sink sink = {.shown = -1};
+    rc = generate(c, v, model_n_vocab(m), smp, ids, n, n_predict, &sink, &gs);
     printf("\n");
     if (!rc) print_stats(&gs);
 done:
@@ -249,14 +314,21 @@ static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sam
         return cli_fail("chat: the conversation has %d tokens and no longer fits the context "
                         "of %d (use --ctx)", n, n_ctx);
     }
+    reply_buf reply = {0};
+    gen_sink sink = {.reply = &reply, .show_reasoning = o->show_reasoning, .shown = -1};
+    /* a Harmony reply: the answer is its final channel, and only that is kept */
+    if (!strcmp(tmpl_name, "harmony") && (st = al_harmony_create(v, &sink.harmony)) != AL_OK) {
+        al_free_tokens(ids);
+        return cli_fail_status(st);
+    }
     int keep = 0;
     while (keep < cs->n_cached && keep < n - 1 && cs->cached[keep] == ids[keep]) keep++;
     al_context_truncate(c, keep);
     keep = al_context_n_past(c); /* a sliding window may keep less */
     al_sampler_reset(smp);
-    reply_buf reply = {0};
     gen_stats gs = {0};
-    rc = generate(c, v, cs->n_vocab, smp, ids + keep, n - keep, n_reply, &reply, &gs);
+    rc = generate(c, v, cs->n_vocab, smp, ids + keep, n - keep, n_reply, &sink, &gs);
+    al_harmony_destroy(sink.harmony);
     printf("\n");
     fflush(stdout);
     al_free_tokens(cs->cached);
@@ -296,9 +368,11 @@ int cmd_chat(const cli_opts *o) {
     bool tty = isatty(0);
     bool builtin = !o->chat_template && !(tmpl && *tmpl);
     if (tty)
-        fprintf(stderr, "chat template: %s%s%s%s. Type a message; Ctrl-D ends.\n", name,
+        fprintf(stderr, "chat template: %s%s%s%s.%s Type a message; Ctrl-D ends.\n", name,
                 builtin ? " (built in for " : "", builtin ? mi.arch : "",
-                builtin ? "; the file has none)" : "");
+                builtin ? "; the file has none)" : "",
+                strcmp(name, "harmony") || o->show_reasoning
+                    ? "" : " The reasoning is not shown (--show-reasoning shows it).");
     char *line = NULL;
     size_t cap = 0;
     for (;;) {

@@ -324,6 +324,15 @@ static bool build_job(const srv_api *api, srv_job *j, int32_t *ids, int n_ids,
     return true;
 }
 
+/* A chat in the Harmony format gets a reply parser: the answer is its final channel. */
+static bool harmony_parser(const srv_api *api, srv_kind kind, srv_job *j, srv_error *err) {
+    if (kind != SRV_KIND_CHAT || !api->tmpl_name || strcmp(api->tmpl_name, "harmony")) return true;
+    if (al_harmony_create(api->vocab, &j->harmony) != AL_OK)
+        return srv_fail(err, 500, NULL, NULL, "cannot set up the reply parser: %s",
+                        al_last_error());
+    return true;
+}
+
 bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
                    srv_request *out, srv_error *err) {
     *out = (srv_request){.kind = kind};
@@ -346,7 +355,8 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     ok = ok && parse_options(api, o, out, j, &sp, &max_tokens, err);
     if (ok && kind == SRV_KIND_CHAT) ok = chat_tokens(api, o, &ids, &n_ids, err);
     if (ok && kind == SRV_KIND_COMPLETION) ok = completion_tokens(api, o, &ids, &n_ids, err);
-    if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err);
+    if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err) &&
+                 harmony_parser(api, kind, j, err);
     else free(ids);
     json_decref(o);
     if (!ok) {
@@ -400,9 +410,10 @@ static json_t *envelope(const srv_resp *r, const char *object, json_t *choice) {
                      (json_int_t)r->created, "model", r->model, "choices", choices);
 }
 
-/* One choice: text (may be NULL), the role when first, finish_reason (NULL = null). */
-static json_t *choice(const srv_resp *r, bool chunk, const char *text, size_t len, bool first,
-                      const char *finish) {
+/* One choice: text (may be NULL), reasoning (rlen > 0: chat only), the role when first,
+ * finish_reason (NULL = null). */
+static json_t *choice(const srv_resp *r, bool chunk, const char *text, size_t len,
+                      const char *reasoning, size_t rlen, bool first, const char *finish) {
     json_t *fin = finish ? json_string(finish) : json_null();
     if (r->kind == SRV_KIND_COMPLETION)
         return json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text ? text : "",
@@ -411,6 +422,8 @@ static json_t *choice(const srv_resp *r, bool chunk, const char *text, size_t le
     if (first || !chunk) json_object_set_new(msg, "role", json_string("assistant"));
     if (text || first || !chunk)
         json_object_set_new(msg, "content", json_stringn(text ? text : "", text ? len : 0));
+    if (reasoning && rlen > 0)
+        json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
     return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, chunk ? "delta" : "message", msg,
                      "logprobs", "finish_reason", fin);
 }
@@ -424,11 +437,11 @@ static bool emit_event(json_t *obj, srv_buf *out) {
     return ok;
 }
 
-bool srv_api_final(const srv_resp *r, const char *text, size_t len, const srv_job_state *st,
-                   srv_buf *out) {
+bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                   size_t rlen, const srv_job_state *st, srv_buf *out) {
     const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
-    json_t *o =
-        envelope(r, object, choice(r, false, text, len, false, srv_finish_reason(st->finish)));
+    json_t *o = envelope(r, object, choice(r, false, text, len, reasoning, rlen, false,
+                                           srv_finish_reason(st->finish)));
     if (o) json_object_set_new(o, "usage", usage(st));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -443,11 +456,14 @@ static const char *chunk_object(const srv_resp *r) {
 
 bool srv_api_chunk_start(const srv_resp *r, srv_buf *out) {
     if (r->kind != SRV_KIND_CHAT) return true; /* text completions have no role to announce */
-    return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, true, NULL)), out);
+    return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, NULL, 0, true, NULL)),
+                      out);
 }
 
-bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, srv_buf *out) {
-    return emit_event(envelope(r, chunk_object(r), choice(r, true, text, len, false, NULL)), out);
+bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                        size_t rlen, srv_buf *out) {
+    json_t *c = choice(r, true, len ? text : NULL, len, reasoning, rlen, false, NULL);
+    return emit_event(envelope(r, chunk_object(r), c), out);
 }
 
 bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out) {
@@ -461,7 +477,7 @@ bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out)
         srv_api_error_body(&err, out);
         ok = ok && srv_buf_str(out, "\n\n");
     } else {
-        json_t *o = envelope(r, chunk_object(r), choice(r, true, NULL, 0, false, why));
+        json_t *o = envelope(r, chunk_object(r), choice(r, true, NULL, 0, NULL, 0, false, why));
         /* usage rides on the last chunk unless the client asked for OpenAI's own chunk */
         if (o && !r->include_usage) json_object_set_new(o, "usage", usage(st));
         ok = emit_event(o, out);

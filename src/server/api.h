@@ -69,16 +69,20 @@ void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_u
 /* {"error": {...}} as text (appended to out). */
 void srv_api_error_body(const srv_error *err, srv_buf *out);
 
-/* The complete non-streaming object for text (valid UTF-8) and the job's end state. */
-bool srv_api_final(const srv_resp *r, const char *text, size_t len, const srv_job_state *st,
-                   srv_buf *out);
+/* The complete non-streaming object for text and reasoning (valid UTF-8; the message's
+ * "reasoning_content" when rlen > 0, as other OpenAI-compatible servers name the
+ * reasoning of a model) and the job's end state. */
+bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                   size_t rlen, const srv_job_state *st, srv_buf *out);
 
 /* Server-sent events, each appended as "data: {...}\n\n":
- * the first chunk (chat: the assistant role), a text chunk, and the end: the chunk with
- * finish_reason (carrying usage too), the usage-only chunk when include_usage, and
- * "data: [DONE]". */
+ * the first chunk (chat: the assistant role), a chunk of text and/or reasoning (the
+ * delta's "content" when len > 0, its "reasoning_content" when rlen > 0), and the end:
+ * the chunk with finish_reason (carrying usage too), the usage-only chunk when
+ * include_usage, and "data: [DONE]". */
 bool srv_api_chunk_start(const srv_resp *r, srv_buf *out);
-bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, srv_buf *out);
+bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                        size_t rlen, srv_buf *out);
 bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out);
 
 /* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */

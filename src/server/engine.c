@@ -69,8 +69,10 @@ static void job_free(srv_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     al_sampler_destroy(j->sampler);
     al_detok_destroy(j->detok);
+    al_harmony_destroy(j->harmony);
     srv_buf_free(&j->hold);
     srv_buf_free(&j->text);
+    srv_buf_free(&j->reasoning);
     pthread_cond_destroy(&j->cond);
     free(j);
 }
@@ -152,10 +154,11 @@ void srv_job_cancel(srv_engine *e, srv_job *j) {
     }
 }
 
-bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, int ms, srv_buf *out,
-                  srv_job_state *st) {
+bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, size_t r_from, int ms, srv_buf *out,
+                  srv_buf *r_out, srv_job_state *st) {
     pthread_mutex_lock(&e->lock);
-    if (j->text.len <= from && j->finish == SRV_FINISH_NONE && ms > 0) {
+    if (j->text.len <= from && j->reasoning.len <= r_from && j->finish == SRV_FINISH_NONE &&
+        ms > 0) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_sec += ms / 1000;
@@ -167,10 +170,13 @@ bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, int ms, srv_buf *out,
         pthread_cond_timedwait(&j->cond, &e->lock, &ts);
     }
     if (out && j->text.len > from) srv_buf_add(out, j->text.s + from, j->text.len - from);
-    *st = (srv_job_state){.text_len = j->text.len, .finish = j->finish, .n_prompt = j->n_prompt,
-                          .n_gen = j->n_gen, .n_reused = j->n_reused};
+    if (r_out && j->reasoning.len > r_from)
+        srv_buf_add(r_out, j->reasoning.s + r_from, j->reasoning.len - r_from);
+    *st = (srv_job_state){.text_len = j->text.len, .reasoning_len = j->reasoning.len,
+                          .finish = j->finish, .n_prompt = j->n_prompt, .n_gen = j->n_gen,
+                          .n_reused = j->n_reused};
     memcpy(st->error, j->error, sizeof st->error);
-    bool news = j->text.len > from || j->finish != SRV_FINISH_NONE;
+    bool news = j->text.len > from || j->reasoning.len > r_from || j->finish != SRV_FINISH_NONE;
     pthread_mutex_unlock(&e->lock);
     return news;
 }
@@ -221,6 +227,54 @@ static bool release_text(srv_engine *e, srv_job *j, bool final) {
     return stopped;
 }
 
+/* A Harmony reply's pieces: the final channel joins the held text (stop strings apply
+ * to the answer only), the other channels are published as reasoning at once. */
+static void route_pieces(srv_engine *e, srv_job *j, const al_chat_piece *p, int n) {
+    bool reasoning = false;
+    for (int i = 0; i < n; i++) {
+        if (p[i].channel == AL_CHANNEL_FINAL) srv_buf_add(&j->hold, p[i].text, p[i].len);
+        else reasoning = true;
+    }
+    if (!reasoning) return;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < n; i++)
+        if (p[i].channel != AL_CHANNEL_FINAL) srv_buf_add_utf8(&j->reasoning, p[i].text, p[i].len);
+    j->n_gen = j->n_generated;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* A generated token's text into the job: through the detokenizer into the held text,
+ * or through a Harmony job's parser. */
+static al_status push_token(srv_engine *e, srv_job *j, int32_t tok) {
+    const char *text;
+    size_t len;
+    if (!j->harmony) {
+        al_status st = al_detok_push(j->detok, tok, &text, &len);
+        if (st == AL_OK && len) srv_buf_add(&j->hold, text, len);
+        return st;
+    }
+    const al_chat_piece *p;
+    int n;
+    al_status st = al_harmony_push_token(j->harmony, tok, &p, &n);
+    if (st == AL_OK) route_pieces(e, j, p, n);
+    return st;
+}
+
+/* What the detokenizer or the parser still holds, at the end of the job. */
+static void flush_text(srv_engine *e, srv_job *j) {
+    const char *text;
+    size_t len;
+    if (!j->harmony) {
+        al_detok_flush(j->detok, &text, &len); /* whatever partial character is held */
+        if (len) srv_buf_add(&j->hold, text, len);
+        return;
+    }
+    const al_chat_piece *p;
+    int n;
+    if (al_harmony_finish(j->harmony, &p, &n) == AL_OK) route_pieces(e, j, p, n);
+}
+
 /* ---- slots ------------------------------------------------------------------------------ */
 
 /* Ends the slot's job and frees the slot. The slot keeps its cache, which s->cached
@@ -230,10 +284,7 @@ static bool release_text(srv_engine *e, srv_job *j, bool final) {
 static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) {
     srv_job *j = s->job;
     if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
-        const char *text;
-        size_t len;
-        al_detok_flush(j->detok, &text, &len); /* whatever partial character is held */
-        if (len) srv_buf_add(&j->hold, text, len);
+        flush_text(e, j);
         release_text(e, j, true);
     } else if (why == SRV_FINISH_ERROR) {
         al_context_reset(s->ctx);
@@ -262,18 +313,17 @@ static void sample_next(srv_engine *e, slot *s, const float *logits) {
     /* the penalties see the generated tokens only: OpenAI's "frequency in the text so far" */
     al_sampler_accept(j->sampler, tok);
     j->n_generated++;
-    const char *text;
-    size_t len;
-    if (al_detok_push(j->detok, tok, &text, &len) != AL_OK) {
+    if (push_token(e, j, tok) != AL_OK) {
         slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
         return;
     }
-    if (len) srv_buf_add(&j->hold, text, len);
-    if (j->hold.failed) {
+    if (j->hold.failed || j->reasoning.failed) {
         slot_end(e, s, SRV_FINISH_ERROR, "out of memory holding generated text");
         return;
     }
-    if (release_text(e, j, false)) slot_end(e, s, SRV_FINISH_STOP, NULL);
+    /* Harmony's <|end|> after the answer ends the reply, though it is no EOG token */
+    if (release_text(e, j, false) || (j->harmony && al_harmony_done(j->harmony)))
+        slot_end(e, s, SRV_FINISH_STOP, NULL);
     else if (j->n_generated >= j->max_tokens || al_context_n_past(s->ctx) >= e->n_ctx)
         slot_end(e, s, SRV_FINISH_LENGTH, NULL);
     else {

@@ -12,6 +12,9 @@
  *      (al_eval_multi) and samples each slot's next token with the job's own sampler.
  * Text goes through the job's streaming detokenizer and is held back while it could be
  * the start of a stop string, so a stop string never reaches the client, not even in part.
+ * A chat in the Harmony format (gpt-oss) goes through the job's al_harmony parser
+ * instead: its final channel is the text (stop strings apply to it), the other channels
+ * are the reasoning, published as they come; the reply ends when the parser says so.
  *
  * Jobs are reference counted: the submitter holds one reference, the engine another
  * while the job is queued or running. Functions here are thread-safe unless marked.
@@ -48,6 +51,7 @@ struct srv_job {
     int n_stop;
     al_sampler *sampler;
     al_detok *detok;
+    al_harmony *harmony;      /* a Harmony chat's reply parser, or NULL             */
     double t_arrival;         /* al_time_s() when the request arrived (for TTFT)    */
 
     /* ---- the engine thread's own ---- */
@@ -63,6 +67,7 @@ struct srv_job {
     bool queued;
     pthread_cond_t cond;      /* broadcast when text grows or the job ends          */
     srv_buf text;             /* released text, valid UTF-8                         */
+    srv_buf reasoning;        /* released reasoning (Harmony), valid UTF-8          */
     int n_gen;                /* generated tokens, as published with the text       */
     int n_reused;             /* prompt tokens found in the slot's cache            */
     srv_finish finish;
@@ -74,6 +79,7 @@ struct srv_job {
 /* A snapshot of a job, taken under the lock by srv_job_poll. */
 typedef struct srv_job_state {
     size_t text_len; /* bytes released so far                   */
+    size_t reasoning_len; /* bytes of reasoning released so far */
     srv_finish finish;
     int n_prompt, n_gen, n_reused;
     char error[256];
@@ -118,10 +124,11 @@ srv_submit srv_engine_submit(srv_engine *e, srv_job *j);
  * next decode step. Harmless on a finished job. */
 void srv_job_cancel(srv_engine *e, srv_job *j);
 
-/* Waits up to ms milliseconds until the job has released text beyond byte `from` or
- * has ended, then appends the text from `from` on to out (if not NULL) and fills *st.
- * Returns true when there was something new: text or the end. */
-bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, int ms, srv_buf *out,
-                  srv_job_state *st);
+/* Waits up to ms milliseconds until the job has released text beyond byte `from`,
+ * reasoning beyond byte r_from, or has ended; then appends the text from `from` on to
+ * out and the reasoning from r_from on to r_out (each if not NULL) and fills *st.
+ * Returns true when there was something new: text, reasoning or the end. */
+bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, size_t r_from, int ms, srv_buf *out,
+                  srv_buf *r_out, srv_job_state *st);
 
 #endif /* AL_SERVER_ENGINE_H */

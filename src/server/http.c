@@ -110,8 +110,9 @@ typedef struct stream {
     srv_buf out;        /* formatted events not yet handed over */
     size_t out_pos;
     size_t text_from;   /* bytes of the job's text already sent */
+    size_t reasoning_from; /* bytes of the job's reasoning already sent */
     bool started, ended;
-    srv_buf text;
+    srv_buf text, reasoning;
 } stream;
 
 srv_params srv_default_params(void) {
@@ -300,19 +301,23 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         srv_job_state js;
-        st->text.len = 0;
-        if (!srv_job_poll(e, st->job, st->text_from, POLL_MS, &st->text, &js)) {
+        st->text.len = st->reasoning.len = 0;
+        if (!srv_job_poll(e, st->job, st->text_from, st->reasoning_from, POLL_MS, &st->text,
+                          &st->reasoning, &js)) {
             if (!client_gone(st->fd)) continue;
             srv_job_cancel(e, st->job);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (st->text.len) srv_api_chunk_text(&st->resp, st->text.s, st->text.len, &st->out);
+        if (st->text.len || st->reasoning.len)
+            srv_api_chunk_text(&st->resp, st->text.s, st->text.len, st->reasoning.s,
+                               st->reasoning.len, &st->out);
         st->text_from = js.text_len;
+        st->reasoning_from = js.reasoning_len;
         if (js.finish != SRV_FINISH_NONE) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
         }
-        if (st->out.failed || st->text.failed) {
+        if (st->out.failed || st->text.failed || st->reasoning.failed) {
             srv_job_cancel(e, st->job);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -329,6 +334,7 @@ static void stream_free(void *cls) {
     srv_job_release(st->srv->engine, st->job);
     srv_buf_free(&st->out);
     srv_buf_free(&st->text);
+    srv_buf_free(&st->reasoning);
     free(st);
 }
 
@@ -366,18 +372,19 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
     srv_engine *e = s->engine;
     int fd = client_fd(c);
     srv_job_state js;
-    while (!srv_job_poll(e, req->job, SIZE_MAX, POLL_MS, NULL, &js))
+    while (!srv_job_poll(e, req->job, SIZE_MAX, SIZE_MAX, POLL_MS, NULL, NULL, &js))
         if (client_gone(fd)) {
             srv_job_cancel(e, req->job);
             return MHD_NO;
         }
-    srv_buf text = {0}, body = {0};
-    srv_job_poll(e, req->job, 0, 0, &text, &js);
+    srv_buf text = {0}, reasoning = {0}, body = {0};
+    srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
     srv_resp_init(&resp, req->kind, s->model_name, false);
     enum MHD_Result q;
     if (srv_finish_reason(js.finish)) {
-        srv_api_final(&resp, text.s ? text.s : "", text.len, &js, &body);
+        srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js,
+                      &body);
         q = answer_json(c, r, 200, &body);
     } else {
         srv_error err;
@@ -387,6 +394,7 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
         q = answer_error(c, r, &err);
     }
     srv_buf_free(&text);
+    srv_buf_free(&reasoning);
     srv_buf_free(&body);
     return q;
 }

@@ -3,8 +3,9 @@
 Checks, in order: the routes; the official openai client (chat and completions, plain and
 streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
-and the full queue on a second instance; what a web page could send (foreign Host, no
-Host, text/plain POSTs) and libmicrohttpd's own refusals in /metrics; clients that write
+and the full queue on a second instance; the Harmony chat format on another (replies
+through the reply parser); what a web page could send (foreign Host, no Host, text/plain
+POSTs) and libmicrohttpd's own refusals in /metrics; clients that write
 a whole oversized body before reading, or half-close; on instances of their own, slow
 heads (slowloris), start-up (an oversized --ctx-size, SIGTERM while loading) and SIGTERM
 with requests in flight (every client gets a complete end); a load test (32 streaming clients x 4 requests
@@ -469,6 +470,38 @@ def test_api_key_and_queue():
         p.terminate()
         p.wait(timeout=30)
     check(p.returncode == 0, f"the second server stops cleanly on SIGTERM (exit {p.returncode})")
+
+
+# ---- 4a. the Harmony format (gpt-oss), on a second instance ---------------------------
+
+def test_harmony():
+    """--chat-template harmony on a model that does not write the format (SmolLM2 knows
+    none of its markers): each reply goes through the reply parser, which takes text
+    outside the format for the answer. The plain and the streamed reply agree, carry no
+    reasoning, and text completions are untouched by the parser."""
+    p, base = start_server("--chat-template", "harmony", "--parallel", "1")
+    try:
+        body = chat_body(QUESTION, temperature=0, max_tokens=24)
+        r = post(CHAT, body, base=base)
+        msg = r.json()["choices"][0]["message"] if r.status_code == 200 else {}
+        text = msg.get("content")
+        check(r.status_code == 200 and isinstance(text, str) and text and "reasoning_content" not in msg
+              and r.json()["usage"]["completion_tokens"] >= 1,
+              f"harmony chat: the answer is the content, no reasoning: {text!r}")
+        res = sse_request(CHAT, dict(body, stream=True), base=base)
+        deltas = [c["delta"] for e in res["events"] for c in e.get("choices", [])]
+        streamed = "".join(d.get("content") or "" for d in deltas)
+        check(res["status"] == 200 and res["done"] and streamed == text
+              and not any("reasoning_content" in d for d in deltas),
+              f"harmony chat stream: the same answer ({len(streamed)} bytes), no reasoning")
+        c = post(COMP, {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+                 base=base)
+        check(c.status_code == 200 and c.json()["choices"][0]["text"],
+              f"harmony server: text completions stay raw: {c.json()['choices'][0]['text']!r}")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    check(p.returncode == 0, f"the harmony server stops cleanly on SIGTERM (exit {p.returncode})")
 
 
 # ---- 4b. what a browser or a careless client may send (the main server) ---------------
@@ -991,7 +1024,8 @@ def main():
     ARGS = ap.parse_args()
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("openai", test_openai_client), ("bad", test_bad_input),
-             ("auth", test_api_key_and_queue), ("browser", test_browser_and_head),
+             ("auth", test_api_key_and_queue), ("harmony", test_harmony),
+             ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
              ("drain", test_drain), ("load", test_load), ("disconnect", test_disconnects),
              ("page", test_chat_page)]
