@@ -94,7 +94,7 @@ VK_GEN   := $(BUILD)/vulkan
 VK_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/vulkan/*.c))
 VK_GLSLC := $(GLSLC) --target-env=vulkan1.1 -O -Isrc/vulkan/shaders
 VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k q8_k
-VK_VARIANTS := add silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
+VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
 	attention attention_sg \
 	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) matmul_rows_$(t))
 LDLIBS   += -ldl
@@ -113,7 +113,7 @@ $(VK_GEN)/$(1).inc: src/vulkan/shaders/$(2).comp $(wildcard src/vulkan/shaders/*
 	$(if $(SPIRV_VAL),$(SPIRV_VAL) --target-env vulkan1.1 $(VK_GEN)/$(1).spv)
 	$(VK_GLSLC) $(if $(3),-DTYPE_$$$$(echo $(3) | tr a-z A-Z)) $(4) -mfmt=c $$< -o $$@
 endef
-$(foreach s,add silu_mul gelu_mul swiglu_oai scale rope copy rms_norm attention,\
+$(foreach s,add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm attention,\
 	$(eval $(call VK_SHADER,$(s),$(s),,)))
 $(foreach s,rms_norm attention,$(eval $(call VK_SHADER,$(s)_sg,$(s),,-DUSE_SUBGROUP)))
 $(foreach t,$(VK_TYPES),$(foreach s,get_rows matvec matmul matmul_rows,\

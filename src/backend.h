@@ -137,6 +137,11 @@ typedef struct al_backend_ops {
     void (*scale)(al_backend *be, al_tensor *x, float s);
     /* x += y, elementwise. */
     void (*add)(al_backend *be, al_tensor *x, const al_tensor *y);
+    /* x[ids[i]] += w[i] * y[i] for the n rows of y (host arrays; the ids are distinct
+     * rows of x): a mixture of experts adds each expert's weighted output to the rows
+     * of the tokens routed to it. */
+    void (*add_rows)(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
+                     const float *w, int n);
 } al_backend_ops;
 
 struct al_backend {

@@ -970,7 +970,7 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
 
 /* The mixture-of-experts FFN of layer il: each expert runs once over the rows routed
  * to it (gathered with get_rows), so its weights are read once per batch, and adds
- * its weighted output to those rows of the residual stream. The router's logits come
+ * its weighted output to those rows of the residual stream (add_rows). The router's logits come
  * to the host to pick the experts: on a GPU, one wait per layer. */
 static void moe_block(al_context *c, int il, int n) {
     const al_model *m = c->m;
@@ -1006,11 +1006,7 @@ static void moe_block(al_context *c, int il, int n) {
         if (m->ad->act == ACT_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, 1.702f, 7.0f);
         else op->silu_mul(be, &he, &he2);
         op->matmul(be, &he, &down, opt(&down_b), &ye);
-        for (int i = 0; i < n_rows; i++) {
-            al_tensor yi = al_tensor_rows(&ye, i, 1), xi = al_tensor_rows(&x, c->rows[i], 1);
-            op->scale(be, &yi, c->rows_w[i]);
-            op->add(be, &xi, &yi);
-        }
+        op->add_rows(be, &x, &ye, c->rows, c->rows_w, n_rows);
     }
 }
 

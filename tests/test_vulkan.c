@@ -446,6 +446,42 @@ static void test_gelu_scale(void) {
     free(want);
 }
 
+/* add_rows (a mixture of experts' weighted sum) against the formula and against the
+ * CPU backend's op: rows of a view starting at row 1, ids out of order, a weight of 0
+ * and a negative one; rows no id names must not change. */
+static void test_add_rows(void) {
+    const int64_t cols = 333, rows = 9, n = 4;
+    const int32_t ids[4] = {6, 0, 3, 7};
+    const float w[4] = {0.5f, -2.0f, 0.0f, 1e-3f};
+    float *xs = random_floats((size_t)(cols * rows), 3.0f);
+    float *ys = random_floats((size_t)(cols * n), 3.0f);
+    float *want = malloc((size_t)(cols * rows) * sizeof *want);
+    memcpy(want, xs, (size_t)(cols * rows) * sizeof *want);
+    for (int i = 0; i < n; i++) /* the view starts at row 1 */
+        for (int64_t c = 0; c < cols; c++)
+            want[(1 + ids[i]) * cols + c] += w[i] * ys[i * cols + c];
+    pair x, y;
+    act_pair(cols, rows, xs, &x);
+    act_pair(cols, n, ys, &y);
+    al_tensor xv = al_tensor_rows(&x.vk, 1, rows - 1), xc = al_tensor_rows(&x.cpu, 1, rows - 1);
+    g_vk->ops->add_rows(g_vk, &xv, &y.vk, ids, w, (int)n);
+    g_cpu->ops->add_rows(g_cpu, &xc, &y.cpu, ids, w, (int)n);
+    int bad;
+    double rel, e = compare_host(&x.vk, want, (size_t)(cols * rows), &bad, &rel);
+    float *got_cpu = malloc((size_t)(cols * rows) * sizeof *got_cpu);
+    g_cpu->ops->tensor_read(g_cpu, &x.cpu, got_cpu, (uint64_t)(cols * rows) * sizeof(float));
+    double ec = nmse(got_cpu, want, (size_t)(cols * rows));
+    free(got_cpu);
+    CHECK_MSG(e <= 1e-12 && bad == 0 && ec <= 1e-12, "add_rows: Vulkan NMSE %g (%d not finite), "
+              "CPU NMSE %g", e, bad, ec);
+    printf("  add_rows NMSE %.2e (CPU %.2e)\n", e, ec);
+    free_pair(&x);
+    free_pair(&y);
+    free(xs);
+    free(ys);
+    free(want);
+}
+
 /* gpt-oss's clamped SwiGLU in double precision (backend.h); an input of -inf gives
  * the limit of x sigmoid(alpha x), 0. */
 static double swiglu_oai_ref(double g, double u, double alpha, double limit) {
@@ -1057,6 +1093,7 @@ static void run_suite(const char *label) {
     TEST_RUN(test_elementwise);
     TEST_RUN(test_gelu_scale);
     TEST_RUN(test_swiglu_oai);
+    TEST_RUN(test_add_rows);
     TEST_RUN(test_rms_norm_heads);
     TEST_RUN(test_unsupported_type);
     TEST_RUN(test_row_too_wide);

@@ -355,6 +355,7 @@ static const al_backend_ops cpu_ref_ops = {
     .swiglu_oai = ref_swiglu_oai,
     .scale = ref_scale,
     .add = ref_add,
+    .add_rows = ref_add_rows,
 };
 
 static const al_backend_ops cpu_fast_ops = {
@@ -374,6 +375,7 @@ static const al_backend_ops cpu_fast_ops = {
     .swiglu_oai = fast_swiglu_oai,
     .scale = fast_scale,
     .add = fast_add,
+    .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
 };
 
 al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,

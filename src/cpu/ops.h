@@ -341,6 +341,8 @@ void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void ref_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
+void ref_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
+                  const float *w, int n);
 
 /* Writes the batch's k and v ([n_tokens][n_head_kv * head_dim]) to rows p % cap of
  * the caches, after checking that the caches can hold what the batch needs

@@ -126,6 +126,16 @@ void ref_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     }
 }
 
+void ref_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
+                  const float *w, int n) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        float *xr = cpu_f32_row(x, ids[i]);
+        const float *yr = cpu_f32_row(y, i);
+        for (int64_t c = 0; c < x->ne[0]; c++) xr[c] += w[i] * yr[c];
+    }
+}
+
 /* ---- rope ---------------------------------------------------------------------- */
 
 void ref_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0, const al_rope *rp) {

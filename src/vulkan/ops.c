@@ -30,6 +30,12 @@ static uint64_t upload(vk_backend *be, const void *src, uint64_t n) {
     return off;
 }
 
+/* Copies n bytes to the upload buffer at off, which upload() has reserved. */
+static void upload_at(vk_backend *be, uint64_t off, const void *src, uint64_t n) {
+    memcpy((char *)be->s.upload->mapped + off, src, n);
+    if (off + n > be->s.upload_used) be->s.upload_used = off + n;
+}
+
 /* A binding of [offset, offset + n) of b, starting at the aligned offset below it;
  * returns the bytes from the binding's start to `offset`. */
 static uint32_t bind(const vk_backend *be, VkDescriptorBufferInfo *info, const vk_buf *b,
@@ -145,6 +151,26 @@ void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
 void vk_op_add(al_backend *base, al_tensor *x, const al_tensor *y) {
     vk_pc_binary pc = {0};
     binary((vk_backend *)base, VK_OP_ADD, x, y, &pc, sizeof pc);
+}
+
+void vk_op_add_rows(al_backend *base, al_tensor *x, const al_tensor *y, const int32_t *ids,
+                    const float *w, int n) {
+    vk_backend *be = (vk_backend *)base;
+    AL_ASSERT(x->ne[0] == y->ne[0] && y->ne[1] >= n);
+    if (n <= 0) return;
+    const uint64_t bytes = 2 * (uint64_t)n * sizeof(uint32_t);
+    if (!vk_begin(be, 1, bytes + 16)) return;
+    const uint64_t off = upload(be, ids, (uint64_t)n * sizeof(int32_t));
+    upload_at(be, off + (uint64_t)n * sizeof(int32_t), w, (uint64_t)n * sizeof(float));
+    vk_hazard(be, y->data, false);
+    vk_hazard(be, x->data, true);
+    VkDescriptorBufferInfo info[3];
+    vk_pc_add_rows pc = {.n_cols = (uint32_t)x->ne[0], .n = (uint32_t)n};
+    pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
+    pc.y_off = bind_f32(be, &info[1], y, &pc.y_stride);
+    pc.iw_off = bind(be, &info[2], be->s.upload, off, bytes) / sizeof(uint32_t);
+    dispatch(be, VK_OP_ADD_ROWS, 0, 0, info, &pc, sizeof pc,
+             div_up(pc.n_cols, be->sh->pl.tune.ew_wg), (uint32_t)n);
 }
 
 void vk_op_silu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {

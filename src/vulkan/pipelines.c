@@ -39,6 +39,7 @@ static const struct {
     bool has_sg, typed;
 } g_ops[VK_OP_COUNT] = {
     [VK_OP_ADD] = {"add", 2, 0, false, false},
+    [VK_OP_ADD_ROWS] = {"add_rows", 3, 0, false, false},
     [VK_OP_SILU_MUL] = {"silu_mul", 2, 0, false, false},
     [VK_OP_GELU_MUL] = {"gelu_mul", 2, 0, false, false},
     [VK_OP_SWIGLU_OAI] = {"swiglu_oai", 2, 0, false, false},
@@ -207,7 +208,7 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
  * the workgroup size. */
 static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v, uint32_t *wg) {
     switch (op) {
-    case VK_OP_ADD: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SWIGLU_OAI:
+    case VK_OP_ADD: case VK_OP_ADD_ROWS: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SWIGLU_OAI:
     case VK_OP_SCALE: case VK_OP_COPY:
         v[0] = t->ew_wg;
         *wg = v[0];

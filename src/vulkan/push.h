@@ -31,6 +31,16 @@ typedef struct vk_pc_swiglu_oai {
 } vk_pc_swiglu_oai;
 _Static_assert(sizeof(vk_pc_swiglu_oai) == 32, "mirror of swiglu_oai.comp");
 
+/* add_rows.comp: x[ids[i]] += w[i] * y[i]; the ids and then the weights are uints at
+ * iw_off (in uints) of the upload binding. */
+typedef struct vk_pc_add_rows {
+    uint32_t n_cols, n;
+    uint32_t x_off, x_stride;
+    uint32_t y_off, y_stride;
+    uint32_t iw_off;
+} vk_pc_add_rows;
+_Static_assert(sizeof(vk_pc_add_rows) == 28, "mirror of add_rows.comp");
+
 /* scale.comp: x[r][c] *= s. */
 typedef struct vk_pc_scale {
     uint32_t n_cols, n_rows;

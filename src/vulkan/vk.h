@@ -175,7 +175,7 @@ void vk_buf_destroy(vk_device *d, vk_buf *b);
 /* ---- pipelines (pipelines.c) ---------------------------------------------------- */
 
 typedef enum vk_op {
-    VK_OP_ADD, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
+    VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
     VK_OP_COPY,
     VK_OP_COUNT
@@ -346,6 +346,8 @@ void vk_op_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void vk_op_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void vk_op_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void vk_op_scale(al_backend *be, al_tensor *x, float s);
+void vk_op_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
+                    const float *w, int n);
 /* Records d = s over n bytes (a multiple of 16) with copy.comp. */
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n);
 void vk_op_add(al_backend *be, al_tensor *x, const al_tensor *y);

@@ -93,6 +93,7 @@ static const al_backend_ops vk_ops_table = {
     .swiglu_oai = vk_op_swiglu_oai,
     .scale = vk_op_scale,
     .add = vk_op_add,
+    .add_rows = vk_op_add_rows,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */
@@ -154,7 +155,7 @@ static al_status open_backend(vk_backend *be, int index) {
         return st;
     /* the untyped ops models use (not copy: only bandwidth uses it), compiled now so
      * that a driver that cannot build them fails here, where "auto" can still fall back */
-    static const vk_op untyped[] = {VK_OP_ADD, VK_OP_SILU_MUL, VK_OP_GELU_MUL,
+    static const vk_op untyped[] = {VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL,
                                     VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
                                     VK_OP_ROPE, VK_OP_ATTENTION};
     for (size_t i = 0; i < sizeof untyped / sizeof *untyped; i++) {
