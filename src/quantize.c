@@ -224,7 +224,7 @@ typedef struct { uint8_t e, qs[16]; } block_mxfp4;
 _Static_assert(sizeof(block_mxfp4) == 17, "ggml's block_mxfp4 is 17 bytes");
 
 /* The scale byte: floor(log2(amax)) - 2 + 127, so that amax / quant_e8m0_half(e) lies in
- * [8, 16) and the largest element lands on code 7 (12) or its neighbours. ggml converts
+ * [8, 16) and the largest element lands on the doubled value 8 or 12 (code 6 or 7). ggml converts
  * the float straight to uint8_t; what x86 makes of the cases C leaves undefined is
  * written out: below 2^-125 the exponent is negative and wraps modulo 256 (through a
  * 32-bit integer), and an infinite amax gives 0. All zeros give 0 as well. */

@@ -46,10 +46,12 @@ done
 moe=$SHARED/models/moe
 if [ ! -f "$moe/ref-gpt-oss-f32.gguf" ]; then
     echo "skip: $moe/ref-gpt-oss-f32.gguf not found: no MXFP4_MOE check"
-elif ! "$bin" quantize "$moe/ref-gpt-oss-f32.gguf" "$tmp/gpt-oss.gguf" mxfp4_moe -t 2 >"$tmp/log" 2>&1; then
+elif ! "$bin" quantize "$moe/ref-gpt-oss-f32.gguf" "$tmp/gpt-oss.gguf" mxfp4_moe -t 2 \
+        >"$tmp/log" 2>&1; then
     bad "quantize ref-gpt-oss-f32 to MXFP4_MOE"; cat "$tmp/log"
 elif cmp -s "$tmp/gpt-oss.gguf" "$moe/ref-gpt-oss-MXFP4_MOE.gguf"; then
-    ok "MXFP4_MOE file is byte-identical to llama.cpp's ref-gpt-oss-MXFP4_MOE.gguf: $(tail -n 1 "$tmp/log")"
+    ok "MXFP4_MOE file is byte-identical to llama.cpp's ref-gpt-oss-MXFP4_MOE.gguf"
+    echo "     $(tail -n 1 "$tmp/log")"
 else
     bad "MXFP4_MOE file differs from llama.cpp's ref-gpt-oss-MXFP4_MOE.gguf"
     cmp "$tmp/gpt-oss.gguf" "$moe/ref-gpt-oss-MXFP4_MOE.gguf"

@@ -289,7 +289,8 @@ static void test_reference_file(void) {
         return;
     }
     const quant_scheme *sch = quant_scheme_find("MXFP4_MOE");
-    quant_model_desc m = {.n_layer = 4, .has_output = gguf_find_tensor(src, "output.weight") != NULL};
+    quant_model_desc m = {.n_layer = 4};
+    m.has_output = gguf_find_tensor(src, "output.weight") != NULL;
     int n_type = 0, n_mxfp4 = 0, n_exact = 0;
     int64_t rows_all = 0, rows_same = 0;
     for (uint64_t i = 0; i < ref->n_tensors; i++) {

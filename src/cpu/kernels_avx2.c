@@ -279,7 +279,8 @@ INLINE __m256i q5_high(__m256i qh, int j) {
 }
 
 /* MXFP4's dw, half the E8M0 scale (quant_e8m0_half), from the scale byte in the low
- * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal 2^21 << e. */
+ * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal whose bits
+ * are 0x00200000 << e. */
 INLINE __m256 e8m0_half8(__m256i head) {
     const __m256i e = _mm256_and_si256(head, _mm256_set1_epi32(0xFF));
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);

@@ -10,8 +10,8 @@
  * the int32 sums become floats once (mk_q_body). A zmm of weights is loaded once and
  * used by every token of the tile.
  *
- * For one or two kernel tokens (token generation) the legacy types, MXFP4 and Q4_K/Q5_K/Q6_K skip
- * the panel: mk_q_inplace reads the rows where they lie and feeds the registers a pack
+ * For one or two kernel tokens (token generation) the legacy types, MXFP4 and Q4_K/Q5_K/
+ * Q6_K skip the panel: mk_q_inplace reads the rows where they lie and feeds the registers a pack
  * would have stored straight into the sums, with the same arithmetic to the bit. Each
  * packed panel would be used once, so its store and reload were pure cost (a GEMV
  * over 512 x 1024 Q4_0 went from ~17 to ~15 us on one core; Q4_K 15 -> 18 GB/s).
@@ -298,7 +298,8 @@ INLINE __m512i q5_high(__m512i qh, int j) {
 }
 
 /* MXFP4's dw, half the E8M0 scale (quant_e8m0_half), from the scale byte in the low
- * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal 2^21 << e. */
+ * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal whose bits
+ * are 0x00200000 << e. */
 INLINE __m512 e8m0_half16(__m512i head) {
     const __m512i e = _mm512_and_si512(head, _mm512_set1_epi32(0xFF));
     const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
@@ -327,7 +328,9 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
     if (!(i & 1)) prefetch_rows(rs, off, 1); /* two blocks are at most 68 bytes */
     const bool has_m = kind == Q4_1 || kind == Q5_1;
     const __m512i head = has_m || kind == MXFP4 ? gather32(rs, off) : _mm512_setzero_si512();
-    const __m512 d = kind == MXFP4 ? e8m0_half16(head) : has_m ? gather_f16(head, 0) : gather_d(rs, off);
+    const __m512 d = kind == MXFP4 ? e8m0_half16(head)
+                     : has_m       ? gather_f16(head, 0)
+                                   : gather_d(rs, off);
     *dw = d;
     if (kind == Q8_0) {
         load_16x32(rs, off + 2, q);

@@ -212,8 +212,8 @@ vec4 dq4(uint row, uint i) {
 // 2^(e-128), is ggml's value to the bit (a subnormal half scale for e < 2).
 #define QK 32
 #define BLOCK 17
-const float MXFP4_VALUES[16] =
-    float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+const float MXFP4_VALUES[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                         0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
 float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
 vec4 mxfp4_values(uvec4 c) {
     return vec4(MXFP4_VALUES[c.x], MXFP4_VALUES[c.y], MXFP4_VALUES[c.z], MXFP4_VALUES[c.w]);
