@@ -93,7 +93,7 @@ ifeq ($(HAVE_VULKAN),1)
 VK_GEN   := $(BUILD)/vulkan
 VK_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/vulkan/*.c))
 VK_GLSLC := $(GLSLC) --target-env=vulkan1.1 -O -Isrc/vulkan/shaders
-VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k q8_k
+VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k q8_k mxfp4
 VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
 	attention attention_sg \
 	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) matmul_rows_$(t))

@@ -13,6 +13,9 @@
  * super-blocks of 256 split into 8 or 16 sub-blocks, each sub-block with its own small
  * integer scale (and min) that multiplies the super-block's fp16 d (and dmin).
  *
+ * MXFP4 (ggml type 39, gpt-oss's expert weights) is a block of 32 with a power-of-two
+ * scale byte and 4-bit floating-point codes; see quant.h.
+ *
  * These functions favour readability over speed; they are the oracle that SIMD
  * kernels and shaders are compared with. Formats: ggml's ggml-common.h (block
  * structs) and ggml-quants.c (dequantize_row_*), which these match.
@@ -357,6 +360,27 @@ static void dequant_q8_k(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- MXFP4: blocks of 32 4-bit floats ------------------------------------------------ */
+
+typedef struct {
+    uint8_t e;       /* E8M0 scale: 2^(e-127) */
+    uint8_t qs[16];  /* 32 E2M1 codes, laid out as Q4_0's nibbles */
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "ggml's block_mxfp4 is 17 bytes");
+
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void dequant_mxfp4(const void *src, float *dst, int64_t n) {
+    const block_mxfp4 *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b++, dst += QK) {
+        const float d = quant_e8m0_half(b->e);
+        for (int j = 0; j < QK / 2; j++) {
+            dst[j] = quant_mxfp4_values[b->qs[j] & 0xF] * d;
+            dst[j + QK / 2] = quant_mxfp4_values[b->qs[j] >> 4] * d;
+        }
+    }
+}
+
 /* ---- the table ---------------------------------------------------------------------- */
 
 static const quant_traits g_traits[AL_TYPE_COUNT] = {
@@ -375,6 +399,7 @@ static const quant_traits g_traits[AL_TYPE_COUNT] = {
     [AL_TYPE_Q5_K] = {"Q5_K", QK_K, sizeof(block_q5_k), dequant_q5_k},
     [AL_TYPE_Q6_K] = {"Q6_K", QK_K, sizeof(block_q6_k), dequant_q6_k},
     [AL_TYPE_Q8_K] = {"Q8_K", QK_K, sizeof(block_q8_k), dequant_q8_k},
+    [AL_TYPE_MXFP4] = {"MXFP4", QK, sizeof(block_mxfp4), dequant_mxfp4},
 };
 
 const quant_traits *quant_get_traits(uint32_t type) {

@@ -216,6 +216,51 @@ static void q_q8_0(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* ---- MXFP4 -------------------------------------------------------------------------- */
+/* ggml's quantize_row_mxfp4_ref: one power-of-two scale per block, from the block's
+ * largest magnitude, then each element to its nearest E2M1 code (quant.h). */
+
+typedef struct { uint8_t e, qs[16]; } block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "ggml's block_mxfp4 is 17 bytes");
+
+/* The scale byte: floor(log2(amax)) - 2 + 127, so that amax / quant_e8m0_half(e) lies in
+ * [8, 16) and the largest element lands on the doubled value 8 or 12 (code 6 or 7). ggml converts
+ * the float straight to uint8_t; what x86 makes of the cases C leaves undefined is
+ * written out: below 2^-125 the exponent is negative and wraps modulo 256 (through a
+ * 32-bit integer), and an infinite amax gives 0. All zeros give 0 as well. */
+static uint8_t mxfp4_exponent(float amax) {
+    if (!(amax > 0.0f) || isinf(amax)) return 0;
+    return (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127);
+}
+
+/* The code c whose value quant_mxfp4_values[c] * d is nearest x, the first in code order
+ * on a tie: +0 before -0, the smaller magnitude before the larger. */
+static int mxfp4_nearest(float x, float d) {
+    int best = 0;
+    float best_err = fabsf(quant_mxfp4_values[0] * d - x);
+    for (int c = 1; c < 16; c++) {
+        const float err = fabsf(quant_mxfp4_values[c] * d - x);
+        if (err < best_err) {
+            best = c;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+static void q_mxfp4(const float *x, void *dst, int64_t n) {
+    block_mxfp4 *y = dst;
+    for (int64_t i = 0; i < n / QK; i++, x += QK, y++) {
+        float amax = 0;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        y->e = mxfp4_exponent(amax);
+        const float d = quant_e8m0_half(y->e);
+        for (int j = 0; j < QK / 2; j++)
+            y->qs[j] = (uint8_t)(mxfp4_nearest(x[j], d) | mxfp4_nearest(x[j + QK / 2], d) << 4);
+    }
+}
+
 /* ---- K-quants: scale searches, one sub-block per lane ------------------------------- */
 /* ggml searches each sub-block's scale alone, in loops whose sums are serial chains of
  * float additions: one addition must finish before the next starts, so the CPU idles.
@@ -574,6 +619,7 @@ static row_quantizer quantizer_of(uint32_t type) {
     case AL_TYPE_Q4_K: return q_q4_k;
     case AL_TYPE_Q5_K: return q_q5_k;
     case AL_TYPE_Q6_K: return q_q6_k;
+    case AL_TYPE_MXFP4: return q_mxfp4;
     default: return NULL;
     }
 }
@@ -677,6 +723,7 @@ static const quant_scheme g_schemes[] = {
     {"Q4_K_M", 15, AL_TYPE_Q4_K, "Q4_K; Q6_K for output and some attn_v/ffn_down layers"},
     {"Q4_K_S", 14, AL_TYPE_Q4_K, "Q4_K; Q5_K for the first attn_v/ffn_down layers"},
     {"Q4_0", 2, AL_TYPE_Q4_0, "4.5 bpw; output.weight Q6_K"},
+    {"MXFP4_MOE", 38, AL_TYPE_MXFP4, "MoE experts (3-D tensors) MXFP4, other matrices Q8_0"},
 };
 
 const quant_scheme *quant_schemes(int *n) {
@@ -725,18 +772,24 @@ static bool use_more_bits(int i_layer, int n_layer) {
 static bool is_k_type(uint32_t t) { return t >= AL_TYPE_Q2_K && t <= AL_TYPE_Q8_K; }
 
 /* The scheme's mix (llama.cpp's llama_tensor_get_type for the schemes above, dense
- * llama-like models). t is the scheme's type; returns the type before any fallback. */
+ * llama-like models and MXFP4_MOE). t is the scheme's type, ne the tensor's shape (1 past
+ * its dimensions); returns the type before any fallback. */
 static uint32_t mix_type(const quant_scheme *s, const quant_model_desc *m, const char *name,
-                         int64_t ne0, uint32_t t) {
+                         const int64_t ne[4], uint32_t t) {
     const bool km = s->ftype == 15 || s->ftype == 17, k4s = s->ftype == 14;
+    const bool mxfp4_moe = t == AL_TYPE_MXFP4;
     int layer = -1;
     if (sscanf(name, "blk.%d.", &layer) != 1) layer = -1;
     const bool is_embd = !strcmp(name, "token_embd.weight");
     if (!strcmp(name, "output.weight") || (is_embd && !m->has_output)) {
-        /* the output matrix is the most sensitive: Q6_K unless Q8_0 was asked for */
-        if (ne0 % quant_get_traits(t)->block_size != 0) return AL_TYPE_Q8_0;
+        /* the output matrix is the most sensitive: Q6_K unless Q8_0 was asked for, and
+         * Q8_0 under MXFP4_MOE */
+        if (mxfp4_moe || ne[0] % quant_get_traits(t)->block_size != 0) return AL_TYPE_Q8_0;
         return t == AL_TYPE_Q8_0 ? t : AL_TYPE_Q6_K;
     }
+    /* MXFP4_MOE: the stacked experts of a MoE layer ([n_in][n_out][n_expert], llama.cpp
+     * tests ne[2] > 1, not the name) in MXFP4, every other matrix in Q8_0 */
+    if (mxfp4_moe) return ne[2] > 1 ? AL_TYPE_MXFP4 : AL_TYPE_Q8_0;
     if (is_embd) return t;
     if (strstr(name, "attn_v.weight")) {
         /* llama.cpp counts attn_v tensors in layer order; the layer number is that count */
@@ -756,7 +809,11 @@ uint32_t quant_pick_type(const quant_scheme *s, const quant_model_desc *m, const
     if (!is_quantizable(name, real_dims(n_dims, ne))) return cur_type;
     uint32_t t = s->type;
     if (t == AL_TYPE_F16 || t == AL_TYPE_BF16) return t; /* no mix, every ne[0] fits */
-    if (!m->pure) t = mix_type(s, m, name, ne[0], t);
+    if (!m->pure) {
+        const int64_t ne_real[4] = {ne[0], n_dims > 1 ? ne[1] : 1, n_dims > 2 ? ne[2] : 1,
+                                    n_dims > 3 ? ne[3] : 1};
+        t = mix_type(s, m, name, ne_real, t);
+    }
     if (ne[0] % quant_get_traits(t)->block_size == 0) return t;
     if (fell_back) *fell_back = true;
     /* llama.cpp's fallbacks to a type of blocks of 32, then F16 */

@@ -7,11 +7,11 @@
  *      bytes as one quantized there from the same weights.
  *   2. quant_scheme / quant_pick_type(): a model-level scheme ("Q4_K_M") and the type
  *      it gives each tensor, following llama.cpp's rules (output.weight in Q6_K, more
- *      bits for some attn_v and ffn_down layers, fallbacks for rows whose length the
- *      block size does not divide).
+ *      bits for some attn_v and ffn_down layers, MXFP4_MOE's MXFP4 experts and Q8_0
+ *      elsewhere, fallbacks for rows whose length the block size does not divide).
  *   3. quant_model(): GGUF in, GGUF out, streamed tensor by tensor with worker threads.
  *
- * Types quantized: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+ * Types quantized: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4.
  * Every function is thread-safe; none keeps state between calls.
  */
 #ifndef AL_QUANTIZE_H

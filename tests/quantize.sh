@@ -2,6 +2,7 @@
 # End-to-end tests of `anyllm quantize` and `anyllm gen-model`:
 #   - the F16 reference model quantized to Q8_0, Q4_0 and Q4_K_M is byte-identical to the
 #     file llama.cpp's llama-quantize made, and its logits match llama.cpp's for that file;
+#   - the F32 gpt-oss model quantized to MXFP4_MOE is byte-identical to llama.cpp's file;
 #   - generated benchmark models load (`info`), run (`logits`) and are deterministic;
 #   - bad use fails with one line on stderr, a non-zero exit, and no output file.
 # Env: BUILD (default build), SHARED (default ../shared). Last line: "N passed, M failed".
@@ -40,6 +41,28 @@ for type in Q8_0 Q4_0 Q4_K_M; do
         bad "$type logits vs llama.cpp's"; cat "$tmp/cmp"
     fi
 done
+# gpt-oss in llama.cpp's MXFP4_MOE: MXFP4 experts, Q8_0 elsewhere, the whole file byte for
+# byte (metadata included). gpt-oss need not be loadable: quantize reads only the GGUF.
+moe=$SHARED/models/moe
+if [ ! -f "$moe/ref-gpt-oss-f32.gguf" ]; then
+    echo "skip: $moe/ref-gpt-oss-f32.gguf not found: no MXFP4_MOE check"
+elif ! "$bin" quantize "$moe/ref-gpt-oss-f32.gguf" "$tmp/gpt-oss.gguf" mxfp4_moe -t 2 \
+        >"$tmp/log" 2>&1; then
+    bad "quantize ref-gpt-oss-f32 to MXFP4_MOE"; cat "$tmp/log"
+elif cmp -s "$tmp/gpt-oss.gguf" "$moe/ref-gpt-oss-MXFP4_MOE.gguf"; then
+    ok "MXFP4_MOE file is byte-identical to llama.cpp's ref-gpt-oss-MXFP4_MOE.gguf"
+    echo "     $(tail -n 1 "$tmp/log")"
+else
+    bad "MXFP4_MOE file differs from llama.cpp's ref-gpt-oss-MXFP4_MOE.gguf"
+    cmp "$tmp/gpt-oss.gguf" "$moe/ref-gpt-oss-MXFP4_MOE.gguf"
+fi
+if "$bin" info -m "$moe/ref-gpt-oss-MXFP4_MOE.gguf" 2>/dev/null |
+        grep -q 'blk.0.ffn_up_exps.weight *MXFP4'; then
+    ok "info lists llama.cpp's MXFP4 expert tensors"
+elif [ -f "$moe/ref-gpt-oss-MXFP4_MOE.gguf" ]; then
+    bad "info on ref-gpt-oss-MXFP4_MOE.gguf"
+fi
+
 # lower-case type names and the BF16/F16 conversions
 if "$bin" quantize "$ref/ref-llama-f16.gguf" "$tmp/bf16.gguf" bf16 -t 2 >/dev/null 2>&1 &&
         "$bin" info -m "$tmp/bf16.gguf" | grep -q 'token_embd.weight *BF16'; then

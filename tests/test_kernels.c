@@ -11,6 +11,9 @@
  * also give bit-identical results whatever the batch split and the thread count: a
  * token's logits may not depend on what else is in its batch.
  *
+ * MXFP4's SIMD packs are also compared byte for byte with the portable decoder over
+ * every scale byte, edge scales included.
+ *
  * Attention over ring caches with a sliding window and a scale is checked twice: the
  * reference against a naive attention in double over the whole sequence, and each fast
  * ISA against the reference, bit-identical with and without the ring; the same again
@@ -121,6 +124,9 @@ static uint8_t *random_weights(uint32_t type, int64_t n_in, int64_t n_out, uint6
     for (uint64_t b = 0; b < n / tr->type_size; b++)
         for (int k = 0; k < nf; k++)
             put_f16(w + b * tr->type_size + off[k], 0.01f + 0.02f * (frand() + 1));
+    /* MXFP4's scale byte: 2^(e-127) from 2^-7 to 2^0, so blocks differ in scale */
+    for (uint64_t b = 0; type == AL_TYPE_MXFP4 && b < n / tr->type_size; b++)
+        w[b * tr->type_size] = (uint8_t)(120 + rnd() % 8);
     return w;
 }
 
@@ -292,8 +298,8 @@ static void check_matmul(cpu_isa isa, cpu_act_mode act, al_backend *fast1, al_ba
 
 static const uint32_t g_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
                                    AL_TYPE_Q8_0, AL_TYPE_Q2_K, AL_TYPE_Q3_K, AL_TYPE_Q4_K,
-                                   AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_F16,  AL_TYPE_BF16,
-                                   AL_TYPE_F32};
+                                   AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_MXFP4, AL_TYPE_F16,
+                                   AL_TYPE_BF16, AL_TYPE_F32};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
 static void matmul_cases(cpu_isa isa, cpu_act_mode act) {
@@ -368,6 +374,38 @@ static void test_matmul_passes(void) {
         f1->ops->destroy(f1);
         f3->ops->destroy(f3);
         ref->ops->destroy(ref);
+    }
+}
+
+/* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
+ * for every scale byte 0..255: the subnormal scales (e < 2) and 2^127 (e = 255, whose
+ * m = -12 dw is -inf) included, which random matmul weights do not reach. */
+static void test_mxfp4_pack(void) {
+    for (int isa = CPU_ISA_AVX2; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) {
+            TEST_SKIP("this CPU cannot run %s", cpu_isa_name((cpu_isa)isa));
+            continue;
+        }
+        const cpu_kernels *k = kernels_of((cpu_isa)isa);
+        const int r = k->rows, n_blk = 256;
+        const uint64_t rb = (uint64_t)n_blk * 17, n_panel = (uint64_t)(n_blk * cpu_sb_bytes(r, 32));
+        uint8_t *w = malloc(rb * (uint64_t)r);
+        for (uint64_t i = 0; i < rb * (uint64_t)r; i++)
+            w[i] = (uint8_t)rnd();
+        for (int row = 0; row < r; row++) /* block b of row `row` has scale (b + 13 row) % 256 */
+            for (int b = 0; b < n_blk; b++)
+                w[(uint64_t)row * rb + (uint64_t)b * 17] = (uint8_t)(b + 13 * row);
+        uint8_t *fast = aligned_alloc(64, n_panel), *port = aligned_alloc(64, n_panel);
+        CHECK(k->pack_q[AL_TYPE_MXFP4] != NULL);
+        if (k->pack_q[AL_TYPE_MXFP4]) {
+            /* from block 3 on: the pack must honour blk0 */
+            k->pack_q[AL_TYPE_MXFP4](AL_TYPE_MXFP4, w, rb, r, 3, n_blk - 3, fast);
+            cpu_pack_q_generic(AL_TYPE_MXFP4, r, w, rb, r, 3, n_blk - 3, port);
+            const uint64_t n = (uint64_t)((n_blk - 3) * cpu_sb_bytes(r, 32));
+            CHECK_MSG(!memcmp(fast, port, n), "%s: the MXFP4 pack differs from the portable one",
+                      cpu_isa_name((cpu_isa)isa));
+        }
+        free(w), free(fast), free(port);
     }
 }
 
@@ -1100,6 +1138,7 @@ int main(void) {
     TEST_RUN(test_attention_sinks_ref);
     TEST_RUN(test_attention_sinks_fast);
     TEST_RUN(test_matmul_passes);
+    TEST_RUN(test_mxfp4_pack);
     TEST_RUN(test_matmul_scalar);
     TEST_RUN(test_matmul_avx2);
     TEST_RUN(test_matmul_avx512);

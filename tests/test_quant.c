@@ -76,7 +76,7 @@ static void test_traits(void) {
         {AL_TYPE_Q8_1, "Q8_1", 32, 36},   {AL_TYPE_Q2_K, "Q2_K", 256, 84},
         {AL_TYPE_Q3_K, "Q3_K", 256, 110}, {AL_TYPE_Q4_K, "Q4_K", 256, 144},
         {AL_TYPE_Q5_K, "Q5_K", 256, 176}, {AL_TYPE_Q6_K, "Q6_K", 256, 210},
-        {AL_TYPE_Q8_K, "Q8_K", 256, 292},
+        {AL_TYPE_Q8_K, "Q8_K", 256, 292}, {AL_TYPE_MXFP4, "MXFP4", 32, 17},
     };
     int n_known = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -89,7 +89,8 @@ static void test_traits(void) {
         CHECK_MSG(t->type_size == want[i].type_size, "%s", t->name);
         CHECK_MSG(t->dequantize != NULL, "%s", t->name);
     }
-    /* nothing else is known: 4 and 5 were ggml's removed Q4_2/Q4_3, 16+ the IQ types */
+    /* nothing else is known: 4 and 5 were ggml's removed Q4_2/Q4_3, 16+ the IQ types
+     * (MXFP4, 39, is tested in test_mxfp4.c) */
     for (uint32_t ty = 0; ty < 1000; ty++) n_known += quant_get_traits(ty) != NULL;
     CHECK(n_known == (int)(sizeof want / sizeof want[0]));
     CHECK(quant_get_traits(4) == NULL && quant_get_traits(AL_TYPE_COUNT) == NULL);

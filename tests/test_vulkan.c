@@ -143,7 +143,9 @@ static void put_f16(uint8_t *p, float v) {
     p[1] = (uint8_t)(h >> 8);
 }
 
-/* Random blocks: random quant bytes, small finite scales where the layout has them. */
+/* Random blocks: random quant bytes, small finite scales where the layout has them.
+ * MXFP4's 17-byte blocks make rows of 7 blocks start at odd bytes, and tensors of an odd
+ * number of rows end at one. */
 static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
     uint64_t rb = quant_row_bytes(type, cols), n = rb * (uint64_t)rows;
     uint8_t *b = keep_alloc(n);
@@ -180,6 +182,7 @@ static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
             put_f16(q + 2, rndf() * 0.05f);
             break;
         case AL_TYPE_Q6_K: put_f16(q + 208, rndf() * 0.05f); break;
+        case AL_TYPE_MXFP4: q[0] = (uint8_t)(118 + rnd() % 8); break; /* 2^-9 .. 2^-2 */
         case AL_TYPE_Q8_K: {
             float d = rndf() * 0.01f;
             memcpy(q, &d, 4);
@@ -194,7 +197,7 @@ static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
 static const uint32_t g_types[] = {
     AL_TYPE_F32, AL_TYPE_F16, AL_TYPE_BF16, AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0,
     AL_TYPE_Q5_1, AL_TYPE_Q8_0, AL_TYPE_Q8_1, AL_TYPE_Q2_K, AL_TYPE_Q3_K, AL_TYPE_Q4_K,
-    AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_Q8_K,
+    AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_Q8_K, AL_TYPE_MXFP4,
 };
 enum { N_TYPES = sizeof g_types / sizeof *g_types };
 

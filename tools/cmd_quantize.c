@@ -54,7 +54,7 @@ static void quantize_usage(void) {
            "Quantizes an F32/F16/BF16 GGUF model as llama.cpp's llama-quantize does (same\n"
            "bytes, no importance matrix). TYPE (case-insensitive; Q4_K and Q5_K mean Q4_K_M\n"
            "and Q5_K_M, as in llama.cpp):\n");
-    for (int i = 0; i < n; i++) printf("  %-8s %s\n", s[i].name, s[i].help);
+    for (int i = 0; i < n; i++) printf("  %-9s %s\n", s[i].name, s[i].help);
     printf("options:\n"
            "  -t N     threads (default: all cores)\n"
            "  --pure   every weight matrix in TYPE: no Q6_K output, no per-layer mix\n");

@@ -278,11 +278,30 @@ INLINE __m256i q5_high(__m256i qh, int j) {
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first. */
+/* MXFP4's dw, half the E8M0 scale (quant_e8m0_half), from the scale byte in the low
+ * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal whose bits
+ * are 0x00200000 << e. */
+INLINE __m256 e8m0_half8(__m256i head) {
+    const __m256i e = _mm256_and_si256(head, _mm256_set1_epi32(0xFF));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+}
+
+/* MXFP4 codes (one per byte, 0..15) -> u = quant_mxfp4_values[code] + 12 (0..24). */
+INLINE __m256i mxfp4_u(__m256i codes) {
+    const __m128i lut = _mm_add_epi8(_mm_loadu_si128((const __m128i *)quant_mxfp4_values),
+                                     _mm_set1_epi8(12));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(lut), codes);
+}
+
+/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first;
+ * MXFP4 has its scale byte first. */
 INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
                         uint8_t *panel) {
-    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
-    static const int ts[] = {18, 20, 22, 24, 34}, qs_off[] = {2, 4, 6, 8, 2};
+    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 };
+    static const int ts[] = {18, 20, 22, 24, 34, 17}, qs_off[] = {2, 4, 6, 8, 2, 1};
     const int64_t t = ts[kind];
     rows8 rs;
     rows_init(&rs, w, row_bytes, blk0 * t);
@@ -290,7 +309,7 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
         const int64_t off = i * t;
         if (!(i & 1)) prefetch_rows(&rs, off, 1); /* two blocks are at most 68 bytes */
         const __m256i head = gather32(&rs, off);
-        const __m256 d = gather_f16(head, 0);
+        const __m256 d = kind == MXFP4 ? e8m0_half8(head) : gather_f16(head, 0);
         if (kind == Q8_0) {
             __m256i g[8];
             load_8x32(&rs, off + 2, g);
@@ -309,6 +328,12 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
                 store_q(panel, j, _mm256_or_si256(lo4(q[j]), q5_high(qh, j)));
                 store_q(panel, 4 + j, _mm256_or_si256(hi4(q[j]), q5_high(qh, 4 + j)));
             }
+        } else if (kind == MXFP4) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                store_q(panel, j, mxfp4_u(lo4(q[j])));
+                store_q(panel, 4 + j, mxfp4_u(hi4(q[j])));
+            }
         } else {
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
@@ -316,11 +341,12 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
                 store_q(panel, 4 + j, hi4(q[j]));
             }
         }
+        /* m = -offset * dw, as the portable decoders write it */
+        const float neg_offset = kind == Q4_0 ? -8.0f : kind == MXFP4 ? -12.0f : -16.0f;
         if (kind == Q4_1 || kind == Q5_1)
             store_scales(panel, 32, d, gather_f16(head, 1));
         else
-            store_scales(panel, 32, d,
-                         _mm256_mul_ps(d, _mm256_set1_ps(kind == Q4_0 ? -8.0f : -16.0f)));
+            store_scales(panel, 32, d, _mm256_mul_ps(d, _mm256_set1_ps(neg_offset)));
     }
 }
 
@@ -337,6 +363,7 @@ PACK_LEGACY(pack_q4_0, 0)
 PACK_LEGACY(pack_q4_1, 1)
 PACK_LEGACY(pack_q5_0, 2)
 PACK_LEGACY(pack_q5_1, 3)
+PACK_LEGACY(pack_mxfp4, 5)
 
 /* Q8_0 panels hold signed weights: the portable pack's u = w + 128 and m = -128 dw
  * are undone for a short panel. */
@@ -1062,7 +1089,8 @@ const cpu_kernels cpu_kernels_avx2 = {
                [AL_TYPE_Q5_K] = pack_q5_k,
                [AL_TYPE_Q6_K] = pack_q6_k,
                [AL_TYPE_Q2_K] = pack_q2_k,
-               [AL_TYPE_Q3_K] = pack_q3_k},
+               [AL_TYPE_Q3_K] = pack_q3_k,
+               [AL_TYPE_MXFP4] = pack_mxfp4},
     .mk_q = mk_q_avx2,
     .pack_f = pack_f_avx2,
     .mk_f = mk_f_avx2,

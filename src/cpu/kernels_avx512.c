@@ -10,8 +10,8 @@
  * the int32 sums become floats once (mk_q_body). A zmm of weights is loaded once and
  * used by every token of the tile.
  *
- * For one or two kernel tokens (token generation) the legacy types and Q4_K/Q5_K/Q6_K skip
- * the panel: mk_q_inplace reads the rows where they lie and feeds the registers a pack
+ * For one or two kernel tokens (token generation) the legacy types, MXFP4 and Q4_K/Q5_K/
+ * Q6_K skip the panel: mk_q_inplace reads the rows where they lie and feeds the registers a pack
  * would have stored straight into the sums, with the same arithmetic to the bit. Each
  * packed panel would be used once, so its store and reload were pure cost (a GEMV
  * over 512 x 1024 Q4_0 went from ~17 to ~15 us on one core; Q4_K 15 -> 18 GB/s).
@@ -297,9 +297,28 @@ INLINE __m512i q5_high(__m512i qh, int j) {
     return _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 4 * j), lut);
 }
 
-/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first. */
-enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
-static const int g_legacy_size[] = {18, 20, 22, 24, 34}, g_legacy_qs[] = {2, 4, 6, 8, 2};
+/* MXFP4's dw, half the E8M0 scale (quant_e8m0_half), from the scale byte in the low
+ * byte of each lane: the exponent field e - 1, or for e < 2 the subnormal whose bits
+ * are 0x00200000 << e. */
+INLINE __m512 e8m0_half16(__m512i head) {
+    const __m512i e = _mm512_and_si512(head, _mm512_set1_epi32(0xFF));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
+}
+
+/* MXFP4 codes (one per byte, 0..15) -> u = quant_mxfp4_values[code] + 12 (0..24). */
+INLINE __m512i mxfp4_u(__m512i codes) {
+    const __m128i lut = _mm_add_epi8(_mm_loadu_si128((const __m128i *)quant_mxfp4_values),
+                                     _mm_set1_epi8(12));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(lut), codes);
+}
+
+/* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first;
+ * MXFP4 has its scale byte first. */
+enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 };
+static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2, 4, 6, 8, 2, 1};
 
 /* Block i of 16 rows as the panel holds it: q[j] is 4-byte group j of the unsigned
  * quants (row r in lane r), dw and m the scales of ops.h. */
@@ -308,8 +327,10 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
     const int64_t off = i * g_legacy_size[kind];
     if (!(i & 1)) prefetch_rows(rs, off, 1); /* two blocks are at most 68 bytes */
     const bool has_m = kind == Q4_1 || kind == Q5_1;
-    const __m512i head = has_m ? gather32(rs, off) : _mm512_setzero_si512();
-    const __m512 d = has_m ? gather_f16(head, 0) : gather_d(rs, off);
+    const __m512i head = has_m || kind == MXFP4 ? gather32(rs, off) : _mm512_setzero_si512();
+    const __m512 d = kind == MXFP4 ? e8m0_half16(head)
+                     : has_m       ? gather_f16(head, 0)
+                                   : gather_d(rs, off);
     *dw = d;
     if (kind == Q8_0) {
         load_16x32(rs, off + 2, q);
@@ -328,6 +349,12 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
             q[j] = _mm512_or_si512(lo4(h[j]), q5_high(qh, j));
             q[4 + j] = _mm512_or_si512(hi4(h[j]), q5_high(qh, 4 + j));
         }
+    } else if (kind == MXFP4) {
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++) {
+            q[j] = mxfp4_u(lo4(h[j]));
+            q[4 + j] = mxfp4_u(hi4(h[j]));
+        }
     } else {
 #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
@@ -335,7 +362,9 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
             q[4 + j] = hi4(h[j]);
         }
     }
-    *m = has_m ? gather_f16(head, 1) : _mm512_mul_ps(d, _mm512_set1_ps(kind == Q4_0 ? -8.0f : -16.0f));
+    /* m = -offset * dw, as the portable decoders write it */
+    const float neg_offset = kind == Q4_0 ? -8.0f : kind == MXFP4 ? -12.0f : -16.0f;
+    *m = has_m ? gather_f16(head, 1) : _mm512_mul_ps(d, _mm512_set1_ps(neg_offset));
 }
 
 INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
@@ -367,6 +396,7 @@ PACK_LEGACY(pack_q4_1, 1)
 PACK_LEGACY(pack_q5_0, 2)
 PACK_LEGACY(pack_q5_1, 3)
 PACK_LEGACY(pack_q8_0, 4)
+PACK_LEGACY(pack_mxfp4, 5)
 
 /* Byte k (0..3) of each lane. */
 INLINE __m512i byte_of(__m512i v, int k) {
@@ -896,6 +926,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
 #define Q5_0_(n) mk_q_inplace(a, Q5_0, n, false)
 #define Q5_1_(n) mk_q_inplace(a, Q5_1, n, true)
 #define Q8_0_(n) mk_q_inplace(a, Q8_0, n, false)
+#define MXFP4_(n) mk_q_inplace(a, MXFP4, n, false)
 #define Q4_K_(n) mk_q_inplace_k45(a, false, n)
 #define Q5_K_(n) mk_q_inplace_k45(a, true, n)
 #define Q6_K_(n) mk_q_inplace_q6(a, n)
@@ -907,6 +938,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
     case AL_TYPE_Q4_K: BY_1_2(Q4_K_); break;
     case AL_TYPE_Q5_K: BY_1_2(Q5_K_); break;
     case AL_TYPE_Q6_K: BY_1_2(Q6_K_); break;
+    case AL_TYPE_MXFP4: BY_1_2(MXFP4_); break;
     default:
         AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
         BY_1_2(Q8_0_);
@@ -917,6 +949,7 @@ static void mk_q_inplace_512(const cpu_mk_args *a) {
 #undef Q5_0_
 #undef Q5_1_
 #undef Q8_0_
+#undef MXFP4_
 #undef Q4_K_
 #undef Q5_K_
 #undef Q6_K_
@@ -1301,11 +1334,12 @@ const cpu_kernels cpu_kernels_avx512 = {
                [AL_TYPE_Q5_K] = pack_q5_k,
                [AL_TYPE_Q6_K] = pack_q6_k,
                [AL_TYPE_Q2_K] = pack_q2_k,
-               [AL_TYPE_Q3_K] = pack_q3_k},
+               [AL_TYPE_Q3_K] = pack_q3_k,
+               [AL_TYPE_MXFP4] = pack_mxfp4},
     .mk_q = mk_q_512,
     .inplace_types = 1u << AL_TYPE_Q4_0 | 1u << AL_TYPE_Q4_1 | 1u << AL_TYPE_Q5_0 |
                      1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0 | 1u << AL_TYPE_Q4_K |
-                     1u << AL_TYPE_Q5_K | 1u << AL_TYPE_Q6_K,
+                     1u << AL_TYPE_Q5_K | 1u << AL_TYPE_Q6_K | 1ull << AL_TYPE_MXFP4,
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = attn_512,

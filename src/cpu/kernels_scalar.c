@@ -78,6 +78,19 @@ static void decode_q8_0(const uint8_t *b, uint8_t *u, float *dw, float *m) {
     m[0] = -128.0f * dw[0];
 }
 
+/* MXFP4 {e, qs[16]}: code c stands for quant_mxfp4_values[c] (-12..12) times half the
+ * E8M0 scale; u = value + 12 (0..24) keeps it unsigned, m = -12 dw undoes that. The
+ * integer sum is then ggml's sum of values times activations, exactly. */
+static void decode_mxfp4(const uint8_t *b, uint8_t *u, float *dw, float *m) {
+    const uint8_t *qs = b + 1;
+    for (int j = 0; j < 16; j++) {
+        u[j] = (uint8_t)(quant_mxfp4_values[qs[j] & 0xF] + 12);
+        u[j + 16] = (uint8_t)(quant_mxfp4_values[qs[j] >> 4] + 12);
+    }
+    dw[0] = quant_e8m0_half(b[0]);
+    m[0] = -12.0f * dw[0];
+}
+
 /* K-quants: super-blocks of 256. Q2_K and Q3_K keep 2-bit fields of a 128-element half
  * in 32 bytes: element 32g + l of the half is bits 2g..2g+1 of byte l. */
 
@@ -188,6 +201,7 @@ static const cpu_qtype g_qtypes[AL_TYPE_COUNT] = {
     [AL_TYPE_Q4_K] = {256, 32, 144, 0, decode_q4_k},
     [AL_TYPE_Q5_K] = {256, 32, 176, 0, decode_q5_k},
     [AL_TYPE_Q6_K] = {256, 16, 210, 32, decode_q6_k},
+    [AL_TYPE_MXFP4] = {32, 32, 17, 12, decode_mxfp4},
 };
 
 const cpu_qtype *cpu_qtype_get(uint32_t type) {

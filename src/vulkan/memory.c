@@ -310,9 +310,12 @@ static al_status upload(vk_backend *be, vk_buf *b, const char *host, uint64_t n)
     return st;
 }
 
-/* A copy of the weight in device memory (staging) or mapped device memory (host). */
+/* A copy of the weight in device memory (staging) or mapped device memory (host). The
+ * buffer is rounded up to whole 32-bit words, as ops.c rounds bindings: shaders read
+ * weights as 16-bit words, and a tensor of MXFP4's 17-byte blocks may end in the low
+ * byte of one (see dequant.glsl). */
 static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_buf **out) {
-    al_status st = vk_buf_create(&be->sh->d, n, VK_BUF_DEVICE, out);
+    al_status st = vk_buf_create(&be->sh->d, (n + 3) & ~(uint64_t)3, VK_BUF_DEVICE, out);
     if (st != AL_OK) return st;
     if ((*out)->mapped && be->sh->weight_mode != VK_WEIGHTS_STAGING)
         memcpy((*out)->mapped, host, n);

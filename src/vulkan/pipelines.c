@@ -69,6 +69,7 @@ static const struct {
     {AL_TYPE_Q5_1, "q5_1"}, {AL_TYPE_Q8_0, "q8_0"}, {AL_TYPE_Q8_1, "q8_1"},
     {AL_TYPE_Q2_K, "q2_k"}, {AL_TYPE_Q3_K, "q3_k"}, {AL_TYPE_Q4_K, "q4_k"},
     {AL_TYPE_Q5_K, "q5_k"}, {AL_TYPE_Q6_K, "q6_k"}, {AL_TYPE_Q8_K, "q8_k"},
+    {AL_TYPE_MXFP4, "mxfp4"},
 };
 
 static const char *type_suffix(uint32_t type) {

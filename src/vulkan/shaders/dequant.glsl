@@ -5,7 +5,10 @@
 // The weight binding is read as 16-bit words: every block size is even and every
 // row starts at an even byte, so fp16 scales and pairs of quant bytes are single
 // aligned loads, and nothing needs 8-bit storage. F32 weights are also read as
-// 32-bit words through a second view of the same binding.
+// 32-bit words through a second view of the same binding. MXFP4 is the exception:
+// its blocks are 17 bytes, so blocks and rows may start at odd bytes; it reads its
+// quants through bytes4_any, and memory.c pads weight copies to whole 32-bit words
+// for the one byte past a tensor of odd size that this may touch.
 //
 // The one entry point, dq4(row, i), returns elements 4i .. 4i+3 of the row whose
 // first byte is `row`. Four consecutive elements always share one block and one
@@ -203,6 +206,31 @@ vec4 dq4(uint row, uint i) {
     return f16_at(blk + 208) * sc * (vec4(lo | (hi << 4)) - 32.0);
 }
 
+#elif defined(TYPE_MXFP4)
+// {e, qs[16]}: the code c of element j (low nibble of qs[j], high nibble of qs[j - 16])
+// is an E2M1 number; quant.h's doubled table MXFP4_VALUES times half the E8M0 scale,
+// 2^(e-128), is ggml's value to the bit (a subnormal half scale for e < 2).
+#define QK 32
+#define BLOCK 17
+const float MXFP4_VALUES[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                         0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
+vec4 mxfp4_values(uvec4 c) {
+    return vec4(MXFP4_VALUES[c.x], MXFP4_VALUES[c.y], MXFP4_VALUES[c.z], MXFP4_VALUES[c.w]);
+}
+// bytes4 at any byte b: an odd b takes the high byte of one word, a whole word and the
+// low byte of a third
+uvec4 bytes4_any(uint b) {
+    if ((b & 1u) == 0u) return bytes4(b);
+    uint lo = wd(b - 1), mid = wd(b + 1), hi = wd(b + 3);
+    return uvec4(lo >> 8, mid & 0xFFu, mid >> 8, hi & 0xFFu);
+}
+vec4 dq4(uint row, uint i) {
+    uint e = 4 * i, blk = row + (e / 32) * BLOCK, j = e % 32;
+    uvec4 c = (bytes4_any(blk + 1 + (j & 15)) >> ((j >> 4) * 4)) & 15u;
+    return e8m0_half(u8_at(blk)) * mxfp4_values(c);
+}
+
 #else
 #error "define one TYPE_* for the weight type"
 #endif
@@ -241,6 +269,16 @@ void dq32(uint row, uint u, out vec4 v[8]) {
         uvec4 h0 = (uvec4(qh) >> sh) & 1u, h1 = (uvec4(qh) >> (sh + 16u)) & 1u;
         v[j] = d * vec4((q & 15u) | (h0 << 4)) + m;
         v[j + 4] = d * vec4((q >> 4) | (h1 << 4)) + m;
+    }
+}
+#elif defined(TYPE_MXFP4)
+void dq32(uint row, uint u, out vec4 v[8]) {
+    uint blk = row + u * BLOCK;
+    float d = e8m0_half(u8_at(blk));
+    [[unroll]] for (uint j = 0; j < 4; j++) {
+        uvec4 q = bytes4_any(blk + 1 + 4 * j);
+        v[j] = d * mxfp4_values(q & 15u);
+        v[j + 4] = d * mxfp4_values(q >> 4);
     }
 }
 #elif defined(TYPE_Q8_0) || defined(TYPE_Q8_1)
