@@ -7,7 +7,8 @@
 #    machine has none (see the device machine's notes), NVIDIA's driver file when the
 #    loader finds no driver
 # 2. the op tests against the CPU reference (build/test_vulkan)
-# 3. the reference logits with --backend vulkan (llama, qwen2, qwen3), and the no-Vulkan
+# 3. the reference logits with --backend vulkan (llama, qwen2, qwen3, qwen3moe, gpt-oss,
+#    also in pieces through the KV cache), and the no-Vulkan
 #    fall-back (tests/vulkan.sh); Gemma 3 270M too when ANYLLM_GEMMA3 names the file
 #    (241 MiB, more than a device run carries: there it is skipped unless present)
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
