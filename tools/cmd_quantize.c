@@ -326,6 +326,9 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     if (st == AL_OK) st = gguf_writer_set_f32(w, key, o->ad->norm_eps);
     snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
     if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
+    /* other readers (llama.cpp) take V's head size from n_embd / n_head without it */
+    snprintf(key, sizeof key, "%s.attention.value_length", o->arch);
+    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
     const struct { const char *suffix; int64_t v; } moe[] = {
         {"expert_count", o->experts}, {"expert_used_count", o->experts_used},
         {"expert_feed_forward_length", o->ffn_exp},
