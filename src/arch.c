@@ -101,7 +101,7 @@ static const arch_desc archs[] = {
      .norm_eps = 1e-6f, .rope_base = 1000000.0f, .layer = qwen3moe_layer,
      .n_layer_tensors = N(qwen3moe_layer)},
     {.name = "gpt-oss", .flags = ARCH_ROPE_NEOX | ARCH_MOE | ARCH_SLIDING,
-     .act = ACT_SWIGLU_OAI, .gating = GATE_TOPK_SOFTMAX, .norm_eps = 1e-5f,
+     .act = ACT_SWIGLU_OAI, .norm_eps = 1e-5f,
      .rope_base = 150000.0f, .swa_period = 2, .layer = gpt_oss_layer,
      .n_layer_tensors = N(gpt_oss_layer)},
 };

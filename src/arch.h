@@ -63,11 +63,6 @@ typedef struct arch_tensor {
  * (backend.h: swiglu_oai). */
 typedef enum arch_act { ACT_SILU, ACT_GELU, ACT_SWIGLU_OAI } arch_act;
 
-/* How a mixture of experts weighs the experts a token picks (ARCH_MOE). */
-typedef enum arch_gating {
-    GATE_SOFTMAX_NORM, /* softmax over all experts, top k, the k weights renormalised */
-    GATE_TOPK_SOFTMAX, /* top k of the raw logits, then a softmax over those k */
-} arch_gating;
 
 enum {
     ARCH_ROPE_NEOX = 1 << 0,   /* rotate the two halves of a head, not adjacent pairs */
@@ -80,7 +75,6 @@ typedef struct arch_desc {
     const char *name;          /* general.architecture */
     unsigned flags;
     arch_act act;              /* of the gated FFN: act(gate) * up */
-    arch_gating gating;        /* ARCH_MOE */
     float norm_eps;            /* default of ARCH.attention.layer_norm_rms_epsilon */
     float rope_base;           /* default of ARCH.rope.freq_base */
     /* ARCH_SLIDING: layer i slides unless (i + 1) % swa_period == 0, unless the file

@@ -90,7 +90,7 @@ struct al_context {
      * [n_batch][n_embd] and its output, its gate and up [n_batch][n_ff_exp]; on the
      * host the router's logits and each expert's rows and weights */
     al_tensor router, xe, ye, he, he2;
-    float *probs;          /* [n_batch][n_expert] */
+    float *router_host;    /* [n_batch][n_expert] the router's logits, on the host */
     int32_t *sel;          /* [n_batch][n_expert_used] the experts each token picked */
     float *sel_w;          /* [n_batch][n_expert_used] their weights */
     int32_t *rows;         /* [n_batch] the tokens routed to one expert */
@@ -697,12 +697,12 @@ static al_status context_alloc_moe(al_context *c) {
         (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he)) ||
         (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he2)))
         return st;
-    c->probs = al_malloc((size_t)nb * m->n_expert * sizeof *c->probs);
+    c->router_host = al_malloc((size_t)nb * m->n_expert * sizeof *c->router_host);
     c->sel = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel);
     c->sel_w = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel_w);
     c->rows = al_malloc((size_t)nb * sizeof *c->rows);
     c->rows_w = al_malloc((size_t)nb * sizeof *c->rows_w);
-    if (!c->probs || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
+    if (!c->router_host || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
         return al_error(AL_ERR_NOMEM, "out of memory for the expert routing");
     return AL_OK;
 }
@@ -811,7 +811,7 @@ void al_context_destroy(al_context *c) {
                             &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]->data) ops->tensor_free(c->be, scratch[i]);
-    al_free(c->probs);
+    al_free(c->router_host);
     al_free(c->sel);
     al_free(c->sel_w);
     al_free(c->rows);
@@ -936,10 +936,9 @@ static void ffn_block(al_context *c, int il, int n) {
 }
 
 /* Each token's experts: the n_expert_used largest router logits (the lower index
- * first on ties), weighted by the architecture's gating. Softmax and renormalising
- * the picked ones (qwen3moe) gives the same weights as a softmax over just the picked
- * logits (gpt-oss) up to rounding: both are e^l / sum over the picks, computed here
- * the way each reference computes it. */
+ * first on ties), weighted by a softmax over just those. That is both qwen3moe's
+ * gating (a softmax over all experts, the picked weights renormalised: the full
+ * denominator cancels) and gpt-oss's (top k of the raw logits, then a softmax). */
 static void route(const al_model *m, const float *logits, int n, int32_t *sel, float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
     for (int t = 0; t < n; t++) {
@@ -955,16 +954,9 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
             }
             s[j] = best;
         }
-        const float mx = l[s[0]]; /* the largest logit, picked first */
-        double all = 0, picked = 0;
-        for (int e = 0; m->ad->gating == GATE_SOFTMAX_NORM && e < ne; e++)
-            all += exp((double)l[e] - mx);
-        for (int j = 0; j < k; j++) {
-            w[j] = (float)exp((double)l[s[j]] - mx);
-            if (m->ad->gating == GATE_SOFTMAX_NORM) w[j] = (float)(w[j] / all);
-            picked += w[j];
-        }
-        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / picked);
+        double sum = 0; /* s[0] holds the largest logit */
+        for (int j = 0; j < k; j++) sum += w[j] = (float)exp((double)l[s[j]] - l[s[0]]);
+        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sum);
     }
 }
 
@@ -982,8 +974,8 @@ static void moe_block(al_context *c, int il, int n) {
     al_tensor router = al_tensor_rows(&c->router, 0, n);
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
     op->matmul(be, &xb, &t[L_GATE_INP], opt(&t[L_GATE_INP_B]), &router);
-    op->tensor_read(be, &router, c->probs, (uint64_t)n * m->n_expert * sizeof(float));
-    route(m, c->probs, n, c->sel, c->sel_w);
+    op->tensor_read(be, &router, c->router_host, (uint64_t)n * m->n_expert * sizeof(float));
+    route(m, c->router_host, n, c->sel, c->sel_w);
     for (int e = 0; e < m->n_expert; e++) {
         int n_rows = 0;
         for (int i = 0; i < n * k; i++)

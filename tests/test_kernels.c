@@ -641,43 +641,6 @@ static void test_attention_ring_ref(void) {
            worst, sizeof g_ring_cases / sizeof *g_ring_cases);
 }
 
-/* Each fast ISA against the reference; its result must not depend on the ring, the
- * batch split or the thread count. */
-static void test_attention_ring_fast(void) {
-    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
-        if (!cpu_isa_available((cpu_isa)isa)) continue;
-        double worst = 0;
-        for (size_t ci = 0; ci < sizeof g_ring_cases / sizeof *g_ring_cases; ci++) {
-            const ring_case *c = &g_ring_cases[ci];
-            const int cap = c->cap ? c->cap : c->n_pos;
-            ring_data d = ring_data_make(c);
-            const int64_t n_o = c->n_pos * d.qd;
-            float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
-            float *o_greedy = calloc((size_t)n_o, 4), *o_full = calloc((size_t)n_o, 4);
-            al_backend *ref = backend(CPU_ISA_REF, 1, d.qd, c->n_pos);
-            al_backend *f3 = backend((cpu_isa)isa, 3, d.qd, c->n_pos),
-                       *f1 = backend((cpu_isa)isa, 1, d.qd, c->n_pos);
-            run_ring(ref, &d, cap, false, o_ref);
-            run_ring(f3, &d, cap, false, o_fast);
-            run_ring(f1, &d, cap, true, o_greedy);
-            run_ring(f3, &d, c->n_pos, false, o_full);
-            const double e = nmse(o_fast, o_ref, n_o);
-            const bool same = !memcmp(o_fast, o_greedy, (size_t)n_o * 4) &&
-                              !memcmp(o_fast, o_full, (size_t)n_o * 4);
-            CHECK_MSG(e <= 1e-10 && same, "%s heads %d/%d dim %d window %d cap %d: NMSE %.2e%s",
-                      cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim,
-                      c->window, c->cap, e,
-                      same ? "" : "; the ring, pieces or threads changed the result");
-            if (e > worst) worst = e;
-            ref->ops->destroy(ref), f3->ops->destroy(f3), f1->ops->destroy(f1);
-            free(d.q), free(d.k), free(d.v), free(o_ref), free(o_fast), free(o_greedy),
-                free(o_full);
-        }
-        printf("     %-6s ring attention: worst NMSE %.1e over %zu cases\n",
-               cpu_isa_name((cpu_isa)isa), worst, sizeof g_ring_cases / sizeof *g_ring_cases);
-    }
-}
-
 /* ---- attention sinks ------------------------------------------------------------------ */
 /* gpt-oss gives each query head a logit with no value (backend.h al_attn_shape.sinks).
  * The heads of a kv group get different sinks, so that a kernel which took another
@@ -765,16 +728,18 @@ static void test_attention_sinks_ref(void) {
            worst, sizeof g_sink_cases / sizeof *g_sink_cases);
 }
 
-/* Each fast ISA against the reference with sinks; its result must not depend on the
- * ring, the batch split or the thread count, and a -inf sink must be no sink. */
-static void test_attention_sinks_fast(void) {
+/* Each fast ISA against the reference over cases; its result must not depend on the
+ * ring, the batch split or the thread count, and with sinks a -inf sink must be no
+ * sink. */
+static void attention_fast(const ring_case *cases, size_t n_cases, bool sinks,
+                           const char *what) {
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
         if (!cpu_isa_available((cpu_isa)isa)) continue;
         double worst = 0;
-        for (size_t ci = 0; ci < sizeof g_sink_cases / sizeof *g_sink_cases; ci++) {
-            const ring_case *c = &g_sink_cases[ci];
+        for (size_t ci = 0; ci < n_cases; ci++) {
+            const ring_case *c = &cases[ci];
             const int cap = c->cap ? c->cap : c->n_pos;
-            ring_data d = sink_data_make(c), plain = d;
+            ring_data d = sinks ? sink_data_make(c) : ring_data_make(c), plain = d;
             plain.sinks = NULL;
             const int64_t n_o = c->n_pos * d.qd;
             float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
@@ -787,11 +752,11 @@ static void test_attention_sinks_fast(void) {
             run_ring(f3, &d, cap, false, o_fast);
             run_ring(f1, &d, cap, true, o_greedy);
             run_ring(f3, &d, c->n_pos, false, o_full);
-            run_ring(f3, &plain, cap, false, o_plain);
+            if (sinks) run_ring(f3, &plain, cap, false, o_plain);
             const double e = nmse(o_fast, o_ref, n_o);
             const bool same = !memcmp(o_fast, o_greedy, (size_t)n_o * 4) &&
                               !memcmp(o_fast, o_full, (size_t)n_o * 4);
-            const bool inf_same = minus_inf_heads_same(&d, o_fast, o_plain);
+            const bool inf_same = !sinks || minus_inf_heads_same(&d, o_fast, o_plain);
             CHECK_MSG(e <= 1e-10 && same && inf_same,
                       "%s heads %d/%d dim %d window %d cap %d: NMSE %.2e%s%s",
                       cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim,
@@ -803,9 +768,19 @@ static void test_attention_sinks_fast(void) {
             ring_data_free(&d);
             free(o_ref), free(o_fast), free(o_greedy), free(o_full), free(o_plain);
         }
-        printf("     %-6s attention sinks: worst NMSE %.1e over %zu cases\n",
-               cpu_isa_name((cpu_isa)isa), worst, sizeof g_sink_cases / sizeof *g_sink_cases);
+        printf("     %-6s %s: worst NMSE %.1e over %zu cases\n", cpu_isa_name((cpu_isa)isa),
+               what, worst, n_cases);
     }
+}
+
+static void test_attention_ring_fast(void) {
+    attention_fast(g_ring_cases, sizeof g_ring_cases / sizeof *g_ring_cases, false,
+                   "ring attention");
+}
+
+static void test_attention_sinks_fast(void) {
+    attention_fast(g_sink_cases, sizeof g_sink_cases / sizeof *g_sink_cases, true,
+                   "attention sinks");
 }
 
 /* ---- per-row ops ------------------------------------------------------------------------- */

@@ -248,34 +248,30 @@ static int check_dir(const char *dir) {
     return n_cases;
 }
 
-static void test_ref_models(void) {
+/* The cases of $SHARED/models/SUB: at least min of them, or a skip saying why. */
+static void check_shared_dir(const char *sub, int min, const char *why_absent) {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/ref", test_shared_dir());
+    snprintf(dir, sizeof dir, "%s/models/%s", test_shared_dir(), sub);
     int n = check_dir(dir);
-    if (n < 0) TEST_SKIP("%s not found (the shared test data is missing)", dir);
-    else CHECK(n >= 10);
+    if (n < 0) TEST_SKIP("%s not found (%s)", dir, why_absent);
+    else CHECK(n >= min);
+}
+
+static void test_ref_models(void) {
+    check_shared_dir("ref", 10, "the shared test data is missing");
 }
 
 /* Qwen3 (per-head Q/K norm, head_dim 96 with n_embd 256, tied output): F32, Q8_0 and
  * Q4_K_M, with the same limits as the others. */
 static void test_qwen3_models(void) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/qwen3", test_shared_dir());
-    int n = check_dir(dir);
-    if (n < 0) TEST_SKIP("%s not found (older shared test data)", dir);
-    else CHECK(n >= 3);
+    check_shared_dir("qwen3", 3, "older shared test data");
 }
 
-/* Bad arguments to al_eval are refused without changing the context. */
 /* Mixture of experts: qwen3moe (F32, Q8_0, Q4_K_M) and gpt-oss (F32, MXFP4_MOE: attention
  * sinks, a 16-position sliding window on even layers, biases), with the same limits
  * and the same pieces (token by token, ragged chunks) as the others. */
 static void test_moe_models(void) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/moe", test_shared_dir());
-    int n = check_dir(dir);
-    if (n < 0) TEST_SKIP("%s not found (older shared test data)", dir);
-    else CHECK(n >= 5);
+    check_shared_dir("moe", 5, "older shared test data");
 }
 
 /* --dir DIR BACKEND: every case of one folder on one backend (tests/vulkan.sh). */
@@ -286,6 +282,7 @@ static void test_dir(void) {
     else CHECK(n >= 1);
 }
 
+/* Bad arguments to al_eval are refused without changing the context. */
 static void test_eval_errors(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
