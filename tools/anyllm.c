@@ -40,7 +40,8 @@ int cli_fail_status(al_status st) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    bool in = !strcmp(path, "-");
+    FILE *f = in ? stdin : fopen(path, "rb");
     if (!f) {
         cli_fail("cannot open %s: %s", path, strerror(errno));
         return NULL;
@@ -58,7 +59,7 @@ char *cli_read_file(const char *path, size_t *len) {
         buf = bigger;
     }
     int err = ferror(f);
-    fclose(f);
+    if (!in) fclose(f);
     if (!buf || err) {
         free(buf);
         cli_fail("cannot read %s%s", path, buf ? "" : ": out of memory or over 1 GiB");
@@ -165,7 +166,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
     int64_t seed = 0;
     const num_opt nums[] = {
         {"-t", "--threads", &o->n_threads, NULL, 1, 256},
-        {"-n", "--n-predict", &o->n_predict, NULL, 0, 1 << 24},
+        {"-n", "--n-predict", &o->n_predict, NULL, -1, 1 << 24},
         {"-c", "--ctx", &o->n_ctx, NULL, 1, 1 << 24},
         {"--chunks", NULL, &o->n_chunks, NULL, 1, 1 << 24},
         {"--top-k", NULL, &o->sampling.top_k, NULL, 0, 1 << 24},
@@ -183,6 +184,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--bos")) { o->bos = true; continue; }
         if (!strcmp(a, "--special")) { o->special = true; continue; }
         if (!strcmp(a, "--show-reasoning")) { o->show_reasoning = true; continue; }
+        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
         const char *val = i + 1 < argc ? argv[++i] : NULL;
         if (!val) return cli_fail("option %s needs a value", a);
         const num_opt *n = NULL;
@@ -193,6 +195,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
             if (!cli_parse_i64(val, (int64_t)n->lo, (int64_t)n->hi, &lv))
                 return cli_fail("%s %s: expected an integer in [%.0f, %.0f]", a, val, n->lo, n->hi);
             *n->i = (int)lv;
+            if (n->i == &o->n_predict) o->n_predict_set = true;
         } else if (n) {
             if (!parse_float(val, (float)n->lo, (float)n->hi, n->f))
                 return cli_fail("%s %s: expected a number in [%g, %g]", a, val, n->lo, n->hi);
@@ -212,6 +215,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         } else return cli_fail("unknown option %s (see anyllm --help)", a);
     }
     if (!o->model) return cli_fail("%s: -m FILE is required", o->command);
+    if (!o->n_predict_set) o->n_predict = strcmp(o->command, "chat") ? 128 : 512;
     if (!o->seed_set) o->sampling.seed = (uint64_t)time(NULL);
     return 0;
 }

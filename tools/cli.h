@@ -19,13 +19,14 @@ typedef struct cli_opts {
     const char *system;        /* -s / --system */
     const char *backend;       /* --backend cpu|vulkan[:N]|auto */
     int n_threads;             /* -t; 0 = all cores */
-    int n_predict;             /* -n */
+    int n_predict;             /* -n; -1 = until an end or a full context */
     int n_ctx;                 /* -c / --ctx; 0 = command's default */
     int n_chunks;              /* --chunks (perplexity); 0 = all */
     bool bos;                  /* --bos (tokenize) */
     bool special;              /* --special */
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
-    bool seed_set;
+    bool ignore_eos;           /* --ignore-eos */
+    bool seed_set, n_predict_set;
     al_sampler_params sampling;
 } cli_opts;
 
@@ -40,7 +41,7 @@ int cli_fail_status(al_status st);
 /* Parses a whole decimal integer in [lo, hi]; false (out untouched) otherwise. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
-/* Reads a whole file; NULL (with a message printed) on failure. Free with free(). */
+/* Reads a whole file (- is stdin); NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);
 
 /* Fails (message printed, returns 1) if --ctx exceeds the model's training context. */

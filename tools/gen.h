@@ -1,0 +1,69 @@
+/* gen.h: generation for the text commands (run, chat): evaluate a prompt, then sample
+ * and stream tokens until an end, a limit, a full context or Ctrl-C. */
+#ifndef AL_GEN_H
+#define AL_GEN_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "cli.h"
+
+/* Set by a SIGINT handler (chat's): generate stops at the next token or prompt chunk. */
+extern volatile sig_atomic_t cli_interrupted;
+
+typedef enum gen_end {
+    GEN_LIMIT,       /* n_max tokens generated */
+    GEN_EOG,         /* the model ended its turn (an end-of-generation token) */
+    GEN_DONE,        /* a complete Harmony reply */
+    GEN_FULL,        /* the context is full */
+    GEN_INTERRUPTED, /* cli_interrupted was set */
+} gen_end;
+
+typedef struct gen_stats {
+    int n_prompt, n_gen;
+    int n_prompt_done;               /* prompt tokens evaluated (less if interrupted) */
+    double t_prompt, t_first, t_gen; /* seconds: prompt eval, to first token, decode */
+    gen_end end;
+} gen_stats;
+
+typedef struct reply_buf {
+    char *s;
+    size_t len, cap;
+} reply_buf;
+
+/* Where generated text goes: to stdout as it comes, or, for a Harmony reply, through
+ * the parser, which keeps the answer (final channel) apart from the reasoning. */
+typedef struct gen_sink {
+    reply_buf *reply;    /* collects the answer; may be NULL                           */
+    al_harmony *harmony; /* NULL: all the text is the answer                           */
+    bool show_reasoning; /* print the other channels too, each run marked "[analysis] " */
+    int shown;           /* the channel of the last text printed; -1 before any        */
+} gen_sink;
+
+typedef struct gen_params {
+    int n_max;         /* tokens to generate at most; < 0: until an end or a full context */
+    bool ignore_eos;   /* end-of-generation tokens are never sampled */
+    bool quiet_full;   /* no "[context full]" line (the caller says what it does) */
+} gen_params;
+
+/* Logits per position (the model's count, which al_eval writes). */
+int cli_n_vocab(const al_model *m);
+/* The model's tokenizer; NULL with a message printed if it has none. */
+const al_vocab *cli_need_vocab(const al_model *m);
+/* The text of -p, or of -f FILE (- is stdin); NULL (message printed) if neither. */
+char *cli_read_prompt(const cli_opts *o, size_t *len);
+/* al_tokenize with a message on failure; 0 or an exit status. */
+int cli_tokenize(const al_vocab *v, const char *text, size_t len, bool add_special,
+                 bool parse_special, int32_t **ids, int *n);
+
+/* Evaluates the prompt (appended to what the context holds; a progress line on a
+ * terminal if it takes over a second), then generates into the sink. 0 or an exit
+ * status (message printed); gs says how it ended. */
+int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
+             const int32_t *prompt, int n_prompt, const gen_params *gp, gen_sink *out,
+             gen_stats *gs);
+
+/* The one-line summary on stderr: prompt tokens, pp, TTFT, generated tokens, tg. */
+void gen_print_stats(const gen_stats *g);
+
+#endif /* AL_GEN_H */
