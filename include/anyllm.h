@@ -37,6 +37,12 @@ const char *al_status_str(al_status s);
 /* The message of the last failure on the calling thread. Never NULL; "" if none. */
 const char *al_last_error(void);
 
+/* The library's version, e.g. "0.5.0". */
+const char *al_version(void);
+/* The backends this build has, e.g. "cpu (avx512-vnni), vulkan": the CPU's instruction
+ * set is the one its kernels would use on this machine. */
+const char *al_backends(void);
+
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */
 
@@ -46,6 +52,10 @@ typedef struct al_model_params {
                             first GPU that works, else the CPU); NULL = "cpu".
                             "cpu:q8" rounds activations to 8 bits as llama.cpp does
                             (faster prompts); "cpu:q8x2", the default, to ~15 bits    */
+    /* Called as a GPU backend takes the weights (a copy to a discrete GPU can take a
+     * while) with the share done so far, 0 < done <= 1; NULL: none. */
+    void (*progress)(void *user, double done);
+    void *progress_user;
 } al_model_params;
 
 al_model_params al_model_default_params(void);
@@ -84,8 +94,17 @@ typedef struct al_model_info {
 void al_model_get_info(const al_model *m, al_model_info *out);
 
 typedef struct al_context_params {
-    int n_ctx;   /* positions the KV cache holds; 0 = min(model's, 4096) */
+    int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx */
 } al_context_params;
+
+/* Bytes of KV cache a context of n_ctx positions allocates: to check before creating
+ * one (al_context_create refuses one the CPU backend's memory cannot hold). */
+uint64_t al_model_kv_bytes(const al_model *m, int n_ctx);
+
+/* The context a size of 0 gives: the model's training context, or less where its KV
+ * cache would take more than half the memory available now (the CPU backend, which
+ * keeps it in host memory); on a GPU backend at most 4096 positions. */
+int al_model_default_n_ctx(const al_model *m);
 
 al_context_params al_context_default_params(void);
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/ops.h"
 #include "util.h"
 
 #ifdef AL_HAVE_VULKAN
@@ -67,4 +68,18 @@ al_status backend_for_context(al_backend *be, al_backend **out) {
 
 void backend_context_release(al_backend *model_be, al_backend *context_be) {
     if (context_be && context_be != model_be) context_be->ops->destroy(context_be);
+}
+
+const char *al_version(void) { return "0.5.0"; }
+
+const char *al_backends(void) {
+    static char s[96];
+    snprintf(s, sizeof s, "cpu (%s)%s", cpu_isa_name(cpu_isa_best()),
+#ifdef AL_HAVE_VULKAN
+             ", vulkan"
+#else
+             ""
+#endif
+    );
+    return s;
 }

@@ -449,7 +449,7 @@ static al_status bind_weights(al_model *m) {
 }
 
 /* Hands every weight to the backend (a GPU copies or imports them). */
-static al_status load_weights(al_model *m) {
+static al_status load_weights(al_model *m, const al_model_params *p) {
     al_backend *be = m->be;
     if (!be->ops->weight_load) return AL_OK;
     bool tied = m->output.data == m->tok_embd.data;
@@ -463,6 +463,7 @@ static al_status load_weights(al_model *m) {
         for (int i = 0; i < L_COUNT; i++) {
             al_tensor *t = &m->layers[il].t[i];
             if (t->data && (st = be->ops->weight_load(be, t))) return st;
+            if (p->progress && i == L_COUNT - 1) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
         }
     return AL_OK;
 }
@@ -487,7 +488,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     al_status st = backend_create(p->backend, p->n_threads, &m->be);
     if (st != AL_OK) return st;
     const bool runs = (st = check_backend(m)) == AL_OK;
-    if (runs) st = load_weights(m);
+    if (runs) st = load_weights(m, p);
     const bool gpu = strcmp(m->be->ops->name, "cpu") != 0;
     if (st == AL_OK || !gpu || !p->backend || strcmp(p->backend, "auto")) return st;
     fprintf(stderr, "anyllm: the GPU (%s) cannot %s (%s); using the CPU\n", m->be->desc,
@@ -768,13 +769,32 @@ static al_status check_kv_memory(const al_model *m, int n_ctx) {
                     margin / 1048576.0, avail / 1048576.0);
 }
 
+uint64_t al_model_kv_bytes(const al_model *m, int n_ctx) {
+    return m && n_ctx > 0 ? model_kv_bytes(m, n_ctx) : 0;
+}
+
+int al_model_default_n_ctx(const al_model *m) {
+    int n = m->n_ctx_train > 0 ? m->n_ctx_train : 4096;
+    if (strcmp(m->be->ops->name, "cpu") != 0) return n < 4096 ? n : 4096;
+    uint64_t budget = host_mem_available() / 2;
+    if (budget == 0 || model_kv_bytes(m, n) <= budget) return n;
+    /* the KV cache grows with n (sliding layers stop growing at their window) */
+    int lo = 1, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (model_kv_bytes(m, mid) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 al_status al_context_create(const al_model *m, const al_context_params *params,
                             al_context **out) {
     *out = NULL;
     if (!m) return al_error(AL_ERR_ARG, "al_context_create: model is NULL");
     al_context_params p = params ? *params : al_context_default_params();
     int n_ctx = p.n_ctx;
-    if (n_ctx == 0) n_ctx = m->n_ctx_train < 4096 ? m->n_ctx_train : 4096;
+    if (n_ctx == 0) n_ctx = al_model_default_n_ctx(m);
     if (n_ctx <= 0 || n_ctx > (1 << 24))
         return al_error(AL_ERR_ARG, "context size %d is out of range [1, %d]", n_ctx, 1 << 24);
     al_status st = check_kv_memory(m, n_ctx);

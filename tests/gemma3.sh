@@ -71,7 +71,7 @@ fi
 # chat: no template in the file, so the built-in Gemma format; a system prompt is
 # folded into the first user turn; two turns reuse the cached prefix
 printf 'What is the capital of France?\nAnd of Germany?\n' |
-    "$bin" chat -m "$M" -s "Answer briefly." --temp 0 -n 16 -t 2 >"$tmp/chat" 2>"$tmp/err"
+    "$bin" chat -m "$M" -sys "Answer briefly." --temp 0 -n 16 -t 2 >"$tmp/chat" 2>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ] && [ -s "$tmp/chat" ] && ! grep -q "template" "$tmp/err"; then
     ok "chat in the built-in template, two turns: $(tr '\n' ' ' <"$tmp/chat" | cut -c1-80)"

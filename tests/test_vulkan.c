@@ -852,6 +852,40 @@ static void test_decode(void) {
     decode_model("ref-qwen2-Q8_0", 1e-3);
 }
 
+/* al_model_params.progress: a GPU taking the weights reports its share done, rising to
+ * exactly 1, once per layer. */
+typedef struct load_seen {
+    int calls;
+    double last;
+    bool rising;
+} load_seen;
+
+static void on_load(void *user, double done) {
+    load_seen *s = user;
+    s->rising &= done > s->last && done <= 1.0;
+    s->last = done;
+    s->calls++;
+}
+
+static void test_load_progress(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
+    load_seen seen = {.rising = true};
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    mp.progress = on_load;
+    mp.progress_user = &seen;
+    al_model *m = NULL;
+    CHECK_MSG(al_model_load(path, &mp, &m) == AL_OK, "%s", al_last_error());
+    if (!m) return;
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    CHECK_MSG(seen.calls == mi.n_layer && seen.rising && seen.last == 1.0,
+              "%d calls for %d layers, last %g, rising %d", seen.calls, mi.n_layer, seen.last,
+              seen.rising);
+    al_model_destroy(m);
+}
+
 /* ---- two threads on one model ------------------------------------------------------------ */
 
 enum { MT_PROMPT = 8, MT_STEPS = 8, MT_ROUNDS = 3, MT_N = MT_PROMPT + MT_STEPS };
@@ -1138,6 +1172,7 @@ int main(void) {
     run_suite("defaults");
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
+    TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);
     TEST_RUN(test_bad_index);

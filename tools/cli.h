@@ -26,7 +26,7 @@ typedef struct cli_opts {
     bool special;              /* --special */
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
     bool ignore_eos;           /* --ignore-eos */
-    bool seed_set, n_predict_set;
+    bool seed_set, n_predict_set, ngl_set;
     al_sampler_params sampling;
 } cli_opts;
 
@@ -46,6 +46,10 @@ char *cli_read_file(const char *path, size_t *len);
 
 /* Fails (message printed, returns 1) if --ctx exceeds the model's training context. */
 int cli_check_ctx(const cli_opts *o, const al_model *m);
+
+/* Loads the model of -m with -t and --backend, with a progress line on a terminal
+ * while a GPU takes the weights, if that takes over a second. */
+al_status cli_model_load(const cli_opts *o, al_model **m);
 
 /* Loads the model and a context of n_ctx positions (0 = the library's default), after
  * cli_check_ctx. */

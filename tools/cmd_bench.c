@@ -166,15 +166,21 @@ static double run_once(al_context *c, const int32_t *ids, int n, bool is_pp, flo
     return al_time_s() - t0;
 }
 
+/* Erases the progress line, so that an error is a line of its own. */
+static void clear_line(void) {
+    if (isatty(2)) fprintf(stderr, "\r%-70s\r", "");
+}
+
 static int run_test(const bench_opts *o, al_context *c, int32_t *ids, float *logits,
                     bench_result *r, int model_i) {
     const char *kind = r->is_pp ? "pp" : "tg";
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
-        fprintf(stderr, "\rbench: model %d/%d, %s%d, t=%d, %s %d/%d   ", model_i + 1,
+        if (isatty(2)) /* a progress line is for a person watching, not for a log */
+            fprintf(stderr, "\rbench: model %d/%d, %s%d, t=%d, %s %d/%d   ", model_i + 1,
                 o->n_models, kind, r->n_tokens, r->n_threads, rep < 0 ? "warm-up" : "rep",
                 rep < 0 ? 1 : rep + 1, rep < 0 ? 1 : o->reps);
         double dt = run_once(c, ids, r->n_tokens, r->is_pp, logits);
-        if (dt < 0) return cli_fail_status(AL_ERR_ARG);
+        if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
     }
     double sum = 0, sq = 0;
@@ -214,6 +220,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     double load_ms = 1000 * (al_time_s() - t0);
     if (st != AL_OK) {
         al_model_destroy(m);
+        clear_line();
         return cli_fail_status(st);
     }
     al_model_info info;
@@ -332,6 +339,34 @@ static int parse_list(const char *opt, const char *s, int lo, int hi, int *out, 
     return *n ? 0 : cli_fail("%s: empty list", opt);
 }
 
+static void bench_usage(void) {
+    printf("usage: anyllm bench -m FILE [-m FILE ...] [options]\n"
+           "Prompt processing (pp: one batch of N tokens) and text generation (tg: N tokens\n"
+           "one at a time) in tokens/s, mean and sd over the repetitions after a warm-up,\n"
+           "with the memory bandwidth measured first and tg's share of its roofline.\n"
+           "options (default in brackets):\n"
+           "  -m, --model FILE         a model; repeat for several [required]\n"
+           "  -p, --n-prompt N,...     prompt lengths; 0 skips pp [512]\n"
+           "  -n, --n-gen N,...        generated tokens; 0 skips tg [128]\n"
+           "  -t, --threads N,...      CPU threads [2]\n"
+           "  -r, --repetitions N      timed runs per test [5]\n"
+           "  --backend B              cpu, cpu:q8, cpu:q8x2, vulkan, vulkan:N, auto;\n"
+           "                           repeat to compare side by side [cpu]\n"
+           "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
+           "  -h, --help               this help\n");
+}
+
+/* Every model can at least be opened: a typo should fail at once, not after the
+ * bandwidth measurement and the models before it. */
+static int check_models(const bench_opts *o) {
+    for (int i = 0; i < o->n_models; i++) {
+        FILE *f = fopen(o->models[i], "rb");
+        if (!f) return cli_fail("bench: cannot open %s: %s", o->models[i], strerror(errno));
+        fclose(f);
+    }
+    return 0;
+}
+
 static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5, .format = "md"};
     o->threads[0] = 2;
@@ -339,12 +374,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: anyllm bench -m FILE [-m FILE ...] [-p 512] [-n 128] [-r 5] [-t 2] "
-                   "[--backend cpu] [--backend cpu:q8] [--backend vulkan ...] [-o md|json|csv]\n  -p/-n/-t take comma-separated lists; "
-                   "-p 0 or -n 0 skips that test\n");
-            return -1;
-        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return bench_usage(), -1;
         if (!v) return cli_fail("bench: option %s needs a value", a);
         i++;
         int rc = 0, reps[MAX_LIST], n_reps;
@@ -382,7 +412,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     if (!o->n_models) return cli_fail("bench: -m FILE is required");
     if (!o->n_backends) o->backends[o->n_backends++] = "cpu";
     if (!o->n_pp && !o->n_tg) return cli_fail("bench: nothing to run (-p 0 and -n 0)");
-    return 0;
+    return check_models(o);
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -396,14 +426,15 @@ int cmd_bench(int argc, char **argv) {
     cpu_name(env.cpu, sizeof env.cpu);
     int max_threads = 1;
     for (int i = 0; i < o.n_threads; i++) max_threads = o.threads[i] > max_threads ? o.threads[i] : max_threads;
-    fprintf(stderr, "bench: measuring memory read bandwidth with %d threads...", max_threads);
+    if (isatty(2))
+        fprintf(stderr, "bench: measuring memory read bandwidth with %d threads...", max_threads);
     env.bandwidth_gbs = measure_bandwidth(max_threads);
     int n_res = 0;
     for (int mi = 0; !rc && mi < o.n_models; mi++)
         for (int bi = 0; !rc && bi < o.n_backends; bi++)
             for (int ti = 0; !rc && ti < o.n_threads; ti++)
                 rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], res, &n_res);
-    fprintf(stderr, "\r%-70s\r", "");
+    clear_line();
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) env.peak_rss_kib = ru.ru_maxrss;
     if (!rc) {

@@ -110,7 +110,7 @@ int cmd_info(const cli_opts *o) {
         printf("vulkan weights         %s: %" PRIu64 " bytes used in place, %" PRIu64 " bytes "
                "copied, %.3f s\n", vs.weight_path, vs.bytes_imported, vs.bytes_copied, vs.load_s);
 #endif
-    int n_ctx = mi.n_ctx_train < 4096 ? mi.n_ctx_train : 4096;
+    int n_ctx = al_model_default_n_ctx(m);
     printf("architecture           %s: %d layers, n_embd %d, %d heads (%d kv, dim %d), ffn %d, "
            "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,
            mi.head_dim, mi.n_ff, mi.n_vocab, mi.n_ctx_train);
@@ -123,9 +123,9 @@ int cmd_info(const cli_opts *o) {
     else
         printf("chat template          none: %s\n", al_last_error());
     char label[64];
-    snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx);
-    print_size(label, model_kv_bytes(m, n_ctx));
-    print_size("memory needed", mi.n_bytes + model_kv_bytes(m, n_ctx));
+    snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx); /* the default context */
+    print_size(label, al_model_kv_bytes(m, n_ctx));
+    print_size("memory needed", mi.n_bytes + al_model_kv_bytes(m, n_ctx));
     /* what bounds decoding: a mixture of experts reads only the experts a token picks */
     print_size("read per token", mi.n_bytes_per_token);
     al_model_destroy(m);

@@ -47,7 +47,8 @@ static void serve_usage(FILE *f) {
         "                     (harmony, gpt-oss: the answer is the message's content, the\n"
         "                     reasoning its reasoning_content)\n"
         "  --backend NAME     cpu (default), vulkan, vulkan:N or auto, as the library offers\n"
-        "  -t N               threads (default: all cores)\n"
+        "  -t, --threads N    threads (default: all cores)\n"
+        "  -ngl N             llama.cpp's flag: N > 0 is --backend vulkan, 0 is cpu\n"
         "  -v, --verbose      one line per request on stderr\n");
 }
 
@@ -71,7 +72,9 @@ typedef struct serve_opts {
 /* Fills o from argv; 0 on success, -1 for --help, else an exit status (message printed). */
 static int parse_serve(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.p = srv_default_params()};
-    int timeout = o->p.timeout_s;
+    int timeout = o->p.timeout_s, ngl = -1;
+    static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
+                                       "--chat-template", "--backend"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -81,6 +84,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"--port", NULL, &o->p.port, 0, 65535, NULL},
         {"--parallel", "-np", &o->p.n_parallel, 1, 256, NULL},
         {"--ctx-size", "-c", &o->p.n_ctx, 1, 1 << 20, &o->ctx_set},
+        {"--ctx", NULL, &o->p.n_ctx, 1, 1 << 20, &o->ctx_set}, /* run's and chat's alias */
+        {"-ngl", "--n-gpu-layers", &ngl, 0, 1 << 20, NULL},
         {"--queue", NULL, &o->p.n_queue, 0, 100000, &o->queue_set},
         {"--timeout", NULL, &timeout, 1, 3600, NULL},
         {"--head-timeout", NULL, &o->p.head_timeout_s, 1, 3600, NULL},
@@ -95,6 +100,11 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             o->p.verbose = true;
             continue;
         }
+        bool known = false;
+        for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
+            known |= !strcmp(a, ints[k].name) || (ints[k].alt && !strcmp(a, ints[k].alt));
+        for (size_t k = 0; k < sizeof strs / sizeof *strs; k++) known |= !strcmp(a, strs[k]);
+        if (!known) return cli_fail("serve: unknown option %s (see anyllm serve --help)", a);
         const char *val = i + 1 < argc ? argv[++i] : NULL;
         if (!val) return cli_fail("serve: option %s needs a value", a);
         bool done = false;
@@ -117,8 +127,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             o->hosts[o->p.n_allowed_hosts++] = val;
         }
         else if (!strcmp(a, "--chat-template")) o->p.chat_template = val;
-        else if (!strcmp(a, "--backend")) o->backend = val;
-        else return cli_fail("serve: unknown option %s (see anyllm serve --help)", a);
+        else o->backend = val; /* --backend */
+    }
+    if (ngl >= 0) {
+        if (o->backend) return cli_fail("serve: give one of --backend and -ngl");
+        o->backend = ngl > 0 ? "vulkan" : "cpu";
+        fprintf(stderr, "anyllm: -ngl: anyllm runs all layers or none on the GPU; this is "
+                        "--backend %s\n", o->backend);
     }
     o->p.timeout_s = timeout;
     o->p.allowed_hosts = o->hosts;

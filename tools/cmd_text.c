@@ -52,10 +52,7 @@ int cmd_run(const cli_opts *o) {
     al_sampler *smp = NULL;
     int32_t *ids = NULL;
     int n = 0, rc = 1;
-    al_model_params mp = al_model_default_params();
-    mp.n_threads = o->n_threads;
-    mp.backend = o->backend;
-    al_status st = al_model_load(o->model, &mp, &m);
+    al_status st = cli_model_load(o, &m);
     if (st != AL_OK) {
         rc = cli_fail_status(st);
         goto done;
@@ -90,6 +87,9 @@ int cmd_run(const cli_opts *o) {
     printf("\n");
     fflush(stdout);
     if (!rc) gen_print_stats(&gs);
+    if (!rc && !o->seed_set && o->sampling.temperature > 0)
+        fprintf(stderr, "seed %llu (-s %llu gives this text again)\n",
+                (unsigned long long)o->sampling.seed, (unsigned long long)o->sampling.seed);
     if (!rc && gs.n_gen == 0 && gs.end == GEN_EOG) explain_empty(m);
 done:
     al_free_tokens(ids);
@@ -118,7 +118,7 @@ enum { PPL_BATCH = 64 }; /* positions whose logits are held at once */
  * at least n_ctx/2 tokens of context (the scheme llama.cpp's perplexity uses, so the
  * figures compare). */
 static int ppl_window(al_context *c, const int32_t *w, int n_ctx, int n_vocab, float *logits,
-                      double *sum_nll, int *n_scored) {
+                      double *sum_nll, int *n_scored, progress *pr, long done) {
     int first = n_ctx / 2;
     al_context_reset(c);
     for (int b = 0; b < n_ctx; b += PPL_BATCH) {
@@ -130,6 +130,7 @@ static int ppl_window(al_context *c, const int32_t *w, int n_ctx, int n_vocab, f
             *sum_nll += nll(logits + (size_t)(j - b) * n_vocab, n_vocab, w[j + 1]);
             (*n_scored)++;
         }
+        progress_update(pr, done + b + nb);
     }
     return 0;
 }
@@ -141,7 +142,7 @@ int cmd_perplexity(const cli_opts *o) {
     int n_ctx = o->n_ctx ? o->n_ctx : 512;
     if (n_ctx < 3) { /* a window scores positions n_ctx/2 .. n_ctx-2 */
         free(text);
-        return cli_fail("perplexity: --ctx %d is too small: a window scores the predictions of "
+        return cli_fail("perplexity: -c %d is too small: a window scores the predictions of "
                         "its second half, so it needs at least 3 tokens", n_ctx);
     }
     al_model *m = NULL;
@@ -169,10 +170,13 @@ int cmd_perplexity(const cli_opts *o) {
     fprintf(stderr, "perplexity: %d tokens, %d windows of %d\n", n, n_chunks, n_ctx);
     double sum = 0, t0 = al_time_s();
     int scored = 0;
+    progress pr;
+    progress_start(&pr, "perplexity", "tokens", (long)n_chunks * n_ctx);
     for (int k = 0; k < n_chunks && !rc; k++) {
         int32_t *w = ids + (size_t)k * n_ctx;
         if (n_bos > 0) w[0] = bos[0]; /* each window starts like a document, if BOS is used */
-        rc = ppl_window(c, w, n_ctx, n_vocab, logits, &sum, &scored);
+        rc = ppl_window(c, w, n_ctx, n_vocab, logits, &sum, &scored, &pr, (long)k * n_ctx);
+        progress_end(&pr);
         fprintf(stderr, "[%d] %.4f\n", k + 1, exp(sum / scored));
     }
     if (!rc)
