@@ -50,8 +50,9 @@ typedef struct al_model_params {
     int n_threads;       /* worker threads for the CPU backend; 0 = number of cores   */
     const char *backend; /* "cpu", "vulkan", "vulkan:N" (device N) or "auto" (the
                             first GPU that works, else the CPU); NULL = "cpu".
-                            "cpu:q8" rounds activations to 8 bits as llama.cpp does
-                            (faster prompts); "cpu:q8x2", the default, to ~15 bits    */
+                            "cpu" rounds activations to 8 bits as llama.cpp does
+                            ("cpu:q8"); "cpu:precise" ("cpu:q8x2") to ~15 bits, close
+                            to the reference ops at twice the integer work          */
     /* Called as a GPU backend takes the weights (a copy to a discrete GPU can take a
      * while) with the share done so far, 0 < done <= 1; NULL: none. */
     void (*progress)(void *user, double done);

@@ -51,7 +51,7 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out) {
     }
     int dev = vulkan_device_index(spec);
     if (dev >= 0) return vulkan_create(dev, out);
-    return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:q8x2, vulkan, vulkan:N, auto)",
+    return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:precise, vulkan, vulkan:N, auto)",
                     spec);
 }
 

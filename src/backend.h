@@ -151,7 +151,8 @@ struct al_backend {
 };
 
 /* The CPU backend, n_threads workers (0 = cores). act: how the fast kernels round
- * activations, "q8x2" or "q8" (cpu/ops.h cpu_act_mode); NULL = ANYLLM_ACT, else q8x2. */
+ * activations, "q8", "q8x2" or "precise" (= q8x2; cpu/ops.h cpu_act_mode); NULL = ANYLLM_ACT,
+ * else q8. */
 al_status cpu_backend_create(int n_threads, const char *act, al_backend **out);
 
 /* A backend by name: "cpu", "cpu:q8", "cpu:q8x2", "vulkan", "vulkan:N" or "auto"

@@ -26,6 +26,7 @@ typedef struct cli_opts {
     bool special;              /* --special */
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
     bool ignore_eos;           /* --ignore-eos */
+    bool precise;              /* --precise: backend cpu:precise */
     bool seed_set, n_predict_set, ngl_set;
     al_sampler_params sampling;
 } cli_opts;

@@ -350,7 +350,7 @@ static void bench_usage(void) {
            "  -n, --n-gen N,...        generated tokens; 0 skips tg [128]\n"
            "  -t, --threads N,...      CPU threads [2]\n"
            "  -r, --repetitions N      timed runs per test [5]\n"
-           "  --backend B              cpu, cpu:q8, cpu:q8x2, vulkan, vulkan:N, auto;\n"
+           "  --backend B              cpu, cpu:precise, vulkan, vulkan:N, auto;\n"
            "                           repeat to compare side by side [cpu]\n"
            "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
            "  -h, --help               this help\n");

@@ -46,7 +46,8 @@ static void serve_usage(FILE *f) {
         "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3, harmony\n"
         "                     (harmony, gpt-oss: the answer is the message's content, the\n"
         "                     reasoning its reasoning_content)\n"
-        "  --backend NAME     cpu (default), vulkan, vulkan:N or auto, as the library offers\n"
+        "  --backend NAME     cpu (default), cpu:precise, vulkan, vulkan:N or auto\n"
+        "  --precise          the CPU rounds activations to ~15 bits, not 8 (cpu:precise)\n"
         "  -t, --threads N    threads (default: all cores)\n"
         "  -ngl N             llama.cpp's flag: N > 0 is --backend vulkan, 0 is cpu\n"
         "  -v, --verbose      one line per request on stderr\n");
@@ -73,6 +74,7 @@ typedef struct serve_opts {
 static int parse_serve(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.p = srv_default_params()};
     int timeout = o->p.timeout_s, ngl = -1;
+    bool precise = false;
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
                                        "--chat-template", "--backend"};
     const struct {
@@ -96,6 +98,10 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return serve_usage(stdout), -1;
+        if (!strcmp(a, "--precise")) {
+            precise = true;
+            continue;
+        }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             o->p.verbose = true;
             continue;
@@ -128,6 +134,11 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--chat-template")) o->p.chat_template = val;
         else o->backend = val; /* --backend */
+    }
+    if (precise) {
+        if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu:precise"))
+            return cli_fail("serve: --precise is for the CPU backend, not --backend %s", o->backend);
+        o->backend = "cpu:precise";
     }
     if (ngl >= 0) {
         if (o->backend) return cli_fail("serve: give one of --backend and -ngl");

@@ -44,8 +44,10 @@ static const opt_spec specs[] = {
      "read the text from FILE (- is stdin)", "-"},
     {"-t, --threads", "N", C_MODEL, K_INT, F(n_threads), 1, 256, "CPU threads", "all cores"},
     {"--backend", "B", C_MODEL, K_STR, F(backend), 0, 0,
-     "cpu, cpu:q8 (8-bit activations, faster prompts), cpu:q8x2, vulkan, vulkan:N, auto",
-     "cpu (cpu:q8x2)"},
+     "cpu, cpu:precise, vulkan, vulkan:N or auto (the first GPU, else the CPU)", "cpu"},
+    {"--precise", NULL, C_MODEL, K_FLAG, F(precise), 0, 0,
+     "the CPU rounds activations to ~15 bits, not 8 (cpu:precise): closer to the "
+     "reference, slower", "off"},
     {"-ngl, --n-gpu-layers", "N", C_MODEL, K_NGL, F(backend), 0, 1 << 20,
      "llama.cpp's flag: N > 0 runs every layer on the GPU (--backend vulkan), 0 on the CPU",
      "-"},
@@ -226,6 +228,13 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
         if (rc) return rc;
     }
     if (!o->model) return cli_fail("%s: -m FILE is required", cmd);
+    if (o->precise) {
+        if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu:precise") &&
+            strcmp(o->backend, "cpu:q8x2"))
+            return cli_fail("%s: --precise is for the CPU backend, not --backend %s", cmd,
+                            o->backend);
+        o->backend = "cpu:precise";
+    }
     if (o->ngl_set)
         fprintf(stderr, "anyllm: -ngl: anyllm runs all layers or none on the GPU; this is "
                         "--backend %s\n", o->backend);

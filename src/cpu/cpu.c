@@ -8,10 +8,11 @@
  * the oracle). One binary runs on any x86-64: each kernels_<isa>.c is compiled for its
  * own instruction set and only called when the CPU has it.
  *
- * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8x2
- * (the default) or q8, llama.cpp's numerics, which reads prompts about twice as fast
- * but moves logits by enough to flip a greedy near-tie (SmolLM2 answers
- * "L'Etoile" instead of "Paris" to the capital of France).
+ * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8
+ * (the default), llama.cpp's numerics, or q8x2 ("precise"), about 15 bits, which
+ * follows the reference ops closely at twice the integer work: prompts take about
+ * twice as long and decoding 9-21% longer (issue 16's measurements), which is why it
+ * is not the default.
  *
  * Ops run one at a time per backend (a mutex), because they share the scratch; each
  * op spreads its work over the backend's thread pool.
@@ -81,13 +82,14 @@ static cpu_isa isa_from_env(void) {
     return best;
 }
 
-/* ANYLLM_ACT: q8x2 (the default) or q8; anything else is refused with a warning. */
+/* ANYLLM_ACT: q8 (the default), q8x2 or precise (the same); anything else is refused
+ * with a warning. */
 static cpu_act_mode act_from_env(void) {
     const char *e = getenv("ANYLLM_ACT");
-    if (!e || !*e || !strcmp(e, "q8x2")) return CPU_ACT_Q8X2;
-    if (!strcmp(e, "q8")) return CPU_ACT_Q8;
-    fprintf(stderr, "anyllm: ANYLLM_ACT=%s is not one of q8x2, q8; using q8x2\n", e);
-    return CPU_ACT_Q8X2;
+    if (!e || !*e || !strcmp(e, "q8")) return CPU_ACT_Q8;
+    if (!strcmp(e, "q8x2") || !strcmp(e, "precise")) return CPU_ACT_Q8X2;
+    fprintf(stderr, "anyllm: ANYLLM_ACT=%s is not one of q8, q8x2, precise; using q8\n", e);
+    return CPU_ACT_Q8;
 }
 
 static const cpu_kernels *kernels_for(cpu_isa isa) {
@@ -410,11 +412,11 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
     cpu_act_mode mode;
     if (!act)
         mode = act_from_env();
-    else if (!strcmp(act, "q8x2"))
+    else if (!strcmp(act, "q8x2") || !strcmp(act, "precise"))
         mode = CPU_ACT_Q8X2;
     else if (!strcmp(act, "q8"))
         mode = CPU_ACT_Q8;
     else
-        return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8x2 or q8", act);
+        return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8, q8x2 or precise", act);
     return cpu_backend_create_isa(n_threads, isa_from_env(), mode, out);
 }

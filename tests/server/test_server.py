@@ -35,7 +35,9 @@ import requests
 ARGS = None
 BASE = ""
 RESULTS = {"pass": 0, "fail": 0}
-QUESTION = "What is the capital of France?"
+# Answered "Paris" in both CPU activation modes; "What is the capital of France?" is a
+# near-tie for SmolLM2-135M (the default q8 path, like llama.cpp, answers "L'Etoile").
+QUESTION = "Name the capital of France."
 
 
 def check(cond, what):
@@ -262,7 +264,7 @@ def test_openai_client():
     check(r.status_code == 200 and r.json()["choices"][0]["text"] == c.choices[0].text,
           f"prompt as token ids {ids} gives the same text")
     r = post("/v1/chat/completions", chat_body(
-        [{"type": "text", "text": "What is the capital"}, {"type": "text", "text": " of France?"}],
+        [{"type": "text", "text": QUESTION[:8]}, {"type": "text", "text": QUESTION[8:]}],
         temperature=0, max_tokens=48))
     check(r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == text,
           "content as an array of text parts is joined")
