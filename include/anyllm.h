@@ -42,6 +42,10 @@ const char *al_version(void);
 /* The backends this build has, e.g. "cpu (avx512-vnni), vulkan": the CPU's instruction
  * set is the one its kernels would use on this machine. */
 const char *al_backends(void);
+/* The backends this machine can run, as al_model_params.backend names them: "cpu",
+ * then "vulkan:0", "vulkan:1", ... for each Vulkan device (software ones included).
+ * Returns how many; fills names[0 .. min(count, max)) with static strings. */
+int al_backend_list(const char **names, int max);
 
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */

@@ -16,6 +16,7 @@
 
 #ifdef AL_HAVE_VULKAN
 al_status vk_backend_create(int device_index, al_backend **out);
+int vk_list_devices(FILE *out);
 #endif
 
 /* Parses "vulkan" or "vulkan:N"; -1 if spec names no Vulkan device. */
@@ -82,4 +83,18 @@ const char *al_backends(void) {
 #endif
     );
     return s;
+}
+
+int al_backend_list(const char **names, int max) {
+    static const char *const vk[] = {"vulkan:0", "vulkan:1", "vulkan:2", "vulkan:3",
+                                     "vulkan:4", "vulkan:5", "vulkan:6", "vulkan:7"};
+    int n = 0;
+    if (n < max) names[n] = "cpu";
+    n++;
+#ifdef AL_HAVE_VULKAN
+    int n_vk = vk_list_devices(NULL);
+    for (int i = 0; i < n_vk && i < (int)(sizeof vk / sizeof *vk); i++, n++)
+        if (n < max) names[n] = vk[i];
+#endif
+    return n;
 }

@@ -27,6 +27,7 @@
 
 #include "anyllm.h"
 #include "cli.h"
+#include "plot.h"
 #include "cpu/ops.h"
 #include "util.h"
 
@@ -44,18 +45,22 @@ typedef struct bench_opts {
     int threads[MAX_LIST], n_threads;
     int reps;
     const char *format;
-    const char *backends[MAX_LIST]; /* --backend cpu,vulkan */
+    const char *backends[MAX_LIST]; /* --backend cpu,vulkan; "all": every one there is */
     int n_backends;
+    int depth[MAX_LIST], n_depth;   /* -d: tokens already in the context */
+    const char *plot;               /* --plot FILE.svg */
 } bench_opts;
 
 typedef struct bench_result {
     const char *model;
     al_model_info info;   /* its strings point to arch and backend below */
     char arch[16], backend[64];
+    const char *spec;     /* the --backend value it ran on */
     uint64_t file_bytes;
     int n_threads;
     bool is_pp;
     int n_tokens;
+    int n_depth; /* tokens in the context before the test */
     double load_ms;
     double ts[MAX_REPS]; /* tokens/s per repetition */
     double mean_ts, sd_ts, mean_ms;
@@ -153,9 +158,26 @@ static void fill_tokens(int32_t *ids, int n, int n_vocab, uint64_t seed) {
     }
 }
 
-/* One timed repetition; returns seconds, or a negative value on failure. */
-static double run_once(al_context *c, const int32_t *ids, int n, bool is_pp, float *logits) {
-    al_context_reset(c);
+/* Brings the context to `depth` tokens of ids[0 .. depth): cut back to them when it
+ * holds more (a sliding-window model may have to start over), else evaluated, in
+ * batches, untimed. */
+static al_status fill_depth(al_context *c, const int32_t *ids, int depth) {
+    if (al_context_n_past(c) >= depth) al_context_truncate(c, depth);
+    if (al_context_n_past(c) != depth) al_context_reset(c);
+    al_status st = AL_OK;
+    for (int done = al_context_n_past(c); st == AL_OK && done < depth; done += 512) {
+        int nb = depth - done < 512 ? depth - done : 512;
+        st = al_eval(c, ids + done, nb, NULL, false);
+    }
+    return st;
+}
+
+/* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
+ * returns seconds, or a negative value on failure. */
+static double run_once(al_context *c, const int32_t *all_ids, int depth, int n, bool is_pp,
+                       float *logits) {
+    if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
+    const int32_t *ids = all_ids + depth;
     double t0 = al_time_s();
     if (is_pp) {
         if (al_eval(c, ids, n, logits, false) != AL_OK) return -1;
@@ -176,10 +198,11 @@ static int run_test(const bench_opts *o, al_context *c, int32_t *ids, float *log
     const char *kind = r->is_pp ? "pp" : "tg";
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
         if (isatty(2)) /* a progress line is for a person watching, not for a log */
-            fprintf(stderr, "\rbench: model %d/%d, %s%d, t=%d, %s %d/%d   ", model_i + 1,
-                o->n_models, kind, r->n_tokens, r->n_threads, rep < 0 ? "warm-up" : "rep",
-                rep < 0 ? 1 : rep + 1, rep < 0 ? 1 : o->reps);
-        double dt = run_once(c, ids, r->n_tokens, r->is_pp, logits);
+            fprintf(stderr, "\rbench: model %d/%d, %s, %s%d @ d%d, t=%d, %s %d/%d   ",
+                    model_i + 1, o->n_models, r->backend, kind, r->n_tokens, r->n_depth,
+                    r->n_threads, rep < 0 ? "warm-up" : "rep", rep < 0 ? 1 : rep + 1,
+                    rep < 0 ? 1 : o->reps);
+        double dt = run_once(c, ids, r->n_depth, r->n_tokens, r->is_pp, logits);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
     }
@@ -207,6 +230,8 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     int max_tokens = 1;
     for (int i = 0; i < o->n_pp; i++) max_tokens = o->pp[i] > max_tokens ? o->pp[i] : max_tokens;
     for (int i = 0; i < o->n_tg; i++) max_tokens = o->tg[i] > max_tokens ? o->tg[i] : max_tokens;
+    int max_depth = 0;
+    for (int i = 0; i < o->n_depth; i++) max_depth = o->depth[i] > max_depth ? o->depth[i] : max_depth;
     al_model_params mp = al_model_default_params();
     mp.n_threads = n_threads;
     mp.backend = backend;
@@ -215,30 +240,42 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     double t0 = al_time_s();
     al_status st = al_model_load(o->models[mi], &mp, &m);
     al_context_params cp = al_context_default_params();
-    cp.n_ctx = max_tokens;
-    if (st == AL_OK) st = al_context_create(m, &cp, &c);
+    cp.n_ctx = max_depth + max_tokens;
+    al_model_info info;
+    if (st == AL_OK) {
+        al_model_get_info(m, &info);
+        /* positions past the training context measure a model that no longer works */
+        if (info.n_ctx_train > 0 && cp.n_ctx > info.n_ctx_train) {
+            al_model_destroy(m);
+            clear_line();
+            return cli_fail("bench: depth %d plus %d tokens is more than the training context "
+                            "of %s (%d)", max_depth, max_tokens, o->models[mi], info.n_ctx_train);
+        }
+        st = al_context_create(m, &cp, &c);
+    }
     double load_ms = 1000 * (al_time_s() - t0);
     if (st != AL_OK) {
         al_model_destroy(m);
         clear_line();
         return cli_fail_status(st);
     }
-    al_model_info info;
-    al_model_get_info(m, &info);
-    int32_t *ids = malloc((size_t)max_tokens * sizeof *ids);
+    int32_t *ids = malloc((size_t)(max_depth + max_tokens) * sizeof *ids);
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
     int rc = ids && logits ? 0 : cli_fail("out of memory");
-    if (ids) fill_tokens(ids, max_tokens, info.n_vocab, 1234);
-    for (int k = 0; !rc && k < o->n_pp + o->n_tg; k++) {
+    if (ids) fill_tokens(ids, max_depth + max_tokens, info.n_vocab, 1234);
+    const int n_tests = o->n_pp + o->n_tg;
+    for (int k = 0; !rc && k < o->n_depth * n_tests; k++) {
         bench_result *r = &res[(*n_res)++];
         *r = (bench_result){.model = o->models[mi], .info = info, .n_threads = n_threads,
-                            .is_pp = k < o->n_pp, .load_ms = load_ms,
+                            .is_pp = k % n_tests < o->n_pp, .load_ms = load_ms,
+                            .n_depth = o->depth[k / n_tests],
                             .file_bytes = file_size(o->models[mi])};
-        r->n_tokens = r->is_pp ? o->pp[k] : o->tg[k - o->n_pp];
+        r->n_tokens = r->is_pp ? o->pp[k % n_tests] : o->tg[k % n_tests - o->n_pp];
         snprintf(r->arch, sizeof r->arch, "%s", info.arch);
         snprintf(r->backend, sizeof r->backend, "%s", info.backend);
         r->info.arch = r->arch; /* the model's own strings die with it */
         r->info.backend = r->backend;
+        r->spec = backend;
         rc = run_test(o, c, ids, logits, r, mi);
     }
     free(ids);
@@ -269,17 +306,26 @@ static double roofline_pct(const bench_result *r, double gbs) {
 }
 
 static void print_md(const bench_result *res, int n, const bench_env *env) {
-    printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms | roofline |\n");
-    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
+    printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms "
+           "| read/token | roofline |\n");
+    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
-        char ttft[32] = "", roof[32] = "";
+        char ttft[32] = "", roof[32] = "", bpt[32] = "";
         if (r->is_pp) snprintf(ttft, sizeof ttft, "%.1f", r->mean_ms);
-        else snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
-        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s%d | %.2f ± %.2f | %s | %.0f | %s |\n",
+        else {
+            /* decoding reads the weights a token uses once per token: the roofline is
+             * the measured bandwidth over these bytes */
+            snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
+            snprintf(bpt, sizeof bpt, "%.1f MiB", r->info.n_bytes_per_token / 1048576.0);
+        }
+        char test[48];
+        int len = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);
+        if (r->n_depth) snprintf(test + len, sizeof test - (size_t)len, " @ d%d", r->n_depth);
+        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s |\n",
                base_name(r->model), (double)r->file_bytes / (1u << 30), r->info.n_params / 1e9,
-               r->info.backend, r->n_threads, r->is_pp ? "pp" : "tg", r->n_tokens, r->mean_ts,
-               r->sd_ts, ttft, r->load_ms, roof);
+               r->info.backend, r->n_threads, test, r->mean_ts, r->sd_ts, ttft, r->load_ms, bpt,
+               roof);
     }
     printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured) | peak RSS %.0f MiB\n",
            AL_BUILD, env->cpu, env->bandwidth_gbs, env->peak_rss_kib / 1024.0);
@@ -292,13 +338,13 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
         printf("  {\"build_commit\": \"%s\", \"cpu_info\": \"%s\", \"backends\": \"%s\", "
                "\"model_filename\": \"%s\", \"model_type\": \"%s\", \"model_size\": %" PRIu64 ", "
                "\"model_n_params\": %" PRIu64 ", \"n_threads\": %d, \"n_prompt\": %d, "
-               "\"n_gen\": %d, \"avg_ns\": %.0f, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
+               "\"n_gen\": %d, \"n_depth\": %d, \"avg_ns\": %.0f, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
                "\"ttft_ms\": %.3f, \"load_ms\": %.3f, \"bandwidth_gbs\": %.2f, "
                "\"bytes_per_token\": %" PRIu64 ", \"roofline_pct\": %.2f, \"peak_rss_mib\": %.1f, "
                "\"weights_copied_bytes\": %" PRIu64 "}%s\n",
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
-               r->is_pp ? 0 : r->n_tokens, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
+               r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
                r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied, i + 1 < n ? "," : "");
@@ -308,17 +354,56 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
 
 static void print_csv(const bench_result *res, int n, const bench_env *env) {
     printf("build_commit,cpu_info,backends,model_filename,model_type,model_size,model_n_params,"
-           "n_threads,n_prompt,n_gen,avg_ns,avg_ts,stddev_ts,ttft_ms,load_ms,bandwidth_gbs,"
+           "n_threads,n_prompt,n_gen,n_depth,avg_ns,avg_ts,stddev_ts,ttft_ms,load_ms,bandwidth_gbs,"
            "roofline_pct\n");
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
-        printf("%s,\"%s\",%s,%s,%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%.0f,%.4f,%.4f,%.3f,%.3f,%.2f,%.2f\n",
+        printf("%s,\"%s\",%s,%s,%s,%" PRIu64 ",%" PRIu64 ",%d,%d,%d,%d,%.0f,%.4f,%.4f,%.3f,%.3f,%.2f,%.2f\n",
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
-               r->is_pp ? 0 : r->n_tokens, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
+               r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
                roofline_pct(r, env->bandwidth_gbs));
     }
+}
+
+/* Two panels, prefill and decode, with a line per model, backend, thread count and
+ * test size over the depths: where two backends' lines cross is what the picture is
+ * for. */
+static int plot_results(const char *path, const bench_result *res, int n) {
+    static plot_panel pan[2];
+    pan[0] = (plot_panel){.title = "prefill (pp)", .x_label = "depth (tokens in the context)",
+                          .y_label = "tokens/s"};
+    pan[1] = (plot_panel){.title = "decode (tg)", .x_label = "depth (tokens in the context)",
+                          .y_label = "tokens/s"};
+    bool many_models = false;
+    for (int i = 1; i < n; i++) many_models |= strcmp(res[i].model, res[0].model) != 0;
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        plot_panel *p = &pan[r->is_pp ? 0 : 1];
+        char label[96];
+        snprintf(label, sizeof label, "%s%s%s %s%d t=%d", many_models ? base_name(r->model) : "",
+                 many_models ? " " : "", r->spec, r->is_pp ? "pp" : "tg", r->n_tokens,
+                 r->n_threads);
+        int k = 0;
+        while (k < p->n_series && strcmp(p->s[k].label, label)) k++;
+        if (k == p->n_series) {
+            if (k == PLOT_MAX_SERIES) return cli_fail("bench --plot: over %d lines", k);
+            p->s[p->n_series++] = (plot_series){0};
+            snprintf(p->s[k].label, sizeof p->s[k].label, "%s", label);
+            snprintf(p->s[k].key, sizeof p->s[k].key, "%s %s t=%d", r->model, r->spec,
+                     r->n_threads);
+        }
+        if (p->s[k].n < PLOT_MAX_POINTS) {
+            p->s[k].x[p->s[k].n] = r->n_depth;
+            p->s[k].y[p->s[k].n++] = r->mean_ts;
+        }
+    }
+    char title[256];
+    snprintf(title, sizeof title, "anyllm bench%s%s: tokens/s against context depth",
+             many_models ? "" : ", ", many_models ? "" : base_name(res[0].model));
+    if (!pan[0].n_series) return plot_svg(path, title, &pan[1], 1); /* -p 0 */
+    return plot_svg(path, title, pan, pan[1].n_series ? 2 : 1);
 }
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -348,11 +433,14 @@ static void bench_usage(void) {
            "  -m, --model FILE         a model; repeat for several [required]\n"
            "  -p, --n-prompt N,...     prompt lengths; 0 skips pp [512]\n"
            "  -n, --n-gen N,...        generated tokens; 0 skips tg [128]\n"
+           "  -d, --n-depth N,...      tokens already in the context before each test [0]\n"
            "  -t, --threads N,...      CPU threads [2]\n"
            "  -r, --repetitions N      timed runs per test [5]\n"
-           "  --backend B              cpu, cpu:precise, vulkan, vulkan:N, auto;\n"
-           "                           repeat to compare side by side [cpu]\n"
+           "  --backend B              cpu, cpu:precise, vulkan, vulkan:N, auto, or all (the\n"
+           "                           CPU and every Vulkan device); repeat to compare\n"
+           "                           side by side [cpu]\n"
            "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
+           "  --plot FILE.svg          draw t/s against depth, a line per backend and test\n"
            "  -h, --help               this help\n");
 }
 
@@ -368,7 +456,8 @@ static int check_models(const bench_opts *o) {
 }
 
 static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5, .format = "md"};
+    *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5, .format = "md",
+                      .n_depth = 1};
     o->threads[0] = 2;
     o->n_threads = 1;
     for (int i = 1; i < argc; i++) {
@@ -385,6 +474,10 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
             rc = parse_list(a, v, 0, 1 << 16, o->pp, &o->n_pp);
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             rc = parse_list(a, v, 0, 1 << 16, o->tg, &o->n_tg);
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            rc = parse_list(a, v, 0, 1 << 20, o->depth, &o->n_depth);
+        } else if (!strcmp(a, "--plot")) {
+            o->plot = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             rc = parse_list(a, v, 1, 256, o->threads, &o->n_threads);
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
@@ -411,6 +504,14 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     o->n_tg = k;
     if (!o->n_models) return cli_fail("bench: -m FILE is required");
     if (!o->n_backends) o->backends[o->n_backends++] = "cpu";
+    if (o->n_backends == 1 && !strcmp(o->backends[0], "all")) {
+        o->n_backends = al_backend_list(o->backends, MAX_LIST);
+        if (o->n_backends > MAX_LIST) o->n_backends = MAX_LIST;
+    } else {
+        for (int i = 0; i < o->n_backends; i++)
+            if (!strcmp(o->backends[i], "all"))
+                return cli_fail("bench: --backend all stands alone (it is every backend)");
+    }
     if (!o->n_pp && !o->n_tg) return cli_fail("bench: nothing to run (-p 0 and -n 0)");
     return check_models(o);
 }
@@ -419,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse_bench_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    int max_res = o.n_models * o.n_backends * o.n_threads * (o.n_pp + o.n_tg);
+    int max_res = o.n_models * o.n_backends * o.n_threads * o.n_depth * (o.n_pp + o.n_tg);
     bench_result *res = calloc((size_t)max_res, sizeof *res);
     if (!res) return cli_fail("out of memory");
     bench_env env = {0};
@@ -441,6 +542,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(o.format, "json")) print_json(res, n_res, &env);
         else if (!strcmp(o.format, "csv")) print_csv(res, n_res, &env);
         else print_md(res, n_res, &env);
+        if (o.plot) rc = plot_results(o.plot, res, n_res);
     }
     free(res);
     return rc;

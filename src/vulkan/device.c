@@ -456,7 +456,7 @@ int vk_list_devices(FILE *out) {
     for (uint32_t i = 0; i < n; i++) {
         vk_caps c = {0};
         vk_read_caps(&d, devs[i], &c);
-        print_device(out, i, &c);
+        if (out) print_device(out, i, &c);
     }
     n_listed = (int)n;
 done:

@@ -22,7 +22,7 @@ al_status vk_backend_create(int device_index, al_backend **out);
 /* Prints every Vulkan device: type, driver, memory heaps, unified memory or not,
  * subgroup size, fp16 and int8-dot support, limits that matter here. Returns the
  * number of devices, or -1 with al_last_error() set when Vulkan is unusable. */
-int vk_list_devices(FILE *out);
+int vk_list_devices(FILE *out); /* out NULL: only counts them */
 
 /* What a backend did, for reports. */
 typedef struct vk_backend_stats {

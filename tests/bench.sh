@@ -1,0 +1,48 @@
+#!/bin/sh
+# anyllm bench as a matrix: every backend (--backend all), context depths (-d), comma
+# lists, the three output formats with llama-bench's field names, and --plot's SVG.
+. "$(dirname "$0")/lib.sh"
+m=$SHARED/models/ref/ref-llama-Q8_0.gguf
+if [ ! -f "$m" ]; then
+    echo "skip: $m not found (the shared test data is missing)"
+    echo "0 passed, 0 failed, 1 skipped"; exit 0
+fi
+n_backends=$("$bin" devices 2>/dev/null | grep -c '^vulkan:[0-9]')
+n_backends=$((n_backends + 1))
+"$bin" bench -m "$m" -p 8,16 -n 4 -d 0,32 -r 1 -t 1 --backend all -o json --plot "$tmp/b.svg" \
+    >"$tmp/b.json" 2>"$tmp/err"; rc=$?
+python3 - "$tmp/b.json" "$tmp/b.svg" "$n_backends" >"$tmp/check" 2>&1 <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+rows = json.load(open(sys.argv[1]))
+n_backends = int(sys.argv[3])
+want = n_backends * 2 * 3  # backends x depths x (pp8, pp16, tg4)
+assert len(rows) == want, f"{len(rows)} rows, want {want}"
+keys = {(r["backends"], r["n_depth"], r["n_prompt"], r["n_gen"]) for r in rows}
+assert len(keys) == want, "a (backend, depth, test) is missing or doubled"
+assert {r["n_depth"] for r in rows} == {0, 32}
+assert all(r["avg_ts"] > 0 and r["n_threads"] == 1 for r in rows)
+for f in ("build_commit", "model_filename", "model_size", "model_n_params", "avg_ns", "stddev_ts"):
+    assert all(f in r for r in rows), f"field {f} missing"
+svg = ET.parse(sys.argv[2]).getroot()
+lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
+# a line per backend and test: pp8, pp16 and tg4, each over the two depths
+assert len(lines) == n_backends * 3, f"{len(lines)} lines"
+assert all(len(l.get("points").split()) == 2 for l in lines), "a line without its 2 depths"
+print(f"{len(rows)} rows over {n_backends} backend(s), {len(lines)} lines in the plot")
+PY
+if [ $rc -eq 0 ] && grep -q rows "$tmp/check"; then ok "bench --backend all -d 0,32 -o json --plot: $(cat "$tmp/check")"
+else bad "bench matrix: rc $rc: $(cat "$tmp/check" "$tmp/err")"; fi
+
+"$bin" bench -m "$m" -p 8 -n 0 -d 0,16 -r 1 -t 1 >"$tmp/md" 2>/dev/null
+if grep -q '| pp8 |' "$tmp/md" && grep -q '| pp8 @ d16 |' "$tmp/md"; then ok "md names the depth: pp8 @ d16"
+else bad "md depth: $(cat "$tmp/md")"; fi
+"$bin" bench -m "$m" -p 8 -n 0 -d 16 -r 1 -t 1 -o csv >"$tmp/csv" 2>/dev/null
+if head -1 "$tmp/csv" | grep -q ',n_depth,' && sed -n 2p "$tmp/csv" | grep -q ',1,8,0,16,'; then
+    ok "csv has n_depth"
+else bad "csv: $(cat "$tmp/csv")"; fi
+expect_error "bench -d beyond the training context" "$bin" bench -m "$m" -p 8 -n 0 -d 4096 -r 1
+expect_error "bench --backend all with another" "$bin" bench -m "$m" --backend all --backend cpu
+expect_error "bench --plot into a missing folder" "$bin" bench -m "$m" -p 8 -n 0 -r 1 --plot /nonexistent/x.svg
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
