@@ -15,6 +15,9 @@
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
 #    device-to-device copy (anyllm devices --bandwidth)
+# 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
+#    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
+#    as on a device run, else $BUILD)
 #
 # Uses $BUILD/anyllm, test_vulkan and test_ref when they exist (build them elsewhere and
 # carry them: a GPU machine may lack glslc), else runs make. Environment: BUILD (build),
@@ -120,6 +123,19 @@ if [ -n "$model" ]; then
         fi
     fi
 fi
+step "bench matrix: every backend at depths ${DEPTHS:=0,512,2048}"
+if [ -n "$model" ]; then
+    # prefill and decode of each backend after DEPTHS tokens, side by side: which backend
+    # should run which phase (issue 14); the plot goes next to the logs
+    "$bin" bench -m "$model" -p "$PP" -n "$TG" -d "$DEPTHS" -r 1 --backend all \
+        --plot "${OUT:-$BUILD}/gpu-check-depth.svg" >"$BUILD/gpu-check-matrix.md" \
+        2>"$BUILD/gpu-check-matrix.err"
+    rc=$?
+    cat "$BUILD/gpu-check-matrix.md"
+    [ $rc -eq 0 ] || tail -n 3 "$BUILD/gpu-check-matrix.err"
+    result $rc
+fi
+
 echo
 echo "gpu-check: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
