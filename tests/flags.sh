@@ -152,11 +152,12 @@ else bad "--system-prompt had no effect: '$(cat "$tmp/sys")'"; fi
 # the progress line: drawn on a terminal (after a second), never into a file
 head -c 6000 /usr/share/common-licenses/GPL-3 >"$tmp/long.txt" 2>/dev/null ||
     for i in $(seq 300); do echo "line $i of a long text that takes a while to read"; done >"$tmp/long.txt"
-python3 - "$bin" "$M" "$tmp/long.txt" >"$tmp/pty" 2>&1 <<'PY'
+# on_pty CMD...: runs CMD with stderr on a pseudo-terminal (stdout discarded) and prints
+# what it wrote there, carriage returns as line ends
+cat >"$tmp/on_pty.py" <<'PY'
 import os, pty, subprocess, sys
 m, s = pty.openpty()
-p = subprocess.Popen([sys.argv[1], "run", "-m", sys.argv[2], "-f", sys.argv[3], "-n", "1",
-                      "-t", "2", "--temp", "0"], stdout=subprocess.DEVNULL, stderr=s)
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=s)
 os.close(s)
 out = b""
 while True:
@@ -170,29 +171,14 @@ while True:
 p.wait()
 sys.stdout.write(out.decode("utf-8", "replace").replace("\r", "\n"))
 PY
+on_pty() { python3 "$tmp/on_pty.py" "$@"; }
+on_pty "$bin" run -m "$M" -f "$tmp/long.txt" -n 1 -t 2 --temp 0 >"$tmp/pty" 2>&1
 "$bin" run -m "$M" -f "$tmp/long.txt" -n 1 -t 2 --temp 0 >/dev/null 2>"$tmp/file"
 if grep -qE 'prompt: [0-9]+/[0-9]+ tokens, [0-9.]+ tokens/s, ETA [0-9]+ s' "$tmp/pty" &&
         ! grep -q 'ETA' "$tmp/file"; then
     ok "progress on a terminal: $(grep -E 'ETA' "$tmp/pty" | tail -1 | tr -d '\033' | sed 's/\[K//')"
 else bad "progress line: pty '$(tail -c 300 "$tmp/pty")', file '$(cat "$tmp/file")'"; fi
-python3 - "$bin" "$M" "$tmp/long.txt" >"$tmp/pty" 2>&1 <<'PY'
-import os, pty, subprocess, sys
-m, s = pty.openpty()
-p = subprocess.Popen([sys.argv[1], "perplexity", "-m", sys.argv[2], "-f", sys.argv[3], "-c", "512",
-                      "-t", "2"], stdout=subprocess.DEVNULL, stderr=s)
-os.close(s)
-out = b""
-while True:
-    try:
-        d = os.read(m, 4096)
-    except OSError:
-        break
-    if not d:
-        break
-    out += d
-p.wait()
-sys.stdout.write(out.decode("utf-8", "replace").replace("\r", "\n"))
-PY
+on_pty "$bin" perplexity -m "$M" -f "$tmp/long.txt" -c 512 -t 2 >"$tmp/pty" 2>&1
 if grep -qE 'perplexity: [0-9]+/[0-9]+ tokens, [0-9.]+ tokens/s, ETA' "$tmp/pty"; then
     ok "perplexity progress on a terminal"
 else bad "perplexity progress: '$(tail -c 300 "$tmp/pty")'"; fi
