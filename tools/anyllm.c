@@ -130,7 +130,9 @@ static void usage(FILE *f) {
         "  -s, --system TEXT  system prompt (chat)\n"
         "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3, harmony\n"
         "  --show-reasoning   chat: print a Harmony (gpt-oss) reply's reasoning too, each\n"
-        "                     channel marked ([analysis] ..., [final] ...)\n");
+        "                     channel marked ([analysis] ..., [final] ...)\n"
+        "  --no-context-shift chat: exit when the conversation outgrows the context, instead\n"
+        "                     of dropping its oldest turns\n");
 }
 
 /* ---- option parsing ------------------------------------------------------------------ */
@@ -185,6 +187,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o) {
         if (!strcmp(a, "--special")) { o->special = true; continue; }
         if (!strcmp(a, "--show-reasoning")) { o->show_reasoning = true; continue; }
         if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        if (!strcmp(a, "--no-context-shift")) { o->no_context_shift = true; continue; }
         const char *val = i + 1 < argc ? argv[++i] : NULL;
         if (!val) return cli_fail("option %s needs a value", a);
         const num_opt *n = NULL;
