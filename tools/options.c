@@ -81,6 +81,9 @@ static const opt_spec specs[] = {
      "chatml, llama3, llama2, mistral, gemma, phi3 or harmony", "the file's"},
     {"--show-reasoning", NULL, C_CHAT, K_FLAG, F(show_reasoning), 0, 0,
      "print a Harmony (gpt-oss) reply's reasoning too, each channel marked", "off"},
+    {"--no-context-shift", NULL, C_CHAT, K_FLAG, F(no_context_shift), 0, 0,
+     "end the chat when the conversation outgrows the context, instead of dropping its "
+     "oldest turns", "off"},
     {"--tokens", "IDS", C_LOGITS, K_STR, F(tokens), 0, 0, "token ids: 1,2,3", "required"},
     {"-o, --out", "FILE", C_LOGITS, K_STR, F(out), 0, 0,
      "where float32 [n_tokens][n_vocab] logits go", "required"},
