@@ -60,7 +60,7 @@ $(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS)
 
 # The chat page becomes a byte array with od and awk (xxd is not on a fresh Debian).
-$(SERVER_OBJ): $(wildcard src/server/*.h)
+$(SERVER_OBJ) $(BUILD)/tools/cmd_serve.o: $(wildcard src/server/*.h)
 $(BUILD)/gen/chat_html.c: src/server/chat.html
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from src/server/chat.html by the Makefile */'; \
