@@ -7,8 +7,9 @@
  *      Content-Length (413, answered once the body is read); GET routes are answered here;
  *   2. body pieces: collected up to max_body_bytes, then counted and dropped;
  *   3. body complete: parsed and validated (api.c), queued in the engine (429 when
- *      full), then answered: a stream gets a callback response at once, a plain request
- *      waits here for the end of its job.
+ *      full, 503 unless ready), then answered: a stream gets a callback response once
+ *      its first text is there (before that a failure is still an HTTP error, which a
+ *      balancer may retry elsewhere), a plain request waits here for the end of its job.
  * While a connection's thread waits for the engine it checks, every POLL_MS, whether the
  * client's connection has failed (reset), and if so cancels the job, so the sequence is
  * freed within one decode step. A client that only shut down its sending side
@@ -396,33 +397,43 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     return q;
 }
 
+/* A job that ended without an answer: 503 when the server stopped it (a balancer tries
+ * another replica), else 500. */
+static enum MHD_Result answer_failed(struct MHD_Connection *c, http_req *r,
+                                     const srv_job_state *js) {
+    srv_error err;
+    bool stopping = !strcmp(js->error, SRV_SHUTDOWN_MESSAGE);
+    srv_fail(&err, stopping ? 503 : 500, NULL, stopping ? "shutting_down" : NULL,
+             "generation failed: %s", js->error[0] ? js->error : "cancelled");
+    return answer_error(c, r, &err);
+}
+
+/* Waits until the job has text beyond `from` (SIZE_MAX: only its end counts) or has
+ * ended; false (the job cancelled) when the client went away first. */
+static bool wait_job(srv_engine *e, struct MHD_Connection *c, srv_job *j, size_t from,
+                     srv_job_state *js) {
+    int fd = client_fd(c);
+    while (!srv_job_poll(e, j, from, from, POLL_MS, NULL, NULL, js))
+        if (client_gone(fd)) {
+            srv_job_cancel(e, j);
+            return false;
+        }
+    return true;
+}
+
 /* Waits for the end of a plain (non-stream) job and answers with the whole object. */
 static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
                                     const srv_request *req) {
     srv_engine *e = s->engine;
-    int fd = client_fd(c);
     srv_job_state js;
-    while (!srv_job_poll(e, req->job, SIZE_MAX, SIZE_MAX, POLL_MS, NULL, NULL, &js))
-        if (client_gone(fd)) {
-            srv_job_cancel(e, req->job);
-            return MHD_NO;
-        }
+    if (!wait_job(e, c, req->job, SIZE_MAX, &js)) return MHD_NO;
+    if (!srv_finish_reason(js.finish)) return answer_failed(c, r, &js);
     srv_buf text = {0}, reasoning = {0}, body = {0};
     srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
     srv_resp_init(&resp, req->kind, s->model_name, false);
-    enum MHD_Result q;
-    if (srv_finish_reason(js.finish)) {
-        srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js,
-                      &body);
-        q = answer_json(c, r, 200, &body);
-    } else {
-        srv_error err;
-        bool stopping = !strcmp(js.error, SRV_SHUTDOWN_MESSAGE);
-        srv_fail(&err, stopping ? 503 : 500, NULL, stopping ? "shutting_down" : NULL,
-                 "generation failed: %s", js.error[0] ? js.error : "cancelled");
-        q = answer_error(c, r, &err);
-    }
+    srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js, &body);
+    enum MHD_Result q = answer_json(c, r, 200, &body);
     srv_buf_free(&text);
     srv_buf_free(&reasoning);
     srv_buf_free(&body);
@@ -470,7 +481,16 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
         return answer_error(c, r, &err);
     }
     r->job = req.job; /* the connection's reference; the stream below takes another */
-    return req.stream ? answer_stream(s, c, r, &req) : answer_whole(s, c, r, &req);
+    if (!req.stream) return answer_whole(s, c, r, &req);
+    /* a stream's head waits for its first text: until then the client has seen nothing,
+     * so a failure (the server stopping, the replica dying) can still be an HTTP error
+     * that a balancer retries on another replica */
+    srv_job_state js;
+    if (!wait_job(s->engine, c, req.job, 0, &js)) return MHD_NO;
+    if (js.finish != SRV_FINISH_NONE && !srv_finish_reason(js.finish) && js.text_len == 0 &&
+        js.reasoning_len == 0)
+        return answer_failed(c, r, &js);
+    return answer_stream(s, c, r, &req);
 }
 
 /* ---- GET routes ------------------------------------------------------------------------ */
