@@ -244,7 +244,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/ref_paths.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
 		tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
-		tests/vulkan.sh
+		tests/cluster.sh tests/vulkan.sh
 
 
 clean:
