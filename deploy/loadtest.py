@@ -11,8 +11,11 @@ token (p50, p99), tokens per second over the wall time, and how many each replic
 answered (X-Replica).
 
 --report: starts clusters with deploy/local-cluster.sh (free ports, a folder of its own)
-and sends the same load to one replica directly, to one replica through nginx, and to
-three replicas through nginx, then prints one table.
+and sends the same loads to one replica directly, to one replica through nginx, and to
+three replicas through nginx, and, as a control, to one replica with as many sequences
+as the three together (--wide-options), then prints one table: the load given (by default 48
+clients x 3 requests, which queues) and a light one (--light, 4 clients x 5 requests,
+where the time to first token is mostly prefill, so that the balancer's own cost shows).
 
 A request fails as: "refused" (no connection to URL), "status N" (an HTTP error before
 any event), "cut" (the stream ended without data: [DONE]: its replica died), "error
@@ -183,11 +186,11 @@ def summary_line(s):
 
 # ---- --report: the same load on three setups ---------------------------------------------------
 
-def cluster(n, args, folder):
+def cluster(n, args, folder, options=None):
     """Starts n replicas with local-cluster.sh; returns (balancer URL, replica URLs)."""
     threads = args.threads_one if n == 1 else args.threads_each
     cmd = ["sh", os.path.join(HERE, "local-cluster.sh"), "start", str(n), "-p", "0", "-d", folder,
-           "-t", str(threads), "-o", args.serve_options]
+           "-t", str(threads), "-o", options or args.serve_options]
     if args.model:
         cmd[5:5] = ["-m", args.model]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -203,38 +206,48 @@ def stop(folder):
                    capture_output=True, timeout=300)
 
 
-def measure(name, url, args):
-    stream_chat(url, chat_body(0, 2))  # warm-up: the first request pays for page faults
-    results, wall = run_load(url, args.clients, args.requests, args.max_tokens, args.timeout)
-    s = summarize(results, wall)
-    print(f"  {name:<34} " + summary_line(s), flush=True)
-    return s
+def measure(name, url, args, rows):
+    """Both loads against url, each after a warm-up request (the first one pays for page
+    faults); appends (setup, load, summary) to rows."""
+    for load, clients, requests in ((f"{args.clients}x{args.requests}", args.clients, args.requests),
+                                    (f"{args.light[0]}x{args.light[1]}", *args.light)):
+        stream_chat(url, chat_body(0, 2))
+        results, wall = run_load(url, clients, requests, args.max_tokens, args.timeout)
+        s = summarize(results, wall)
+        print(f"  {name}, {load}: " + summary_line(s), flush=True)
+        rows.append((name, load, s))
 
 
 def report(args):
-    print(f"load: {args.clients} clients x {args.requests} streamed chats, max_tokens "
-          f"{args.max_tokens}; replicas `anyllm serve {args.serve_options}`; {os.cpu_count()} cores",
-          flush=True)
+    print(f"clients x requests each, streamed chats of max_tokens {args.max_tokens}; replicas "
+          f"`anyllm serve {args.serve_options}`; {os.cpu_count()} cores", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         try:
             url, replicas = cluster(1, args, folder)
-            rows.append((f"1 replica (-t {args.threads_one}), direct", measure("1 replica, direct", replicas[0], args)))
-            rows.append((f"1 replica (-t {args.threads_one}), nginx", measure("1 replica, through nginx", url, args)))
+            measure(f"1 replica (-t {args.threads_one}), direct", replicas[0], args, rows)
+            measure(f"1 replica (-t {args.threads_one}), nginx", url, args, rows)
         finally:
             stop(folder)
     with tempfile.TemporaryDirectory() as folder:
         try:
             url, _ = cluster(3, args, folder)
-            rows.append((f"3 replicas (-t {args.threads_each} each), nginx",
-                         measure("3 replicas, through nginx", url, args)))
+            measure(f"3 replicas (-t {args.threads_each} each), nginx", url, args, rows)
         finally:
             stop(folder)
-    print(f"\n| setup | sent | completed | failed | TTFT p50 | TTFT p99 | tokens/s |\n|---|---|---|---|---|---|---|")
-    for name, s in rows:
-        print(f"| {name} | {s['sent']} | {s['completed']} | {s['failed']} | {s['ttft_p50']:.2f} s | "
-              f"{s['ttft_p99']:.2f} s | {s['tok_s']:.1f} |")
-    return 0 if all(s["failed"] == 0 for _, s in rows) else 1
+    # the control: one replica with as many sequences as the three together
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            _, replicas = cluster(1, args, folder, args.wide_options)
+            measure(f"1 replica (-t {args.threads_one}, {args.wide_options}), direct", replicas[0], args, rows)
+        finally:
+            stop(folder)
+    print("\n| setup | load | sent | completed | failed | TTFT p50 | TTFT p99 | tokens/s |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for name, load, s in rows:
+        print(f"| {name} | {load} | {s['sent']} | {s['completed']} | {s['failed']} | "
+              f"{s['ttft_p50']:.3f} s | {s['ttft_p99']:.3f} s | {s['tok_s']:.1f} |")
+    return 0 if all(s["failed"] == 0 for _, _, s in rows) else 1
 
 
 def main():
@@ -249,7 +262,13 @@ def main():
     ap.add_argument("--threads-one", type=int, default=os.cpu_count() or 1,
                     help="--report: threads of the single replica (default: all cores)")
     ap.add_argument("--threads-each", type=int, default=1, help="--report: threads of each of 3 replicas")
-    ap.add_argument("--serve-options", default="--parallel 4", help="--report: options for anyllm serve")
+    ap.add_argument("--light", type=int, nargs=2, default=[4, 5], metavar=("CLIENTS", "REQUESTS"),
+                    help="--report: the light load (default 4 clients x 5 requests)")
+    # a queue for every client, so that the single replica refuses none (429) either
+    ap.add_argument("--serve-options", default="--parallel 4 --queue 64",
+                    help="--report: options for anyllm serve")
+    ap.add_argument("--wide-options", default="--parallel 12 --queue 64",
+                    help="--report: options of the control, one replica as wide as three")
     args = ap.parse_args()
     if args.report:
         return report(args)

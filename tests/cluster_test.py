@@ -9,7 +9,8 @@ client (Python standard library only).
      one end without [DONE] within the client timeout (no hang); the killed replica is
      restarted (`local-cluster.sh restart`) and serves again, as its own /metrics shows;
   3. sessions: a 5-turn chat with one X-Session-Id stays on one replica (X-Replica), and
-     that replica's prefix-cache hits grow every turn;
+     that replica's prefix-cache hits grow every turn; requests with one X-Prefix-Hash
+     land on one replica too;
   4. drain: streams sent straight to one replica, then SIGTERM: new requests to it get
      503 with Retry-After, requests through nginx still all complete, the streams end
      with [DONE], the replica exits 0;
@@ -202,6 +203,10 @@ def test_session(url):
     grow = all(b > a for a, b in zip(cached, cached[1:])) and all(b > a for a, b in zip(hits, hits[1:]))
     check(grow, f"turn by turn its prefix-cache hits grow: cached tokens per turn {cached}, the replica's "
           f"anyllm_prefix_cache_hit_tokens_total {[int(h) for h in hits]}")
+    # without a session, the prefix hash a reply carried routes the same way
+    same = [loadtest.stream_chat(url, loadtest.chat_body(i, 2), timeout=CLIENT_TIMEOUT,
+                                 headers={"X-Prefix-Hash": "0123456789abcdef"})["replica"] for i in range(4)]
+    check(len(set(same)) == 1 and None not in same, f"requests with one X-Prefix-Hash land on one replica: {same}")
 
 
 # ---- 4. drain -------------------------------------------------------------------------------------

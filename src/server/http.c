@@ -880,7 +880,7 @@ static al_status listen_on(srv_server *s) {
 
 /* X-Replica: the name given, else this machine's name and the port, which tells
  * replicas apart on one machine and across machines. */
-static void name_replica(srv_server *s) {
+static void name_replica(srv_server *s, int port) {
     char host[200] = "localhost";
     if (s->p.replica_id && *s->p.replica_id) {
         snprintf(s->replica, sizeof s->replica, "%s", s->p.replica_id);
@@ -888,7 +888,7 @@ static void name_replica(srv_server *s) {
     }
     if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
-    snprintf(s->replica, sizeof s->replica, "%s:%d", host, s->port);
+    snprintf(s->replica, sizeof s->replica, "%s:%d", host, port);
 }
 
 al_status srv_create(const srv_params *p, srv_server **out) {
@@ -916,12 +916,15 @@ al_status srv_create(const srv_params *p, srv_server **out) {
         s->reaper_running = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
         if (!s->reaper_running) st = al_error(AL_ERR_NOMEM, "cannot start the reaper thread");
     }
+    /* named before the listener runs, so that no answer goes out without it; with port
+     * 0 the port is known only after, and an answer in that first instant has "" */
+    if (p->port) name_replica(s, p->port);
     if (st == AL_OK) st = listen_on(s);
     if (st != AL_OK) {
         srv_destroy(s);
         return st;
     }
-    name_replica(s);
+    if (!p->port) name_replica(s, s->port);
     *out = s;
     return AL_OK;
 }
