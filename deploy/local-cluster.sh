@@ -45,6 +45,8 @@ usage() {
 
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
 
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+
 pid_of() { cat "$dir/$1.pid" 2>/dev/null; }
 
 # The /health of a base URL as "STATUS STATE" ("200 ready", "503 draining"), or "down".
@@ -210,6 +212,9 @@ cmd_start() {
     [ -x "$NGINX_BIN" ] || die "no nginx at $NGINX_BIN: install it (Debian: apt-get install nginx)"
     command -v python3 >/dev/null || die "python3 is needed for the health checks"
     [ -f "$MODEL" ] || die "no model at $MODEL (make models, or -m FILE)"
+    # absolute, so that `restart` works from any folder
+    MODEL=$(abspath "$MODEL")
+    case $BIN in */*) BIN=$(abspath "$BIN") ;; esac
     mkdir -p "$dir" || die "cannot create $dir"
     dir=$(cd "$dir" && pwd)
     [ -f "$dir/cluster.env" ] && alive "$(pid_of nginx)" && die "a cluster already runs in $dir; stop it first"
