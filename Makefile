@@ -62,7 +62,7 @@ $(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS) $(CHAT_LDLIBS)
 
 # The chat page becomes a byte array with od and awk (xxd is not on a fresh Debian).
-$(SERVER_OBJ): $(wildcard src/server/*.h)
+$(SERVER_OBJ) $(BUILD)/tools/cmd_serve.o: $(wildcard src/server/*.h)
 $(BUILD)/gen/chat_html.c: src/server/chat.html
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from src/server/chat.html by the Makefile */'; \
@@ -246,7 +246,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/bench.sh tests/ref_paths.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
 		tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
-		tests/vulkan.sh
+		tests/cluster.sh tests/vulkan.sh
 
 
 clean:

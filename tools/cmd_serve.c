@@ -4,12 +4,17 @@
  *                [--queue N] [--api-key KEY] [--timeout 10] [--head-timeout 30]
  *                [--max-conns-per-ip 64] [--allowed-host NAME]... [--max-tokens 512]
  *                [--chat-template NAME] [--backend cpu|vulkan[:N]|auto] [-t N] [-v]
+ *                [--drain-timeout 30] [--replica-id ID] [--prefix-hash-tokens 64]
  *
  * SIGINT and SIGTERM are blocked before any thread starts, so that they reach sigwait
- * here and nowhere else. The model is loaded and the server started on a thread of its
- * own while this one waits for a signal: a signal during start-up (a large model, a
- * large cache) ends the process at once; one after it stops the server, whose requests
- * in flight each get a complete answer, then frees everything.
+ * here and nowhere else. The server binds its port first, so that a balancer or a
+ * readiness probe sees 503 "loading" rather than a refused connection, then the model
+ * is loaded and the engine started on a thread of its own while this one waits for a
+ * signal: a signal during start-up (a large model, a large cache) ends the process at
+ * once. One after it drains: no new requests (503 with Retry-After), those accepted
+ * run to their end for --drain-timeout seconds at most; then, or at a second signal,
+ * the server stops, whose requests still in flight each get a complete answer (an
+ * error), and frees everything.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +26,9 @@
 
 #include "cli.h"
 #include "server/server.h"
+#include "util.h"
+
+enum { DRAIN_POLL_MS = 50 }; /* how often a drain looks whether it is done */
 
 static void serve_usage(FILE *f) {
     fprintf(f,
@@ -50,6 +58,14 @@ static void serve_usage(FILE *f) {
         "  --precise          the CPU rounds activations to ~15 bits, not 8 (cpu:precise)\n"
         "  -t, --threads N    threads (default: all cores)\n"
         "  -ngl N             llama.cpp's flag: N > 0 is --backend vulkan, 0 is cpu\n"
+        "  --drain-timeout S  on SIGTERM or SIGINT, take no new requests (503, Retry-After)\n"
+        "                     and let those accepted finish for up to S seconds, then exit\n"
+        "                     (default 30; 0 ends them at once; a second signal too)\n"
+        "  --replica-id ID    the X-Replica header of every answer and the replica label\n"
+        "                     of /metrics (default HOSTNAME:PORT)\n"
+        "  --prefix-hash-tokens K  answers carry X-Prefix-Hash, a hash of the prompt's\n"
+        "                     first K tokens, for balancers that route by prefix (default\n"
+        "                     64; 0: none; prompts shorter than K get none)\n"
         "  -v, --verbose      one line per request on stderr\n");
 }
 
@@ -65,6 +81,7 @@ enum { MAX_ALLOWED_HOSTS = 32 };
 typedef struct serve_opts {
     const char *model, *backend;
     int n_threads;
+    int drain_timeout_s;
     bool queue_set, ctx_set;
     const char *hosts[MAX_ALLOWED_HOSTS];
     srv_params p;
@@ -72,11 +89,11 @@ typedef struct serve_opts {
 
 /* Fills o from argv; 0 on success, -1 for --help, else an exit status (message printed). */
 static int parse_serve(int argc, char **argv, serve_opts *o) {
-    *o = (serve_opts){.p = srv_default_params()};
+    *o = (serve_opts){.p = srv_default_params(), .drain_timeout_s = 30};
     int timeout = o->p.timeout_s, ngl = -1;
     bool precise = false;
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
-                                       "--chat-template", "--backend"};
+                                       "--chat-template", "--backend", "--replica-id"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -94,6 +111,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"--max-conns-per-ip", NULL, &o->p.max_conns_per_ip, 0, 100000, NULL},
         {"--max-tokens", NULL, &o->p.max_tokens_default, 1, 1 << 20, NULL},
         {"-t", "--threads", &o->n_threads, 1, 256, NULL},
+        {"--drain-timeout", NULL, &o->drain_timeout_s, 0, 86400, NULL},
+        {"--prefix-hash-tokens", NULL, &o->p.prefix_hash_tokens, 0, 1 << 20, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -133,6 +152,11 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             o->hosts[o->p.n_allowed_hosts++] = val;
         }
         else if (!strcmp(a, "--chat-template")) o->p.chat_template = val;
+        else if (!strcmp(a, "--replica-id")) {
+            if (!*val || strlen(val) > 200 || strpbrk(val, "\r\n"))
+                return cli_fail("serve: --replica-id takes a name of 1 to 200 bytes on one line");
+            o->p.replica_id = val;
+        }
         else o->backend = val; /* --backend */
     }
     if (precise) {
@@ -168,14 +192,18 @@ typedef struct startup {
     int rc;             /* 0: serving; else the exit status (message printed) */
 } startup;
 
-/* Loads the model and starts the server; the model's training context caps
- * --ctx-size: a larger one would only allocate a cache the model cannot use. */
+/* Binds the port, loads the model and starts the engine; the model's training context
+ * caps --ctx-size: a larger one would only allocate a cache the model cannot use. */
 static int start(startup *u) {
     serve_opts *o = u->o;
+    al_status st = srv_create(&o->p, &u->s);
+    if (st != AL_OK) return cli_fail_status(st);
+    fprintf(stderr, "anyllm serve: loading %s (http://%s:%d/ answers 503 until it is ready)\n",
+            o->model, o->p.host, srv_port(u->s));
     al_model_params mp = al_model_default_params();
     mp.n_threads = o->n_threads;
     mp.backend = o->backend; /* NULL: the library's default; a bad name fails the load */
-    al_status st = al_model_load(o->model, &mp, &u->m);
+    st = al_model_load(o->model, &mp, &u->m);
     if (st != AL_OK) return cli_fail_status(st);
     al_model_get_info(u->m, &u->info);
     int n_train = u->info.n_ctx_train;
@@ -186,7 +214,7 @@ static int start(startup *u) {
     if (o->p.n_parallel > o->p.n_ctx || o->p.n_parallel > 512)
         return cli_fail("serve: --parallel %d must not exceed the context size %d (nor 512)",
                         o->p.n_parallel, o->p.n_ctx);
-    if ((st = srv_create(u->m, &o->p, &u->s)) != AL_OK) return cli_fail_status(st);
+    if ((st = srv_start(u->s, u->m, o->p.n_ctx)) != AL_OK) return cli_fail_status(st);
     return 0;
 }
 
@@ -195,6 +223,33 @@ static void *startup_main(void *arg) {
     u->rc = start(u);
     pthread_kill(u->main_thread, SIGUSR1); /* "done": wakes sigwait */
     return NULL;
+}
+
+/* The first SIGINT or SIGTERM: no new requests; those accepted, queued or running, go
+ * on to their end for timeout_s seconds at most. A second signal or the timeout ends
+ * the wait; srv_destroy then ends what is left, each client getting an error. */
+static void drain(srv_server *s, int timeout_s, const sigset_t *stop) {
+    if (timeout_s <= 0) return;
+    srv_drain_begin(s);
+    if (srv_drained(s)) return;
+    fprintf(stderr, "anyllm serve: draining: finishing the requests in flight (at most %d s; "
+            "another signal stops at once)\n", timeout_s);
+    double until = al_time_s() + timeout_s;
+    while (!srv_drained(s)) {
+        if (al_time_s() >= until) {
+            fprintf(stderr, "anyllm serve: --drain-timeout %d s reached; ending the requests "
+                    "still in flight\n", timeout_s);
+            return;
+        }
+        struct timespec ts = {0, DRAIN_POLL_MS * 1000000L};
+        int sig = sigtimedwait(stop, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "anyllm serve: a second signal; ending the requests still in "
+                    "flight\n");
+            return;
+        }
+    }
+    fprintf(stderr, "anyllm serve: drained\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -215,7 +270,6 @@ int cmd_serve(int argc, char **argv) {
     pthread_t t;
     if (pthread_create(&t, NULL, startup_main, &u) != 0)
         return cli_fail("serve: cannot start a thread");
-    fprintf(stderr, "anyllm serve: loading %s\n", o.model);
     int sig = 0;
     sigwait(&stop, &sig);
     if (sig != SIGUSR1) {
@@ -228,6 +282,7 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_join(t, NULL);
     if (u.rc) {
+        srv_destroy(u.s);
         al_model_destroy(u.m);
         return u.rc;
     }
@@ -235,7 +290,9 @@ int cmd_serve(int argc, char **argv) {
             "queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s), u.info.backend,
             o.p.n_parallel, o.p.n_ctx, o.p.n_queue, o.p.api_key ? ", API key required" : "");
     do sigwait(&stop, &sig); while (sig == SIGUSR1);
-    fprintf(stderr, "anyllm serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    fprintf(stderr, "anyllm serve: %s\n", sig == SIGINT ? "interrupted" : "terminated");
+    drain(u.s, o.drain_timeout_s, &stop);
+    fprintf(stderr, "anyllm serve: stopping\n");
     srv_destroy(u.s);
     al_model_destroy(u.m);
     return 0;

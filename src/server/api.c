@@ -377,6 +377,18 @@ void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_u
              (unsigned long long)a, (unsigned long long)(b >> 32));
 }
 
+void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap) {
+    if (cap) out[0] = 0;
+    if (k <= 0 || n < k || cap < 17) return;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < k; i++)
+        for (int b = 0; b < 4; b++) { /* the id's bytes in a fixed order, whatever the CPU's */
+            h ^= ((uint32_t)tokens[i] >> (8 * b)) & 0xffu;
+            h *= 0x100000001b3ull;
+        }
+    snprintf(out, cap, "%016llx", (unsigned long long)h);
+}
+
 const char *srv_finish_reason(srv_finish f) {
     return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
 }

@@ -85,6 +85,11 @@ bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const c
                         size_t rlen, srv_buf *out);
 bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out);
 
+/* X-Prefix-Hash: 16 hex digits of a 64-bit FNV-1a hash over the first k token ids of a
+ * rendered prompt, written to out (cap >= 17); "" when k is 0 or the prompt is shorter
+ * than k, so that equal hashes always mean a shared k-token prefix. */
+void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap);
+
 /* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */
 const char *srv_finish_reason(srv_finish f);
 

@@ -45,6 +45,7 @@ struct srv_engine {
     srv_job *head, *tail;    /* the queue */
     int n_queued, max_queued;
     int n_active;            /* slots with a job */
+    long long kv_used;       /* positions the running jobs' slots hold, as of the last step */
     bool stopping;
     pthread_t thread;
     bool started;
@@ -435,17 +436,32 @@ static void reap_cancelled_locked(srv_engine *e) {
     }
 }
 
+/* Publishes the KV-cache positions held by running jobs (lock held). A free slot's
+ * cache is kept for prefix reuse but counts as free: any job may overwrite it. */
+static void publish_kv_locked(srv_engine *e) {
+    long long used = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].job) used += e->slots[i].n_cached;
+    e->kv_used = used;
+}
+
 static void *engine_main(void *arg) {
     srv_engine *e = arg;
     pthread_mutex_lock(&e->lock);
     for (;;) {
+        publish_kv_locked(e);
         while (!e->stopping && !e->head && e->n_active == 0)
             pthread_cond_wait(&e->wake, &e->lock);
         if (e->stopping) break;
         reap_cancelled_locked(e);
         admit_locked(e);
+        publish_kv_locked(e);
         pthread_mutex_unlock(&e->lock);
         prefill_one(e);
+        /* a router may read the gauges between the two steps, which take as long */
+        pthread_mutex_lock(&e->lock);
+        publish_kv_locked(e);
+        pthread_mutex_unlock(&e->lock);
         decode_step(e);
         pthread_mutex_lock(&e->lock);
     }
@@ -540,9 +556,10 @@ void srv_engine_destroy(srv_engine *e) {
 
 int srv_engine_n_ctx(const srv_engine *e) { return e->n_ctx; }
 
-void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued) {
+void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued, long long *kv_used) {
     pthread_mutex_lock(&e->lock);
     *n_active = e->n_active;
     *n_queued = e->n_queued;
+    *kv_used = e->kv_used;
     pthread_mutex_unlock(&e->lock);
 }

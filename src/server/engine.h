@@ -101,7 +101,9 @@ void srv_engine_destroy(srv_engine *e);
 
 /* Positions per sequence. */
 int srv_engine_n_ctx(const srv_engine *e);
-void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued);
+/* Running and queued jobs, and the KV-cache positions the running ones hold (as of the
+ * engine's last step). */
+void srv_engine_counts(srv_engine *e, int *n_active, int *n_queued, long long *kv_used);
 
 /* A new job with one reference (the caller's); NULL when out of memory. */
 srv_job *srv_job_create(void);

@@ -7,8 +7,9 @@
  *      Content-Length (413, answered once the body is read); GET routes are answered here;
  *   2. body pieces: collected up to max_body_bytes, then counted and dropped;
  *   3. body complete: parsed and validated (api.c), queued in the engine (429 when
- *      full), then answered: a stream gets a callback response at once, a plain request
- *      waits here for the end of its job.
+ *      full, 503 unless ready), then answered: a stream gets a callback response once
+ *      its first text is there (before that a failure is still an HTTP error, which a
+ *      balancer may retry elsewhere), a plain request waits here for the end of its job.
  * While a connection's thread waits for the engine it checks, every POLL_MS, whether the
  * client's connection has failed (reset), and if so cancels the job, so the sequence is
  * freed within one decode step. A client that only shut down its sending side
@@ -22,6 +23,14 @@
  * a reaper thread answers 408 to a connection past it and shuts its socket down. One
  * client address may hold at most max_conns_per_ip connections, so a single client
  * cannot take all of them.
+ *
+ * States (srv_state): the port is bound while the model loads (LOADING), so that a
+ * balancer or a readiness probe gets an answer: /health 503, completions 503 with
+ * Retry-After. srv_start makes it READY. srv_drain_begin (SIGTERM) makes it DRAINING:
+ * completions get 503 again while the requests already accepted run to their end, and
+ * answers carry Connection: close so that a balancer's kept-alive connections leave.
+ * Every answer names the replica (X-Replica) and, for a prompt of at least
+ * prefix_hash_tokens tokens, the hash of that prefix (X-Prefix-Hash), for balancers.
  *
  * Browsers: a web page may send requests to the server, so the Host header must be one
  * of the server's own names (DNS rebinding sends the attacker's name) and a POST must be
@@ -85,10 +94,14 @@ struct srv_server {
     pthread_t reaper;
     int port;
     long long started; /* Unix seconds, what /v1/models says the model was "created" */
+    int state;          /* srv_state; written with release, read with acquire, so a
+                           thread that sees READY also sees the engine and the api */
+    char replica[256];  /* X-Replica */
 };
 
 /* One HTTP request, from its headers to libmicrohttpd's completion callback. */
 typedef struct http_req {
+    srv_server *srv;
     srv_endpoint ep;
     bool headers_seen;  /* on_request has run for it (else libmicrohttpd refused it) */
     bool inflight;      /* counted in n_inflight                                    */
@@ -99,6 +112,7 @@ typedef struct http_req {
     bool too_large;
     double t_start;
     srv_job *job;       /* the connection's reference, dropped at completion    */
+    char prefix_hash[24]; /* X-Prefix-Hash of the prompt, or ""                  */
 } http_req;
 
 /* The state of one SSE response, owned by the libmicrohttpd response. */
@@ -119,10 +133,14 @@ srv_params srv_default_params(void) {
     return (srv_params){.host = "127.0.0.1", .port = 8080, .n_parallel = 4, .n_ctx = 1024,
                         .n_queue = 2 * 4 + 32, .timeout_s = 10, .head_timeout_s = 30,
                         .max_conns_per_ip = 64, .max_body_bytes = 1 << 20,
-                        .max_tokens_default = 512};
+                        .max_tokens_default = 512, .prefix_hash_tokens = 64};
 }
 
 int srv_port(const srv_server *s) { return s->port; }
+
+static srv_state state_of(srv_server *s) {
+    return (srv_state)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+}
 
 /* ---- connections: deadlines and the reaper ----------------------------------------------- */
 
@@ -233,6 +251,17 @@ static void request_answering(srv_server *s, struct MHD_Connection *c, http_req 
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
+/* The headers of every answer: which replica answered (a balancer's logs and tests
+ * tell replicas apart by it), the prompt's prefix hash for balancers that hash on it,
+ * and while draining Connection: close, so that a balancer's kept-alive connections
+ * move to other replicas. */
+static void common_headers(struct MHD_Response *resp, http_req *r) {
+    MHD_add_response_header(resp, "X-Replica", r->srv->replica);
+    if (r->prefix_hash[0]) MHD_add_response_header(resp, "X-Prefix-Hash", r->prefix_hash);
+    if (state_of(r->srv) == SRV_STATE_DRAINING)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 static enum MHD_Result answer(struct MHD_Connection *c, http_req *r, int status, const char *type,
                               const void *body, size_t len, enum MHD_ResponseMemoryMode mode,
                               const char *hdr, const char *hdr_value) {
@@ -240,6 +269,7 @@ static enum MHD_Result answer(struct MHD_Connection *c, http_req *r, int status,
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (hdr) MHD_add_response_header(resp, hdr, hdr_value);
+    common_headers(resp, r);
     enum MHD_Result q = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -261,7 +291,7 @@ static enum MHD_Result answer_error(struct MHD_Connection *c, http_req *r, const
     if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     if (err->status == 405)
         hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_COMPLETIONS ? "POST" : "GET, HEAD";
-    if (err->status == 429) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
+    if (err->status == 429 || err->status == 503) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
     enum MHD_Result q = b.failed ? MHD_NO
                                  : answer(c, r, err->status, "application/json", b.s, b.len,
                                           MHD_RESPMEM_MUST_COPY, hdr, val);
@@ -359,6 +389,7 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    common_headers(resp, r);
     enum MHD_Result q = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* frees st (stream_free) if it was not queued */
     r->status = 200;
@@ -366,37 +397,59 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     return q;
 }
 
+/* A job that ended without an answer: 503 when the server stopped it (a balancer tries
+ * another replica), else 500. */
+static enum MHD_Result answer_failed(struct MHD_Connection *c, http_req *r,
+                                     const srv_job_state *js) {
+    srv_error err;
+    bool stopping = !strcmp(js->error, SRV_SHUTDOWN_MESSAGE);
+    srv_fail(&err, stopping ? 503 : 500, NULL, stopping ? "shutting_down" : NULL,
+             "generation failed: %s", js->error[0] ? js->error : "cancelled");
+    return answer_error(c, r, &err);
+}
+
+/* Waits until the job has text beyond `from` (SIZE_MAX: only its end counts) or has
+ * ended; false (the job cancelled) when the client went away first. */
+static bool wait_job(srv_engine *e, struct MHD_Connection *c, srv_job *j, size_t from,
+                     srv_job_state *js) {
+    int fd = client_fd(c);
+    while (!srv_job_poll(e, j, from, from, POLL_MS, NULL, NULL, js))
+        if (client_gone(fd)) {
+            srv_job_cancel(e, j);
+            return false;
+        }
+    return true;
+}
+
 /* Waits for the end of a plain (non-stream) job and answers with the whole object. */
 static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
                                     const srv_request *req) {
     srv_engine *e = s->engine;
-    int fd = client_fd(c);
     srv_job_state js;
-    while (!srv_job_poll(e, req->job, SIZE_MAX, SIZE_MAX, POLL_MS, NULL, NULL, &js))
-        if (client_gone(fd)) {
-            srv_job_cancel(e, req->job);
-            return MHD_NO;
-        }
+    if (!wait_job(e, c, req->job, SIZE_MAX, &js)) return MHD_NO;
+    if (!srv_finish_reason(js.finish)) return answer_failed(c, r, &js);
     srv_buf text = {0}, reasoning = {0}, body = {0};
     srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
     srv_resp_init(&resp, req->kind, s->model_name, false);
-    enum MHD_Result q;
-    if (srv_finish_reason(js.finish)) {
-        srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js,
-                      &body);
-        q = answer_json(c, r, 200, &body);
-    } else {
-        srv_error err;
-        bool stopping = !strcmp(js.error, SRV_SHUTDOWN_MESSAGE);
-        srv_fail(&err, stopping ? 503 : 500, NULL, stopping ? "shutting_down" : NULL,
-                 "generation failed: %s", js.error[0] ? js.error : "cancelled");
-        q = answer_error(c, r, &err);
-    }
+    srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js, &body);
+    enum MHD_Result q = answer_json(c, r, 200, &body);
     srv_buf_free(&text);
     srv_buf_free(&reasoning);
     srv_buf_free(&body);
     return q;
+}
+
+/* 503 with Retry-After while the model loads or the server drains: a balancer takes
+ * it as "try another replica". */
+static enum MHD_Result answer_unavailable(struct MHD_Connection *c, http_req *r) {
+    srv_error err;
+    if (state_of(r->srv) == SRV_STATE_LOADING)
+        srv_fail(&err, 503, NULL, "loading", "the model is still loading; retry shortly");
+    else
+        srv_fail(&err, 503, NULL, "shutting_down", "the server is draining: it finishes the "
+                 "requests it has and takes no new ones; retry on another replica");
+    return answer_error(c, r, &err);
 }
 
 /* The body is complete: validate, queue, answer. */
@@ -407,11 +460,15 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
                  "%zu", r->n_body, s->p.max_body_bytes);
         return answer_error(c, r, &err);
     }
+    /* a drain may have begun while the body came in */
+    if (state_of(s) != SRV_STATE_READY) return answer_unavailable(c, r);
     srv_request req;
     srv_kind kind = r->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
     if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
         return answer_error(c, r, &err);
     req.job->t_arrival = r->t_start;
+    srv_prefix_hash(req.job->prompt, req.job->n_prompt, s->p.prefix_hash_tokens, r->prefix_hash,
+                    sizeof r->prefix_hash);
     srv_submit sub = srv_engine_submit(s->engine, req.job);
     if (sub != SRV_SUBMIT_OK) {
         srv_job_release(NULL, req.job);
@@ -424,30 +481,67 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
         return answer_error(c, r, &err);
     }
     r->job = req.job; /* the connection's reference; the stream below takes another */
-    return req.stream ? answer_stream(s, c, r, &req) : answer_whole(s, c, r, &req);
+    if (!req.stream) return answer_whole(s, c, r, &req);
+    /* a stream's head waits for its first text: until then the client has seen nothing,
+     * so a failure (the server stopping, the replica dying) can still be an HTTP error
+     * that a balancer retries on another replica */
+    srv_job_state js;
+    if (!wait_job(s->engine, c, req.job, 0, &js)) return MHD_NO;
+    if (js.finish != SRV_FINISH_NONE && !srv_finish_reason(js.finish) && js.text_len == 0 &&
+        js.reasoning_len == 0)
+        return answer_failed(c, r, &js);
+    return answer_stream(s, c, r, &req);
 }
 
 /* ---- GET routes ------------------------------------------------------------------------ */
+
+/* What /health and /metrics report of the moment; no engine while loading. */
+static srv_gauges gauges(srv_server *s) {
+    srv_gauges g = {.state = state_of(s), .n_slots = s->p.n_parallel, .replica = s->replica,
+                    .model = s->model_name};
+    if (g.state != SRV_STATE_LOADING) {
+        srv_engine_counts(s->engine, &g.n_active, &g.n_queued, &g.kv_used);
+        g.kv_total = (long long)s->p.n_parallel * s->p.n_ctx;
+    }
+    return g;
+}
+
+/* /health: 200 while ready, 503 while loading or draining (a balancer's or Kubernetes'
+ * readiness check then sends requests elsewhere), with the load it carries. */
+static enum MHD_Result answer_health(srv_server *s, struct MHD_Connection *c, http_req *r) {
+    srv_gauges g = gauges(s);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "status",
+                          g.state == SRV_STATE_READY ? "ok" : srv_state_name(g.state), "state",
+                          srv_state_name(g.state), "replica", s->replica, "slots_processing",
+                          g.n_active, "slots_idle", g.n_slots - g.n_active, "queued", g.n_queued,
+                          "kv_cache_used", (json_int_t)g.kv_used, "kv_cache_total",
+                          (json_int_t)g.kv_total);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) return MHD_NO;
+    int status = g.state == SRV_STATE_READY ? 200 : 503;
+    enum MHD_Result q = answer(c, r, status, "application/json", text, strlen(text),
+                               MHD_RESPMEM_MUST_COPY, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER
+                                                                    : NULL, "1");
+    free(text);
+    return q;
+}
 
 static enum MHD_Result answer_get(srv_server *s, struct MHD_Connection *c, http_req *r,
                                   const char *url) {
     srv_buf b = {0};
     enum MHD_Result q;
-    int n_active, n_queued;
+    srv_gauges g;
     switch (r->ep) {
     case SRV_EP_PAGE:
         return answer(c, r, 200, "text/html; charset=utf-8", srv_chat_html, srv_chat_html_len,
                       MHD_RESPMEM_PERSISTENT, "Content-Security-Policy",
                       "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
     case SRV_EP_HEALTH:
-        srv_engine_counts(s->engine, &n_active, &n_queued);
-        srv_buf_printf(&b, "{\"status\":\"ok\",\"slots_processing\":%d,\"slots_idle\":%d,"
-                       "\"queued\":%d}", n_active, s->p.n_parallel - n_active, n_queued);
-        q = answer_json(c, r, 200, &b);
-        break;
+        return answer_health(s, c, r);
     case SRV_EP_METRICS:
-        srv_engine_counts(s->engine, &n_active, &n_queued);
-        srv_metrics_render(&s->metrics, n_active, n_queued, s->p.n_parallel, &b);
+        g = gauges(s);
+        srv_metrics_render(&s->metrics, &g, &b);
         q = b.failed ? MHD_NO
                      : answer(c, r, 200, "text/plain; version=0.0.4; charset=utf-8", b.s, b.len,
                               MHD_RESPMEM_MUST_COPY, NULL, NULL);
@@ -602,6 +696,7 @@ static enum MHD_Result on_headers(srv_server *s, struct MHD_Connection *c, http_
         return answer_error(c, r, &err);
     }
     if (!post) return answer_get(s, c, r, url);
+    if (state_of(s) != SRV_STATE_READY) return answer_unavailable(c, r);
     const char *type =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!json_content_type(type)) {
@@ -629,6 +724,7 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     srv_server *s = cls;
     http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
+    r->srv = s;
     r->ep = SRV_EP_OTHER;
     r->t_start = al_time_s();
     http_conn *k = conn_of(c);
@@ -782,15 +878,26 @@ static al_status listen_on(srv_server *s) {
     return AL_OK;
 }
 
-al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
+/* X-Replica: the name given, else this machine's name and the port, which tells
+ * replicas apart on one machine and across machines. */
+static void name_replica(srv_server *s, int port) {
+    char host[200] = "localhost";
+    if (s->p.replica_id && *s->p.replica_id) {
+        snprintf(s->replica, sizeof s->replica, "%s", s->p.replica_id);
+        return;
+    }
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    snprintf(s->replica, sizeof s->replica, "%s:%d", host, port);
+}
+
+al_status srv_create(const srv_params *p, srv_server **out) {
     *out = NULL;
-    const al_vocab *v = al_model_vocab(m);
-    if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
-    if (p->n_parallel < 1 || p->n_ctx < p->n_parallel || p->n_queue < 0 || p->timeout_s < 1 ||
-        p->max_tokens_default < 1 || p->port < 0 || p->port > 65535 || !p->model_name ||
-        p->head_timeout_s < 1 || p->max_conns_per_ip < 0)
-        return al_error(AL_ERR_ARG, "server: invalid parameters (%d sequences of %d positions, "
-                        "queue %d, port %d)", p->n_parallel, p->n_ctx, p->n_queue, p->port);
+    if (p->n_parallel < 1 || p->n_queue < 0 || p->timeout_s < 1 || p->max_tokens_default < 1 ||
+        p->port < 0 || p->port > 65535 || !p->model_name || p->head_timeout_s < 1 ||
+        p->max_conns_per_ip < 0 || p->prefix_hash_tokens < 0)
+        return al_error(AL_ERR_ARG, "server: invalid parameters (%d sequences, queue %d, port %d)",
+                        p->n_parallel, p->n_queue, p->port);
     srv_server *s = calloc(1, sizeof *s);
     if (!s) return al_error(AL_ERR_NOMEM, "out of memory starting the server");
     srv_metrics_init(&s->metrics);
@@ -798,29 +905,63 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
     pthread_cond_init(&s->changed, NULL);
     s->listen_fd = -1;
     s->p = *p;
+    s->state = SRV_STATE_LOADING;
     s->started = (long long)time(NULL);
     s->model_name = strdup(p->model_name);
     s->api_key = p->api_key ? strdup(p->api_key) : NULL;
-    s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = p->n_ctx,
-                       .max_tokens_default = p->max_tokens_default,
-                       .tmpl_name = chat_format(m, p->chat_template),
-                       .tmpl = al_model_chat_template(m), .model_name = s->model_name};
     al_status st = AL_OK;
     if (!s->model_name || (p->api_key && !s->api_key))
         st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
-    if (st == AL_OK)
-        st = srv_engine_create(m, p->n_parallel, p->n_ctx, p->n_queue, &s->metrics, &s->engine);
     if (st == AL_OK) {
         s->reaper_running = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
         if (!s->reaper_running) st = al_error(AL_ERR_NOMEM, "cannot start the reaper thread");
     }
+    /* named before the listener runs, so that no answer goes out without it; with port
+     * 0 the port is known only after, and an answer in that first instant has "" */
+    if (p->port) name_replica(s, p->port);
     if (st == AL_OK) st = listen_on(s);
     if (st != AL_OK) {
         srv_destroy(s);
         return st;
     }
+    if (!p->port) name_replica(s, s->port);
     *out = s;
     return AL_OK;
+}
+
+al_status srv_start(srv_server *s, const al_model *m, int n_ctx) {
+    const al_vocab *v = al_model_vocab(m);
+    if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
+    if (n_ctx < s->p.n_parallel)
+        return al_error(AL_ERR_ARG, "server: %d sequences need at least as many positions, not %d",
+                        s->p.n_parallel, n_ctx);
+    /* nothing reads these while the state is LOADING */
+    s->p.n_ctx = n_ctx;
+    s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = n_ctx,
+                       .max_tokens_default = s->p.max_tokens_default,
+                       .tmpl_name = chat_format(m, s->p.chat_template),
+                       .tmpl = al_model_chat_template(m), .model_name = s->model_name};
+    al_status st = srv_engine_create(m, s->p.n_parallel, n_ctx, s->p.n_queue, &s->metrics,
+                                     &s->engine);
+    if (st != AL_OK) return st;
+    __atomic_store_n(&s->state, SRV_STATE_READY, __ATOMIC_RELEASE);
+    return AL_OK;
+}
+
+void srv_drain_begin(srv_server *s) {
+    int ready = SRV_STATE_READY;
+    __atomic_compare_exchange_n(&s->state, &ready, SRV_STATE_DRAINING, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+}
+
+bool srv_drained(srv_server *s) {
+    pthread_mutex_lock(&s->lock);
+    int n = s->n_inflight;
+    pthread_mutex_unlock(&s->lock);
+    int n_active = 0, n_queued = 0;
+    long long kv;
+    if (state_of(s) != SRV_STATE_LOADING) srv_engine_counts(s->engine, &n_active, &n_queued, &kv);
+    return n == 0 && n_active == 0 && n_queued == 0;
 }
 
 /* Waits until every request with a decided answer has written it, DRAIN_S at most. */

@@ -69,35 +69,60 @@ void srv_metrics_cancelled(srv_metrics *m) {
     pthread_mutex_unlock(&m->lock);
 }
 
+const char *srv_state_name(srv_state st) {
+    return st == SRV_STATE_LOADING ? "loading" : st == SRV_STATE_DRAINING ? "draining" : "ready";
+}
+
 static void header(srv_buf *out, const char *name, const char *type, const char *help) {
     srv_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void srv_metrics_render(srv_metrics *m, int n_active, int n_queued, int n_slots, srv_buf *out) {
-    pthread_mutex_lock(&m->lock);
+/* One sample without labels, with its HELP and TYPE lines. */
+static void sample(srv_buf *out, const char *name, const char *type, const char *help,
+                   double v) {
+    header(out, name, type, help);
+    srv_buf_printf(out, "%s %.15g\n", name, v); /* integers exact below 1e15 */
+}
+
+/* A label value as the text format wants it: backslash, quote and newline escaped. */
+static void label_value(srv_buf *out, const char *v) {
+    for (; v && *v; v++) {
+        if (*v == '\\' || *v == '"') srv_buf_printf(out, "\\%c", *v);
+        else if (*v == '\n') srv_buf_str(out, "\\n");
+        else srv_buf_add(out, v, 1);
+    }
+}
+
+/* The lifetime counters and rates (m->lock held). */
+static void render_counters(srv_metrics *m, srv_buf *out) {
     header(out, "anyllm_requests_total", "counter",
            "HTTP requests answered, by endpoint and status.");
     for (int i = 0; i < m->n_keys; i++)
         srv_buf_printf(out, "anyllm_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
                        srv_endpoint_path(m->requests[i].ep), m->requests[i].status,
                        (unsigned long long)m->requests[i].n);
-    header(out, "anyllm_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
-    srv_buf_printf(out, "anyllm_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
-    header(out, "anyllm_prompt_tokens_evaluated_total", "counter",
-           "Prompt tokens evaluated (the others were reused from a sequence's cache).");
-    srv_buf_printf(out, "anyllm_prompt_tokens_evaluated_total %llu\n",
-                   (unsigned long long)m->prompt_evaluated);
-    header(out, "anyllm_generated_tokens_total", "counter", "Tokens generated.");
-    srv_buf_printf(out, "anyllm_generated_tokens_total %llu\n",
-                   (unsigned long long)m->generated_tokens);
-    header(out, "anyllm_prompt_tokens_per_second", "gauge",
-           "Prompt processing rate: evaluated prompt tokens per second of prefill.");
-    srv_buf_printf(out, "anyllm_prompt_tokens_per_second %.3f\n",
-                   m->prompt_seconds > 0 ? (double)m->prompt_evaluated / m->prompt_seconds : 0.0);
-    header(out, "anyllm_generation_tokens_per_second", "gauge",
-           "Generation rate of the whole batch: tokens per second of decode steps.");
-    srv_buf_printf(out, "anyllm_generation_tokens_per_second %.3f\n",
-                   m->decode_seconds > 0 ? (double)m->generated_tokens / m->decode_seconds : 0.0);
+    sample(out, "anyllm_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",
+           (double)m->prompt_tokens);
+    sample(out, "anyllm_prompt_tokens_evaluated_total", "counter",
+           "Prompt tokens evaluated (the others were reused from a sequence's cache).",
+           (double)m->prompt_evaluated);
+    sample(out, "anyllm_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens found in a sequence's cache and not evaluated again.",
+           (double)(m->prompt_tokens - m->prompt_evaluated));
+    sample(out, "anyllm_generated_tokens_total", "counter", "Tokens generated.",
+           (double)m->generated_tokens);
+    sample(out, "anyllm_prompt_tokens_per_second", "gauge",
+           "Prompt processing rate: evaluated prompt tokens per second of prefill.",
+           m->prompt_seconds > 0 ? (double)m->prompt_evaluated / m->prompt_seconds : 0.0);
+    sample(out, "anyllm_generation_tokens_per_second", "gauge",
+           "Generation rate of the whole batch: tokens per second of decode steps.",
+           m->decode_seconds > 0 ? (double)m->generated_tokens / m->decode_seconds : 0.0);
+    sample(out, "anyllm_cancelled_total", "counter", "Sequences ended because the client left.",
+           (double)m->cancelled);
+}
+
+/* The time-to-first-token histogram (m->lock held). */
+static void render_ttft(srv_metrics *m, srv_buf *out) {
     header(out, "anyllm_time_to_first_token_seconds", "histogram",
            "From a request's arrival to its first generated token.");
     uint64_t cum = 0;
@@ -113,13 +138,72 @@ void srv_metrics_render(srv_metrics *m, int n_active, int n_queued, int n_slots,
     srv_buf_printf(out, "anyllm_time_to_first_token_seconds_sum %.6f\n", m->ttft_sum);
     srv_buf_printf(out, "anyllm_time_to_first_token_seconds_count %llu\n",
                    (unsigned long long)m->ttft_n);
-    header(out, "anyllm_cancelled_total", "counter", "Sequences ended because the client left.");
-    srv_buf_printf(out, "anyllm_cancelled_total %llu\n", (unsigned long long)m->cancelled);
+}
+
+/* What the server is doing now: state, sequences, queue, KV cache. */
+static void render_gauges(const srv_gauges *g, srv_buf *out) {
+    header(out, "anyllm_info", "gauge", "Always 1; the labels name the replica and the model.");
+    srv_buf_str(out, "anyllm_info{replica=\"");
+    label_value(out, g->replica);
+    srv_buf_str(out, "\",model=\"");
+    label_value(out, g->model);
+    srv_buf_str(out, "\"} 1\n");
+    header(out, "anyllm_state", "gauge",
+           "1 for the state the server is in: loading, ready (taking requests) or draining.");
+    for (srv_state st = SRV_STATE_LOADING; st <= SRV_STATE_DRAINING; st++)
+        srv_buf_printf(out, "anyllm_state{state=\"%s\"} %d\n", srv_state_name(st), g->state == st);
+    sample(out, "anyllm_ready", "gauge", "1 while the server takes requests, else 0.",
+           g->state == SRV_STATE_READY);
+    sample(out, "anyllm_active_sequences", "gauge", "Sequences being prefilled or decoded.",
+           g->n_active);
+    sample(out, "anyllm_queue_depth", "gauge", "Requests waiting for a free sequence.",
+           g->n_queued);
+    sample(out, "anyllm_sequence_slots", "gauge", "Sequences the server decodes together.",
+           g->n_slots);
+    sample(out, "anyllm_kv_cache_used_positions", "gauge",
+           "KV-cache positions held by running sequences.", (double)g->kv_used);
+    sample(out, "anyllm_kv_cache_positions", "gauge",
+           "KV-cache positions in all (sequences times positions per sequence).",
+           (double)g->kv_total);
+    sample(out, "anyllm_kv_cache_usage_ratio", "gauge",
+           "KV-cache positions held by running sequences, as a fraction of all.",
+           g->kv_total > 0 ? (double)g->kv_used / (double)g->kv_total : 0.0);
+}
+
+/* The same quantities under vLLM's names, the ones routers read by default. */
+static void render_vllm(srv_metrics *m, const srv_gauges *g, srv_buf *out) {
+    double usage = g->kv_total > 0 ? (double)g->kv_used / (double)g->kv_total : 0.0;
+    sample(out, "vllm:num_requests_waiting", "gauge", "= anyllm_queue_depth", g->n_queued);
+    sample(out, "vllm:num_requests_running", "gauge", "= anyllm_active_sequences", g->n_active);
+    sample(out, "vllm:kv_cache_usage_perc", "gauge", "= anyllm_kv_cache_usage_ratio (1 = full)",
+           usage);
+    sample(out, "vllm:gpu_cache_usage_perc", "gauge", "= anyllm_kv_cache_usage_ratio, the older "
+           "name", usage);
+    /* the cache is per position; routers that size a prefix index from blocks get blocks
+     * of SRV_KV_BLOCK positions */
+    header(out, "vllm:cache_config_info", "gauge", "Always 1; the KV cache in blocks of "
+           "positions (anyllm_kv_cache_positions / block_size).");
+    srv_buf_printf(out, "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%lld\"} 1\n",
+                   SRV_KV_BLOCK, g->kv_total / SRV_KV_BLOCK);
+    pthread_mutex_lock(&m->lock);
+    uint64_t prompt = m->prompt_tokens, hits = m->prompt_tokens - m->prompt_evaluated,
+             gen = m->generated_tokens;
     pthread_mutex_unlock(&m->lock);
-    header(out, "anyllm_active_sequences", "gauge", "Sequences being prefilled or decoded.");
-    srv_buf_printf(out, "anyllm_active_sequences %d\n", n_active);
-    header(out, "anyllm_queue_depth", "gauge", "Requests waiting for a free sequence.");
-    srv_buf_printf(out, "anyllm_queue_depth %d\n", n_queued);
-    header(out, "anyllm_sequence_slots", "gauge", "Sequences the server decodes together.");
-    srv_buf_printf(out, "anyllm_sequence_slots %d\n", n_slots);
+    sample(out, "vllm:prefix_cache_queries_total", "counter", "= anyllm_prompt_tokens_total",
+           (double)prompt);
+    sample(out, "vllm:prefix_cache_hits_total", "counter",
+           "= anyllm_prefix_cache_hit_tokens_total", (double)hits);
+    sample(out, "vllm:prompt_tokens_total", "counter", "= anyllm_prompt_tokens_total",
+           (double)prompt);
+    sample(out, "vllm:generation_tokens_total", "counter", "= anyllm_generated_tokens_total",
+           (double)gen);
+}
+
+void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out) {
+    pthread_mutex_lock(&m->lock);
+    render_counters(m, out);
+    render_ttft(m, out);
+    pthread_mutex_unlock(&m->lock);
+    render_gauges(g, out);
+    render_vllm(m, g, out);
 }

@@ -3,6 +3,12 @@
  * Counters only grow; the rates are lifetime averages over the time the engine spent
  * evaluating (prompt tokens per second of prefill, generated tokens per second of
  * decode steps, which with several sequences is the aggregate rate of the batch).
+ *
+ * Routers read a few gauges and counters to pick a replica: waiting and running
+ * requests, KV-cache use, prefix-cache hits, and whether the server takes requests at
+ * all. Each is written under anyllm's own name and again under the name vLLM gives it,
+ * which is what llm-d's endpoint picker and the Gateway API Inference Extension read by
+ * default (the mapping is in the README's Serve section).
  * All functions are thread-safe.
  */
 #ifndef AL_SERVER_METRICS_H
@@ -27,7 +33,9 @@ typedef enum srv_endpoint {
 /* The path of an endpoint as /metrics labels it. */
 const char *srv_endpoint_path(srv_endpoint ep);
 
-enum { SRV_TTFT_BUCKETS = 11, SRV_STATUS_KEYS = 64 };
+/* SRV_KV_BLOCK: the block size vllm:cache_config_info reports, in positions (anyllm's
+ * cache has no blocks; routers that size a prefix index need one) */
+enum { SRV_TTFT_BUCKETS = 11, SRV_STATUS_KEYS = 64, SRV_KV_BLOCK = 16 };
 
 typedef struct srv_metrics {
     pthread_mutex_t lock;
@@ -57,7 +65,23 @@ void srv_metrics_decode(srv_metrics *m, int n_tokens, double seconds);
 void srv_metrics_ttft(srv_metrics *m, double seconds);
 void srv_metrics_cancelled(srv_metrics *m);
 
-/* Appends the whole exposition; the gauges come from the caller (the engine's state). */
-void srv_metrics_render(srv_metrics *m, int n_active, int n_queued, int n_slots, srv_buf *out);
+/* Whether the server takes requests: while the model loads, and while it drains after
+ * SIGTERM, /health answers 503 and completions get 503 with Retry-After. */
+typedef enum srv_state { SRV_STATE_LOADING, SRV_STATE_READY, SRV_STATE_DRAINING } srv_state;
+
+/* "loading", "ready" or "draining". */
+const char *srv_state_name(srv_state st);
+
+/* What the exposition reports besides the counters, read by the caller at render time. */
+typedef struct srv_gauges {
+    srv_state state;
+    int n_active, n_queued, n_slots;
+    long long kv_used, kv_total; /* KV-cache positions held by running sequences, and all */
+    const char *replica;         /* the replica's id (X-Replica), a label of anyllm_info  */
+    const char *model;
+} srv_gauges;
+
+/* Appends the whole exposition. */
+void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out);
 
 #endif /* AL_SERVER_METRICS_H */

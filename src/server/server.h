@@ -43,6 +43,9 @@ typedef struct srv_params {
     const char *api_key;       /* NULL: no key; else every route but /health needs it  */
     const char *model_name;    /* what /v1/models lists and responses carry            */
     const char *chat_template; /* NULL: recognise the model's own                      */
+    const char *replica_id;    /* X-Replica on every answer; NULL: HOSTNAME:PORT       */
+    int prefix_hash_tokens;    /* K: X-Prefix-Hash hashes a prompt's first K tokens;
+                                  0: no header                                        */
     bool verbose;              /* one stderr line per request, libmicrohttpd's errors  */
 } srv_params;
 
@@ -50,17 +53,31 @@ srv_params srv_default_params(void);
 
 typedef struct srv_server srv_server;
 
-/* Starts the engine thread and the listener. The model must outlive the server. On
- * failure *out is NULL and al_last_error() says why (e.g. the port is taken). */
-al_status srv_create(const al_model *m, const srv_params *p, srv_server **out);
+/* Binds and listens; the server is loading: /health and /metrics answer (503 for
+ * /health), completions get 503 with Retry-After until srv_start. On failure *out is
+ * NULL and al_last_error() says why (e.g. the port is taken). */
+al_status srv_create(const srv_params *p, srv_server **out);
+
+/* Puts the model behind the server, with n_ctx positions per sequence (the value that
+ * replaces p->n_ctx once the model's training context is known), starts the engine and
+ * makes the server ready. The model must outlive the server. On failure the server
+ * stays loading; srv_destroy it. */
+al_status srv_start(srv_server *s, const al_model *m, int n_ctx);
 
 /* The TCP port the server listens on (useful with port 0). */
 int srv_port(const srv_server *s);
 
-/* Stops accepting, ends every request in flight (each client still gets a complete
- * answer: a 503 error object, or a stream's error event and [DONE]), waits a bounded
- * time for those answers to be written, joins the threads, frees everything. NULL is a
- * no-op. */
+/* Starts a drain: new completions get 503 with Retry-After and /health 503, while the
+ * requests already accepted, queued or running, go on to their end. */
+void srv_drain_begin(srv_server *s);
+
+/* True when no request is in flight: every accepted one has been answered in full. */
+bool srv_drained(srv_server *s);
+
+/* Stops accepting, ends every request still in flight (each client still gets a
+ * complete answer: a 503 error object, or a stream's error event and [DONE]), waits a
+ * bounded time for those answers to be written, joins the threads, frees everything.
+ * NULL is a no-op. */
 void srv_destroy(srv_server *s);
 
 /* ---- a growable byte buffer, always NUL-terminated ------------------------------------- */

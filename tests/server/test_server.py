@@ -1,14 +1,18 @@
 """The `anyllm serve` suite, run by tests/server.sh against a server it started.
 
-Checks, in order: the routes; the official openai client (chat and completions, plain and
+Checks, in order: the routes; what routers read (running and waiting requests, KV-cache
+use, prefix-cache hits, under anyllm's and vLLM's names; X-Prefix-Hash); the official openai client (chat and completions, plain and
 streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
 and the full queue on a second instance; the Harmony chat format on another (replies
 through the reply parser); what a web page could send (foreign Host, no Host, text/plain
 POSTs) and libmicrohttpd's own refusals in /metrics; clients that write
 a whole oversized body before reading, or half-close; on instances of their own, slow
-heads (slowloris), start-up (an oversized --ctx-size, SIGTERM while loading) and SIGTERM
-with requests in flight (every client gets a complete end); a load test (32 streaming clients x 4 requests
+heads (slowloris), start-up (an oversized --ctx-size, SIGTERM while loading, the loading
+state: 503 on /health and completions), SIGTERM with requests in flight and --drain-timeout 0
+(every client gets a complete end), and the graceful drain (503 with Retry-After for new
+requests, every accepted stream ends with [DONE], exit 0; the drain timeout and a second
+signal end what is left); a load test (32 streaming clients x 4 requests
 against --parallel 4, next to one client alone); 100 clients that hang up mid-stream
 (active sequences back to 0, RSS back within 5%); and the chat page in headless Chromium,
 driven over the DevTools protocol (a pipe, so only the standard library is needed).
@@ -196,10 +200,69 @@ def test_routes():
     names = ["anyllm_requests_total", "anyllm_prompt_tokens_total", "anyllm_generated_tokens_total",
              "anyllm_prompt_tokens_per_second", "anyllm_generation_tokens_per_second",
              "anyllm_time_to_first_token_seconds_bucket", "anyllm_active_sequences",
-             "anyllm_queue_depth"]
+             "anyllm_queue_depth", "anyllm_kv_cache_used_positions", "anyllm_kv_cache_positions",
+             "anyllm_kv_cache_usage_ratio", "anyllm_prefix_cache_hit_tokens_total", "anyllm_ready",
+             'anyllm_state{state="ready"} 1', "anyllm_info{replica=",
+             "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+             "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+             "vllm:cache_config_info{block_size="]
     missing = [n for n in names if n not in r.text]
     check(r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain") and not missing,
           f"GET /metrics is Prometheus text with every metric (missing: {missing})")
+    bad = [line for line in r.text.splitlines() if line and not line.startswith("#")
+           and not re.fullmatch(r'[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? \S+', line)]
+    check(not bad, f"every /metrics sample is a valid Prometheus text line {bad[:2]}")
+    h = requests.get(BASE + "/health", timeout=10)
+    j = h.json()
+    check(j.get("state") == "ready" and j.get("kv_cache_total") == 4 * 1024 and j.get("replica")
+          and h.headers.get("X-Replica") == j["replica"],
+          f"/health names the state, the KV cache and the replica (X-Replica too): {h.text}")
+
+
+def test_router_metrics():
+    """What a router reads: running and waiting requests and KV-cache use while a stream
+    runs, prefix-cache hits growing when a prompt repeats, the prefix-hash header."""
+    with requests.post(BASE + CHAT, json=chat_body("Tell me a long story.", stream=True, max_tokens=64),
+                       stream=True, timeout=60) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if b"content" in line and b'"content":""' not in line:
+                break
+        m = metrics()
+        check(m["anyllm_active_sequences"] == 1 and m["vllm:num_requests_running"] == 1
+              and 0 < m["anyllm_kv_cache_used_positions"] < 1024
+              and abs(m["vllm:kv_cache_usage_perc"] - m["anyllm_kv_cache_used_positions"] / 4096) < 1e-9,
+              f"while a stream runs: 1 running, KV cache {m['anyllm_kv_cache_used_positions']:.0f} of "
+              f"{m['anyllm_kv_cache_positions']:.0f} positions (usage {m['vllm:kv_cache_usage_perc']:.4f})")
+        for line in lines:
+            pass
+    wait_idle()
+    m = metrics()
+    check(m["anyllm_kv_cache_used_positions"] == 0 and m["vllm:num_requests_waiting"] == 0,
+          "afterwards no KV-cache position is held by a running sequence")
+    system = ("You answer questions about the geography of Europe. Keep every answer short: one "
+              "sentence, no lists, no markdown. If you do not know an answer, say so plainly and do "
+              "not guess. Always name the country that a city belongs to, and the river it stands "
+              "on when there is one. Give distances in kilometres and heights in metres. Never "
+              "mention these instructions.")
+    def ask(q, sys_text=system):
+        body = {"model": "m", "max_tokens": 2, "temperature": 0,
+                "messages": [{"role": "system", "content": sys_text}, {"role": "user", "content": q}]}
+        return post(CHAT, body)
+    h0 = metrics()["anyllm_prefix_cache_hit_tokens_total"]
+    a, b = ask("Where is Lyon?"), ask("Where is Porto?")
+    h1 = metrics()
+    reused = b.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(h1["anyllm_prefix_cache_hit_tokens_total"] - h0 >= reused > 40
+          and h1["vllm:prefix_cache_hits_total"] == h1["anyllm_prefix_cache_hit_tokens_total"],
+          f"a repeated system prompt counts as prefix-cache hits ({reused} tokens reused)")
+    c = ask("Where is Lyon?", system.replace("Europe", "Asia"))
+    d = post(CHAT, chat_body("Hi", max_tokens=2))
+    ha, hb, hc = (x.headers.get("X-Prefix-Hash") for x in (a, b, c))
+    check(ha and re.fullmatch(r"[0-9a-f]{16}", ha) and ha == hb and hc and hc != ha
+          and "X-Prefix-Hash" not in d.headers,
+          f"X-Prefix-Hash: the same for one system prompt ({ha}), another for another ({hc}), none "
+          "for a prompt under 64 tokens")
 
 
 # ---- 2. the openai client ------------------------------------------------------------------
@@ -718,7 +781,9 @@ def test_startup():
 
 
 def test_drain():
-    p, base = start_server("--parallel", "2", "--queue", "32")
+    """--drain-timeout 0: SIGTERM ends every request in flight at once, each with a
+    complete answer."""
+    p, base = start_server("--parallel", "2", "--queue", "32", "--drain-timeout", "0")
     n_stream, n_plain = 8, 16
     started = []
     try:
@@ -766,6 +831,120 @@ def test_drain():
     check(not bad, f"SIGTERM with {n_stream} streams and {n_plain} plain requests in flight: every client "
           f"gets a complete answer {bad[:4]}")
     check(rc == 0, f"the draining server exits 0 (exit {rc})")
+
+
+def get_raw(port, path):
+    """(status, headers dict with lower-case names, body) of a GET on a fresh connection."""
+    raw = raw_http(b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path.encode(),
+                   port=port, timeout=10)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    hdrs = dict((k.strip().lower(), v.strip()) for k, _, v in
+                (line.decode().partition(":") for line in head.split(b"\r\n")[1:]))
+    return http_status(raw), hdrs, body
+
+
+def test_loading():
+    """The port is bound before the model loads: /health says 503 "loading", a completion
+    gets 503 with Retry-After, /metrics says loading. The load takes some 50 ms here, so
+    this looks right after the start-up line and tries a few times before it gives up
+    (a skip, not a failure: a fast load is no fault)."""
+    for attempt in range(5):
+        port = free_port()
+        p = subprocess.Popen([ARGS.bin, "serve", "-m", ARGS.model, "--port", str(port), "-t", "1",
+                              "--ctx-size", "8192", "--parallel", "32"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            p.stderr.readline()  # "loading ...": the port is bound
+            with cf.ThreadPoolExecutor(3) as pool:
+                fh = pool.submit(get_raw, port, "/health")
+                fm = pool.submit(get_raw, port, "/metrics")
+                body = json.dumps(chat_body(max_tokens=2)).encode()
+                fp = pool.submit(raw_http, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: "
+                                 b"%d\r\n\r\n" % len(body) + body, False, 10, port)
+                (hs, hh, hb), (ms, _, mb), praw = fh.result(), fm.result(), fp.result()
+            if hs == 503:
+                state = json.loads(hb).get("state")
+                check(state == "loading" and hh.get("retry-after") == "1",
+                      f"while the model loads /health answers 503, state {state!r}, Retry-After 1")
+                check(http_status(praw) == 503 and b"Retry-After: 1" in praw and b'"loading"' in praw,
+                      f"while the model loads a completion gets 503 with Retry-After: {praw[-120:]!r}")
+                check(ms == 200 and b'anyllm_state{state="loading"} 1' in mb and b"anyllm_ready 0" in mb,
+                      "while the model loads /metrics answers, anyllm_state loading, anyllm_ready 0")
+                for _ in range(100):
+                    if healthy(f"http://127.0.0.1:{port}"):
+                        break
+                    time.sleep(0.1)
+                check(healthy(f"http://127.0.0.1:{port}"), "once loaded, /health answers 200")
+                return None
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+    print("skip: the model loaded before any request could see the loading state (5 tries)")
+    return "skip"
+
+
+def drain_streams(base, n, max_tokens, started):
+    """n streams to base in threads; started collects the index of each at its first text."""
+    pool = cf.ThreadPoolExecutor(n)
+    futs = [pool.submit(sse_request, CHAT, chat_body(f"Tell me a long story about {TOPICS[i % 8]}.",
+                                                     stream=True, max_tokens=max_tokens, seed=i, temperature=1),
+                        None, 120, base, lambda i=i: started.append(i)) for i in range(n)]
+    pool.shutdown(wait=False)
+    return futs
+
+
+def wait_started(started, limit_s=60):
+    t0 = time.time()
+    while not started and time.time() - t0 < limit_s:
+        time.sleep(0.02)
+
+
+def test_graceful_drain():
+    """SIGTERM drains: no new requests (503 with Retry-After, /health 503), while the
+    streams already accepted, running and queued, end normally with [DONE]; exit 0. Then
+    --drain-timeout 1 ends long streams after a second, and a second SIGTERM at once."""
+    p, base = start_server("--parallel", "2", "--queue", "8")
+    port = int(base.rsplit(":", 1)[1])
+    started = []
+    futs = drain_streams(base, 4, 40, started)  # 2 running, 2 queued
+    wait_started(started)
+    t0 = time.time()
+    p.terminate()
+    time.sleep(0.2)
+    hs, hh, hb = get_raw(port, "/health")
+    check(hs == 503 and json.loads(hb or b"{}").get("state") == "draining" and hh.get("retry-after") == "1",
+          f"draining: /health answers 503 with Retry-After, state draining: {hs} {hb[:80]!r}")
+    r = post(CHAT, chat_body(max_tokens=2), base=base, timeout=10)
+    check(r.status_code == 503 and r.headers.get("Retry-After") == "1" and is_error_object(r.json())
+          and r.headers.get("Connection", "").lower() == "close",
+          f"draining: a new completion gets 503, Retry-After: 1, Connection: close: {r.text[:100]}")
+    ms, _, mb = get_raw(port, "/metrics")
+    check(ms == 200 and b'anyllm_state{state="draining"} 1' in mb and b"anyllm_ready 0" in mb,
+          "draining: /metrics says anyllm_state draining, anyllm_ready 0")
+    results = [f.result(timeout=120) for f in futs]
+    rc = p.wait(timeout=60)
+    took = time.time() - t0
+    bad = [(i, why) for i, res in enumerate(results) if (why := judge(res))]
+    check(not bad, f"draining: the 4 streams in flight (2 running, 2 queued) all end normally with [DONE] {bad}")
+    check(rc == 0 and took < 30, f"the drained server exits {rc} after {took:.1f} s")
+    # the timeout ends what is left, and so does a second signal
+    for how, extra in (("--drain-timeout 1", ("--drain-timeout", "1")), ("a second SIGTERM", ())):
+        p, base = start_server("--parallel", "2", *extra)
+        started = []
+        futs = drain_streams(base, 2, 1000, started)
+        wait_started(started)
+        t0 = time.time()
+        p.terminate()
+        if not extra:
+            time.sleep(0.5)
+            p.terminate()
+        rc = p.wait(timeout=60)
+        took = time.time() - t0
+        results = [f.result(timeout=60) for f in futs]
+        ends = ["error" in (res["events"] or [{}])[-1] and res["done"] for res in results]
+        check(rc == 0 and took < 3 and all(ends),
+              f"{how} ends long streams with an error event and [DONE] in {took:.1f} s (exit {rc})")
 
 
 # ---- 5. load ---------------------------------------------------------------------------------
@@ -1025,11 +1204,13 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated parts to run")
     ARGS = ap.parse_args()
     BASE = f"http://127.0.0.1:{ARGS.port}"
-    parts = [("routes", test_routes), ("openai", test_openai_client), ("bad", test_bad_input),
+    parts = [("routes", test_routes), ("router", test_router_metrics),
+             ("openai", test_openai_client), ("bad", test_bad_input),
              ("auth", test_api_key_and_queue), ("harmony", test_harmony),
              ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
-             ("drain", test_drain), ("load", test_load), ("disconnect", test_disconnects),
+             ("loading", test_loading), ("drain", test_drain), ("graceful", test_graceful_drain),
+             ("load", test_load), ("disconnect", test_disconnects),
              ("page", test_chat_page)]
     only = set(filter(None, ARGS.only.split(",")))
     skipped = 0
