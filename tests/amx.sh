@@ -1,15 +1,16 @@
 #!/bin/sh
-# AMX against VNNI on whole models: every reference model of ../shared/models/ref gives
-# the same logits file, byte for byte, with prompt batches on AMX tiles (ANYLLM_AMX=1)
-# and on the AVX-512 VNNI kernels (ANYLLM_AMX=0), in both activation modes. The
-# reference prompts have 47 tokens: two full AMX tiles and one of 15. Where AMX cannot
-# run (no AMX-INT8, e.g. AMD EPYC, or the kernel refuses the tile state), the comparison
-# is skipped with anyllm's reason and the VNNI path still has to run.
+# AMX against VNNI on whole models: every reference model of ../shared/models/ref and
+# models/moe (experts in MXFP4 and Q4_K among them) gives the same logits file, byte for
+# byte, with prompt batches on AMX tiles (ANYLLM_AMX=1) and on the AVX-512 VNNI kernels
+# (ANYLLM_AMX=0), in both activation modes. The reference prompts have 47 tokens: two
+# full AMX tiles and one of 15. Where AMX cannot run (no AMX-INT8, e.g. AMD EPYC, or
+# the kernel refuses the tile state), the comparison is skipped with anyllm's reason,
+# and ANYLLM_AMX=1 must still run.
 . "$(dirname "$0")/lib.sh"
 skip=0
 finish() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; exit $?; }
 
-refs=$(ls "$SHARED"/models/ref/*.gguf 2>/dev/null)
+refs=$(ls "$SHARED"/models/ref/*.gguf "$SHARED"/models/moe/*.gguf 2>/dev/null)
 if [ -z "$refs" ]; then
     echo "skip: $SHARED/models/ref not found"; skip=1; finish
 fi

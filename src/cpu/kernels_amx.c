@@ -23,9 +23,12 @@
  * weight rows, as a VNNI accumulator is, and the operations per (row, token) are those
  * of mk_q_body, in its order: the results are the VNNI path's, bit for bit.
  *
- * The epilogue, three vector operations per (token, 16 rows, sub-block), bounds the
- * speed, not the tile unit: two C tiles alternate so that the next sub-block's tile
- * loads and dot product run while the vector units convert the last one.
+ * What bounds the speed is not the tile unit's arithmetic but the per-sub-block traffic:
+ * a C tile stored (1 KB) and read back, and the epilogue's three vector operations per
+ * (token, 16 rows); on the Xeon measured (Emerald Rapids, under KVM) tile instructions
+ * and vector work hardly overlap, and a 16 x 16 sub-block of 32 takes ~25 ns against
+ * ~37 ns for the VNNI kernel. Two tile sets alternate, and each epilogue reads the C
+ * tile stored one step before, so that no load waits for the store just issued.
  */
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \
@@ -136,25 +139,36 @@ INLINE void kq_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, in
     }
 }
 
-/* The accumulators of the call's tokens: out (or zero on the first chunk); tokens past
- * n_tok (zero rows of the last tile) start and stay at zero and are never stored. */
+/* The accumulators of the call's tokens: out (or zero on the first chunk, and for the
+ * second of two passes); tokens past n_tok (zero rows of the last tile) start and stay
+ * at zero and are never stored. */
 INLINE void acc_start(const cpu_mk_args *a, __m512 acc[TOK]) {
     const __mmask16 rows = (__mmask16)((1u << a->n_rows) - 1);
+    const bool zero = a->first || a->pass_hi;
 #pragma GCC unroll 16
     for (int t = 0; t < TOK; t++)
-        acc[t] = a->first || t >= a->n_tok ? _mm512_setzero_ps()
-                                           : _mm512_maskz_loadu_ps(rows, a->out + t * a->ldo);
+        acc[t] = zero || t >= a->n_tok ? _mm512_setzero_ps()
+                                       : _mm512_maskz_loadu_ps(rows, a->out + t * a->ldo);
 }
 
+/* out = acc (+ bias); with pass_hi, acc is the second pass and out = (out + hi) + acc
+ * (+ bias), matmul.c's order for two passes (hi + acc on the first chunk). */
 INLINE void acc_finish(const cpu_mk_args *a, const __m512 acc[TOK]) {
     const __mmask16 rows = (__mmask16)((1u << a->n_rows) - 1);
     const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(rows, a->bias) : _mm512_setzero_ps();
     /* every t, so that acc's indices are constants and it stays in registers */
 #pragma GCC unroll 16
-    for (int t = 0; t < TOK; t++)
-        if (t < a->n_tok)
-            _mm512_mask_storeu_ps(a->out + t * a->ldo, rows,
-                                  a->bias ? _mm512_add_ps(acc[t], bias) : acc[t]);
+    for (int t = 0; t < TOK; t++) {
+        if (t >= a->n_tok) continue;
+        float *o = a->out + t * a->ldo;
+        __m512 v = acc[t];
+        if (a->pass_hi) {
+            const __m512 h = _mm512_load_ps(a->pass_hi + t * R);
+            v = a->first ? _mm512_add_ps(h, v)
+                         : _mm512_add_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(rows, o), h), v);
+        }
+        _mm512_mask_storeu_ps(o, rows, a->bias ? _mm512_add_ps(v, bias) : v);
+    }
 }
 
 /* Legacy types: sub-blocks in pairs, tile sets 0 and 1. The next sub-block's dot

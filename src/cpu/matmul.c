@@ -26,9 +26,13 @@
  *
  * With AMX (ops.h) a batch takes the same two passes, but each token is quantized into
  * a row of its own, CPU_AMX_TOK rows to a tile (the rows of the last tile past the
- * batch are zero), and each panel runs cpu_amx_mk_q over tiles of CPU_AMX_TOK tokens,
- * after cpu_amx_sign_panel for a type with a constant offset. Chunks, passes and the
- * order of the sums are those of the VNNI kernels, and so are the results.
+ * batch are zero). A thread packs a group of panels (signed by cpu_amx_sign_panel for a
+ * type with a constant offset) and runs each tile of tokens over the whole group, so
+ * that the tile's 16 strided rows are read from L1 by all but the first panel: tile
+ * loads from L2 are slow. With two passes the second pass's kernel call adds out + hi +
+ * lo itself. The sums per (row, token) are those of the VNNI kernels, in their order,
+ * and so are the results; only with one pass may the chunks differ (KC_AMX), which
+ * does not change them.
  *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
@@ -292,24 +296,24 @@ static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_b
         }
         return;
     }
-    /* each pass of each panel sums the chunk from zero: [pass][panel][token][row] */
+    /* the first pass of each panel sums the chunk from zero into hi; the second, also
+     * from zero, then adds out + hi + lo as mm_add_passes does */
     enum { STEP = CPU_AMX_TOK * CPU_MAX_ROWS };
-    _Alignas(64) float part[2 * AMX_GROUP * STEP];
+    _Alignas(64) float hi[AMX_GROUP * STEP];
     for (int pass = 0; pass < 2; pass++)
         for (int64_t p = p0; p < p1; p++) {
             cpu_mk_args m = mm_args(j, panels + (p - p0) * panel_bytes, p, j->k0, nk, t0, (int)nt);
-            m.act = (const uint8_t *)m.act + pass * j->tile_bytes;
-            m.first = true;
-            m.bias = NULL;
-            m.out = part + (pass * AMX_GROUP + p - p0) * STEP;
-            m.ldo = CPU_MAX_ROWS;
+            if (pass == 0) {
+                m.first = true;
+                m.bias = NULL;
+                m.out = hi + (p - p0) * STEP;
+                m.ldo = CPU_MAX_ROWS;
+            } else {
+                m.act = (const uint8_t *)m.act + j->tile_bytes;
+                m.pass_hi = hi + (p - p0) * STEP;
+            }
             cpu_amx_mk_q(&m);
         }
-    for (int64_t p = p0; p < p1; p++) {
-        const cpu_mk_args a = mm_args(j, NULL, p, j->k0, nk, t0, (int)nt);
-        mm_add_passes(j, &a, part + (p - p0) * STEP, 0, AMX_GROUP * CPU_AMX_TOK, 1, (int)nt,
-                      a.first);
-    }
 }
 
 /* The next group of panels [*p0, *p1) for this thread; false when none is left. */

@@ -165,6 +165,9 @@ typedef struct cpu_mk_args {
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
                         * AMX: token 0's row at the same sub-block */
     int64_t act_stride; /* AMX: bytes between the rows of consecutive tokens */
+    const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
+                           * from zero, and out becomes (out + hi) + lo, hi [t][16] the
+                           * first pass's sums over the same chunk */
     int64_t n_sb;      /* quantized: sub-blocks in the chunk */
     int64_t n_k;       /* float: elements in the chunk */
     int64_t ldx;       /* float: floats between activation rows */
