@@ -147,7 +147,6 @@ static cpu_act_mode act_from_env(void) {
     return CPU_ACT_Q8X2;
 }
 
-
 static const cpu_kernels *kernels_for(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR:
@@ -440,8 +439,9 @@ static const al_backend_ops cpu_fast_ops = {
 
 /* "cpu ISA[+amx] MODE" */
 static void set_desc(cpu_backend *cb, cpu_isa isa) {
+    const char *mode = cb->act_passes == CPU_ACT_Q8 ? " q8" : " q8x2";
     snprintf(cb->base.desc, sizeof cb->base.desc, "cpu %s%s%s", cpu_isa_name(isa),
-             cb->amx ? "+amx" : "", !cb->k ? "" : cb->act_passes == CPU_ACT_Q8 ? " q8" : " q8x2");
+             cb->amx ? "+amx" : "", cb->k ? mode : "");
 }
 
 /* Why a backend cannot run its batches on AMX, or NULL. */

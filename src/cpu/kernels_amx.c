@@ -32,7 +32,7 @@
  */
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \
-    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))),     \
+    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))),      \
     apply_to = function)
 #elif defined(__GNUC__)
 #pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
@@ -69,9 +69,9 @@ void cpu_amx_begin(int b) {
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 2; i++) {
-        c.rows[TA0 + i] = TOK, c.colsb[TA0 + i] = (uint16_t)b; /* 16 tokens x B bytes */
+        c.rows[TA0 + i] = TOK, c.colsb[TA0 + i] = (uint16_t)b;        /* 16 tokens x B bytes */
         c.rows[TB0 + i] = (uint8_t)(b / 4), c.colsb[TB0 + i] = 4 * R; /* [B/4][16][4] */
-        c.rows[TC0 + i] = TOK, c.colsb[TC0 + i] = 4 * R;   /* 16 tokens x 16 int32 */
+        c.rows[TC0 + i] = TOK, c.colsb[TC0 + i] = 4 * R;              /* 16 tokens x 16 int32 */
     }
     /* the intrinsic names only the first 8 bytes as its input: make every store land */
     __asm__ volatile("" : : "r"(&c) : "memory");
@@ -97,8 +97,8 @@ void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset) {
  * weights (a constant offset) or unsigned (mins). */
 #define AMX_DOT(c, ta, tb, s)                                                                      \
     do {                                                                                           \
-        _tile_loadd(ta, x + (s) * xsb, xs);                                                        \
-        _tile_loadd(tb, p + (s) * psb, 4 * R);                                                     \
+        _tile_loadd(ta, x + (s)*xsb, xs);                                                          \
+        _tile_loadd(tb, p + (s)*psb, 4 * R);                                                       \
         _tile_zero(c);                                                                             \
         if (mins)                                                                                  \
             _tile_dpbsud(c, ta, tb);                                                               \
@@ -226,7 +226,8 @@ INLINE void amx_kquant(const cpu_mk_args *a, const int b, const bool mins) {
 #pragma GCC unroll 16
         for (int t = 0; t < TOK; t++) {
             const __m512 v = _mm512_load_ps(acc[t]);
-            _mm512_store_ps(acc[t], _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(*da_of(x0, xs, t, b)), v));
+            _mm512_store_ps(acc[t],
+                            _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(*da_of(x0, xs, t, b)), v));
             sacc[t] = _mm512_setzero_ps();
         }
     }

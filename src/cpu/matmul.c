@@ -72,9 +72,9 @@ uint64_t fast_act_bytes(const cpu_kernels *k, int64_t max_cols, int n_tok) {
 }
 
 uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
-    /* one panel of KC_MAX, or AMX_GROUP of KC_AMX */
-    const uint64_t q_panel = (uint64_t)((KC_MAX > AMX_GROUP * KC_AMX ? KC_MAX : AMX_GROUP * KC_AMX) / 16) *
-                             (uint64_t)cpu_sb_bytes(k->rows, 16);
+    /* one panel of KC_MAX elements, or AMX_GROUP panels of KC_AMX */
+    const int64_t q_k = KC_MAX > AMX_GROUP * KC_AMX ? KC_MAX : AMX_GROUP * KC_AMX;
+    const uint64_t q_panel = (uint64_t)(q_k / 16) * (uint64_t)cpu_sb_bytes(k->rows, 16);
     const uint64_t f_panel = (uint64_t)KC_F32 * (uint64_t)k->rows * sizeof(float);
     const uint64_t attn =
         (uint64_t)cpu_attn_scratch(CPU_MAX_ROWS, CPU_ATTN_MAX_DIM) * sizeof(float);
