@@ -11,6 +11,9 @@
  * also give bit-identical results whatever the batch split and the thread count: a
  * token's logits may not depend on what else is in its batch.
  *
+ * Batches on AMX tiles, where the CPU has them, must give the VNNI kernels' results bit
+ * for bit (test_matmul_amx).
+ *
  * MXFP4's SIMD packs are also compared byte for byte with the portable decoder over
  * every scale byte, edge scales included.
  *
@@ -375,6 +378,102 @@ static void test_matmul_passes(void) {
         f3->ops->destroy(f3);
         ref->ops->destroy(ref);
     }
+}
+
+/* ---- AMX ------------------------------------------------------------------------------ */
+/* Batches on AMX tiles (ops.h) give the VNNI kernels' results bit for bit, for every
+ * weight type AMX takes, in both activation modes: rows that leave a short last panel,
+ * batches that are no multiple of the tile (zero rows in the last one), K over several
+ * chunks (chunked differently from VNNI's with one pass), odd counts of sub-blocks, one
+ * and three threads, with and without a bias, and a batch longer than the scratch. */
+
+static const uint32_t g_amx_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
+                                       AL_TYPE_Q8_0, AL_TYPE_MXFP4, AL_TYPE_Q2_K, AL_TYPE_Q3_K,
+                                       AL_TYPE_Q4_K, AL_TYPE_Q5_K, AL_TYPE_Q6_K};
+
+/* The first output where a and b differ, or -1. */
+static int64_t first_diff(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4)) return i;
+    return -1;
+}
+
+/* One shape: VNNI against AMX on one thread and on three; true when all agree. */
+static bool amx_case(al_backend *vnni, al_backend *amx1, al_backend *amx3, const mm_case *c) {
+    uint64_t rb;
+    uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb);
+    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    const int64_t n_o = c->n_out * c->n_tok;
+    float *o_v = calloc((size_t)n_o, 4), *o_1 = calloc((size_t)n_o, 4),
+          *o_3 = calloc((size_t)n_o, 4);
+    run_matmul(vnni, x, w, c->type, rb, bias, c, 0, c->n_tok, o_v);
+    run_matmul(amx1, x, w, c->type, rb, bias, c, 0, c->n_tok, o_1);
+    run_matmul(amx3, x, w, c->type, rb, bias, c, 0, c->n_tok, o_3);
+    const int64_t d1 = first_diff(o_v, o_1, n_o), d3 = first_diff(o_v, o_3, n_o);
+    const int64_t d = d1 >= 0 ? d1 : d3;
+    CHECK_MSG(d < 0,
+              "%s %s n_in %lld n_out %lld n_tok %d: AMX (%d threads) differs from VNNI at "
+              "token %lld row %lld: %.9g vs %.9g",
+              vnni->desc, quant_type_name(c->type), (long long)c->n_in, (long long)c->n_out,
+              c->n_tok, d1 >= 0 ? 1 : 3, (long long)(d / c->n_out), (long long)(d % c->n_out),
+              d >= 0 ? (double)(d1 >= 0 ? o_1 : o_3)[d] : 0.0, d >= 0 ? (double)o_v[d] : 0.0);
+    free(w), free(x), free(bias), free(o_v), free(o_1), free(o_3);
+    return d < 0;
+}
+
+static al_backend *amx_backend(cpu_act_mode act, int n_threads, int64_t max_cols, int64_t max_ctx) {
+    al_backend *be = backend_act(CPU_ISA_AVX512, act, n_threads, max_cols, max_ctx);
+    if (be && cpu_backend_set_amx(be, true) != AL_OK) {
+        be->ops->destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+static void amx_cases(cpu_act_mode act, int64_t max_ctx) {
+    const int64_t max_cols = 4352;
+    al_backend *vnni = backend_act(CPU_ISA_AVX512, act, 2, max_cols, max_ctx);
+    al_backend *amx1 = amx_backend(act, 1, max_cols, max_ctx),
+               *amx3 = amx_backend(act, 3, max_cols, max_ctx);
+    CHECK(vnni && amx1 && amx3 && strstr(amx1->desc, "+amx") && !strstr(vnni->desc, "amx"));
+    static const int64_t n_outs[] = {17, 48, 71};
+    static const int n_toks[] = {9, 16, 40, 100};
+    const char *mode = act == CPU_ACT_Q8 ? "q8" : "q8x2";
+    for (size_t ti = 0; vnni && amx1 && amx3 && ti < sizeof g_amx_types / 4; ti++) {
+        const uint32_t type = g_amx_types[ti];
+        const bool kq = quant_get_traits(type)->block_size == 256;
+        int n_cases = 0, n_same = 0;
+        for (int oi = 0; oi < 3; oi++)
+            for (int ki = 0; ki < 4; ki++) {
+                /* an odd number of sub-blocks, or 17 super-blocks' worth: several chunks */
+                const int64_t n_in = ki % 2 ? 17 * 256 : kq ? 5 * 256 : 13 * 32;
+                const mm_case c = {type, n_in, n_outs[oi], n_toks[ki], (ki + oi) % 2 == 0};
+                n_same += amx_case(vnni, amx1, amx3, &c);
+                n_cases++;
+            }
+        printf("     amx %-4s %-5s ctx %3lld: %d of %d shapes bit-identical to VNNI\n", mode,
+               quant_type_name(type), (long long)max_ctx, n_same, n_cases);
+    }
+    if (vnni) vnni->ops->destroy(vnni);
+    if (amx1) amx1->ops->destroy(amx1);
+    if (amx3) amx3->ops->destroy(amx3);
+}
+
+static void test_matmul_amx(void) {
+    /* AMX is refused where it cannot run, and on other kernels than AVX-512 */
+    al_backend *sc = backend(CPU_ISA_SCALAR, 1, 64, 8);
+    CHECK(sc && cpu_backend_set_amx(sc, true) == AL_ERR_UNSUPPORTED && !strstr(sc->desc, "amx"));
+    if (sc) sc->ops->destroy(sc);
+    const char *why = cpu_amx_unavailable();
+    if (why) {
+        TEST_SKIP("no AMX here (%s): batches run on VNNI, which test_matmul_avx512 checks", why);
+        return;
+    }
+    amx_cases(CPU_ACT_Q8X2, 128);
+    amx_cases(CPU_ACT_Q8, 128);
+    /* a scratch of 40 positions: 100 tokens in passes of 48, 48 and 4 */
+    amx_cases(CPU_ACT_Q8X2, 40);
 }
 
 /* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
@@ -1117,5 +1216,6 @@ int main(void) {
     TEST_RUN(test_matmul_scalar);
     TEST_RUN(test_matmul_avx2);
     TEST_RUN(test_matmul_avx512);
+    TEST_RUN(test_matmul_amx);
     return test_finish();
 }

@@ -8,6 +8,12 @@
  * the oracle). One binary runs on any x86-64: each kernels_<isa>.c is compiled for its
  * own instruction set and only called when the CPU has it.
  *
+ * ANYLLM_AMX=0 keeps large batches (prompts) on the AVX-512 VNNI kernels where they
+ * would run on AMX tiles (ops.h); AMX is used wherever it can be, which takes CPUID's
+ * AMX-TILE and AMX-INT8, the tile state in XCR0, and Linux's permission for it
+ * (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once per process. ANYLLM_AMX=1 says why
+ * where AMX cannot run. Both paths give the same bits.
+ *
  * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8
  * (the default), llama.cpp's numerics, or q8x2 ("precise"), about 15 bits, which
  * follows the reference ops closely at twice the integer work: prompts take about
@@ -17,10 +23,16 @@
  * Ops run one at a time per backend (a mutex), because they share the scratch; each
  * op spreads its work over the backend's thread pool.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "ops.h"
 #include "quant.h"
@@ -82,6 +94,51 @@ static cpu_isa isa_from_env(void) {
     return best;
 }
 
+/* ---- AMX ------------------------------------------------------------------------------- */
+
+/* Linux's arch_prctl request for a state component the kernel grants on demand, and
+ * the component of AMX's tile data (asm/prctl.h, XFEATURE_XTILEDATA). */
+enum { AMX_REQ_XCOMP_PERM = 0x1023, AMX_XTILEDATA = 18 };
+
+static char g_amx_why[160];
+static const char *g_amx_obstacle;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+/* Why the AMX kernels cannot run here, or NULL. */
+static const char *amx_probe(void) {
+    if (!cpu_isa_available(CPU_ISA_AVX512)) return "the CPU lacks the AVX-512 the AMX kernels use";
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8 */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1))
+        return "the CPU has no AMX-INT8";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return "the OS has not enabled XSAVE";
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo >> 17 & 3) != 3) return "the OS does not manage the tile state (XCR0 bits 17, 18)";
+    /* per process: threads started before this call have the permission too */
+    if (syscall(SYS_arch_prctl, AMX_REQ_XCOMP_PERM, AMX_XTILEDATA) != 0) {
+        snprintf(g_amx_why, sizeof g_amx_why,
+                 "the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM: %s)",
+                 strerror(errno));
+        return g_amx_why;
+    }
+    return NULL;
+#else
+    return "not an x86-64 build";
+#endif
+}
+
+static void amx_init(void) {
+    g_amx_obstacle = amx_probe();
+}
+
+const char *cpu_amx_unavailable(void) {
+    pthread_once(&g_amx_once, amx_init);
+    return g_amx_obstacle;
+}
+
 /* ANYLLM_ACT: q8 (the default), q8x2 or precise (the same); anything else is refused
  * with a warning. */
 static cpu_act_mode act_from_env(void) {
@@ -136,7 +193,9 @@ static al_status cpu_reserve(al_backend *be, int64_t max_cols, int64_t max_ctx) 
         /* a batch is at most 512 tokens (model.c), and never more than the context;
          * the matmul splits longer ones */
         int n_tok = cb->max_ctx < 512 ? (int)cb->max_ctx : 512;
-        n_tok = (n_tok + k->tile - 1) / k->tile * k->tile;
+        /* whole tiles: AMX's are the largest, a multiple of every TT */
+        _Static_assert(CPU_AMX_TOK % CPU_MAX_TILE == 0, "AMX tiles hold whole TT tiles");
+        n_tok = (n_tok + CPU_AMX_TOK - 1) / CPU_AMX_TOK * CPU_AMX_TOK;
         ok = grow(&cb->act, &cb->act_bytes,
                   fast_act_bytes(k, cb->max_cols, n_tok) * (uint64_t)cb->act_passes);
         const uint64_t per = fast_tls_bytes(k, cb->max_cols);
@@ -380,6 +439,32 @@ static const al_backend_ops cpu_fast_ops = {
     .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
 };
 
+/* "cpu ISA[+amx] MODE" */
+static void set_desc(cpu_backend *cb, cpu_isa isa) {
+    const char *mode = cb->act_passes == CPU_ACT_Q8 ? " q8" : " q8x2";
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu %s%s%s", cpu_isa_name(isa),
+             cb->amx ? "+amx" : "", cb->k ? mode : "");
+}
+
+/* Why a backend cannot run its batches on AMX, or NULL. */
+static const char *amx_obstacle(const cpu_backend *cb) {
+    return cb->k != &cpu_kernels_avx512 ? "the backend does not run the AVX-512 kernels"
+                                        : cpu_amx_unavailable();
+}
+
+al_status cpu_backend_set_amx(al_backend *be, bool on) {
+    if (be->ops != &cpu_fast_ops && be->ops != &cpu_ref_ops)
+        return al_error(AL_ERR_ARG, "AMX: %s is not a CPU backend", be->desc);
+    cpu_backend *cb = (cpu_backend *)be;
+    const char *why = on ? amx_obstacle(cb) : NULL;
+    if (why) return al_error(AL_ERR_UNSUPPORTED, "AMX: %s", why);
+    pthread_mutex_lock(&cb->lock);
+    cb->amx = on;
+    set_desc(cb, cb->k ? cb->k->isa : CPU_ISA_REF);
+    pthread_mutex_unlock(&cb->lock);
+    return AL_OK;
+}
+
 al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
                                 al_backend **out) {
     *out = NULL;
@@ -393,8 +478,7 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     cb->k = kernels_for(isa);
     cb->act_passes = (int)act;
     cb->base.ops = cb->k ? &cpu_fast_ops : &cpu_ref_ops;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu %s%s", cpu_isa_name(isa),
-             !cb->k ? "" : act == CPU_ACT_Q8 ? " q8" : " q8x2");
+    set_desc(cb, isa);
     pthread_mutex_init(&cb->lock, NULL);
     al_status st = pool_create(n_threads, &cb->pool);
     if (st != AL_OK) {
@@ -405,6 +489,22 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     cb->n_threads = pool_size(cb->pool);
     *out = &cb->base;
     return AL_OK;
+}
+
+/* ANYLLM_AMX: unset (or 1) runs batches on AMX tiles where the backend and the CPU
+ * can; 0 keeps them off. 1 where AMX cannot run says why. */
+static void amx_from_env(cpu_backend *cb) {
+    const char *e = getenv("ANYLLM_AMX");
+    const bool forced = e && !strcmp(e, "1");
+    if (e && *e && !forced && strcmp(e, "0") != 0)
+        fprintf(stderr, "anyllm: ANYLLM_AMX=%s is not one of 0, 1; using AMX where it can run\n",
+                e);
+    if (e && !strcmp(e, "0")) return;
+    const char *why = amx_obstacle(cb);
+    if (!why)
+        cpu_backend_set_amx(&cb->base, true);
+    else if (forced)
+        fprintf(stderr, "anyllm: ANYLLM_AMX=1: %s; prompts run without AMX\n", why);
 }
 
 al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
@@ -418,5 +518,7 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
         mode = CPU_ACT_Q8;
     else
         return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8, q8x2 or precise", act);
-    return cpu_backend_create_isa(n_threads, isa_from_env(), mode, out);
+    al_status st = cpu_backend_create_isa(n_threads, isa_from_env(), mode, out);
+    if (st == AL_OK) amx_from_env((cpu_backend *)*out);
+    return st;
 }

@@ -24,6 +24,16 @@
  * tile, so that one kernel call shares each load of weights between them; for a batch
  * they are two tiles side by side. Both give the same sums, bit for bit.
  *
+ * With AMX (ops.h) a batch takes the same two passes, but each token is quantized into
+ * a row of its own, CPU_AMX_TOK rows to a tile (the rows of the last tile past the
+ * batch are zero). A thread packs a group of panels (signed by cpu_amx_sign_panel for a
+ * type with a constant offset) and runs each tile of tokens over the whole group, so
+ * that the tile's 16 strided rows are read from L1 by all but the first panel: tile
+ * loads from L2 are slow. With two passes the second pass's kernel call adds out + hi +
+ * lo itself. The sums per (row, token) are those of the VNNI kernels, in their order,
+ * and so are the results; only with one pass may the chunks differ (KC_AMX), which
+ * does not change them.
+ *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
  * differ in cost, and the counter keeps both cores busy to the end. A tile visits only
@@ -41,6 +51,8 @@ enum {
     KC_MAX = 4096,          /* the largest K chunk of a quantized panel */
     KC_F32 = 1024,          /* the K chunk of a float panel */
     L2_BYTES = 1280 * 1024, /* activations of one chunk kept in L2 for a large batch */
+    KC_AMX = 1024,          /* the K chunk on AMX: 16 tokens' activations stay in L1 */
+    AMX_GROUP = 8,          /* panels packed at a time on AMX (fast_tls_bytes holds them) */
 };
 
 static inline int64_t min64(int64_t a, int64_t b) {
@@ -52,13 +64,17 @@ static uint8_t *tls_for(cpu_backend *cb, int ith) {
 }
 
 uint64_t fast_act_bytes(const cpu_kernels *k, int64_t max_cols, int n_tok) {
-    /* sub-blocks of 16 need the most: 1.5 bytes per element */
-    const int64_t n_tiles = (n_tok + k->tile - 1) / k->tile;
-    return (uint64_t)n_tiles * (uint64_t)(max_cols / 16 + 1) * (uint64_t)cpu_sb_bytes(k->tile, 16);
+    /* sub-blocks of 16 need the most: 1.5 bytes per element; whole tiles of TT tokens or
+     * of CPU_AMX_TOK rows, whichever are larger (a row of AMX is a tile with TT = 1) */
+    const int tt = k->tile > CPU_AMX_TOK ? k->tile : CPU_AMX_TOK;
+    const int64_t n_tiles = (n_tok + tt - 1) / tt;
+    return (uint64_t)n_tiles * (uint64_t)(max_cols / 16 + 1) * (uint64_t)cpu_sb_bytes(tt, 16);
 }
 
 uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
-    const uint64_t q_panel = (uint64_t)(KC_MAX / 16) * (uint64_t)cpu_sb_bytes(k->rows, 16);
+    /* one panel of KC_MAX elements, or AMX_GROUP panels of KC_AMX */
+    const int64_t q_k = KC_MAX > AMX_GROUP * KC_AMX ? KC_MAX : AMX_GROUP * KC_AMX;
+    const uint64_t q_panel = (uint64_t)(q_k / 16) * (uint64_t)cpu_sb_bytes(k->rows, 16);
     const uint64_t f_panel = (uint64_t)KC_F32 * (uint64_t)k->rows * sizeof(float);
     const uint64_t attn =
         (uint64_t)cpu_attn_scratch(CPU_MAX_ROWS, CPU_ATTN_MAX_DIM) * sizeof(float);
@@ -84,17 +100,24 @@ typedef struct mm_job {
     bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
                           * 2t + 1 of one tile; else the lo tile follows the hi tile */
     bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
+    bool amx;            /* a batch on AMX: a row per token, CPU_AMX_TOK rows to a tile */
     int64_t tok0, n_tok; /* the tokens of this pass */
     int64_t kc;          /* elements per K chunk */
     int64_t k0;          /* a batch: the chunk of this pool run */
     int64_t tile_bytes;  /* bytes of one activation tile over all of K */
+    int64_t tok_bytes;   /* AMX: bytes of one token's row over all of K */
     int64_t grain;       /* panels taken at a time */
     int64_t next;        /* the next panel to take; atomic */
 } mm_job;
 
+/* Tokens per activation tile. */
+static inline int mm_tt(const mm_job *j) {
+    return j->amx ? CPU_AMX_TOK : j->k->tile;
+}
+
 static void mm_quantize_part(void *arg, int ith, int nth) {
     const mm_job *j = arg;
-    const int tt = j->k->tile, b = j->fmt.b;
+    const int b = j->fmt.b;
     const int64_t n = j->x->ne[0];
     float *rest = (float *)tls_for(j->cb, ith); /* fast_tls_bytes holds a row */
     cpu_act_fmt lo_fmt = j->fmt;
@@ -102,8 +125,13 @@ static void mm_quantize_part(void *arg, int ith, int nth) {
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
         const float *x = cpu_f32_row(j->x, j->tok0 + t);
         uint8_t *tile, *lo_tile;
-        int slot, lo_slot;
-        if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
+        int slot, lo_slot, tt = j->k->tile;
+        if (j->amx) { /* rows of their own (tt 1), CPU_AMX_TOK to a tile */
+            tile = j->cb->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes +
+                   (t % CPU_AMX_TOK) * j->tok_bytes;
+            lo_tile = tile + j->tile_bytes;
+            slot = lo_slot = 0, tt = 1;
+        } else if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
             tile = lo_tile = j->cb->act;
             slot = (int)(2 * t), lo_slot = slot + 1;
         } else { /* the lo tile follows the hi tile */
@@ -118,6 +146,17 @@ static void mm_quantize_part(void *arg, int ith, int nth) {
             rest[i] = x[i] - rest[i];
         j->k->quantize(rest, n, lo_fmt, lo_tile, lo_slot, tt);
     }
+}
+
+/* AMX: the rows of the last tile past the batch, in every pass, are zero (cpu_amx_mk_q
+ * reads whole tiles). */
+static void mm_zero_pad(const mm_job *j) {
+    const int64_t used = j->n_tok % CPU_AMX_TOK;
+    if (!j->amx || !used) return;
+    uint8_t *last = j->cb->act + (j->n_tok / CPU_AMX_TOK) * j->passes * j->tile_bytes;
+    for (int p = 0; p < j->passes; p++)
+        memset(last + p * j->tile_bytes + used * j->tok_bytes, 0,
+               (size_t)((CPU_AMX_TOK - used) * j->tok_bytes));
 }
 
 /* Unpacks K elements [k0, k0 + nk) of panel p, whose rows start at w. */
@@ -170,12 +209,12 @@ static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *pa
     }
 }
 
-/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT; with
- * paired passes nt <= TT / 2 and t0 = 0) of panel p over the chunk [k0, k0 + nk). */
-static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
-                    int64_t t0, int nt) {
+/* The kernel arguments for tokens [t0, t0 + nt) of panel p over the chunk [k0, k0 + nk)
+ * (float weights: complete; quantized: the first pass's tile). */
+static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
+                           int64_t t0, int nt) {
     const cpu_kernels *k = j->k;
-    const int r = k->rows;
+    const int r = k->rows, tt = mm_tt(j);
     cpu_mk_args a = {
         .panel = panel,
         .n_tok = nt,
@@ -189,13 +228,12 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
         a.act = cpu_f32_row(j->x, j->tok0 + t0) + k0;
         a.ldx = (int64_t)(j->x->row_bytes / sizeof(float));
         a.n_k = nk;
-        k->mk_f(&a);
-        return;
+        return a;
     }
     const int b = j->qt->sub;
-    const uint8_t *act = j->cb->act + (t0 / k->tile) * j->passes * j->tile_bytes +
-                         (k0 / b) * cpu_sb_bytes(k->tile, b);
-    a.act = act;
+    a.act = j->cb->act + (t0 / tt) * j->passes * j->tile_bytes +
+            (k0 / b) * cpu_sb_bytes(j->amx ? 1 : tt, b);
+    a.act_stride = j->tok_bytes;
     if (!panel) {
         a.w = cpu_raw_row(j->w, p * r);
         a.w_row_bytes = j->w->row_bytes;
@@ -207,6 +245,20 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
     a.group = j->qt->block;
     a.mins = j->fmt.offset == 0;
     a.signed_w = (k->signed_types >> j->w->type) & 1;
+    return a;
+}
+
+/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT; with
+ * paired passes nt <= TT / 2 and t0 = 0) of panel p over the chunk [k0, k0 + nk). */
+static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
+                    int64_t t0, int nt) {
+    const cpu_kernels *k = j->k;
+    const int r = k->rows;
+    const cpu_mk_args a = mm_args(j, panel, p, k0, nk, t0, nt);
+    if (!j->qt) {
+        k->mk_f(&a);
+        return;
+    }
     if (j->passes == 1) {
         k->mk_q(&a);
         return;
@@ -224,10 +276,44 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
         return;
     }
     k->mk_q(&m);
-    m.act = act + j->tile_bytes;
+    m.act = (const uint8_t *)a.act + j->tile_bytes;
     m.out = part + CPU_MAX_TILE * r;
     k->mk_q(&m);
     mm_add_passes(j, &a, part, 0, CPU_MAX_TILE, 1, nt, a.first);
+}
+
+/* AMX: tokens [t0, t0 + nt) of panels [p0, p1) (panel p at panels + (p - p0) *
+ * panel_bytes), pass by pass, so that a pass's activations of the tile are read from
+ * L1 by every panel of the group. */
+static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_bytes, int64_t p0,
+                         int64_t p1, int64_t nt, int64_t t0) {
+    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    if (j->passes == 1) {
+        for (int64_t p = p0; p < p1; p++) {
+            const cpu_mk_args a =
+                mm_args(j, panels + (p - p0) * panel_bytes, p, j->k0, nk, t0, (int)nt);
+            cpu_amx_mk_q(&a);
+        }
+        return;
+    }
+    /* the first pass of each panel sums the chunk from zero into hi; the second, also
+     * from zero, then adds out + hi + lo as mm_add_passes does */
+    enum { STEP = CPU_AMX_TOK * CPU_MAX_ROWS };
+    _Alignas(64) float hi[AMX_GROUP * STEP];
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t p = p0; p < p1; p++) {
+            cpu_mk_args m = mm_args(j, panels + (p - p0) * panel_bytes, p, j->k0, nk, t0, (int)nt);
+            if (pass == 0) {
+                m.first = true;
+                m.bias = NULL;
+                m.out = hi + (p - p0) * STEP;
+                m.ldo = CPU_MAX_ROWS;
+            } else {
+                m.act = (const uint8_t *)m.act + j->tile_bytes;
+                m.pass_hi = hi + (p - p0) * STEP;
+            }
+            cpu_amx_mk_q(&m);
+        }
 }
 
 /* The next group of panels [*p0, *p1) for this thread; false when none is left. */
@@ -273,6 +359,31 @@ static void mm_gemm_part(void *arg, int ith, int nth) {
         }
 }
 
+/* A batch on AMX: chunk k0 of a group of panels, packed together, then each tile of
+ * tokens over the whole group, so that the tile's activations are read from L1 by all
+ * the group's panels (tile loads of 16 rows a token apart are slow from L2). */
+static void mm_gemm_part_amx(void *arg, int ith, int nth) {
+    (void)nth;
+    mm_job *j = arg;
+    const int r = j->k->rows, b = j->qt->sub;
+    const int64_t n_panels = (j->w->ne[1] + r - 1) / r;
+    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    const int64_t panel_bytes = nk / b * cpu_sb_bytes(r, b);
+    uint8_t *panels = tls_for(j->cb, ith);
+    int64_t p0, p1;
+    cpu_amx_begin(b);
+    while (mm_take(j, n_panels, &p0, &p1)) {
+        for (int64_t p = p0; p < p1; p++) {
+            uint8_t *panel = panels + (p - p0) * panel_bytes;
+            mm_pack(j, p, cpu_raw_row(j->w, p * r), j->k0, nk, panel);
+            if (j->fmt.offset) cpu_amx_sign_panel(panel, nk / b, b, j->fmt.offset);
+        }
+        for (int64_t t0 = 0; t0 < j->n_tok; t0 += CPU_AMX_TOK)
+            mm_tiles_amx(j, panels, panel_bytes, p0, p1, min64(CPU_AMX_TOK, j->n_tok - t0), t0);
+    }
+    cpu_amx_end();
+}
+
 /* K chunk: a multiple of the weight block (so of every sub-block) unless it is all
  * of K. */
 static int64_t mm_chunk(const mm_job *j) {
@@ -285,6 +396,8 @@ static int64_t mm_chunk(const mm_job *j) {
      * about this size anyway) */
     if (j->n_tok <= j->k->tile || j->passes > 1)
         kc = KC_GEMV;
+    else if (j->amx) /* one pass: the chunks do not change the sums */
+        kc = KC_AMX;
     else
         kc = L2_BYTES / (j->n_tok * (j->qt->sub + 8) / j->qt->sub);
     kc = kc < 256 ? 256 : kc > KC_MAX ? KC_MAX : kc & ~(int64_t)255;
@@ -312,15 +425,20 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
                 .out = out,
                 .qt = qt,
                 .passes = cb->act_passes};
-    if (qt) {
-        j.fmt = cpu_act_format(cb->k, w->type);
-        j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);
-    }
+    if (qt) j.fmt = cpu_act_format(cb->k, w->type);
     for (int64_t done = 0; done < x->ne[1]; done += j.n_tok) {
         j.tok0 = done;
         j.n_tok = min64(x->ne[1] - done, cb->act_tok);
+        j.amx = qt && cb->amx && j.n_tok > cb->k->tile;
         j.kc = mm_chunk(&j);
         j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
+        if (j.amx) {
+            j.tok_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(1, qt->sub);
+            j.tile_bytes = CPU_AMX_TOK * j.tok_bytes;
+            mm_zero_pad(&j);
+        } else if (qt) {
+            j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);
+        }
         /* in place: one kernel call per panel chunk of at most 2 slots */
         j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
                     (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
@@ -332,6 +450,10 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
         j.grain = n_panels / (8 * cb->n_threads);
         if (j.grain < 1 || j.n_tok > cb->k->tile) j.grain = 1;
+        if (j.amx) { /* groups of panels, about 2 per thread at least */
+            j.grain = min64(AMX_GROUP, n_panels / (2 * cb->n_threads));
+            if (j.grain < 1) j.grain = 1;
+        }
         if (j.n_tok <= cb->k->tile) {
             j.next = 0;
             pool_run(cb->pool, mm_gemv_part, &j);
@@ -339,7 +461,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         }
         for (j.k0 = 0; j.k0 < w->ne[0]; j.k0 += j.kc) {
             j.next = 0;
-            pool_run(cb->pool, mm_gemm_part, &j);
+            pool_run(cb->pool, j.amx ? mm_gemm_part_amx : mm_gemm_part, &j);
         }
     }
     pthread_mutex_unlock(&cb->lock);

@@ -35,6 +35,18 @@
  * Float weights (F32, F16, BF16) are unpacked into f32 panels [k][R] and multiply f32
  * activations directly. R and TT are per ISA (16 and 8 for AVX-512, 8 and 4 for AVX2;
  * the scalar kernels take R = TT = 1, where panels and tiles are plain rows).
+ *
+ * AMX. Where the CPU has AMX-INT8 and the kernel grants its tile state, a batch of more
+ * tokens than a tile (prompt processing) on AVX-512 multiplies on AMX tiles instead
+ * (kernels_amx.c); token generation keeps the VNNI kernels. One TDPBSSD/TDPBSUD per
+ * sub-block gives the int32 sums of 16 tokens x 16 rows at once. Its B operand is the
+ * AVX-512 panel as it is ([B/4][16][4]); its A operand wants each token's B bytes
+ * contiguous, so the batch is quantized one row per token (the TT = 1 layout, as the
+ * scalar kernels have it), CPU_AMX_TOK rows to a tile, and A is 16 rows at the stride
+ * of a token's row. Types with a constant offset get a signed panel (q - offset), so
+ * that the products include the -offset * sum(qa) that VNNI starts from. The float
+ * epilogue per sub-block is mk_q_body's, operation for operation, so AMX and VNNI
+ * give the same bits (tests/test_kernels.c test_matmul_amx).
  */
 #ifndef AL_CPU_OPS_H
 #define AL_CPU_OPS_H
@@ -74,6 +86,11 @@ cpu_isa cpu_isa_best(void);
  * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from the
  * environment (ANYLLM_ISA) or the CPU. */
 al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act, al_backend **out);
+/* Turns AMX on or off for a backend's batches (cpu_backend_create_isa leaves it off;
+ * cpu_backend_create turns it on where it can, unless ANYLLM_AMX=0). On is refused
+ * with AL_ERR_UNSUPPORTED where cpu_amx_unavailable() says why, or the backend does
+ * not run the AVX-512 kernels. */
+al_status cpu_backend_set_amx(al_backend *be, bool on);
 
 /* ---- layouts ------------------------------------------------------------------------ */
 
@@ -145,7 +162,12 @@ typedef struct cpu_mk_args {
     uint64_t w_row_bytes;
     int64_t w_blk0;
     uint32_t w_type;
-    const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k] */
+    const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
+                        * AMX: token 0's row at the same sub-block */
+    int64_t act_stride; /* AMX: bytes between the rows of consecutive tokens */
+    const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
+                           * from zero, and out becomes (out + hi) + lo, hi [t][16] the
+                           * first pass's sums over the same chunk */
     int64_t n_sb;      /* quantized: sub-blocks in the chunk */
     int64_t n_k;       /* float: elements in the chunk */
     int64_t ldx;       /* float: floats between activation rows */
@@ -280,6 +302,29 @@ extern const cpu_kernels cpu_kernels_scalar;
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
 
+/* ---- AMX (kernels_amx.c) -------------------------------------------------------------- */
+
+enum { CPU_AMX_TOK = 16 }; /* tokens per AMX tile; batches are padded to a multiple */
+
+/* NULL when this process can run the AMX kernels (AVX-512, CPUID AMX-TILE and
+ * AMX-INT8, XCR0's tile state, and the kernel's permission, which the first call asks
+ * for); else why not. */
+const char *cpu_amx_unavailable(void);
+
+/* Per thread, around a run of cpu_amx_mk_q calls for sub-blocks of b: loads the tile
+ * configuration; cpu_amx_end releases the tiles. */
+void cpu_amx_begin(int b);
+void cpu_amx_end(void);
+
+/* Makes the weights of a panel of 16 rows signed, q - offset, in place: what
+ * cpu_amx_mk_q expects of a type with a constant offset. */
+void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset);
+
+/* One AMX call: 1..CPU_AMX_TOK tokens (act: rows act_stride apart; rows up to
+ * CPU_AMX_TOK must be readable, zero past n_tok) times a full AVX-512 panel (signed
+ * for a constant offset), as mk_q of cpu_kernels_avx512 gives it, bit for bit. */
+void cpu_amx_mk_q(const cpu_mk_args *a);
+
 /* The portable pack through cpu_qtype.decode, for any R; every ISA falls back to it. */
 void cpu_pack_q_generic(uint32_t type, int r, const uint8_t *w, uint64_t row_bytes, int n_rows,
                         int64_t blk0, int64_t n_blk, uint8_t *panel);
@@ -302,6 +347,7 @@ typedef struct cpu_backend {
     int n_threads;
     pthread_mutex_t lock;      /* one op at a time: the scratch is shared */
     const cpu_kernels *k;      /* NULL: reference ops */
+    bool amx;                  /* batches of quantized matmuls run on AMX tiles */
     int act_passes;            /* cpu_act_mode: 8-bit passes over each activation */
     int64_t max_cols, max_ctx; /* what reserve() prepared for */
     float *work;               /* reference ops: [n_threads][work_per_thread] floats */
