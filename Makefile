@@ -76,6 +76,7 @@ $(BUILD)/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(TEST_LDLIBS_$*)
 TEST_LDLIBS_ref := -ljansson
+TEST_LDLIBS_split := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
 	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
