@@ -46,6 +46,10 @@ const char *al_backends(void);
  * then "vulkan:0", "vulkan:1", ... for each Vulkan device (software ones included).
  * Returns how many; fills names[0 .. min(count, max)) with static strings. */
 int al_backend_list(const char **names, int max);
+/* What a backend al_backend_list names is, on one line into buf (size bytes, NUL-
+ * terminated): "cpu avx2" (its instruction set), or a Vulkan device's name. AL_ERR_ARG
+ * for a name that is not one of this machine's backends. */
+al_status al_backend_describe(const char *name, char *buf, size_t size);
 
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include "gen.h"
+#include "split.h"
 typedef struct chat_state {
     al_chat_message *msgs;
     int n_msgs, cap_msgs;
     int32_t *cached; /* the tokens of the last prompt, which the KV cache starts with */
     int n_cached;
     int n_vocab;     /* logits per position */
+    al_context *decode; /* the generated tokens' context, on another backend (split.h) */
 } chat_state;
 
 static int chat_add(chat_state *cs, const char *role, const char *content) {
@@ -63,7 +65,8 @@ static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sam
     keep = al_context_n_past(c); /* a sliding window may keep less */
     al_sampler_reset(smp);
     gen_stats gs = {0};
-    gen_params gp = {.n_max = n_reply, .ignore_eos = o->ignore_eos};
+    gen_params gp = {.n_max = n_reply, .ignore_eos = o->ignore_eos, .decode = cs->decode,
+                     .hand_back = true};
     rc = generate(c, v, cs->n_vocab, smp, ids + keep, n - keep, &gp, &sink, &gs);
     al_harmony_destroy(sink.harmony);
     printf("\n");
@@ -77,12 +80,14 @@ static int chat_turn(const cli_opts *o, al_context *c, const al_vocab *v, al_sam
 }
 
 int cmd_chat(const cli_opts *o) {
-    al_model *m = NULL;
-    al_context *c = NULL;
     al_sampler *smp = NULL;
     chat_state cs = {0};
-    int rc = cli_load(o, o->n_ctx, &m, &c); /* 0: min(training context, 4096) */
+    cli_split sp; /* auto plans for turns of 128 tokens */
+    int rc = cli_split_open(o, 128, o->n_ctx, &sp); /* 0: min(training context, 4096) */
     if (rc) return rc;
+    al_model *m = sp.m;
+    al_context *c = sp.c;
+    cs.decode = sp.c_decode;
     const al_vocab *v = cli_need_vocab(m);
     cs.n_vocab = cli_n_vocab(m);
     const char *tmpl = al_model_chat_template(m), *name = o->chat_template;
@@ -132,7 +137,6 @@ done:
     al_string_free(probe);
     chat_free(&cs);
     al_sampler_destroy(smp);
-    al_context_destroy(c);
-    al_model_destroy(m);
+    cli_split_destroy(&sp);
     return rc;
 }
