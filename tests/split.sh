@@ -9,6 +9,8 @@
 #   - rigged profiles (written here) make auto choose each split, say which on one
 #     line, and run it; --prefill-backend/--decode-backend override auto's choice;
 #     the nearest measured point decides (prompt size, then depth)
+#   - serve with the split: the same text per request, shared or copied, and /metrics
+#     naming each phase's backend and counting the hand-offs and bytes copied
 # The library's checks (every split against the reference logits) are test_split.
 . "$(dirname "$0")/lib.sh"
 m=$SHARED/models/ref/ref-llama-Q8_0.gguf
@@ -129,6 +131,54 @@ near() { # NAME -p -d PREFILL DECODE
 near "nearest: a short prompt" 12 0 cpu cpu
 near "nearest: a long prompt" 300 0 vulkan:0 cpu
 near "nearest: deep in the context" 12 3000 cpu vulkan:0
+
+# ---- serve: the same split per request, /metrics names each phase's backend -----------------
+# serve_case NAME [ENV=VALUE]: two identical completions (the second reuses the cached
+# prefix, handed back from the decode context), then /metrics; prints the text
+serve_case() {
+    name=$1; shift
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    env "$@" "$bin" serve -m "$m" --port "$port" --parallel 2 -c 128 -t 2 \
+        --prefill-backend vulkan:0 --decode-backend cpu >"$tmp/serve.log" 2>&1 &
+    pid=$!
+    python3 - "$port" >"$tmp/serve.out" 2>&1 <<'PY'
+import json, sys, time, urllib.request as u
+base = f"http://127.0.0.1:{sys.argv[1]}"
+for _ in range(150):
+    try: u.urlopen(base + "/health", timeout=2); break
+    except Exception: time.sleep(0.2)
+texts = []
+for _ in range(2):
+    req = u.Request(base + "/v1/completions", headers={"Content-Type": "application/json"},
+                    data=json.dumps({"prompt": "hello world the cat", "max_tokens": 6,
+                                     "temperature": 0}).encode())
+    texts.append(json.load(u.urlopen(req, timeout=120))["choices"][0]["text"])
+metrics = u.urlopen(base + "/metrics", timeout=10).read().decode()
+print("texts", json.dumps(texts))
+for line in metrics.splitlines():
+    if line.startswith(("anyllm_phase_backend", "anyllm_kv_")): print(line)
+PY
+    kill -TERM $pid; wait $pid; rc=$?
+    echo "exit $rc" >>"$tmp/serve.out"
+}
+if [ $vk = 1 ]; then
+    serve_case shared; cp "$tmp/serve.out" "$tmp/serve.shared"
+    serve_case copy ANYLLM_VK_PRETEND_DISCRETE=1
+    for f in shared copy; do
+        [ $f = shared ] && out=$tmp/serve.shared || out=$tmp/serve.out
+        texts=$(grep '^texts' "$out")
+        n_hand=$(sed -n 's/^anyllm_kv_handoffs_total //p' "$out")
+        bytes=$(sed -n 's/^anyllm_kv_handoff_bytes_copied_total //p' "$out")
+        want_bytes=0; [ $f = copy ] && want_bytes=nonzero
+        got_bytes=0; [ "${bytes:-0}" != 0 ] && got_bytes=nonzero
+        if grep -q 'exit 0' "$out" && grep -q 'phase="prefill",backend="vulkan' "$out" &&
+           grep -q 'phase="decode",backend="cpu' "$out" && [ "${n_hand:-0}" -ge 3 ] &&
+           [ $got_bytes = $want_bytes ] && [ "$texts" = "$(grep '^texts' "$tmp/serve.shared")" ] &&
+           echo "$texts" | python3 -c 'import json,sys; t=json.loads(sys.stdin.read()[6:]); sys.exit(t[0] != t[1] or not t[0])'
+        then ok "serve, $f: $n_hand hand-offs, $bytes bytes copied, $texts"
+        else bad "serve, $f"; cat "$out" "$tmp/serve.log"; fi
+    done
+fi
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -809,7 +809,7 @@ al_status srv_create(const al_model *m, const srv_params *p, srv_server **out) {
     if (!s->model_name || (p->api_key && !s->api_key))
         st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
     if (st == AL_OK)
-        st = srv_engine_create(m, p->n_parallel, p->n_ctx, p->n_queue, &s->metrics, &s->engine);
+        st = srv_engine_create(m, p->decode_model, p->n_parallel, p->n_ctx, p->n_queue, &s->metrics, &s->engine);
     if (st == AL_OK) {
         s->reaper_running = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
         if (!s->reaper_running) st = al_error(AL_ERR_NOMEM, "cannot start the reaper thread");

@@ -44,6 +44,9 @@ typedef struct srv_params {
     const char *model_name;    /* what /v1/models lists and responses carry            */
     const char *chat_template; /* NULL: recognise the model's own                      */
     bool verbose;              /* one stderr line per request, libmicrohttpd's errors  */
+    const al_model *decode_model; /* NULL, or the same file on another backend: each
+                                  prompt is evaluated on the model's context and handed
+                                  (al_context_handoff) to this one's, which generates  */
 } srv_params;
 
 srv_params srv_default_params(void);
