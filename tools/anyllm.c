@@ -132,6 +132,7 @@ static void usage(FILE *f) {
         "  bench        bench -m FILE [-m FILE ...]: prefill and decode speed per backend\n"
         "  devices      devices [--bandwidth]: the Vulkan devices (for --backend vulkan:N)\n"
         "  serve        serve -m FILE: an OpenAI-compatible HTTP server\n"
+        "  profile      profile -m FILE: the device profile bench --save-profile saved\n"
         "  quantize     quantize IN.gguf OUT.gguf TYPE: as llama-quantize\n"
         "  gen-model    gen-model OUT.gguf --arch A ...: random weights, benchmarks only\n"
         "  help         help [COMMAND]: this list, or a command's options\n"
@@ -146,6 +147,7 @@ static const struct {
 } own_parsers[] = {
     {"bench", cmd_bench},       {"devices", cmd_devices},     {"serve", cmd_serve},
     {"quantize", cmd_quantize}, {"gen-model", cmd_gen_model},
+    {"profile", cmd_profile},
 };
 
 static int help(int argc, char **argv) {

@@ -18,6 +18,8 @@ typedef struct cli_opts {
     const char *chat_template; /* --chat-template NAME */
     const char *system;        /* -s / --system */
     const char *backend;       /* --backend cpu|vulkan[:N]|auto */
+    const char *prefill_backend; /* --prefill-backend: the prompt's backend (split.h) */
+    const char *decode_backend;  /* --decode-backend: the generated tokens' */
     int n_threads;             /* -t; 0 = all cores */
     int n_predict;             /* -n; -1 = until an end or a full context */
     int n_ctx;                 /* -c / --ctx; 0 = command's default */
@@ -70,5 +72,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 /* serve parses its own options too (src/server/). argv[0] is "serve". */
 int cmd_serve(int argc, char **argv);
+/* `profile -m FILE [-p N] [-d N] [-t N]`: the device profile (profile.h) and auto's
+ * choice for a prompt of N tokens at depth N. argv[0] is "profile". */
+int cmd_profile(int argc, char **argv);
 
 #endif /* AL_CLI_H */

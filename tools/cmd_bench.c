@@ -28,6 +28,7 @@
 #include "anyllm.h"
 #include "cli.h"
 #include "plot.h"
+#include "profile.h"
 #include "cpu/ops.h"
 #include "util.h"
 
@@ -49,6 +50,7 @@ typedef struct bench_opts {
     int n_backends;
     int depth[MAX_LIST], n_depth;   /* -d: tokens already in the context */
     const char *plot;               /* --plot FILE.svg */
+    bool save_profile;              /* --save-profile: the device profile (profile.h) */
 } bench_opts;
 
 typedef struct bench_result {
@@ -441,6 +443,9 @@ static void bench_usage(void) {
            "                           side by side [cpu]\n"
            "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
            "  --plot FILE.svg          draw t/s against depth, a line per backend and test\n"
+           "  --save-profile           store the figures as this machine's device profile of\n"
+           "                           each model, which --backend auto reads (anyllm profile\n"
+           "                           shows it)\n"
            "  -h, --help               this help\n");
 }
 
@@ -464,6 +469,10 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return bench_usage(), -1;
+        if (!strcmp(a, "--save-profile")) {
+            o->save_profile = true;
+            continue;
+        }
         if (!v) return cli_fail("bench: option %s needs a value", a);
         i++;
         int rc = 0, reps[MAX_LIST], n_reps;
@@ -516,6 +525,29 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
     return check_models(o);
 }
 
+/* The results of one model as its device profile. "auto" names no backend a later run
+ * could ask for, so its figures are left out. */
+static int save_profile(const char *model, const bench_result *res, int n_res) {
+    profile_point *pts = calloc((size_t)n_res, sizeof *pts);
+    if (!pts) return cli_fail("out of memory");
+    int n = 0;
+    for (int i = 0; i < n_res; i++) {
+        const bench_result *r = &res[i];
+        if (r->model != model || !strcmp(r->spec, "auto")) continue;
+        pts[n++] = (profile_point){
+            .backend = !strcmp(r->spec, "vulkan") ? "vulkan:0" : r->spec,
+            .desc = r->info.backend, .is_pp = r->is_pp, .n_tokens = r->n_tokens,
+            .n_depth = r->n_depth, .n_threads = r->n_threads, .ts = r->mean_ts, .sd = r->sd_ts};
+    }
+    char path[1024];
+    int rc = n ? profile_save(model, pts, n, path, sizeof path)
+               : cli_fail("bench: --save-profile: no figures of a named backend for %s (auto "
+                          "is not one)", model);
+    if (!rc) fprintf(stderr, "bench: profile of %s saved: %s\n", model, path);
+    free(pts);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse_bench_opts(argc, argv, &o);
@@ -543,6 +575,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(o.format, "csv")) print_csv(res, n_res, &env);
         else print_md(res, n_res, &env);
         if (o.plot) rc = plot_results(o.plot, res, n_res);
+        for (int mi = 0; !rc && o.save_profile && mi < o.n_models; mi++)
+            rc = save_profile(o.models[mi], res, n_res);
     }
     free(res);
     return rc;

@@ -15,6 +15,7 @@
 
 #include "chat.h"
 #include "gen.h"
+#include "split.h"
 
 typedef struct chat_session {
     const cli_opts *o;
@@ -26,6 +27,7 @@ typedef struct chat_session {
     int32_t *cached; /* the tokens of the last prompt that the KV cache starts with */
     int n_cached;    /* how many of them it holds: fewer if the prompt was interrupted */
     int n_vocab;     /* logits per position */
+    al_context *decode; /* the generated tokens' context, on another backend (split.h) */
 } chat_session;
 
 /* ---- fitting the conversation into the context ---------------------------------------- */
@@ -148,7 +150,8 @@ static int chat_turn(chat_session *s) {
     keep = al_context_n_past(s->c); /* a sliding window may keep less */
     al_sampler_reset(s->smp);
     gen_stats gs = {0};
-    gen_params gp = {.n_max = s->o->n_predict, .ignore_eos = s->o->ignore_eos, .quiet_full = true};
+    gen_params gp = {.n_max = s->o->n_predict, .ignore_eos = s->o->ignore_eos, .quiet_full = true,
+                     .decode = s->decode, .hand_back = true};
     rc = generate(s->c, s->v, s->n_vocab, s->smp, ids + keep, n - keep, &gp, &sink, &gs);
     al_harmony_destroy(sink.harmony);
     printf("\n");
@@ -263,10 +266,13 @@ static int chat_loop(chat_session *s) {
 }
 
 int cmd_chat(const cli_opts *o) {
-    al_model *m = NULL;
     chat_session s = {.o = o};
-    int rc = cli_load(o, o->n_ctx, &m, &s.c); /* 0: min(training context, 4096) */
+    cli_split sp; /* auto plans for turns of 128 tokens */
+    int rc = cli_split_open(o, 128, o->n_ctx, &sp); /* 0: the default context */
     if (rc) return rc;
+    al_model *m = sp.m;
+    s.c = sp.c;
+    s.decode = sp.c_decode;
     s.v = cli_need_vocab(m);
     s.n_vocab = cli_n_vocab(m);
     s.tmpl = al_model_chat_template(m);
@@ -301,7 +307,6 @@ done:
     conv_free(&s.conv);
     al_free_tokens(s.cached);
     al_sampler_destroy(s.smp);
-    al_context_destroy(s.c);
-    al_model_destroy(m);
+    cli_split_destroy(&sp);
     return rc;
 }

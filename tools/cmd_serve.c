@@ -5,6 +5,7 @@
  *                [--max-conns-per-ip 64] [--allowed-host NAME]... [--max-tokens 512]
  *                [--chat-template NAME] [--backend cpu|vulkan[:N]|auto] [-t N] [-v]
  *                [--drain-timeout 30] [--replica-id ID] [--prefix-hash-tokens 64]
+ *                [--prefill-backend B --decode-backend B]
  *
  * SIGINT and SIGTERM are blocked before any thread starts, so that they reach sigwait
  * here and nowhere else. The server binds its port first, so that a balancer or a
@@ -29,6 +30,7 @@
 #include "util.h"
 
 enum { DRAIN_POLL_MS = 50 }; /* how often a drain looks whether it is done */
+#include "split.h"
 
 static void serve_usage(FILE *f) {
     fprintf(f,
@@ -54,7 +56,10 @@ static void serve_usage(FILE *f) {
         "  --chat-template NAME   chatml, llama3, llama2, mistral, gemma, phi3, harmony\n"
         "                     (harmony, gpt-oss: the answer is the message's content, the\n"
         "                     reasoning its reasoning_content)\n"
-        "  --backend NAME     cpu (default), cpu:precise, vulkan, vulkan:N or auto\n"
+        "  --backend NAME     cpu (default), cpu:precise, vulkan, vulkan:N or auto (with\n"
+        "                     a device profile, the fastest backend per phase)\n"
+        "  --prefill-backend B, --decode-backend B   prompts on B, generated tokens on B:\n"
+        "                     the KV cache is handed over (0 bytes copied on unified memory)\n"
         "  --precise          the CPU rounds activations to ~15 bits, not 8 (cpu:precise)\n"
         "  -t, --threads N    threads (default: all cores)\n"
         "  -ngl N             llama.cpp's flag: N > 0 is --backend vulkan, 0 is cpu\n"
@@ -80,6 +85,7 @@ enum { MAX_ALLOWED_HOSTS = 32 };
 
 typedef struct serve_opts {
     const char *model, *backend;
+    const char *prefill_backend, *decode_backend; /* split.h */
     int n_threads;
     int drain_timeout_s;
     bool queue_set, ctx_set;
@@ -93,7 +99,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     int timeout = o->p.timeout_s, ngl = -1;
     bool precise = false;
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
-                                       "--chat-template", "--backend", "--replica-id"};
+                                       "--chat-template", "--backend", "--replica-id",
+                                       "--prefill-backend", "--decode-backend"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -157,6 +164,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
                 return cli_fail("serve: --replica-id takes a name of 1 to 200 bytes on one line");
             o->p.replica_id = val;
         }
+        else if (!strcmp(a, "--prefill-backend")) o->prefill_backend = val;
+        else if (!strcmp(a, "--decode-backend")) o->decode_backend = val;
         else o->backend = val; /* --backend */
     }
     if (precise) {
@@ -186,6 +195,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
 typedef struct startup {
     serve_opts *o;
     pthread_t main_thread;
+    cli_split sp;       /* the model per phase (split.h; no contexts: the engine's) */
     al_model *m;
     srv_server *s;
     al_model_info info;
@@ -200,11 +210,14 @@ static int start(startup *u) {
     if (st != AL_OK) return cli_fail_status(st);
     fprintf(stderr, "anyllm serve: loading %s (http://%s:%d/ answers 503 until it is ready)\n",
             o->model, o->p.host, srv_port(u->s));
-    al_model_params mp = al_model_default_params();
-    mp.n_threads = o->n_threads;
-    mp.backend = o->backend; /* NULL: the library's default; a bad name fails the load */
-    st = al_model_load(o->model, &mp, &u->m);
-    if (st != AL_OK) return cli_fail_status(st);
+    /* the backend of each phase: --backend (NULL: the CPU), or --prefill-backend and
+     * --decode-backend, or auto's choice from the profile for prompts of 128 tokens */
+    cli_opts co = {.command = "serve", .model = o->model, .backend = o->backend,
+                   .prefill_backend = o->prefill_backend, .decode_backend = o->decode_backend,
+                   .n_threads = o->n_threads};
+    int rc = cli_split_plan(&co, 128, 0, &u->sp);
+    if (rc || (rc = cli_split_load(&co, &u->sp))) return rc;
+    u->m = u->sp.m;
     al_model_get_info(u->m, &u->info);
     int n_train = u->info.n_ctx_train;
     if (o->ctx_set && n_train > 0 && o->p.n_ctx > n_train)
@@ -214,7 +227,8 @@ static int start(startup *u) {
     if (o->p.n_parallel > o->p.n_ctx || o->p.n_parallel > 512)
         return cli_fail("serve: --parallel %d must not exceed the context size %d (nor 512)",
                         o->p.n_parallel, o->p.n_ctx);
-    if ((st = srv_start(u->s, u->m, o->p.n_ctx)) != AL_OK) return cli_fail_status(st);
+    if ((st = srv_start(u->s, u->m, u->sp.m_decode, o->p.n_ctx)) != AL_OK)
+        return cli_fail_status(st);
     return 0;
 }
 
@@ -283,17 +297,20 @@ int cmd_serve(int argc, char **argv) {
     pthread_join(t, NULL);
     if (u.rc) {
         srv_destroy(u.s);
-        al_model_destroy(u.m);
+        cli_split_destroy(&u.sp);
         return u.rc;
     }
-    fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s; %d sequences of %d positions, "
+    al_model_info di = u.info;
+    if (u.sp.m_decode) al_model_get_info(u.sp.m_decode, &di);
+    fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s%s%s; %d sequences of %d positions, "
             "queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s), u.info.backend,
+            u.sp.m_decode ? ", decode on " : "", u.sp.m_decode ? di.backend : "",
             o.p.n_parallel, o.p.n_ctx, o.p.n_queue, o.p.api_key ? ", API key required" : "");
     do sigwait(&stop, &sig); while (sig == SIGUSR1);
     fprintf(stderr, "anyllm serve: %s\n", sig == SIGINT ? "interrupted" : "terminated");
     drain(u.s, o.drain_timeout_s, &stop);
     fprintf(stderr, "anyllm serve: stopping\n");
     srv_destroy(u.s);
-    al_model_destroy(u.m);
+    cli_split_destroy(&u.sp);
     return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "gen.h"
 #include "progress.h"
+#include "split.h"
 #include "util.h"
 
 /* ---- tokenize ------------------------------------------------------------------------ */
@@ -47,16 +48,14 @@ int cmd_run(const cli_opts *o) {
     size_t len;
     char *text = cli_read_prompt(o, &len);
     if (!text) return 1;
-    al_model *m = NULL;
-    al_context *c = NULL;
+    cli_split sp = {0}; /* the model and context per phase (split.h) */
     al_sampler *smp = NULL;
     int32_t *ids = NULL;
     int n = 0, rc = 1;
-    al_status st = cli_model_load(o, &m);
-    if (st != AL_OK) {
-        rc = cli_fail_status(st);
+    if ((rc = cli_split_plan_text(o, text, len, &sp)) || (rc = cli_split_load(o, &sp)))
         goto done;
-    }
+    rc = 1;
+    al_model *m = sp.m;
     const al_vocab *v = cli_need_vocab(m);
     if (!v || cli_check_ctx(o, m) || cli_tokenize(v, text, len, true, o->special, &ids, &n))
         goto done;
@@ -68,11 +67,13 @@ int cmd_run(const cli_opts *o) {
     /* without -c: just what this run needs, unless -n -1 asks for all there is */
     if (o->n_ctx) cp.n_ctx = o->n_ctx;
     else if (o->n_predict >= 0) cp.n_ctx = n + o->n_predict;
-    if ((st = al_context_create(m, &cp, &c)) != AL_OK ||
-        (st = al_sampler_create(&o->sampling, cli_n_vocab(m), &smp)) != AL_OK) {
+    al_status st;
+    if ((rc = cli_split_contexts(&sp, &cp))) goto done;
+    if ((st = al_sampler_create(&o->sampling, cli_n_vocab(m), &smp)) != AL_OK) {
         rc = cli_fail_status(st);
         goto done;
     }
+    al_context *c = sp.c;
     if (n > al_context_n_ctx(c)) {
         rc = cli_fail("run: the prompt has %d tokens, more than the context of %d", n,
                       al_context_n_ctx(c));
@@ -82,7 +83,7 @@ int cmd_run(const cli_opts *o) {
     fflush(stdout); /* before anything on stderr, when both go to one pipe */
     gen_stats gs = {0};
     gen_sink sink = {.shown = -1};
-    gen_params gp = {.n_max = o->n_predict, .ignore_eos = o->ignore_eos};
+    gen_params gp = {.n_max = o->n_predict, .ignore_eos = o->ignore_eos, .decode = sp.c_decode};
     rc = generate(c, v, cli_n_vocab(m), smp, ids, n, &gp, &sink, &gs);
     printf("\n");
     fflush(stdout);
@@ -94,8 +95,7 @@ int cmd_run(const cli_opts *o) {
 done:
     al_free_tokens(ids);
     al_sampler_destroy(smp);
-    al_context_destroy(c);
-    al_model_destroy(m);
+    cli_split_destroy(&sp);
     free(text);
     return rc;
 }

@@ -158,6 +158,22 @@ static int32_t *eog_ids(const al_vocab *v, int n_vocab, int *n) {
     return ids;
 }
 
+/* Hands the sequence from src to dst, timed, and notes how (gen_stats). */
+static int hand_over(al_context *dst, al_context *src, gen_stats *gs) {
+    double t0 = al_time_s();
+    al_context_info before, after, from;
+    al_context_get_info(dst, &before);
+    al_status st = al_context_handoff(dst, src);
+    gs->t_handoff += al_time_s() - t0;
+    al_context_get_info(dst, &after);
+    al_context_get_info(src, &from);
+    gs->prefill_on = from.backend;
+    gs->decode_on = after.backend;
+    gs->kv_shared = after.kv_shared || from.kv_shared; /* either may be the owner */
+    gs->kv_bytes_copied += after.kv_bytes_copied - before.kv_bytes_copied;
+    return st == AL_OK ? 0 : cli_fail_status(st);
+}
+
 int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
              const int32_t *prompt, int n_prompt, const gen_params *gp, gen_sink *out,
              gen_stats *gs) {
@@ -176,6 +192,8 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
     double t0 = al_time_s();
     int rc = eval_prompt(c, prompt, n_prompt, logits, gs);
     gs->t_prompt = al_time_s() - t0;
+    al_context *dc = gp->decode ? gp->decode : c; /* where the tokens are evaluated */
+    if (!rc && gp->decode) rc = hand_over(dc, c, gs);
     long n_max = gp->n_max < 0 ? -1 : gp->n_max;
     while (!rc && (n_max < 0 || gs->n_gen < n_max)) {
         if (cli_interrupted) {
@@ -197,17 +215,21 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
             gs->end = GEN_DONE;
             break;
         }
-        if (al_context_n_past(c) >= al_context_n_ctx(c)) {
+        if (al_context_n_past(dc) >= al_context_n_ctx(dc)) {
             gs->end = GEN_FULL;
             if (!gp->quiet_full)
-                fprintf(stderr, "\n[context full at %d tokens]\n", al_context_n_ctx(c));
+                fprintf(stderr, "\n[context full at %d tokens]\n", al_context_n_ctx(dc));
             break;
         }
         double t1 = al_time_s();
-        st = al_eval(c, &tok, 1, logits, false);
+        st = al_eval(dc, &tok, 1, logits, false);
         gs->t_gen += al_time_s() - t1;
     }
     if (cli_interrupted && gs->n_prompt_done < n_prompt) gs->end = GEN_INTERRUPTED;
+    if (gp->decode && gp->hand_back && al_context_n_past(dc) > 0) {
+        al_status st_back = al_context_handoff(c, dc);
+        if (st == AL_OK) st = st_back;
+    }
     al_status st_end = sink_end(out, dt);
     if (st == AL_OK) st = st_end;
     al_detok_destroy(dt);
@@ -224,4 +246,8 @@ void gen_print_stats(const gen_stats *g) {
             "\nprompt %d tokens, pp %.1f t/s, TTFT %.0f ms | generated %d tokens, tg %.1f t/s\n",
             g->n_prompt, g->t_prompt > 0 ? g->n_prompt_done / g->t_prompt : 0, 1000 * g->t_first,
             g->n_gen, g->t_gen > 0 ? n_evals / g->t_gen : 0);
+    if (g->decode_on)
+        fprintf(stderr, "split: prompt on %s, tokens on %s; KV hand-off %.2f ms (in TTFT), %s "
+                "(%llu bytes copied)\n", g->prefill_on, g->decode_on, 1000 * g->t_handoff,
+                g->kv_shared ? "shared memory" : "a copy", (unsigned long long)g->kv_bytes_copied);
 }

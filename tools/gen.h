@@ -22,8 +22,14 @@ typedef enum gen_end {
 typedef struct gen_stats {
     int n_prompt, n_gen;
     int n_prompt_done;               /* prompt tokens evaluated (less if interrupted) */
-    double t_prompt, t_first, t_gen; /* seconds: prompt eval, to first token, decode */
+    double t_prompt, t_first, t_gen; /* seconds: prompt eval, to first token (the
+                                        hand-off included), decode */
     gen_end end;
+    /* with gen_params.decode: the backends of the two phases and the hand-off */
+    const char *prefill_on, *decode_on;
+    double t_handoff;                /* seconds in al_context_handoff */
+    bool kv_shared;                  /* the two contexts share the KV memory */
+    uint64_t kv_bytes_copied;        /* by the hand-off after the prompt */
 } gen_stats;
 
 typedef struct reply_buf {
@@ -44,6 +50,12 @@ typedef struct gen_params {
     int n_max;         /* tokens to generate at most; < 0: until an end or a full context */
     bool ignore_eos;   /* end-of-generation tokens are never sampled */
     bool quiet_full;   /* no "[context full]" line (the caller says what it does) */
+    /* NULL, or the context the generated tokens are evaluated on (another backend's,
+     * split.h): the prompt's context hands it the sequence (al_context_handoff) before
+     * the first token is sampled, so TTFT includes the hand-off */
+    al_context *decode;
+    bool hand_back;    /* and takes the sequence back at the end (chat's next turn
+                          starts from the prompt's context) */
 } gen_params;
 
 /* Logits per position (the model's count, which al_eval writes). */
@@ -63,7 +75,8 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
              const int32_t *prompt, int n_prompt, const gen_params *gp, gen_sink *out,
              gen_stats *gs);
 
-/* The one-line summary on stderr: prompt tokens, pp, TTFT, generated tokens, tg. */
+/* The one-line summary on stderr: prompt tokens, pp, TTFT, generated tokens, tg; and a
+ * line on the split, if there was one. */
 void gen_print_stats(const gen_stats *g);
 
 #endif /* AL_GEN_H */

@@ -44,7 +44,15 @@ static const opt_spec specs[] = {
      "read the text from FILE (- is stdin)", "-"},
     {"-t, --threads", "N", C_MODEL, K_INT, F(n_threads), 1, 256, "CPU threads", "all cores"},
     {"--backend", "B", C_MODEL, K_STR, F(backend), 0, 0,
-     "cpu, cpu:precise, vulkan, vulkan:N or auto (the first GPU, else the CPU)", "cpu"},
+     "cpu, cpu:precise, vulkan, vulkan:N or auto (run, chat: the fastest per phase by the "
+     "device profile of `anyllm bench --save-profile`; else the first GPU, else the CPU)",
+     "cpu"},
+    {"--prefill-backend", "B", C_GEN, K_STR, F(prefill_backend), 0, 0,
+     "evaluate the prompt on B (as --backend) and hand the KV cache to the decode backend",
+     "--backend's, or auto's choice"},
+    {"--decode-backend", "B", C_GEN, K_STR, F(decode_backend), 0, 0,
+     "generate the tokens on B (as --backend), after the prompt on the prefill backend",
+     "--backend's, or auto's choice"},
     {"--precise", NULL, C_MODEL, K_FLAG, F(precise), 0, 0,
      "the CPU rounds activations to ~15 bits, not 8 (cpu:precise): closer to the "
      "reference, slower", "off"},

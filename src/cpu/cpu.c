@@ -216,15 +216,21 @@ static al_status cpu_reserve(al_backend *be, int64_t max_cols, int64_t max_ctx) 
 
 /* ---- storage -------------------------------------------------------------------------- */
 
+/* Tensors take whole pages, page-aligned: a GPU on unified memory can then import a
+ * context's KV cache as it is (tensor_host), to share it with a context of its own. */
+enum { CPU_PAGE = 4096 };
+
+static uint64_t page_round(uint64_t n) { return (n + CPU_PAGE - 1) & ~(uint64_t)(CPU_PAGE - 1); }
+
 static al_status cpu_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out) {
     (void)be;
     uint64_t n_bytes;
     memset(out, 0, sizeof *out);
     if (n_cols <= 0 || n_rows <= 0 || !al_mul_u64((uint64_t)n_cols, (uint64_t)n_rows, &n_bytes) ||
-        !al_mul_u64(n_bytes, sizeof(float), &n_bytes))
+        !al_mul_u64(n_bytes, sizeof(float), &n_bytes) || n_bytes > SIZE_MAX - 2 * CPU_PAGE)
         return al_error(AL_ERR_ARG, "tensor of %lld x %lld floats is too large", (long long)n_cols,
                         (long long)n_rows);
-    void *p = al_aligned_calloc(64, n_bytes); /* zero without touching every page */
+    void *p = al_aligned_calloc(CPU_PAGE, page_round(n_bytes)); /* zero without touching every page */
     if (!p)
         return al_error(AL_ERR_NOMEM, "out of memory allocating %llu bytes",
                         (unsigned long long)n_bytes);
@@ -238,13 +244,39 @@ static al_status cpu_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows
 static void cpu_tensor_free(al_backend *be, al_tensor *t) {
     (void)be;
     if (!t) return;
-    al_aligned_calloc_free(t->data);
+    if (!t->borrowed) al_aligned_calloc_free(t->data);
     memset(t, 0, sizeof *t);
 }
 
 static void cpu_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes) {
     (void)be;
     memcpy(dst, (const char *)t->data + t->offset, n_bytes);
+}
+
+static void cpu_tensor_write(al_backend *be, al_tensor *t, const void *src, uint64_t n_bytes) {
+    (void)be;
+    memcpy((char *)t->data + t->offset, src, n_bytes);
+}
+
+/* An own tensor's storage runs to the end of its last page; a borrowed one's is known
+ * only as far as its rows. */
+static void *cpu_tensor_host(al_backend *be, const al_tensor *t, uint64_t *n_bytes) {
+    (void)be;
+    const uint64_t rows = t->row_bytes * (uint64_t)t->ne[1];
+    *n_bytes = t->borrowed ? rows : page_round(t->offset + rows) - t->offset;
+    return (char *)t->data + t->offset;
+}
+
+static al_status cpu_tensor_import(al_backend *be, void *host, uint64_t n_bytes, int64_t n_cols,
+                                   int64_t n_rows, al_tensor *out) {
+    (void)be;
+    memset(out, 0, sizeof *out);
+    if (n_cols <= 0 || n_rows <= 0 || (uint64_t)n_cols * (uint64_t)n_rows * sizeof(float) > n_bytes)
+        return al_error(AL_ERR_ARG, "%lld x %lld floats do not fit in %llu bytes of host memory",
+                        (long long)n_cols, (long long)n_rows, (unsigned long long)n_bytes);
+    *out = (al_tensor){.type = AL_TYPE_F32, .ne = {n_cols, n_rows}, .data = host,
+                       .row_bytes = (uint64_t)n_cols * sizeof(float), .borrowed = true};
+    return AL_OK;
 }
 
 /* ---- per-row ops ------------------------------------------------------------------------ */
@@ -405,6 +437,9 @@ static const al_backend_ops cpu_ref_ops = {
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,
     .tensor_read = cpu_tensor_read,
+    .tensor_write = cpu_tensor_write,
+    .tensor_host = cpu_tensor_host,
+    .tensor_import = cpu_tensor_import,
     .reserve = cpu_reserve,
     .get_rows = ref_get_rows,
     .rms_norm = ref_rms_norm,
@@ -425,6 +460,9 @@ static const al_backend_ops cpu_fast_ops = {
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,
     .tensor_read = cpu_tensor_read,
+    .tensor_write = cpu_tensor_write,
+    .tensor_host = cpu_tensor_host,
+    .tensor_import = cpu_tensor_import,
     .reserve = cpu_reserve,
     .get_rows = ref_get_rows,
     .rms_norm = fast_rms_norm,

@@ -21,6 +21,8 @@ enum { PREFILL_CHUNK = 128 };
 
 typedef struct slot {
     al_context *ctx;
+    al_context *dctx; /* on the decode model, or NULL (engine.h) */
+    bool on_decode;   /* the sequence is in dctx (handed over after its prompt) */
     int32_t *cached; /* [n_ctx] the tokens the KV cache holds, for prefix reuse */
     int n_cached;
     srv_job *job;    /* NULL when free */
@@ -29,6 +31,7 @@ typedef struct slot {
 
 struct srv_engine {
     const al_model *model;
+    const al_model *decode_model; /* NULL: model decodes too */
     const al_vocab *vocab;
     int n_vocab, n_ctx;
     srv_metrics *metrics;
@@ -278,6 +281,25 @@ static void flush_text(srv_engine *e, srv_job *j) {
 
 /* ---- slots ------------------------------------------------------------------------------ */
 
+/* The context that holds the slot's sequence now. */
+static al_context *seq_ctx(const slot *s) { return s->on_decode ? s->dctx : s->ctx; }
+
+/* Hands the slot's sequence to its decode context (to_decode) or back, counted in the
+ * metrics; a no-op without a decode model or where it already is. */
+static al_status slot_move(srv_engine *e, slot *s, bool to_decode) {
+    if (!s->dctx || s->on_decode == to_decode) return AL_OK;
+    al_context *dst = to_decode ? s->dctx : s->ctx, *src = seq_ctx(s);
+    al_context_info before, after;
+    al_context_get_info(dst, &before);
+    double t0 = al_time_s();
+    al_status st = al_context_handoff(dst, src);
+    al_context_get_info(dst, &after);
+    srv_metrics_handoff(e->metrics, after.kv_bytes_copied - before.kv_bytes_copied,
+                        al_time_s() - t0);
+    if (st == AL_OK) s->on_decode = to_decode;
+    return st;
+}
+
 /* Ends the slot's job and frees the slot. The slot keeps its cache, which s->cached
  * describes exactly, for the next prompt that shares a prefix: a client that went away
  * and retries, or the next turn of a chat, is not evaluated again. After an error the
@@ -289,6 +311,8 @@ static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) 
         release_text(e, j, true);
     } else if (why == SRV_FINISH_ERROR) {
         al_context_reset(s->ctx);
+        if (s->dctx) al_context_reset(s->dctx);
+        s->on_decode = false;
         s->n_cached = 0;
     }
     pthread_mutex_lock(&e->lock);
@@ -325,7 +349,7 @@ static void sample_next(srv_engine *e, slot *s, const float *logits) {
     /* Harmony's <|end|> after the answer ends the reply, though it is no EOG token */
     if (release_text(e, j, false) || (j->harmony && al_harmony_done(j->harmony)))
         slot_end(e, s, SRV_FINISH_STOP, NULL);
-    else if (j->n_generated >= j->max_tokens || al_context_n_past(s->ctx) >= e->n_ctx)
+    else if (j->n_generated >= j->max_tokens || al_context_n_past(seq_ctx(s)) >= e->n_ctx)
         slot_end(e, s, SRV_FINISH_LENGTH, NULL);
     else {
         j->next_token = tok;
@@ -356,6 +380,12 @@ static void admit_locked(srv_engine *e) {
         unlink_queued_locked(e, j);
         slot *s = &e->slots[best];
         if (best_keep >= j->n_prompt) best_keep = j->n_prompt - 1;
+        if (slot_move(e, s, false) != AL_OK) { /* the prompt's context starts afresh */
+            al_context_reset(s->ctx);
+            al_context_reset(s->dctx);
+            s->on_decode = false;
+            best_keep = 0;
+        }
         al_context_truncate(s->ctx, best_keep);
         best_keep = al_context_n_past(s->ctx); /* a sliding window may keep less */
         s->n_cached = best_keep;
@@ -395,6 +425,10 @@ static void prefill_one(srv_engine *e) {
     j->n_prefilled += n;
     if (!last) return;
     srv_metrics_prompt(e->metrics, j->n_prompt, j->n_prompt - j->n_reused, j->t_prefill);
+    if (slot_move(e, s, true) != AL_OK) {
+        slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+        return;
+    }
     sample_next(e, s, e->logits);
 }
 
@@ -404,7 +438,7 @@ static void decode_step(srv_engine *e) {
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->job || !s->decoding) continue;
-        e->batch_ctx[n] = s->ctx;
+        e->batch_ctx[n] = seq_ctx(s);
         e->batch_tok[n] = s->job->next_token;
         e->batch_slot[n++] = i;
     }
@@ -482,8 +516,36 @@ static void *engine_main(void *arg) {
 
 /* ---- create / destroy ------------------------------------------------------------------ */
 
-al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_queued,
-                            srv_metrics *metrics, srv_engine **out) {
+static bool on_cpu(const al_model *m) {
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    return strncmp(mi.backend, "cpu", 3) == 0;
+}
+
+/* A slot's contexts: with a decode model, the one on the CPU first (if either is), so
+ * that a GPU imports the CPU's ordinary memory, and the other on its KV memory. */
+static al_status slot_contexts(srv_engine *e, slot *s, int n_ctx) {
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = n_ctx;
+    if (!e->decode_model) return al_context_create(e->model, &cp, &s->ctx);
+    const bool decode_first = on_cpu(e->decode_model) && !on_cpu(e->model);
+    al_context **c1 = decode_first ? &s->dctx : &s->ctx, **c2 = decode_first ? &s->ctx : &s->dctx;
+    al_status st = al_context_create(decode_first ? e->decode_model : e->model, &cp, c1);
+    cp.kv_shared_with = *c1;
+    if (st == AL_OK) st = al_context_create(decode_first ? e->model : e->decode_model, &cp, c2);
+    return st;
+}
+
+/* The one whose memory the other uses goes last. */
+static void slot_free(srv_engine *e, slot *s) {
+    const bool decode_first = s->dctx && on_cpu(e->decode_model) && !on_cpu(e->model);
+    al_context_destroy(decode_first ? s->ctx : s->dctx);
+    al_context_destroy(decode_first ? s->dctx : s->ctx);
+    free(s->cached);
+}
+
+al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, int n_ctx,
+                            int max_queued, srv_metrics *metrics, srv_engine **out) {
     *out = NULL;
     const al_vocab *v = al_model_vocab(m);
     if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
@@ -494,6 +556,7 @@ al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_q
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->model = m;
+    e->decode_model = dm;
     e->vocab = v;
     e->n_vocab = al_vocab_n_tokens(v);
     e->n_ctx = n_ctx;
@@ -508,10 +571,12 @@ al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_q
     al_status st = AL_OK;
     if (!e->slots || !e->logits || !e->batch_ctx || !e->batch_tok || !e->batch_slot)
         st = al_error(AL_ERR_NOMEM, "out of memory creating the engine");
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = n_ctx;
+    al_model_info pi, di;
+    al_model_get_info(m, &pi);
+    al_model_get_info(dm ? dm : m, &di);
+    srv_metrics_backends(metrics, pi.backend, di.backend);
     for (int i = 0; st == AL_OK && i < n_slots; i++) {
-        st = al_context_create(m, &cp, &e->slots[i].ctx);
+        st = slot_contexts(e, &e->slots[i], n_ctx);
         e->slots[i].cached = malloc((size_t)n_ctx * sizeof(int32_t));
         if (st == AL_OK && !e->slots[i].cached)
             st = al_error(AL_ERR_NOMEM, "out of memory for sequence %d", i);
@@ -540,10 +605,7 @@ void srv_engine_stop(srv_engine *e) {
 void srv_engine_destroy(srv_engine *e) {
     if (!e) return;
     srv_engine_stop(e);
-    for (int i = 0; e->slots && i < e->n_slots; i++) {
-        al_context_destroy(e->slots[i].ctx);
-        free(e->slots[i].cached);
-    }
+    for (int i = 0; e->slots && i < e->n_slots; i++) slot_free(e, &e->slots[i]);
     free(e->slots);
     free(e->logits);
     free(e->batch_ctx);

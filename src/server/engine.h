@@ -10,6 +10,10 @@
  *      stall the sequences already generating for more than one chunk,
  *   4. evaluates the pending token of every generating slot as one batch
  *      (al_eval_multi) and samples each slot's next token with the job's own sampler.
+ * With a decode model on another backend, step 3 ends a prompt by handing its sequence
+ * to the slot's decode context (before the first token is sampled, so TTFT counts the
+ * hand-off), step 4 runs on the decode contexts, and step 2 hands a slot's sequence
+ * back before a new prompt reuses its prefix; /metrics names each phase's backend.
  * Text goes through the job's streaming detokenizer and is held back while it could be
  * the start of a stop string, so a stop string never reaches the client, not even in part.
  * A chat in the Harmony format (gpt-oss) goes through the job's al_harmony parser
@@ -88,8 +92,11 @@ typedef struct srv_job_state {
 typedef struct srv_engine srv_engine;
 
 /* Creates n_slots contexts of n_ctx positions each and starts the thread. At most
- * max_queued jobs wait for a slot; more are refused. */
-al_status srv_engine_create(const al_model *m, int n_slots, int n_ctx, int max_queued,
+ * max_queued jobs wait for a slot; more are refused. With a decode model dm (the same
+ * file on another backend; NULL: none) each slot has a second context on dm, made on
+ * the KV memory of the first where both backends see it (kv_shared_with): prompts run
+ * on m, and the sequence is handed to dm's context to generate. */
+al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, int n_ctx, int max_queued,
                             srv_metrics *metrics, srv_engine **out);
 /* Ends every job (SRV_FINISH_ERROR, which wakes their readers), refuses new ones and
  * joins the thread. The engine's lock stays usable, so readers can still poll and

@@ -929,7 +929,7 @@ al_status srv_create(const srv_params *p, srv_server **out) {
     return AL_OK;
 }
 
-al_status srv_start(srv_server *s, const al_model *m, int n_ctx) {
+al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_model, int n_ctx) {
     const al_vocab *v = al_model_vocab(m);
     if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
     if (n_ctx < s->p.n_parallel)
@@ -937,12 +937,13 @@ al_status srv_start(srv_server *s, const al_model *m, int n_ctx) {
                         s->p.n_parallel, n_ctx);
     /* nothing reads these while the state is LOADING */
     s->p.n_ctx = n_ctx;
+    s->p.decode_model = decode_model;
     s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = n_ctx,
                        .max_tokens_default = s->p.max_tokens_default,
                        .tmpl_name = chat_format(m, s->p.chat_template),
                        .tmpl = al_model_chat_template(m), .model_name = s->model_name};
-    al_status st = srv_engine_create(m, s->p.n_parallel, n_ctx, s->p.n_queue, &s->metrics,
-                                     &s->engine);
+    al_status st = srv_engine_create(m, s->p.decode_model, s->p.n_parallel, n_ctx,
+                                     s->p.n_queue, &s->metrics, &s->engine);
     if (st != AL_OK) return st;
     __atomic_store_n(&s->state, SRV_STATE_READY, __ATOMIC_RELEASE);
     return AL_OK;

@@ -1,5 +1,6 @@
 /* metrics.c: request counters, token totals and rates, and the time-to-first-token
  * histogram, written out as Prometheus text (see metrics.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "server/metrics.h"
@@ -73,8 +74,43 @@ const char *srv_state_name(srv_state st) {
     return st == SRV_STATE_LOADING ? "loading" : st == SRV_STATE_DRAINING ? "draining" : "ready";
 }
 
+void srv_metrics_backends(srv_metrics *m, const char *prefill, const char *decode) {
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->prefill_backend, sizeof m->prefill_backend, "%s", prefill);
+    snprintf(m->decode_backend, sizeof m->decode_backend, "%s", decode);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void srv_metrics_handoff(srv_metrics *m, uint64_t n_bytes, double seconds) {
+    pthread_mutex_lock(&m->lock);
+    m->handoffs++;
+    m->handoff_bytes += n_bytes;
+    m->handoff_seconds += seconds;
+    pthread_mutex_unlock(&m->lock);
+}
+
 static void header(srv_buf *out, const char *name, const char *type, const char *help) {
     srv_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Which backend runs each phase, and the KV hand-offs between them (lock held). The
+ * names are al_model_info.backend's: letters, digits, spaces and ()., only. */
+static void render_phases(const srv_metrics *m, srv_buf *out) {
+    header(out, "anyllm_phase_backend", "gauge",
+           "The backend that runs each phase (prefill: prompts; decode: generated tokens).");
+    srv_buf_printf(out, "anyllm_phase_backend{phase=\"prefill\",backend=\"%s\"} 1\n",
+                   m->prefill_backend);
+    srv_buf_printf(out, "anyllm_phase_backend{phase=\"decode\",backend=\"%s\"} 1\n",
+                   m->decode_backend);
+    header(out, "anyllm_kv_handoffs_total", "counter",
+           "KV caches handed between the prefill and the decode backend.");
+    srv_buf_printf(out, "anyllm_kv_handoffs_total %llu\n", (unsigned long long)m->handoffs);
+    header(out, "anyllm_kv_handoff_bytes_copied_total", "counter",
+           "Bytes those hand-offs copied (0 where the backends share the memory).");
+    srv_buf_printf(out, "anyllm_kv_handoff_bytes_copied_total %llu\n",
+                   (unsigned long long)m->handoff_bytes);
+    header(out, "anyllm_kv_handoff_seconds_total", "counter", "Time spent in those hand-offs.");
+    srv_buf_printf(out, "anyllm_kv_handoff_seconds_total %.6f\n", m->handoff_seconds);
 }
 
 /* One sample without labels, with its HELP and TYPE lines. */
@@ -203,6 +239,7 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out) {
     pthread_mutex_lock(&m->lock);
     render_counters(m, out);
     render_ttft(m, out);
+    render_phases(m, out);
     pthread_mutex_unlock(&m->lock);
     render_gauges(g, out);
     render_vllm(m, g, out);

@@ -54,6 +54,9 @@ typedef struct srv_metrics {
     double ttft_sum;
     uint64_t ttft_n;
     uint64_t cancelled;          /* sequences ended because the client went away  */
+    char prefill_backend[96], decode_backend[96]; /* al_model_info.backend of each phase */
+    uint64_t handoffs, handoff_bytes; /* KV hand-offs between them, bytes they copied  */
+    double handoff_seconds;
 } srv_metrics;
 
 void srv_metrics_init(srv_metrics *m);
@@ -64,6 +67,9 @@ void srv_metrics_prompt(srv_metrics *m, int n_prompt, int n_evaluated, double se
 void srv_metrics_decode(srv_metrics *m, int n_tokens, double seconds);
 void srv_metrics_ttft(srv_metrics *m, double seconds);
 void srv_metrics_cancelled(srv_metrics *m);
+/* The backends of the two phases (the same one twice without a split). */
+void srv_metrics_backends(srv_metrics *m, const char *prefill, const char *decode);
+void srv_metrics_handoff(srv_metrics *m, uint64_t n_bytes, double seconds);
 
 /* Whether the server takes requests: while the model loads, and while it drains after
  * SIGTERM, /health answers 503 and completions get 503 with Retry-After. */

@@ -47,6 +47,10 @@ typedef struct srv_params {
     int prefix_hash_tokens;    /* K: X-Prefix-Hash hashes a prompt's first K tokens;
                                   0: no header                                        */
     bool verbose;              /* one stderr line per request, libmicrohttpd's errors  */
+    const al_model *decode_model; /* set by srv_start: NULL, or the same file on another
+                                  backend: each prompt is evaluated on the model's
+                                  context and handed (al_context_handoff) to this
+                                  one's, which generates                              */
 } srv_params;
 
 srv_params srv_default_params(void);
@@ -62,7 +66,7 @@ al_status srv_create(const srv_params *p, srv_server **out);
  * replaces p->n_ctx once the model's training context is known), starts the engine and
  * makes the server ready. The model must outlive the server. On failure the server
  * stays loading; srv_destroy it. */
-al_status srv_start(srv_server *s, const al_model *m, int n_ctx);
+al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_model, int n_ctx);
 
 /* The TCP port the server listens on (useful with port 0). */
 int srv_port(const srv_server *s);

@@ -463,3 +463,19 @@ done:
     vk_device_close(&d);
     return n_listed;
 }
+
+int vk_device_name(int index, char *buf, size_t size) {
+    vk_device d = {0};
+    int rc = -1;
+    uint32_t n = 16;
+    VkPhysicalDevice devs[16];
+    if (index >= 0 && vk_instance_create(&d) == AL_OK &&
+        vk_physical_devices(&d, devs, &n) == AL_OK && (uint32_t)index < n) {
+        vk_caps c = {0};
+        vk_read_caps(&d, devs[index], &c);
+        snprintf(buf, size, "%s", c.name);
+        rc = 0;
+    }
+    vk_device_close(&d);
+    return rc;
+}

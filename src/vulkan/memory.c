@@ -79,6 +79,7 @@ static al_status bind_memory(vk_device *d, vk_buf *b, uint64_t size, int type, c
     if (map && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
         r = d->fn.vkMapMemory(d->dev, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped);
         if (r != VK_SUCCESS) b->mapped = NULL; /* usable, just read through staging */
+        b->host_cached = b->mapped && (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
     }
     return AL_OK;
 }
@@ -201,6 +202,10 @@ al_status vk_tensor_alloc(al_backend *base, int64_t n_cols, int64_t n_rows, al_t
         return al_error(AL_ERR_UNSUPPORTED, "a tensor of %.1f MiB exceeds the %.0f MiB that %s "
                         "binds at once", (double)n_bytes / (1 << 20),
                         (double)be->sh->d.caps.max_range / (1 << 20), be->sh->d.caps.name);
+    /* whole pages on unified memory, so that another device can import the tensor
+     * (a KV cache shared between contexts: tensor_host, tensor_import) */
+    const uint64_t a = be->sh->d.caps.uma ? be->sh->d.caps.import_align : 0;
+    if (a > 1) n_bytes = (n_bytes + a - 1) & ~(a - 1);
     vk_buf *b;
     al_status st = vk_buf_create(&be->sh->d, n_bytes, VK_BUF_DEVICE, &b);
     if (st != AL_OK) return st;
@@ -226,6 +231,8 @@ void vk_tensor_free(al_backend *base, al_tensor *t) {
     if (!be->s.in_flight) vk_buf_destroy(&be->sh->d, t->data); /* else the GPU may still use it */
     memset(t, 0, sizeof *t);
 }
+
+static al_status upload(vk_backend *be, vk_buf *b, uint64_t dst, const char *host, uint64_t n);
 
 static al_status ensure_staging(vk_backend *be) {
     if (be->s.staging) return AL_OK;
@@ -255,6 +262,61 @@ void vk_tensor_read(al_backend *base, const al_tensor *t, void *dst, uint64_t n_
     if (be->s.failed)
         for (uint64_t i = 0; i + sizeof(float) <= n_bytes; i += sizeof(float))
             memcpy((char *)dst + i, &(float){NAN}, sizeof(float));
+}
+
+/* On a discrete device through the staging buffer; a failure is `sync`'s to report. */
+void vk_tensor_write(al_backend *base, al_tensor *t, const void *src, uint64_t n_bytes) {
+    vk_backend *be = (vk_backend *)base;
+    vk_buf *b = t->data;
+    al_status st = vk_submit_wait(be); /* recorded ops may still read or write t */
+    if (st == AL_OK && b->mapped) {
+        memcpy((char *)b->mapped + t->offset, src, n_bytes);
+        return;
+    }
+    if (st == AL_OK && (st = upload(be, b, t->offset, src, n_bytes)) != AL_OK && !be->s.failed)
+        vk_fail(be, st, "%s", al_last_error());
+}
+
+/* The host sees a tensor in place when its memory is mapped and cached (unified memory
+ * that is not write-combined), or is host memory this device imported. */
+void *vk_tensor_host(al_backend *base, const al_tensor *t, uint64_t *n_bytes) {
+    (void)base;
+    const vk_buf *b = t->data;
+    const char *host = b->kind == VK_BUF_IMPORTED ? b->host_base
+                       : b->host_cached            ? b->mapped
+                                                   : NULL;
+    *n_bytes = host && b->size > t->offset ? b->size - t->offset : 0;
+    return host ? (char *)host + t->offset : NULL;
+}
+
+/* Host memory shared with another backend, imported as the weights are (import_weight):
+ * only on unified memory, where the pages are the device's memory too; a discrete GPU
+ * reading a KV cache over the bus every step would be slower than its own copy. */
+al_status vk_tensor_import(al_backend *base, void *host, uint64_t n_bytes, int64_t n_cols,
+                           int64_t n_rows, al_tensor *out) {
+    vk_backend *be = (vk_backend *)base;
+    const vk_caps *c = &be->sh->d.caps;
+    memset(out, 0, sizeof *out);
+    if (be->s.failed) return al_error(be->s.failed, "%s", be->s.fail_msg);
+    if (!c->uma || !c->host_import || !c->import_align)
+        return al_error(AL_ERR_UNSUPPORTED, "%s cannot use host memory in place (%s)", c->name,
+                        !c->uma ? "not unified memory" : "no VK_EXT_external_memory_host");
+    const uint64_t a = c->import_align, need = (uint64_t)n_cols * (uint64_t)n_rows * sizeof(float);
+    const uint64_t size = (need + a - 1) & ~(a - 1); /* whole pages */
+    if ((uintptr_t)host % a || size > n_bytes)
+        return al_error(AL_ERR_UNSUPPORTED, "host memory at %p (%llu bytes) is not whole pages "
+                        "of %llu bytes, which %s imports", host, (unsigned long long)n_bytes,
+                        (unsigned long long)a, c->name);
+    if (need > c->max_range)
+        return al_error(AL_ERR_UNSUPPORTED, "a tensor of %.1f MiB exceeds the %.0f MiB that %s "
+                        "binds at once", (double)need / (1 << 20), (double)c->max_range / (1 << 20),
+                        c->name);
+    vk_buf *b;
+    al_status st = vk_buf_import(&be->sh->d, host, size, &b);
+    if (st != AL_OK) return st;
+    *out = (al_tensor){.type = AL_TYPE_F32, .ne = {n_cols, n_rows}, .data = b,
+                       .row_bytes = (uint64_t)n_cols * sizeof(float), .borrowed = true};
+    return AL_OK;
 }
 
 /* ---- weights ----------------------------------------------------------------------------- */
@@ -293,9 +355,9 @@ static al_status import_weight(vk_backend *be, const char *host, uint64_t n, vk_
     return keep_weight(be, *out);
 }
 
-/* Copies n bytes from host into b at 0 through the staging buffer, a chunk per
- * submission. */
-static al_status upload(vk_backend *be, vk_buf *b, const char *host, uint64_t n) {
+/* Copies n bytes from host into b at offset dst through the staging buffer, a chunk
+ * per submission. */
+static al_status upload(vk_backend *be, vk_buf *b, uint64_t dst, const char *host, uint64_t n) {
     al_status st = ensure_staging(be);
     for (uint64_t done = 0; st == AL_OK && done < n; done += STAGING_BYTES) {
         uint64_t len = n - done < STAGING_BYTES ? n - done : STAGING_BYTES;
@@ -303,7 +365,7 @@ static al_status upload(vk_backend *be, vk_buf *b, const char *host, uint64_t n)
         if (!vk_begin(be, 0, 0)) return be->s.failed;
         vk_hazard(be, be->s.staging, false);
         vk_hazard(be, b, true);
-        VkBufferCopy region = {.srcOffset = 0, .dstOffset = done, .size = len};
+        VkBufferCopy region = {.srcOffset = 0, .dstOffset = dst + done, .size = len};
         be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, be->s.staging->buffer, b->buffer, 1, &region);
         st = vk_submit_wait(be);
     }
@@ -320,7 +382,7 @@ static al_status copy_weight(vk_backend *be, const char *host, uint64_t n, vk_bu
     if ((*out)->mapped && be->sh->weight_mode != VK_WEIGHTS_STAGING)
         memcpy((*out)->mapped, host, n);
     else
-        st = upload(be, *out, host, n);
+        st = upload(be, *out, 0, host, n);
     if (st == AL_OK) st = keep_weight(be, *out);
     if (st != AL_OK) vk_buf_destroy(&be->sh->d, *out);
     be->base.n_bytes_copied += st == AL_OK ? n : 0;

@@ -161,6 +161,7 @@ typedef struct vk_buf {
     VkDeviceMemory memory;
     uint64_t size;
     void *mapped;            /* host address of byte 0, or NULL */
+    bool host_cached;        /* mapped memory the host reads at full speed (cached) */
     vk_buf_kind kind;
     const void *host_base;   /* VK_BUF_IMPORTED: the host address of byte 0 */
 } vk_buf;
@@ -357,6 +358,10 @@ void vk_op_add(al_backend *be, al_tensor *x, const al_tensor *y);
 al_status vk_tensor_alloc(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);
 void vk_tensor_free(al_backend *be, al_tensor *t);
 void vk_tensor_read(al_backend *be, const al_tensor *t, void *dst, uint64_t n_bytes);
+void vk_tensor_write(al_backend *be, al_tensor *t, const void *src, uint64_t n_bytes);
+void *vk_tensor_host(al_backend *be, const al_tensor *t, uint64_t *n_bytes);
+al_status vk_tensor_import(al_backend *be, void *host, uint64_t n_bytes, int64_t n_cols,
+                           int64_t n_rows, al_tensor *out);
 al_status vk_weight_load(al_backend *be, al_tensor *w);
 void vk_weights_destroy(vk_backend *be);
 

@@ -24,6 +24,10 @@ al_status vk_backend_create(int device_index, al_backend **out);
  * number of devices, or -1 with al_last_error() set when Vulkan is unusable. */
 int vk_list_devices(FILE *out); /* out NULL: only counts them */
 
+/* The name of device index (as vk_list_devices orders them) into buf; 0, or -1 when
+ * there is no such device. */
+int vk_device_name(int index, char *buf, size_t size);
+
 /* What a backend did, for reports. */
 typedef struct vk_backend_stats {
     const char *weight_path;  /* "import", "host copy" or "staging copy" */
