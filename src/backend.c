@@ -87,12 +87,12 @@ const char *al_backends(void) {
 }
 
 int al_backend_list(const char **names, int max) {
-    static const char *const vk[] = {"vulkan:0", "vulkan:1", "vulkan:2", "vulkan:3",
-                                     "vulkan:4", "vulkan:5", "vulkan:6", "vulkan:7"};
     int n = 0;
     if (n < max) names[n] = "cpu";
     n++;
 #ifdef AL_HAVE_VULKAN
+    static const char *const vk[] = {"vulkan:0", "vulkan:1", "vulkan:2", "vulkan:3",
+                                     "vulkan:4", "vulkan:5", "vulkan:6", "vulkan:7"};
     int n_vk = vk_list_devices(NULL);
     for (int i = 0; i < n_vk && i < (int)(sizeof vk / sizeof *vk); i++, n++)
         if (n < max) names[n] = vk[i];
