@@ -171,9 +171,10 @@ while True:
 p.wait()
 sys.stdout.write(out.decode("utf-8", "replace").replace("\r", "\n"))
 PY
-on_pty() { python3 "$tmp/on_pty.py" "$@"; }
+# ANYLLM_PROGRESS_AFTER=0: the line shows at once, however fast this machine reads
+on_pty() { ANYLLM_PROGRESS_AFTER=0 python3 "$tmp/on_pty.py" "$@"; }
 on_pty "$bin" run -m "$M" -f "$tmp/long.txt" -n 1 -t 2 --temp 0 >"$tmp/pty" 2>&1
-"$bin" run -m "$M" -f "$tmp/long.txt" -n 1 -t 2 --temp 0 >/dev/null 2>"$tmp/file"
+ANYLLM_PROGRESS_AFTER=0 "$bin" run -m "$M" -f "$tmp/long.txt" -n 1 -t 2 --temp 0 >/dev/null 2>"$tmp/file"
 if grep -qE 'prompt: [0-9]+/[0-9]+ tokens, [0-9.]+ tokens/s, ETA [0-9]+ s' "$tmp/pty" &&
         ! grep -q 'ETA' "$tmp/file"; then
     ok "progress on a terminal: $(grep -E 'ETA' "$tmp/pty" | tail -1 | tr -d '\033' | sed 's/\[K//')"

@@ -11,11 +11,13 @@ typedef struct progress {
     const char *unit; /* "tokens" */
     long total;
     double t0, last;  /* start, last redraw (seconds) */
+    double after;     /* seconds before the line first appears */
     bool tty, shown;
 } progress;
 
 void progress_start(progress *p, const char *what, const char *unit, long total);
-/* Redraws at most a few times a second, and not before a second has passed. */
+/* Redraws at most a few times a second, and not before a second has passed
+ * (ANYLLM_PROGRESS_AFTER=S: S seconds). */
 void progress_update(progress *p, long done);
 /* Erases the line if it was drawn. */
 void progress_end(progress *p);
