@@ -115,6 +115,21 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     return 0;
 }
 
+int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise) {
+    const char *b = *backend; /* --backend as given, or NULL */
+    if (ngl >= 0 && b) return cli_fail("%s: give one of --backend and -ngl", command);
+    if (precise && ngl > 0)
+        return cli_fail("%s: --precise is for the CPU backend, not -ngl %d (the GPU)", command, ngl);
+    if (precise && b && strcmp(b, "cpu") && strcmp(b, "cpu:precise") && strcmp(b, "cpu:q8x2"))
+        return cli_fail("%s: --precise is for the CPU backend, not --backend %s", command, b);
+    if (ngl >= 0) *backend = ngl > 0 ? "vulkan" : "cpu";
+    if (precise) *backend = "cpu:precise";
+    if (ngl >= 0)
+        fprintf(stderr, "anyllm: -ngl %d: anyllm runs all layers or none on the GPU; this is "
+                        "--backend %s\n", ngl, *backend);
+    return 0;
+}
+
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;

@@ -29,7 +29,8 @@ typedef struct cli_opts {
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
     bool ignore_eos;           /* --ignore-eos */
     bool precise;              /* --precise: backend cpu:precise */
-    bool seed_set, n_predict_set, ngl_set;
+    bool seed_set;
+    int ngl;                   /* -ngl N; -1: not given */
     al_sampler_params sampling;
     bool no_context_shift;     /* --no-context-shift (chat): when the conversation no longer
                                   fits the context, exit instead of dropping the oldest turns */
@@ -45,6 +46,11 @@ int cli_fail_status(al_status st);
 
 /* Parses a whole decimal integer in [lo, hi]; false (out untouched) otherwise. */
 bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* Applies -ngl (ngl >= 0: N > 0 is "vulkan", 0 "cpu"; refused beside --backend) and
+ * then --precise (the CPU's precise mode; refused for another backend) to *backend,
+ * saying once what -ngl became. 0, or an exit status with the message printed. */
+int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise);
 
 /* Reads a whole file (- is stdin); NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);

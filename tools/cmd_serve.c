@@ -168,17 +168,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--decode-backend")) o->decode_backend = val;
         else o->backend = val; /* --backend */
     }
-    if (precise) {
-        if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu:precise"))
-            return cli_fail("serve: --precise is for the CPU backend, not --backend %s", o->backend);
-        o->backend = "cpu:precise";
-    }
-    if (ngl >= 0) {
-        if (o->backend) return cli_fail("serve: give one of --backend and -ngl");
-        o->backend = ngl > 0 ? "vulkan" : "cpu";
-        fprintf(stderr, "anyllm: -ngl: anyllm runs all layers or none on the GPU; this is "
-                        "--backend %s\n", o->backend);
-    }
+    int rc = cli_resolve_backend("serve", &o->backend, ngl, precise);
+    if (rc) return rc;
     o->p.timeout_s = timeout;
     o->p.allowed_hosts = o->hosts;
     if (!o->model) return cli_fail("serve: -m FILE is required");

@@ -23,7 +23,7 @@ enum {
     C_GEN = C_RUN | C_CHAT,
 };
 
-typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_SEED, K_NGL } opt_kind;
+typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_SEED } opt_kind;
 
 typedef struct opt_spec {
     const char *names; /* "-s, --seed": every spelling, the first is shown first */
@@ -56,7 +56,7 @@ static const opt_spec specs[] = {
     {"--precise", NULL, C_MODEL, K_FLAG, F(precise), 0, 0,
      "the CPU rounds activations to ~15 bits, not 8 (cpu:precise): closer to the "
      "reference, slower", "off"},
-    {"-ngl, --n-gpu-layers", "N", C_MODEL, K_NGL, F(backend), 0, 1 << 20,
+    {"-ngl, --n-gpu-layers", "N", C_MODEL, K_INT, F(ngl), 0, 1 << 20,
      "llama.cpp's flag: N > 0 runs every layer on the GPU (--backend vulkan), 0 on the CPU",
      "-"},
     {"-c, --ctx-size, --ctx", "N", C_RUN | C_CHAT | C_PPL, K_INT, F(n_ctx), 1, 1 << 24,
@@ -146,7 +146,7 @@ static const opt_spec *find_spec(const char *a) {
 /* The defaults of a command before any option: sampling from the library, the token
  * counts and context of each command. */
 static void set_defaults(cli_opts *o, const char *command) {
-    *o = (cli_opts){.command = command, .sampling = al_sampler_default_params()};
+    *o = (cli_opts){.command = command, .sampling = al_sampler_default_params(), .ngl = -1};
     o->n_predict = strcmp(command, "chat") ? 128 : 512;
 }
 
@@ -184,12 +184,8 @@ static int set_value(cli_opts *o, const opt_spec *s, const char *a, const char *
     if (s->kind == K_SEED) {
         o->sampling.seed = (uint64_t)lv;
         o->seed_set = true;
-    } else if (s->kind == K_NGL) {
-        o->backend = lv > 0 ? "vulkan" : "cpu";
-        o->ngl_set = true;
     } else {
         *(int *)(base + s->off) = (int)lv;
-        if (s->off == offsetof(cli_opts, n_predict)) o->n_predict_set = true;
     }
     return 0;
 }
@@ -211,7 +207,6 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
     const char *cmd = argv[1];
     int ci = command_index(cmd);
     set_defaults(o, cmd);
-    bool backend_set = false;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return cli_help(cmd), -1;
@@ -225,11 +220,6 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
         if (!(s->cmds & commands[ci].bit))
             return cli_fail("%s: option %s does not apply to %s (see anyllm %s --help)", cmd,
                             a, cmd, cmd);
-        if (s->kind == K_NGL || !strcmp(a, "--backend")) {
-            if (backend_set)
-                return cli_fail("%s: give one of --backend and -ngl, once", cmd);
-            backend_set = true;
-        }
         const char *val = NULL;
         if (s->arg) {
             if (i + 1 >= argc) return cli_fail("%s: option %s needs a value (%s)", cmd, a, s->arg);
@@ -239,16 +229,8 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
         if (rc) return rc;
     }
     if (!o->model) return cli_fail("%s: -m FILE is required", cmd);
-    if (o->precise) {
-        if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cpu:precise") &&
-            strcmp(o->backend, "cpu:q8x2"))
-            return cli_fail("%s: --precise is for the CPU backend, not --backend %s", cmd,
-                            o->backend);
-        o->backend = "cpu:precise";
-    }
-    if (o->ngl_set)
-        fprintf(stderr, "anyllm: -ngl: anyllm runs all layers or none on the GPU; this is "
-                        "--backend %s\n", o->backend);
+    int rc = cli_resolve_backend(cmd, &o->backend, o->ngl, o->precise);
+    if (rc) return rc;
     if (!o->seed_set) o->sampling.seed = fresh_seed();
     return 0;
 }
