@@ -28,7 +28,17 @@ typedef struct al_tensor {
     uint64_t row_bytes; /* stride between rows in bytes */
     bool borrowed;    /* the storage is another tensor's (tensor_import): tensor_free
                          releases what the import made, never the memory */
+    uint8_t layout;   /* AL_LAYOUT_*: how a weight's rows lie in data */
 } al_tensor;
+
+/* A weight's layout. Rows, as the file has them, unless weight_pack chose a layout of
+ * its own; a view of whole groups of rows (al_tensor_rows) keeps the layout. */
+enum {
+    AL_LAYOUT_ROWS = 0,
+    /* the CPU's: groups of 16 rows, each group's bytes interleaved so that one read
+     * streams them in the order the kernels use them (cpu/ops.h) */
+    AL_LAYOUT_X16 = 1,
+};
 
 /* Rotary position embedding parameters, shared by every layer. */
 typedef struct al_rope {
@@ -101,6 +111,11 @@ typedef struct al_backend_ops {
      * the backend: a GPU imports or uploads it and points data/offset at its copy.
      * NULL when host addresses work as they are. */
     al_status (*weight_load)(al_backend *be, al_tensor *w);
+    /* Called after weight_load for a weight that only matmul reads, whose views start
+     * and end at multiples of view_rows rows: the backend may move it into a layout of
+     * its own (AL_LAYOUT_*) that it reads faster, and keeps that copy until destroy.
+     * The results of every op stay bit for bit those of the rows layout. NULL: never. */
+    al_status (*weight_pack)(al_backend *be, al_tensor *w, int64_t view_rows);
     /* Prepares scratch for ops on rows of up to max_cols elements and attention over
      * up to max_ctx positions; called when a context is created, so that the ops
      * themselves never allocate. */

@@ -452,23 +452,42 @@ static al_status bind_weights(al_model *m) {
     return m->ad->flags & ARCH_SLIDING ? read_swa_pattern(m) : AL_OK;
 }
 
-/* Hands every weight to the backend (a GPU copies or imports them). */
+/* Rows per view of layer slot `slot`: one expert's rows in a stacked tensor (model
+ * code takes each expert as a view), else all of them. */
+static int64_t layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
+    for (int i = 0; i < m->ad->n_layer_tensors; i++) {
+        const arch_tensor *at = &m->ad->layer[i];
+        if ((int)at->slot == slot && at->ne2 != D_ONE) return dim_of(m, at->ne1);
+    }
+    return t->ne[1];
+}
+
+/* Hands every weight to the backend (a GPU copies or imports them), then offers the
+ * ones only matmul reads for a layout of the backend's own (weight_pack). The
+ * embedding table is read by rows (get_rows) and stays as it is, and so does a tied
+ * output matrix, which is the same table. */
 static al_status load_weights(al_model *m, const al_model_params *p) {
     al_backend *be = m->be;
-    if (!be->ops->weight_load) return AL_OK;
+    al_status (*load)(al_backend *, al_tensor *) = be->ops->weight_load;
+    al_status (*pack)(al_backend *, al_tensor *, int64_t) = be->ops->weight_pack;
+    if (!load && !pack) return AL_OK;
     bool tied = m->output.data == m->tok_embd.data;
     al_status st;
-    if ((st = be->ops->weight_load(be, &m->tok_embd)) ||
-        (st = be->ops->weight_load(be, &m->output_norm)))
+    if (load && ((st = load(be, &m->tok_embd)) || (st = load(be, &m->output_norm)))) return st;
+    if (tied)
+        m->output = m->tok_embd;
+    else if ((load && (st = load(be, &m->output))) ||
+             (pack && (st = pack(be, &m->output, m->output.ne[1]))))
         return st;
-    if (tied) m->output = m->tok_embd;
-    else if ((st = be->ops->weight_load(be, &m->output))) return st;
-    for (int il = 0; il < m->n_layer; il++)
+    for (int il = 0; il < m->n_layer; il++) {
         for (int i = 0; i < L_COUNT; i++) {
             al_tensor *t = &m->layers[il].t[i];
-            if (t->data && (st = be->ops->weight_load(be, t))) return st;
-            if (p->progress && i == L_COUNT - 1) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
+            if (!t->data) continue;
+            if (load && (st = load(be, t))) return st;
+            if (pack && (st = pack(be, t, layer_view_rows(m, i, t)))) return st;
         }
+        if (p->progress) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
+    }
     return AL_OK;
 }
 

@@ -12,7 +12,8 @@
  * token's logits may not depend on what else is in its batch.
  *
  * Batches on AMX tiles, where the CPU has them, must give the VNNI kernels' results bit
- * for bit (test_matmul_amx).
+ * for bit (test_matmul_amx), and so must weights in the x16 layout those of the rows
+ * (test_matmul_x16).
  *
  * MXFP4's SIMD packs are also compared byte for byte with the portable decoder over
  * every scale byte, edge scales included.
@@ -474,6 +475,112 @@ static void test_matmul_amx(void) {
     amx_cases(CPU_ACT_Q8, 128);
     /* a scratch of 40 positions: 100 tokens in passes of 48, 48 and 4 */
     amx_cases(CPU_ACT_Q8X2, 40);
+}
+
+/* ---- the x16 layout --------------------------------------------------------------------- */
+/* A weight weight_pack moved into the x16 layout (ops.h) gives the rows layout's results
+ * bit for bit: one token and two (the in-place GEMV), batches (the packs, on VNNI and on
+ * AMX), both activation modes, one thread and three, K over several chunks. weight_pack
+ * leaves a weight it cannot take (rows or views that split a group of 16, a type without
+ * fields, x16 turned off) as it was. */
+
+static const uint32_t g_x16_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0,
+                                       AL_TYPE_Q5_1, AL_TYPE_Q8_0, AL_TYPE_MXFP4,
+                                       AL_TYPE_Q4_K, AL_TYPE_Q5_K, AL_TYPE_Q6_K};
+
+/* weight_pack may drop the pages of the weight's memory (backend.h: it is the file
+ * mapping), so it gets a copy, which it leaves in x16 or as it was. */
+static al_tensor packed_copy(al_backend *be, const uint8_t *w, uint64_t rb, const mm_case *c,
+                             int64_t view_rows, uint8_t **copy) {
+    *copy = malloc(rb * (uint64_t)c->n_out);
+    memcpy(*copy, w, rb * (uint64_t)c->n_out);
+    al_tensor t = {.type = c->type, .ne = {c->n_in, c->n_out}, .data = *copy, .row_bytes = rb};
+    CHECK(be->ops->weight_pack(be, &t, view_rows) == AL_OK);
+    return t;
+}
+
+static bool x16_case(al_backend *rows, al_backend *x16, const mm_case *c) {
+    uint64_t rb;
+    uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb), *copy;
+    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    const int64_t n_o = c->n_out * c->n_tok;
+    float *o_r = calloc((size_t)n_o, 4), *o_x = calloc((size_t)n_o, 4);
+    run_matmul(rows, x, w, c->type, rb, bias, c, 0, c->n_tok, o_r);
+    al_tensor wt = packed_copy(x16, w, rb, c, c->n_out, &copy);
+    CHECK_MSG(wt.layout == AL_LAYOUT_X16, "%s: weight_pack left %s [%lld x %lld] in rows",
+              x16->desc, quant_type_name(c->type), (long long)c->n_in, (long long)c->n_out);
+    al_tensor xt = f32_tensor(x, c->n_in, c->n_tok), ot = f32_tensor(o_x, c->n_out, c->n_tok);
+    al_tensor bt = f32_tensor(bias, c->n_out, 1);
+    x16->ops->matmul(x16, &xt, &wt, bias ? &bt : NULL, &ot);
+    const int64_t d = first_diff(o_r, o_x, n_o);
+    CHECK_MSG(d < 0, "%s %s n_in %lld n_out %lld n_tok %d: x16 differs from rows at token %lld "
+              "row %lld: %.9g vs %.9g", x16->desc, quant_type_name(c->type), (long long)c->n_in,
+              (long long)c->n_out, c->n_tok, (long long)(d / c->n_out), (long long)(d % c->n_out),
+              d >= 0 ? (double)o_x[d] : 0.0, d >= 0 ? (double)o_r[d] : 0.0);
+    free(w), free(copy), free(x), free(bias), free(o_r), free(o_x);
+    return d < 0;
+}
+
+static void x16_cases(cpu_act_mode act, bool amx, int n_threads) {
+    const int64_t max_cols = 4352;
+    al_backend *rows = backend_act(CPU_ISA_AVX512, act, 2, max_cols, 64);
+    al_backend *x16 = amx ? amx_backend(act, n_threads, max_cols, 64)
+                          : backend_act(CPU_ISA_AVX512, act, n_threads, max_cols, 64);
+    CHECK(rows && x16);
+    static const int n_toks[] = {1, 2, 3, 9, 40};
+    for (size_t ti = 0; rows && x16 && ti < sizeof g_x16_types / 4; ti++) {
+        const uint32_t type = g_x16_types[ti];
+        const bool kq = quant_get_traits(type)->block_size == 256;
+        int n_cases = 0, n_same = 0;
+        for (int oi = 0; oi < 2; oi++)
+            for (int ki = 0; ki < 5; ki++) {
+                const int64_t n_in = ki == 4 ? 17 * 256 : kq ? 5 * 256 : 13 * 32;
+                const mm_case c = {type, n_in, oi ? 48 : 16, n_toks[ki], (ki + oi) % 2 == 0};
+                n_same += x16_case(rows, x16, &c);
+                n_cases++;
+            }
+        printf("     x16 %s %-5s %d thread%s: %d of %d shapes bit-identical to rows\n",
+               x16->desc, quant_type_name(type), n_threads, n_threads > 1 ? "s" : "", n_same,
+               n_cases);
+    }
+    if (rows) rows->ops->destroy(rows);
+    if (x16) x16->ops->destroy(x16);
+}
+
+/* weight_pack leaves w in rows; true when it did. */
+static bool stays_rows(al_backend *be, uint32_t type, int64_t n_out, int64_t view_rows) {
+    const mm_case c = {type, 256, n_out, 1, false};
+    uint64_t rb;
+    uint8_t *w = random_weights(type, c.n_in, n_out, &rb), *copy;
+    al_tensor t = packed_copy(be, w, rb, &c, view_rows, &copy);
+    const bool same = t.layout == AL_LAYOUT_ROWS && t.data == copy && !memcmp(copy, w, rb * n_out);
+    free(w), free(copy);
+    return same;
+}
+
+static void test_matmul_x16(void) {
+    al_backend *sc = backend(CPU_ISA_SCALAR, 1, 256, 8);
+    CHECK(sc && stays_rows(sc, AL_TYPE_Q4_0, 32, 32));
+    if (sc) sc->ops->destroy(sc);
+    if (!cpu_isa_available(CPU_ISA_AVX512)) {
+        TEST_SKIP("this CPU cannot run avx512, the only kernels that read the x16 layout");
+        return;
+    }
+    al_backend *be = backend(CPU_ISA_AVX512, 1, 256, 8);
+    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 17, 17) && stays_rows(be, AL_TYPE_Q4_0, 32, 8) &&
+          stays_rows(be, AL_TYPE_Q2_K, 32, 32) && stays_rows(be, AL_TYPE_F16, 32, 32));
+    if (be) cpu_backend_set_x16(be, false);
+    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 32, 32));
+    if (be) be->ops->destroy(be);
+    x16_cases(CPU_ACT_Q8, false, 1);
+    x16_cases(CPU_ACT_Q8X2, false, 3);
+    if (cpu_amx_unavailable()) {
+        TEST_SKIP("no AMX here (%s): x16 batches checked on VNNI only", cpu_amx_unavailable());
+        return;
+    }
+    x16_cases(CPU_ACT_Q8, true, 3);
+    x16_cases(CPU_ACT_Q8X2, true, 1);
 }
 
 /* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
@@ -1217,5 +1324,6 @@ int main(void) {
     TEST_RUN(test_matmul_avx2);
     TEST_RUN(test_matmul_avx512);
     TEST_RUN(test_matmul_amx);
+    TEST_RUN(test_matmul_x16);
     return test_finish();
 }

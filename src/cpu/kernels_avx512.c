@@ -170,12 +170,19 @@ typedef struct rows16 {
     const uint8_t *b[4]; /* rows 4k..4k+3 start at b[k] + {0, 1, 2, 3} * rb */
     int64_t rb, rb3;     /* row stride and 3 times it: a few registers address all rows */
     int64_t skip;        /* bytes from the start of each row to b[k] */
+    /* AL_LAYOUT_X16 (ops.h): byte off of the rows (from skip) lies in the unit of row 0
+     * at pk + 16 off, so that what the in-place reads gather or transpose is one load */
+    bool x16;
+    const uint8_t *pk;
 } rows16;
 
-INLINE void rows_init(rows16 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip) {
+/* x16 is a constant at every call, so each kernel compiles once per layout. */
+INLINE void rows_init(rows16 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip, bool x16) {
     rs->rb = (int64_t)row_bytes;
     rs->rb3 = 3 * rs->rb;
     rs->skip = skip;
+    rs->x16 = x16;
+    rs->pk = w + 16 * skip;
     for (int k = 0; k < 4; k++)
         rs->b[k] = w + 4 * k * rs->rb + skip;
 }
@@ -188,6 +195,12 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
 /* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
  * the rows, in the next panel's rows (R rows further on), which come next. */
 INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines) {
+    if (rs->x16) { /* one stream, which runs on into the next panel */
+#pragma GCC unroll 64
+        for (int l = 0; l < 16 * n_lines; l++)
+            _mm_prefetch((const char *)rs->pk + 16 * (off + PF_AHEAD) + 64 * l, _MM_HINT_T1);
+        return;
+    }
     const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 15 * rs->rb : 0);
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
@@ -196,8 +209,9 @@ INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines) {
             _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
 }
 
-/* The 4 bytes at offset off of every row. */
+/* The 4 bytes at offset off of every row (with x16, a field of 4-byte units). */
 INLINE __m512i gather32(const rows16 *rs, int64_t off) {
+    if (rs->x16) return _mm512_loadu_si512(rs->pk + 16 * off);
     const __m512i idx =
         _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                            _mm512_set1_epi32((int32_t)rs->rb));
@@ -211,11 +225,34 @@ INLINE __m512 gather_f16(__m512i g, int hi) {
 
 /* The fp16 number at offset off of every row. */
 INLINE __m512 gather_d(const rows16 *rs, int64_t off) {
+    if (rs->x16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rs->pk + 16 * off)));
     return gather_f16(gather32(rs, off), 0);
+}
+
+/* The two fp16 numbers at off and off + 2 of every row, as gather32 has them. */
+INLINE __m512i gather_2xf16(const rows16 *rs, int64_t off) {
+    if (!rs->x16) return gather32(rs, off);
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(rs->pk + 16 * off)));
+    const __m512i hi =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(rs->pk + 16 * (off + 2))));
+    return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+
+/* The byte at off of every row in the low byte of its lane (the other bytes: x16 zero,
+ * else what follows it). */
+INLINE __m512i gather_u8(const rows16 *rs, int64_t off) {
+    if (!rs->x16) return gather32(rs, off);
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rs->pk + 16 * off)));
 }
 
 /* d[j] = 4-byte group j of the 16 bytes at off, for every row. */
 INLINE void load_16x16(const rows16 *rs, int64_t off, __m512i d[4]) {
+    if (rs->x16) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            d[j] = _mm512_loadu_si512(rs->pk + 16 * (off + 4 * j));
+        return;
+    }
     __m512i a[4];
 #pragma GCC unroll 16
     for (int i = 0; i < 4; i++) {
@@ -240,6 +277,12 @@ INLINE void load_16x16(const rows16 *rs, int64_t off, __m512i d[4]) {
 /* g[j] = 4-byte group j of the 32 bytes at off, for every row: two 8x8 transposes of
  * 32-bit words, one per 256-bit half. */
 INLINE void load_16x32(const rows16 *rs, int64_t off, __m512i g[8]) {
+    if (rs->x16) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            g[j] = _mm512_loadu_si512(rs->pk + 16 * (off + 4 * j));
+        return;
+    }
     __m512i z[8], t[8], u[8];
 #pragma GCC unroll 16
     for (int i = 0; i < 4; i++) {
@@ -327,7 +370,9 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
     const int64_t off = i * g_legacy_size[kind];
     if (!(i & 1)) prefetch_rows(rs, off, 1); /* two blocks are at most 68 bytes */
     const bool has_m = kind == Q4_1 || kind == Q5_1;
-    const __m512i head = has_m || kind == MXFP4 ? gather32(rs, off) : _mm512_setzero_si512();
+    const __m512i head = has_m           ? gather_2xf16(rs, off)
+                         : kind == MXFP4 ? gather_u8(rs, off)
+                                         : _mm512_setzero_si512();
     const __m512 d = kind == MXFP4 ? e8m0_half16(head)
                      : has_m       ? gather_f16(head, 0)
                                    : gather_d(rs, off);
@@ -368,9 +413,9 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
 }
 
 INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
-                        uint8_t *panel) {
+                        uint8_t *panel, bool x16) {
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * g_legacy_size[kind]);
+    rows_init(&rs, w, row_bytes, blk0 * g_legacy_size[kind], x16);
     for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
         __m512i q[8];
         __m512 dw, m;
@@ -382,14 +427,21 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
     }
 }
 
-/* A panel short of 16 rows (the last of a matrix) takes the portable pack. */
+/* A panel short of 16 rows (the last of a matrix) takes the portable pack; an x16
+ * weight has none (cpu_x16_fits). */
 #define PACK_LEGACY(name, kind)                                                                    \
     static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
                      int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
         if (n_rows < R)                                                                            \
             cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
         else                                                                                       \
-            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel);                                   \
+            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, false);                            \
+    }                                                                                              \
+    static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,        \
+                           int64_t blk0, int64_t n_blk, uint8_t *panel) {                          \
+        (void)type;                                                                                \
+        AL_ASSERT(n_rows == R);                                                                    \
+        pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, true);                                 \
     }
 PACK_LEGACY(pack_q4_0, 0)
 PACK_LEGACY(pack_q4_1, 1)
@@ -406,7 +458,7 @@ INLINE __m512i byte_of(__m512i v, int k) {
 /* The 8 scales and mins of Q4_K/Q5_K for 16 rows (the layout of quant.c k4_scale_min)
  * from the 12 scale bytes at off + 4, into the 8 sub-blocks of a super-block. */
 INLINE void k4_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
-    const __m512i dd = gather32(rs, off);
+    const __m512i dd = gather_2xf16(rs, off);
     const __m512 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
     const __m512i s0 = gather32(rs, off + 4), s1 = gather32(rs, off + 8),
                   s2 = gather32(rs, off + 12);
@@ -455,10 +507,10 @@ INLINE void k45_chunk(bool five, const rows16 *rs, int64_t off, int c, const __m
 }
 
 INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
-                     uint8_t *panel) {
+                     uint8_t *panel, bool x16) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * t);
+    rows_init(&rs, w, row_bytes, blk0 * t, x16);
     for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
         const int64_t off = i * t;
         prefetch_rows(&rs, off, 3);
@@ -484,7 +536,7 @@ static void pack_q4_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     if (n_rows < R)
         cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
     else
-        pack_k45(false, w, row_bytes, blk0, n_blk, panel);
+        pack_k45(false, w, row_bytes, blk0, n_blk, panel, false);
 }
 
 static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
@@ -492,7 +544,21 @@ static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     if (n_rows < R)
         cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
     else
-        pack_k45(true, w, row_bytes, blk0, n_blk, panel);
+        pack_k45(true, w, row_bytes, blk0, n_blk, panel, false);
+}
+
+static void pack_q4_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    AL_ASSERT(n_rows == R);
+    pack_k45(false, w, row_bytes, blk0, n_blk, panel, true);
+}
+
+static void pack_q5_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    AL_ASSERT(n_rows == R);
+    pack_k45(true, w, row_bytes, blk0, n_blk, panel, true);
 }
 
 /* Q6_K: per half, quants from two 32-byte columns of ql and one of qh; 16 sub-blocks
@@ -525,8 +591,9 @@ INLINE void q6_half(const rows16 *rs, int64_t off, int half, __m512i l0[8], __m5
 /* dw of the 16 sub-blocks of the super-block at off, stored where a panel has them
  * (pb: 16 sub-blocks of cpu_sb_bytes(R, 16)), with m = -32 dw. */
 INLINE void q6_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
-    /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
-    const __m512 d = gather_f16(gather32(rs, off + 206), 1);
+    /* in place, d is the high half of the 4 bytes at 206 (208 would read past the
+     * block) */
+    const __m512 d = rs->x16 ? gather_d(rs, off + 208) : gather_f16(gather32(rs, off + 206), 1);
 #pragma GCC unroll 16
     for (int k = 0; k < 4; k++) {
         const __m512i sc = gather32(rs, off + 192 + 4 * k);
@@ -540,15 +607,11 @@ INLINE void q6_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
     }
 }
 
-static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
-                      int64_t n_blk, uint8_t *panel) {
-    if (n_rows < R) {
-        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
-        return;
-    }
+INLINE void pack_q6(const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                    uint8_t *panel, bool x16) {
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 210);
+    rows_init(&rs, w, row_bytes, blk0 * 210, x16);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 210;
         prefetch_rows(&rs, off, 4);
@@ -566,6 +629,21 @@ static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
 }
 
+static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_q6(w, row_bytes, blk0, n_blk, panel, false);
+}
+
+static void pack_q6_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    AL_ASSERT(n_rows == R);
+    pack_q6(w, row_bytes, blk0, n_blk, panel, true);
+}
+
 /* Q2_K: per half, 2-bit quants in one 32-byte column, bits 2g..2g+1 of byte l being
  * element 32g + l; sub-blocks of 16 with a 4-bit scale and a 4-bit min. */
 static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
@@ -576,7 +654,7 @@ static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 84);
+    rows_init(&rs, w, row_bytes, blk0 * 84, false);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 84;
         prefetch_rows(&rs, off, 2);
@@ -616,7 +694,7 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 110);
+    rows_init(&rs, w, row_bytes, blk0 * 110, false);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 110;
         prefetch_rows(&rs, off, 2);
@@ -796,9 +874,10 @@ INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m512 acc[
 /* A few tokens over a full panel of a legacy type, the weights read in place: the
  * blocks legacy_block would pack go straight into the sums, with the arithmetic of
  * mk_q_body to the bit, and no panel is stored and loaded again. */
-INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const bool mins) {
+INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const bool mins,
+                         const bool x16) {
     rows16 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind]);
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], x16);
     const uint8_t *x = a->act;
     __m512 acc[TT];
     inplace_start(a, nt, acc);
@@ -820,10 +899,10 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
 
 /* The same for Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32), with the
  * arithmetic of mk_q_body's K-quant path to the bit. */
-INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt) {
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const bool x16) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
     rows16 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t);
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, x16);
     _Alignas(64) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
     const uint8_t *x = a->act;
     __m512 acc[TT];
@@ -866,10 +945,10 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
 
 /* The same for Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), with the
  * arithmetic of mk_q_body's K-quant path to the bit. */
-INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) {
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210);
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, x16);
     _Alignas(64) uint8_t sc[16 * R * (16 + 8)]; /* dw and m where a panel has them */
     const uint8_t *x = a->act;
     __m512 acc[TT];
@@ -910,26 +989,32 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
     inplace_finish(a, nt, acc);
 }
 
-/* One copy per kernel token count (1 or 2), so that the loops over tokens unroll. */
+/* One copy per kernel token count (1 or 2) and layout, so that the loops over tokens
+ * unroll and the layout's reads are fixed. */
 #define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
-        if (a->n_tok == 1)                                                                         \
-            CALL(1);                                                                               \
+        if (a->n_tok == 1 && x16)                                                                  \
+            CALL(1, true);                                                                         \
+        else if (a->n_tok == 1)                                                                    \
+            CALL(1, false);                                                                        \
+        else if (x16)                                                                              \
+            CALL(2, true);                                                                         \
         else                                                                                       \
-            CALL(2);                                                                               \
+            CALL(2, false);                                                                        \
     } while (0)
 
 static void mk_q_inplace_512(const cpu_mk_args *a) {
     AL_ASSERT(a->n_rows == R && a->n_tok <= 2);
-#define Q4_0_(n) mk_q_inplace(a, Q4_0, n, false)
-#define Q4_1_(n) mk_q_inplace(a, Q4_1, n, true)
-#define Q5_0_(n) mk_q_inplace(a, Q5_0, n, false)
-#define Q5_1_(n) mk_q_inplace(a, Q5_1, n, true)
-#define Q8_0_(n) mk_q_inplace(a, Q8_0, n, false)
-#define MXFP4_(n) mk_q_inplace(a, MXFP4, n, false)
-#define Q4_K_(n) mk_q_inplace_k45(a, false, n)
-#define Q5_K_(n) mk_q_inplace_k45(a, true, n)
-#define Q6_K_(n) mk_q_inplace_q6(a, n)
+    const bool x16 = a->w_x16;
+#define Q4_0_(n, x) mk_q_inplace(a, Q4_0, n, false, x)
+#define Q4_1_(n, x) mk_q_inplace(a, Q4_1, n, true, x)
+#define Q5_0_(n, x) mk_q_inplace(a, Q5_0, n, false, x)
+#define Q5_1_(n, x) mk_q_inplace(a, Q5_1, n, true, x)
+#define Q8_0_(n, x) mk_q_inplace(a, Q8_0, n, false, x)
+#define MXFP4_(n, x) mk_q_inplace(a, MXFP4, n, false, x)
+#define Q4_K_(n, x) mk_q_inplace_k45(a, false, n, x)
+#define Q5_K_(n, x) mk_q_inplace_k45(a, true, n, x)
+#define Q6_K_(n, x) mk_q_inplace_q6(a, n, x)
     switch (a->w_type) {
     case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
     case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
@@ -1318,6 +1403,13 @@ static uint64_t sum_u64_512(const uint64_t *p, int64_t n) {
     return sum;
 }
 
+/* The types read in place for a few tokens, and those that also take the x16 layout:
+ * the same, as both read through rows16. */
+#define X16_TYPES                                                                                  \
+    (1ull << AL_TYPE_Q4_0 | 1ull << AL_TYPE_Q4_1 | 1ull << AL_TYPE_Q5_0 | 1ull << AL_TYPE_Q5_1 |     \
+     1ull << AL_TYPE_Q8_0 | 1ull << AL_TYPE_Q4_K | 1ull << AL_TYPE_Q5_K | 1ull << AL_TYPE_Q6_K |     \
+     1ull << AL_TYPE_MXFP4)
+
 const cpu_kernels cpu_kernels_avx512 = {
     .isa = CPU_ISA_AVX512,
     .rows = R,
@@ -1337,9 +1429,17 @@ const cpu_kernels cpu_kernels_avx512 = {
                [AL_TYPE_Q3_K] = pack_q3_k,
                [AL_TYPE_MXFP4] = pack_mxfp4},
     .mk_q = mk_q_512,
-    .inplace_types = 1u << AL_TYPE_Q4_0 | 1u << AL_TYPE_Q4_1 | 1u << AL_TYPE_Q5_0 |
-                     1u << AL_TYPE_Q5_1 | 1u << AL_TYPE_Q8_0 | 1u << AL_TYPE_Q4_K |
-                     1u << AL_TYPE_Q5_K | 1u << AL_TYPE_Q6_K | 1ull << AL_TYPE_MXFP4,
+    .inplace_types = X16_TYPES,
+    .x16_types = X16_TYPES,
+    .pack_x16 = {[AL_TYPE_Q4_0] = pack_q4_0_x16,
+                 [AL_TYPE_Q4_1] = pack_q4_1_x16,
+                 [AL_TYPE_Q5_0] = pack_q5_0_x16,
+                 [AL_TYPE_Q5_1] = pack_q5_1_x16,
+                 [AL_TYPE_Q8_0] = pack_q8_0_x16,
+                 [AL_TYPE_Q4_K] = pack_q4_k_x16,
+                 [AL_TYPE_Q5_K] = pack_q5_k_x16,
+                 [AL_TYPE_Q6_K] = pack_q6_k_x16,
+                 [AL_TYPE_MXFP4] = pack_mxfp4_x16},
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = attn_512,

@@ -171,6 +171,10 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
         return;
     }
     const int64_t blk0 = k0 / j->qt->block, n_blk = nk / j->qt->block;
+    if (j->w->layout == AL_LAYOUT_X16) {
+        k->pack_x16[j->w->type](j->w->type, w, rb, n_rows, blk0, n_blk, panel);
+        return;
+    }
     cpu_pack_q_fn pack = k->pack_q[j->w->type];
     if (pack)
         pack(j->w->type, w, rb, n_rows, blk0, n_blk, panel);
@@ -239,6 +243,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
         a.w_row_bytes = j->w->row_bytes;
         a.w_blk0 = k0 / j->qt->block;
         a.w_type = j->w->type;
+        a.w_x16 = j->w->layout == AL_LAYOUT_X16;
     }
     a.n_sb = nk / b;
     a.bsize = b;

@@ -91,6 +91,10 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act, a
  * with AL_ERR_UNSUPPORTED where cpu_amx_unavailable() says why, or the backend does
  * not run the AVX-512 kernels. */
 al_status cpu_backend_set_amx(al_backend *be, bool on);
+/* Whether weight_pack moves weights into the x16 layout where the kernels and the
+ * shape allow (on by default; cpu_backend_create: off for ANYLLM_X16=0). Weights
+ * already packed stay so. */
+void cpu_backend_set_x16(al_backend *be, bool on);
 
 /* ---- layouts ------------------------------------------------------------------------ */
 
@@ -162,6 +166,7 @@ typedef struct cpu_mk_args {
     uint64_t w_row_bytes;
     int64_t w_blk0;
     uint32_t w_type;
+    bool w_x16;        /* in place: w is in the AL_LAYOUT_X16 layout (cpu_x16_pack) */
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
                         * AMX: token 0's row at the same sub-block */
     int64_t act_stride; /* AMX: bytes between the rows of consecutive tokens */
@@ -282,6 +287,9 @@ typedef struct cpu_kernels {
                              * 1 or 2 tokens over a full panel, skipping the pack: few
                              * tokens use each packed panel once, so storing and
                              * reloading it is pure cost */
+    uint64_t x16_types; /* bit t: a type t weight may take AL_LAYOUT_X16 (R must be 16),
+                         * which mk_q reads in place and pack_x16[t] packs */
+    cpu_pack_q_fn pack_x16[AL_TYPE_COUNT];
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
@@ -325,6 +333,30 @@ void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset);
  * for a constant offset), as mk_q of cpu_kernels_avx512 gives it, bit for bit. */
 void cpu_amx_mk_q(const cpu_mk_args *a);
 
+/* ---- the x16 layout (x16.c) ------------------------------------------------------------
+ *
+ * In the rows layout a GEMV reads a panel of 16 rows as 16 interleaved streams and
+ * gathers or transposes each block's fields into lanes, one row per lane. AL_LAYOUT_X16
+ * stores each group of 16 rows the way the kernels consume them, in the same bytes:
+ * block by block, field by field, each field in units of 1, 2 or 4 bytes with the 16
+ * rows' units side by side. Byte o of a row's blocks (o counted from the group's first
+ * block) in a field of u-byte units starting at f lies at
+ *   16 (f + u k) + u r + (o - f - u k),   k = (o - f) / u,
+ * that is, row 0's unit at 16 times its offset in the row. A group takes 16 times a
+ * row's bytes, so group g starts where row 16 g did, and a view of whole groups keeps
+ * its offset. A GEMV then reads one sequential stream and loads each field of 16 rows
+ * with one vector load; the values are the same bytes, and so are the results.
+ */
+
+/* Whether a weight of this type, ne[1] rows and views of view_rows rows can take the
+ * layout: a type with fields in x16.c's table, and groups of 16 that no view splits. */
+bool cpu_x16_fits(uint32_t type, int64_t n_rows, int64_t view_rows);
+
+/* Rewrites groups [g0, g1) of 16 rows from the rows layout (src) into the x16 layout
+ * (dst, the same size); n_blk blocks per row, rows row_bytes apart. */
+void cpu_x16_pack(uint32_t type, const uint8_t *src, uint8_t *dst, uint64_t row_bytes,
+                  int64_t n_blk, int64_t g0, int64_t g1);
+
 /* The portable pack through cpu_qtype.decode, for any R; every ISA falls back to it. */
 void cpu_pack_q_generic(uint32_t type, int r, const uint8_t *w, uint64_t row_bytes, int n_rows,
                         int64_t blk0, int64_t n_blk, uint8_t *panel);
@@ -357,6 +389,9 @@ typedef struct cpu_backend {
     int act_tok;
     uint8_t *tls; /* fast ops: [n_threads][tls_bytes] panels and scratch */
     uint64_t tls_bytes;
+    bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
+    void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
+    int n_x16;
 } cpu_backend;
 
 static inline float *cpu_f32_row(const al_tensor *t, int64_t row) {

@@ -39,6 +39,7 @@ static float *work_for(cpu_backend *cb, int ith) {
 void ref_get_rows(al_backend *be, const al_tensor *table, const int32_t *ids, int n,
                   al_tensor *out) {
     (void)be;
+    AL_ASSERT(table->layout == AL_LAYOUT_ROWS);
     for (int i = 0; i < n; i++)
         quant_dequantize(table->type, cpu_raw_row(table, ids[i]), cpu_f32_row(out, i),
                          table->ne[0]);
@@ -208,6 +209,7 @@ void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al
                 al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
     AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
+    AL_ASSERT(w->layout == AL_LAYOUT_ROWS); /* weight_pack packs only for the fast kernels */
     pthread_mutex_lock(&cb->lock);
     AL_ASSERT(cb->work_per_thread >= (uint64_t)w->ne[0]);
     matmul_job j = {.cb = cb, .x = x, .w = w, .bias = bias, .out = out};
