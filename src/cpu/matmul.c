@@ -159,6 +159,13 @@ static void mm_zero_pad(const mm_job *j) {
                (size_t)((CPU_AMX_TOK - used) * j->tok_bytes));
 }
 
+/* n / d for n >= 0 and d a power of two (tiles, sub-blocks and blocks are): mm_args
+ * runs per panel, chunk and tile, and a division there was ~6% of a prompt's time. */
+static inline int64_t div_p2(int64_t n, int d) {
+    AL_ASSERT(d > 0 && (d & (d - 1)) == 0 && n >= 0);
+    return n >> __builtin_ctz((unsigned)d);
+}
+
 /* Unpacks K elements [k0, k0 + nk) of panel p, whose rows start at w. */
 static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, int64_t nk,
                     void *panel) {
@@ -170,7 +177,7 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
         k->pack_f(j->w->type, w, rb, n_rows, k0, nk, panel);
         return;
     }
-    const int64_t blk0 = k0 / j->qt->block, n_blk = nk / j->qt->block;
+    const int64_t blk0 = div_p2(k0, j->qt->block), n_blk = div_p2(nk, j->qt->block);
     if (j->w->layout == AL_LAYOUT_X16) {
         k->pack_x16[j->w->type](j->w->type, w, rb, n_rows, blk0, n_blk, panel);
         return;
@@ -235,17 +242,17 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
         return a;
     }
     const int b = j->qt->sub;
-    a.act = j->cb->act + (t0 / tt) * j->passes * j->tile_bytes +
-            (k0 / b) * cpu_sb_bytes(j->amx ? 1 : tt, b);
+    a.act = j->cb->act + div_p2(t0, tt) * j->passes * j->tile_bytes +
+            div_p2(k0, b) * cpu_sb_bytes(j->amx ? 1 : tt, b);
     a.act_stride = j->tok_bytes;
     if (!panel) {
         a.w = cpu_raw_row(j->w, p * r);
         a.w_row_bytes = j->w->row_bytes;
-        a.w_blk0 = k0 / j->qt->block;
+        a.w_blk0 = div_p2(k0, j->qt->block);
         a.w_type = j->w->type;
         a.w_x16 = j->w->layout == AL_LAYOUT_X16;
     }
-    a.n_sb = nk / b;
+    a.n_sb = div_p2(nk, b);
     a.bsize = b;
     a.group = j->qt->block;
     a.mins = j->fmt.offset == 0;
@@ -339,8 +346,11 @@ static void mm_gemv_part(void *arg, int ith, int nth) {
     while (mm_take(j, n_panels, &p0, &p1))
         for (int64_t p = p0; p < p1; p++) {
             const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
-            for (int64_t k0 = 0; k0 < n_in; k0 += j->kc) {
-                const int64_t nk = min64(j->kc, n_in - k0);
+            /* a short last panel is packed, in chunks that fit the buffer (with one
+             * pass, where kc may be all of K, the chunks do not change the sums) */
+            const int64_t kc = inplace ? j->kc : min64(j->kc, KC_GEMV);
+            for (int64_t k0 = 0; k0 < n_in; k0 += kc) {
+                const int64_t nk = min64(kc, n_in - k0);
                 if (!inplace) mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
                 mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
             }
@@ -399,6 +409,8 @@ static int64_t mm_chunk(const mm_job *j) {
     /* two passes add hi then lo per chunk, so the sum's order follows the chunk
      * boundaries: every batch size takes the same chunks (a full batch of 512 takes
      * about this size anyway) */
+    if (j->inplace && j->passes == 1) /* no panel to keep in L1: one call per panel */
+        return n_in;
     if (j->n_tok <= j->k->tile || j->passes > 1)
         kc = KC_GEMV;
     else if (j->amx) /* one pass: the chunks do not change the sums */
@@ -435,8 +447,11 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.tok0 = done;
         j.n_tok = min64(x->ne[1] - done, cb->act_tok);
         j.amx = qt && cb->amx && j.n_tok > cb->k->tile;
-        j.kc = mm_chunk(&j);
         j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
+        /* in place: one kernel call per panel chunk of at most 2 slots */
+        j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
+                    (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
+        j.kc = mm_chunk(&j);
         if (j.amx) {
             j.tok_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(1, qt->sub);
             j.tile_bytes = CPU_AMX_TOK * j.tok_bytes;
@@ -444,9 +459,6 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         } else if (qt) {
             j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);
         }
-        /* in place: one kernel call per panel chunk of at most 2 slots */
-        j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
-                    (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);
         else if (qt)
