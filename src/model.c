@@ -53,7 +53,9 @@ struct al_model {
     char features[256];    /* al_model_info.features */
     al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
     al_tensor output_norm; /* [n_embd] f32 */
-    al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied */
+    al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied (the backend may
+                            * hold its own copy for matmul: weight_pack) */
+    bool tied;             /* output.weight is token_embd.weight */
     layer_weights *layers; /* [n_layer] */
     float **owned;         /* f32 copies of 1-D tensors stored in other types */
     int n_owned;
@@ -426,7 +428,8 @@ static al_status bind_weights(al_model *m) {
         (st = bind(m, "output_norm.weight", m->n_embd, 0, false, &m->output_norm)) ||
         (st = bind(m, "output.weight", m->n_embd, m->n_vocab, true, &m->output)))
         return st;
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    m->tied = !m->output.data;
+    if (m->tied) m->output = m->tok_embd;
 
     al_tensor freqs;
     if ((st = bind(m, "rope_freqs.weight", m->rope.n_rot / 2, 0, true, &freqs))) return st;
@@ -464,21 +467,21 @@ static int64_t layer_view_rows(const al_model *m, int slot, const al_tensor *t) 
 
 /* Hands every weight to the backend (a GPU copies or imports them), then offers the
  * ones only matmul reads for a layout of the backend's own (weight_pack). The
- * embedding table is read by rows (get_rows) and stays as it is, and so does a tied
- * output matrix, which is the same table. */
+ * embedding table is read by rows (get_rows) and stays as it is; a tied output matrix,
+ * the same table, is offered as the output, so that the backend may keep a copy for
+ * matmul beside the rows. */
 static al_status load_weights(al_model *m, const al_model_params *p) {
     al_backend *be = m->be;
     al_status (*load)(al_backend *, al_tensor *) = be->ops->weight_load;
     al_status (*pack)(al_backend *, al_tensor *, int64_t) = be->ops->weight_pack;
     if (!load && !pack) return AL_OK;
-    bool tied = m->output.data == m->tok_embd.data;
     al_status st;
     if (load && ((st = load(be, &m->tok_embd)) || (st = load(be, &m->output_norm)))) return st;
-    if (tied)
+    if (m->tied)
         m->output = m->tok_embd;
-    else if ((load && (st = load(be, &m->output))) ||
-             (pack && (st = pack(be, &m->output, m->output.ne[1]))))
+    else if (load && (st = load(be, &m->output)))
         return st;
+    if (pack && (st = pack(be, &m->output, m->output.ne[1]))) return st;
     for (int il = 0; il < m->n_layer; il++) {
         for (int i = 0; i < L_COUNT; i++) {
             al_tensor *t = &m->layers[il].t[i];
@@ -557,7 +560,7 @@ static void describe_features(al_model *m) {
             m->n_layer, (double)m->rope_swa.freq_base);
     }
     if (m->softcap > 0) ADD(", logit soft-cap %g", (double)m->softcap);
-    ADD(", %s output", m->output.data == m->tok_embd.data ? "tied" : "separate");
+    ADD(", %s output", m->tied ? "tied" : "separate");
 #undef ADD
 }
 
@@ -594,7 +597,7 @@ static al_status load_text_parts(al_model *m) {
         return al_error(AL_ERR_FORMAT, "%s: the tokenizer has %d tokens (tokenizer.ggml.tokens) "
                         "but tensor 'token_embd.weight' has %d rows%s; they must be equal",
                         m->file->path, al_vocab_n_tokens(m->vocab), m->n_vocab,
-                        m->output.data != m->tok_embd.data ? " (and 'output.weight' too)" : "");
+                        !m->tied ? " (and 'output.weight' too)" : "");
     const gguf_kv *kv = gguf_find_key(m->file, "tokenizer.chat_template");
     if (kv && kv->type == GGUF_VT_STRING) {
         m->chat_template = al_malloc(kv->v.str.n + 1);
