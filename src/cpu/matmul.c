@@ -343,8 +343,22 @@ static void mm_gemv_part(void *arg, int ith, int nth) {
     const int64_t n_in = j->w->ne[0], n_panels = (j->w->ne[1] + r - 1) / r;
     void *panel = tls_for(j->cb, ith);
     int64_t p0, p1;
-    while (mm_take(j, n_panels, &p0, &p1))
-        for (int64_t p = p0; p < p1; p++) {
+    /* one pass in place takes K whole (mm_chunk): the arguments of one full panel
+     * become the next's by moving the pointers, without mm_args and mm_tile per panel */
+    const bool whole = j->inplace && j->passes == 1 && j->kc >= n_in;
+    while (mm_take(j, n_panels, &p0, &p1)) {
+        int64_t p = p0;
+        const int64_t full = min64(p1, j->w->ne[1] / r);
+        if (whole && p < full) {
+            cpu_mk_args a = mm_args(j, NULL, p, 0, n_in, 0, (int)j->n_tok);
+            for (; p < full; p++) {
+                j->k->mk_q(&a);
+                a.w += (uint64_t)r * a.w_row_bytes;
+                a.out += r;
+                if (a.bias) a.bias += r;
+            }
+        }
+        for (; p < p1; p++) {
             const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
             /* a short last panel is packed, in chunks that fit the buffer (with one
              * pass, where kc may be all of K, the chunks do not change the sums) */
@@ -355,6 +369,7 @@ static void mm_gemv_part(void *arg, int ith, int nth) {
                 mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
             }
         }
+    }
 }
 
 /* A batch: chunk k0 of every panel, over all tiles of tokens. */
