@@ -6,9 +6,11 @@
  * take groups of panels (R output rows) from a shared counter, so that a thread slowed
  * by anything else still finishes with the others, and per panel and K chunk unpack
  * the weights once and run the microkernel over every tile of tokens:
- *   - a few tokens (token generation): panel by panel, K in chunks small enough for
- *     the unpacked panel to stay in L1; the weights stream from memory once (the
- *     packs prefetch them: see kernels_avx512.c);
+ *   - a few tokens (token generation): panel by panel; the weights stream from memory
+ *     once, read in place by the kernel (all of K in one call, or with two passes in
+ *     chunks of KC_GEMV) or packed in chunks small enough for the panel to stay in
+ *     L1; the reads prefetch them (kernels_avx512.c), and the x16 layout (ops.h)
+ *     makes them one stream per thread;
  *   - a large batch (prompt processing): chunk by chunk, one pool run each, so that
  *     the chunk of every token's activations stays in L2 while all panels pass over
  *     it, and a panel's chunks are summed in order.
