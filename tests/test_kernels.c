@@ -559,6 +559,27 @@ static bool stays_rows(al_backend *be, uint32_t type, int64_t n_out, int64_t vie
     return same;
 }
 
+/* The AVX-512 rewrite writes cpu_x16_pack's bytes, for every type and from a group
+ * other than the first. */
+static void x16_rewrite_same(void) {
+    const cpu_kernels *k = kernels_of(CPU_ISA_AVX512);
+    CHECK(k->x16_pack != NULL);
+    for (size_t ti = 0; k->x16_pack && ti < sizeof g_x16_types / 4; ti++) {
+        const uint32_t type = g_x16_types[ti];
+        const int64_t n_in = 3 * 256, n_out = 48;
+        uint64_t rb;
+        uint8_t *w = random_weights(type, n_in, n_out, &rb);
+        const uint64_t n = rb * n_out;
+        uint8_t *a = calloc(1, n), *b = calloc(1, n);
+        const int64_t n_blk = n_in / quant_get_traits(type)->block_size;
+        cpu_x16_pack(type, w, a, rb, n_blk, 1, 3);
+        k->x16_pack(type, w, b, rb, n_blk, 1, 3);
+        CHECK_MSG(!memcmp(a, b, n) && memcmp(a + 16 * rb, w + 16 * rb, 32 * rb),
+                  "%s: the AVX-512 x16 rewrite differs from cpu_x16_pack", quant_type_name(type));
+        free(w), free(a), free(b);
+    }
+}
+
 static void test_matmul_x16(void) {
     al_backend *sc = backend(CPU_ISA_SCALAR, 1, 256, 8);
     CHECK(sc && stays_rows(sc, AL_TYPE_Q4_0, 32, 32));
@@ -573,6 +594,7 @@ static void test_matmul_x16(void) {
     if (be) cpu_backend_set_x16(be, false);
     CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 32, 32));
     if (be) be->ops->destroy(be);
+    x16_rewrite_same();
     x16_cases(CPU_ACT_Q8, false, 1);
     x16_cases(CPU_ACT_Q8X2, false, 3);
     if (cpu_amx_unavailable()) {

@@ -429,6 +429,7 @@ static void fast_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, in
 /* ---- weights in the x16 layout ------------------------------------------------------ */
 
 typedef struct x16_job {
+    cpu_x16_pack_fn pack;
     uint32_t type;
     const uint8_t *src;
     uint8_t *dst;
@@ -438,8 +439,8 @@ typedef struct x16_job {
 
 static void x16_part(void *arg, int ith, int nth) {
     const x16_job *j = arg;
-    cpu_x16_pack(j->type, j->src, j->dst, j->row_bytes, j->n_blk, j->n_groups * ith / nth,
-                 j->n_groups * (ith + 1) / nth);
+    j->pack(j->type, j->src, j->dst, j->row_bytes, j->n_blk, j->n_groups * ith / nth,
+            j->n_groups * (ith + 1) / nth);
 }
 
 /* The weight's bytes lie in the model file's read-only mapping (backend.h), so once
@@ -462,7 +463,8 @@ static al_status cpu_weight_pack(al_backend *be, al_tensor *w, int64_t view_rows
         return al_error(AL_ERR_NOMEM, "out of memory: %.1f MiB for a weight in the x16 layout "
                         "(ANYLLM_X16=0 reads the weights in place)", n_bytes / 1048576.0);
     if (n_bytes >= huge) madvise(dst, (size_t)n_bytes, MADV_HUGEPAGE);
-    x16_job j = {.type = w->type, .src = cpu_raw_row(w, 0), .dst = dst, .row_bytes = w->row_bytes,
+    x16_job j = {.pack = cb->k->x16_pack ? cb->k->x16_pack : cpu_x16_pack,
+                 .type = w->type, .src = cpu_raw_row(w, 0), .dst = dst, .row_bytes = w->row_bytes,
                  .n_blk = w->ne[0] / qt->block, .n_groups = w->ne[1] / 16};
     pthread_mutex_lock(&cb->lock);
     pool_run(cb->pool, x16_part, &j);

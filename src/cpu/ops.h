@@ -154,6 +154,10 @@ typedef void (*cpu_quant_fn)(const float *x, int64_t n, cpu_act_fmt f, uint8_t *
 typedef void (*cpu_pack_q_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
                               int64_t blk0, int64_t n_blk, uint8_t *panel);
 
+/* Rewrites groups of 16 rows into the x16 layout (cpu_x16_pack, below). */
+typedef void (*cpu_x16_pack_fn)(uint32_t type, const uint8_t *src, uint8_t *dst,
+                                uint64_t row_bytes, int64_t n_blk, int64_t g0, int64_t g1);
+
 /* The same for float weights: elements [k0, k0 + nk) into an f32 panel [nk][R]. */
 typedef void (*cpu_pack_f_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
                               int64_t k0, int64_t nk, float *panel);
@@ -290,6 +294,7 @@ typedef struct cpu_kernels {
     uint64_t x16_types; /* bit t: a type t weight may take AL_LAYOUT_X16 (R must be 16),
                          * which mk_q reads in place and pack_x16[t] packs */
     cpu_pack_q_fn pack_x16[AL_TYPE_COUNT];
+    cpu_x16_pack_fn x16_pack; /* the rewrite at load (cpu_x16_pack's bytes) */
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
@@ -348,12 +353,28 @@ void cpu_amx_mk_q(const cpu_mk_args *a);
  * with one vector load; the values are the same bytes, and so are the results.
  */
 
+/* A type's fields in block order: offset and size in bytes, and the unit (1, 2 or 4
+ * bytes) in which x16 sets 16 rows side by side. */
+typedef struct cpu_x16_field {
+    uint8_t off, size, unit;
+} cpu_x16_field;
+
+typedef struct cpu_x16_type {
+    int block_bytes;
+    int n_fields;
+    cpu_x16_field f[5];
+} cpu_x16_type;
+
+/* The fields of a type that takes the layout, or NULL. */
+const cpu_x16_type *cpu_x16_of(uint32_t type);
+
 /* Whether a weight of this type, ne[1] rows and views of view_rows rows can take the
  * layout: a type with fields in x16.c's table, and groups of 16 that no view splits. */
 bool cpu_x16_fits(uint32_t type, int64_t n_rows, int64_t view_rows);
 
 /* Rewrites groups [g0, g1) of 16 rows from the rows layout (src) into the x16 layout
- * (dst, the same size); n_blk blocks per row, rows row_bytes apart. */
+ * (dst, the same size); n_blk blocks per row, rows row_bytes apart. The portable
+ * definition; cpu_kernels.x16_pack does the same faster, byte for byte. */
 void cpu_x16_pack(uint32_t type, const uint8_t *src, uint8_t *dst, uint64_t row_bytes,
                   int64_t n_blk, int64_t g0, int64_t g1);
 
