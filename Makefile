@@ -103,7 +103,7 @@ VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_nor
 LDLIBS   += -ldl
 $(BUILD)/libanyllm.a: $(VK_OBJ)
 $(VK_OBJ): $(wildcard src/vulkan/*.h)
-$(VK_OBJ) $(BUILD)/src/backend.o $(BUILD)/tools/cmd_devices.o $(BUILD)/tools/cmd_info.o \
+$(VK_OBJ) $(BUILD)/src/backend.o $(BUILD)/tools/cmd_devices.o $(BUILD)/tools/cmd_info.o $(BUILD)/tools/cmd_bench.o \
 	$(BUILD)/tests/test_vulkan.o: CFLAGS += -DAL_HAVE_VULKAN
 $(BUILD)/src/vulkan/pipelines.o: CFLAGS += -I$(VK_GEN)
 $(BUILD)/src/vulkan/pipelines.o: $(VK_GEN)/vk_spirv.h
