@@ -1,4 +1,4 @@
-/* backend.c: choosing a backend by name.
+/* backend.c: choosing a backend by name, and the fused ops' plain fallbacks.
  *
  * "cpu" is always there. "vulkan" and "vulkan:N" exist when the build has the Vulkan
  * backend (AL_HAVE_VULKAN), which loads libvulkan at run time, so the same binary
@@ -56,6 +56,37 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out) {
     return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:precise, vulkan, vulkan:N, auto)",
                     spec);
 }
+
+/* ---- fused ops (backend.h) ---------------------------------------------------------- */
+
+void backend_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                        const al_tensor *bias, al_tensor *tmp, al_tensor *out) {
+    if (be->ops->matmul_add && be->ops->matmul_add(be, x, w, bias, out)) return;
+    be->ops->matmul(be, x, w, bias, tmp);
+    be->ops->add(be, out, tmp);
+}
+
+void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                        const al_tensor *wu, al_glu act, al_tensor *tmp, al_tensor *out) {
+    /* one kernel walks both weights row by row: they must match */
+    bool same = wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+                wg->row_bytes == wu->row_bytes;
+    if (same && be->ops->matmul_glu && be->ops->matmul_glu(be, x, wg, wu, act, out)) return;
+    be->ops->matmul(be, x, wg, NULL, out);
+    be->ops->matmul(be, x, wu, NULL, tmp);
+    if (act == AL_GLU_GELU) be->ops->gelu_mul(be, out, tmp);
+    else be->ops->silu_mul(be, out, tmp);
+}
+
+void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                     int head_dim, int pos0, const al_rope *rope) {
+    if (be->ops->rope_qk && be->ops->rope_qk(be, q, n_head, k, n_head_kv, head_dim, pos0, rope))
+        return;
+    be->ops->rope(be, q, n_head, head_dim, pos0, rope);
+    be->ops->rope(be, k, n_head_kv, head_dim, pos0, rope);
+}
+
+/* ---- contexts ---------------------------------------------------------------------------- */
 
 al_status backend_supports(al_backend *be, const al_model_shape *shape) {
     return be->ops->supports ? be->ops->supports(be, shape) : AL_OK;

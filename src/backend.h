@@ -72,6 +72,9 @@ typedef struct al_attn_shape {
     const struct al_tensor *sinks;
 } al_attn_shape;
 
+/* The activation of a gated FFN (matmul_glu): as silu_mul, or as gelu_mul. */
+typedef enum al_glu { AL_GLU_SILU, AL_GLU_GELU } al_glu;
+
 /* What a backend needs to know to say whether it can run a model (supports). */
 typedef struct al_model_shape {
     int n_vocab, n_embd, n_ff;
@@ -175,6 +178,24 @@ typedef struct al_backend_ops {
      * of the tokens routed to it. */
     void (*add_rows)(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
                      const float *w, int n);
+
+    /* Fused ops: each computes what the plain ops in its comment compute one after
+     * another, to the same rounding (every intermediate is an f32), in one pass over
+     * memory; on a GPU, one dispatch where decoding a token would take several. Each
+     * returns false, having done nothing, where this backend does not fuse the case
+     * (a batch size, a type, a length; fusion switched off), and NULL means never:
+     * then the caller runs the plain ops, which the backend_* helpers below do. */
+    /* out[t][o] += x[t] . w[o] (+ bias[o]): matmul into a temporary, then add (the
+     * residual add after the attention output and the FFN down projection). */
+    bool (*matmul_add)(al_backend *be, const al_tensor *x, const al_tensor *w,
+                       const al_tensor *bias, al_tensor *out);
+    /* out = act(x . wg) * (x . wu): two matmuls without bias, then silu_mul (AL_GLU_SILU)
+     * or gelu_mul (AL_GLU_GELU); wg and wu have one type and one shape. */
+    bool (*matmul_glu)(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                       const al_tensor *wu, al_glu act, al_tensor *out);
+    /* rope of q (n_head heads) then rope of k (n_head_kv heads), rows at pos0 + t. */
+    bool (*rope_qk)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                    int head_dim, int pos0, const al_rope *rope);
 } al_backend_ops;
 
 struct al_backend {
@@ -200,6 +221,16 @@ al_status backend_supports(al_backend *be, const al_model_shape *shape);
  * context_backend, or be itself; release it with backend_context_release. */
 al_status backend_for_context(al_backend *be, al_backend **out);
 void backend_context_release(al_backend *model_be, al_backend *context_be);
+
+/* The fused ops, or the plain ops they stand for where the backend declines (see
+ * al_backend_ops): the model calls these. tmp has out's shape; the plain path uses it
+ * as scratch and its contents are then lost. */
+void backend_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                        const al_tensor *bias, al_tensor *tmp, al_tensor *out);
+void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                        const al_tensor *wu, al_glu act, al_tensor *tmp, al_tensor *out);
+void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                     int head_dim, int pos0, const al_rope *rope);
 
 /* A view of rows [row0, row0 + n_rows) of t. */
 static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {

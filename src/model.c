@@ -970,8 +970,7 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
                            .scale = m->attn_scale, .window = swa ? m->swa_window : 0,
                            .sinks = opt(&m->layers[il].t[L_SINKS])};
     if (!seqs) {
-        op->rope(be, q, m->n_head, m->head_dim, c->n_past, rope);
-        op->rope(be, k, m->n_head_kv, m->head_dim, c->n_past, rope);
+        backend_rope_qk(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->n_past, rope);
         op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
         return;
     }
@@ -979,8 +978,7 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
         al_context *s = seqs[i];
         al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
         al_tensor vi = al_tensor_rows(v, i, 1), ai = al_tensor_rows(att, i, 1);
-        op->rope(be, &qi, m->n_head, m->head_dim, s->n_past, rope);
-        op->rope(be, &ki, m->n_head_kv, m->head_dim, s->n_past, rope);
+        backend_rope_qk(be, &qi, m->n_head, &ki, m->n_head_kv, m->head_dim, s->n_past, rope);
         shape.n_past = s->n_past;
         shape.n_tokens = 1;
         op->attention(be, &qi, &ki, &vi, &s->k_cache[il], &s->v_cache[il], &shape, &ai);
@@ -988,10 +986,18 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
 }
 
 
-/* x += [post-norm](sublayer output in xb): the residual add closing each block. */
-static void residual(const al_model *m, al_backend *be, al_tensor *x, al_tensor *xb,
-                     const al_tensor *post_norm) {
-    if (post_norm->data) be->ops->rms_norm(be, xb, post_norm, m->norm_eps, xb);
+/* x += [post-norm](in . w + bias): the output projection and the residual add that
+ * close each block, xb the scratch. Without a post-norm the add goes into the matmul
+ * (backend_matmul_add: one pass on a GPU). */
+static void project_residual(const al_model *m, al_backend *be, const al_tensor *in,
+                             const al_tensor *w, const al_tensor *bias, al_tensor *x,
+                             al_tensor *xb, const al_tensor *post_norm) {
+    if (!post_norm->data) {
+        backend_matmul_add(be, in, w, bias, xb, x);
+        return;
+    }
+    be->ops->matmul(be, in, w, bias, xb);
+    be->ops->rms_norm(be, xb, post_norm, m->norm_eps, xb);
     be->ops->add(be, x, xb);
 }
 
@@ -1012,8 +1018,7 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
     if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
     attend_rows(c, seqs, il, n, &q, &k, &v, &att);
-    op->matmul(be, &att, &t[L_WO], opt(&t[L_BO]), &xb);
-    residual(m, be, &x, &xb, &t[L_ATTN_POST_NORM]);
+    project_residual(m, be, &att, &t[L_WO], opt(&t[L_BO]), &x, &xb, &t[L_ATTN_POST_NORM]);
 }
 
 /* The dense FFN block of layer il: a gated SiLU or GELU feed-forward. */
@@ -1025,12 +1030,9 @@ static void ffn_block(al_context *c, int il, int n) {
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
-    op->matmul(be, &xb, &t[L_GATE], NULL, &hb);
-    op->matmul(be, &xb, &t[L_UP], NULL, &hb2);
-    if (m->ad->act == ACT_GELU) op->gelu_mul(be, &hb, &hb2);
-    else op->silu_mul(be, &hb, &hb2);
-    op->matmul(be, &hb, &t[L_DOWN], NULL, &xb);
-    residual(m, be, &x, &xb, &t[L_FFN_POST_NORM]);
+    backend_matmul_glu(be, &xb, &t[L_GATE], &t[L_UP], m->ad->act == ACT_GELU ? AL_GLU_GELU
+                       : AL_GLU_SILU, &hb2, &hb);
+    project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
 /* Each token's experts: the n_expert_used largest router logits (the lower index

@@ -13,7 +13,11 @@
  * The suite runs in three configurations of the one Vulkan device: the defaults
  * (weights imported, subgroup arithmetic), then as if the device were discrete
  * (staging uploads, unmapped activations, staged reads) without subgroup arithmetic,
- * then with weights copied into host-visible memory. The Khronos validation layer is
+ * then with weights copied into host-visible memory; the matmuls, plain and fused,
+ * also run on the GPUs' shaders (a CPU device otherwise takes matmul_rows.comp).
+ * The fused ops (matmul_add, matmul_glu, rope_qk) are compared with the reference
+ * op, which must equal the plain reference ops bit for bit, and a decode step must
+ * take the dispatches fusion leaves and the logits of the plain ops. The Khronos validation layer is
  * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
  * Two threads, each with its own context on one shared model, evaluate at once and
  * must get the logits each gets alone (every context has its own command stream).
@@ -313,6 +317,145 @@ static void test_rope(void) {
     one_rope(true, false, 7, 1.0f);
     one_rope(false, true, 1000, 0.5f);
     one_rope(true, true, 4000, 0.25f);
+}
+
+/* ---- fused ops (backend.h: matmul_add, matmul_glu, rope_qk) ------------------------------- */
+
+/* The same floats, bit for bit (NaN never appears: the inputs are finite). */
+static bool same_floats(const al_tensor *a, const al_tensor *b, size_t n_cols, int64_t rows) {
+    for (int64_t r = 0; r < rows; r++)
+        if (memcmp((char *)a->data + a->offset + (uint64_t)r * a->row_bytes,
+                   (char *)b->data + b->offset + (uint64_t)r * b->row_bytes, n_cols * 4))
+            return false;
+    return true;
+}
+
+/* out (a view from row 1, holding a residual) += x . w (+ bias): the Vulkan op against the
+ * reference op, and the reference op bit for bit against matmul then add. */
+static void one_matmul_add(uint32_t type, const pair *w, int64_t n_tok, bool bias) {
+    int64_t n_in = w->cols, n_out = w->rows;
+    float *xv = random_floats((size_t)(n_tok * n_in), 1.0f);
+    float *rv = random_floats((size_t)((n_tok + 1) * n_out), 2.0f);
+    pair x, out, plain, tmp, b;
+    act_pair(n_in, n_tok, xv, &x);
+    act_pair(n_out, n_tok + 1, rv, &out);
+    act_pair(n_out, n_tok + 1, rv, &plain);
+    act_pair(n_out, n_tok, NULL, &tmp);
+    if (bias) {
+        float *bv = random_floats((size_t)n_out, 1.0f);
+        weight_pair(AL_TYPE_F32, n_out, 1, memcpy(keep_alloc((size_t)n_out * 4), bv, (size_t)n_out * 4), &b);
+        free(bv);
+    }
+    const al_tensor *bc = bias ? &b.cpu : NULL, *bk = bias ? &b.vk : NULL;
+    al_tensor oc = al_tensor_rows(&out.cpu, 1, n_tok), ok = al_tensor_rows(&out.vk, 1, n_tok);
+    al_tensor pc = al_tensor_rows(&plain.cpu, 1, n_tok);
+    CHECK(g_cpu->ops->matmul_add(g_cpu, &x.cpu, &w->cpu, bc, &oc));
+    g_cpu->ops->matmul(g_cpu, &x.cpu, &w->cpu, bc, &tmp.cpu);
+    g_cpu->ops->add(g_cpu, &pc, &tmp.cpu);
+    CHECK_MSG(same_floats(&oc, &pc, (size_t)n_out, n_tok), "ref matmul_add %s differs from "
+              "matmul + add", quant_type_name(type));
+    CHECK_MSG(g_vk->ops->matmul_add(g_vk, &x.vk, &w->vk, bk, &ok), "matmul_add declined");
+    double e = compare(&out); /* row 0 too: it must still hold the residual */
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    CHECK_MSG(e <= tol, "matmul_add %s %lld tokens: NMSE %g", quant_type_name(type),
+              (long long)n_tok, e);
+    printf("  matmul_add %-5s [%lld]x[%lld->%lld]%s NMSE %.2e\n", quant_type_name(type),
+           (long long)n_tok, (long long)n_in, (long long)n_out, bias ? " +bias" : "", e);
+    free_pair(&x);
+    free_pair(&out);
+    free_pair(&plain);
+    free_pair(&tmp);
+    free(xv);
+    free(rv);
+}
+
+/* out = act(x . wg) * (x . wu): the Vulkan op (or, where it declines, the plain ops it
+ * stands for) against the reference op, and that bit for bit against the plain ops.
+ * Decoding (a few tokens) must fuse. */
+static void one_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_t n_tok,
+                           al_glu act) {
+    int64_t n_in = wg->cols, n_out = wg->rows;
+    float *xv = random_floats((size_t)((n_tok + 2) * n_in), 1.0f);
+    pair x, out, plain, tmp;
+    act_pair(n_in, n_tok + 2, xv, &x);
+    act_pair(n_out, n_tok, NULL, &out);
+    act_pair(n_out, n_tok, NULL, &plain);
+    act_pair(n_out, n_tok, NULL, &tmp);
+    al_tensor xc = al_tensor_rows(&x.cpu, 2, n_tok), xk = al_tensor_rows(&x.vk, 2, n_tok);
+    CHECK(g_cpu->ops->matmul_glu(g_cpu, &xc, &wg->cpu, &wu->cpu, act, &out.cpu));
+    g_cpu->ops->matmul(g_cpu, &xc, &wg->cpu, NULL, &plain.cpu);
+    g_cpu->ops->matmul(g_cpu, &xc, &wu->cpu, NULL, &tmp.cpu);
+    if (act == AL_GLU_GELU) g_cpu->ops->gelu_mul(g_cpu, &plain.cpu, &tmp.cpu);
+    else g_cpu->ops->silu_mul(g_cpu, &plain.cpu, &tmp.cpu);
+    CHECK_MSG(same_floats(&out.cpu, &plain.cpu, (size_t)n_out, n_tok), "ref matmul_glu %s "
+              "differs from matmul, matmul, %s", quant_type_name(type), act ? "gelu_mul" : "silu_mul");
+    bool fused = g_vk->ops->matmul_glu(g_vk, &xk, &wg->vk, &wu->vk, act, &out.vk);
+    CHECK_MSG(fused || n_tok > 8, "matmul_glu declined %lld tokens", (long long)n_tok);
+    if (!fused) backend_matmul_glu(g_vk, &xk, &wg->vk, &wu->vk, act, &tmp.vk, &out.vk);
+    double e = compare(&out);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    CHECK_MSG(e <= tol, "matmul_glu %s %s %lld tokens: NMSE %g", quant_type_name(type),
+              act ? "gelu" : "silu", (long long)n_tok, e);
+    printf("  matmul_glu %-5s %s [%lld]x[%lld->%lld] %s NMSE %.2e\n", quant_type_name(type),
+           act ? "gelu" : "silu", (long long)n_tok, (long long)n_in, (long long)n_out,
+           fused ? "fused" : "plain", e);
+    free_pair(&x);
+    free_pair(&out);
+    free_pair(&plain);
+    free_pair(&tmp);
+    free(xv);
+}
+
+static void test_fused_matmul(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int64_t n_in = awkward_cols(type), n_out = 67;
+        pair w, wu;
+        weight_pair(type, n_in, n_out, random_weight(type, n_in, n_out), &w);
+        weight_pair(type, n_in, n_out, random_weight(type, n_in, n_out), &wu);
+        /* 1, 3 and 8 tokens: matvec.comp on GPUs; 9 and 70 the tiled matmul.comp */
+        int64_t toks[] = {1, 3, 8, 9, 70};
+        for (int k = 0; k < 5; k++) {
+            one_matmul_add(type, &w, toks[k], k == 1 || k == 4);
+            one_matmul_glu(type, &w, &wu, toks[k], k % 2 ? AL_GLU_GELU : AL_GLU_SILU);
+        }
+    }
+}
+
+/* q (3 heads) and k (2 heads, a view from row 1) rotated in one op, against the
+ * reference op, and that bit for bit against two ropes. */
+static void test_rope_qk(void) {
+    int head_dim = 40, rows = 4;
+    float ff[16];
+    for (int i = 0; i < 16; i++) ff[i] = 1.0f + (float)i * 0.37f;
+    for (int neox = 0; neox < 2; neox++) {
+        al_rope rp = {.n_rot = 32, .neox = neox, .freq_base = 10000.0f, .freq_scale = 0.5f,
+                      .freq_factors = neox ? ff : NULL};
+        float *qv = random_floats((size_t)(3 * head_dim * rows), 1.0f);
+        float *kv = random_floats((size_t)(2 * head_dim * (rows + 1)), 1.0f);
+        pair q, k, q2, k2;
+        act_pair(3 * head_dim, rows, qv, &q);
+        act_pair(2 * head_dim, rows + 1, kv, &k);
+        act_pair(3 * head_dim, rows, qv, &q2);
+        act_pair(2 * head_dim, rows + 1, kv, &k2);
+        al_tensor kc = al_tensor_rows(&k.cpu, 1, rows), kk = al_tensor_rows(&k.vk, 1, rows);
+        al_tensor k2c = al_tensor_rows(&k2.cpu, 1, rows);
+        CHECK(g_cpu->ops->rope_qk(g_cpu, &q.cpu, 3, &kc, 2, head_dim, 100, &rp));
+        g_cpu->ops->rope(g_cpu, &q2.cpu, 3, head_dim, 100, &rp);
+        g_cpu->ops->rope(g_cpu, &k2c, 2, head_dim, 100, &rp);
+        CHECK_MSG(same_floats(&q.cpu, &q2.cpu, 3 * (size_t)head_dim, rows) &&
+                  same_floats(&kc, &k2c, 2 * (size_t)head_dim, rows), "ref rope_qk differs");
+        CHECK_MSG(g_vk->ops->rope_qk(g_vk, &q.vk, 3, &kk, 2, head_dim, 100, &rp), "rope_qk declined");
+        double eq = compare(&q), ek = compare(&k);
+        CHECK_MSG(eq <= 1e-6 && ek <= 1e-6, "rope_qk neox %d: NMSE q %g, k %g", neox, eq, ek);
+        printf("  rope_qk %s NMSE q %.2e, k %.2e\n", neox ? "neox" : "normal", eq, ek);
+        free_pair(&q);
+        free_pair(&k);
+        free_pair(&q2);
+        free_pair(&k2);
+        free(qv);
+        free(kv);
+    }
 }
 
 /* Prefill then decode steps, over more positions than one workgroup step (64). */
@@ -846,6 +989,54 @@ static void decode_model(const char *name, double max_nmse) {
     free(got);
 }
 
+/* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
+ * when the model cannot be run. */
+static bool decode_step(const char *tune, uint64_t *n_disp, float *logits, int n_vocab) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    setenv("ANYLLM_VK_TUNE", tune, 1);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    al_context *c = NULL;
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 8;
+    bool ok = al_model_load(path, &mp, &m) == AL_OK && al_context_create(m, &cp, &c) == AL_OK;
+    unsetenv("ANYLLM_VK_TUNE");
+    vk_backend_stats s0, s1;
+    int32_t tok[2] = {1, 334};
+    ok = ok && al_eval(c, tok, 1, NULL, false) == AL_OK &&
+         vk_backend_get_stats(model_backend(m), &s0) &&
+         al_eval(c, tok + 1, 1, logits, false) == AL_OK &&
+         vk_backend_get_stats(model_backend(m), &s1);
+    *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
+    al_context_destroy(c);
+    al_model_destroy(m);
+    (void)n_vocab;
+    return ok;
+}
+
+/* Op fusion, measured: a llama decode step takes 10 dispatches per layer (norm, q, k, v,
+ * rope of q and k, attention, output projection + residual, norm, gate.up + SiLU,
+ * down projection + residual) and 3 more (embedding, final norm, logits), where the
+ * plain ops took 15 per layer (ANYLLM_VK_TUNE=fuse=0); the logits stay the same. */
+static void test_dispatch_count(void) {
+    enum { N_VOCAB = 1024, N_LAYER = 4 };
+    static float fused[N_VOCAB], plain[N_VOCAB];
+    uint64_t n_fused = 0, n_plain = 0;
+    if (!decode_step("fuse=1", &n_fused, fused, N_VOCAB) ||
+        !decode_step("fuse=0", &n_plain, plain, N_VOCAB)) {
+        TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
+        return;
+    }
+    double e = nmse(fused, plain, N_VOCAB);
+    printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
+           (unsigned long long)n_fused, (unsigned long long)n_plain, e);
+    CHECK_MSG(n_fused == 10 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    CHECK_MSG(n_plain == 15 * N_LAYER + 3, "plain: %llu dispatches", (unsigned long long)n_plain);
+    CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
+}
+
 static void test_decode(void) {
     decode_model("ref-llama-f32", 1e-4);
     decode_model("ref-llama-Q4_K_M", 1e-3);
@@ -1125,6 +1316,8 @@ static void run_suite(const char *label) {
     TEST_RUN(test_rms_norm);
     TEST_RUN(test_matmul);
     TEST_RUN(test_rope);
+    TEST_RUN(test_fused_matmul);
+    TEST_RUN(test_rope_qk);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
@@ -1172,6 +1365,7 @@ int main(void) {
     run_suite("defaults");
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
+    TEST_RUN(test_dispatch_count);
     TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);
@@ -1198,6 +1392,18 @@ int main(void) {
         destroy_vk();
     }
     unsetenv("ANYLLM_VK_WEIGHTS");
+
+    /* a CPU device takes matmul_rows.comp for every matmul: the GPUs' matvec.comp and
+     * matmul.comp (and their fused builds) run here only when told to */
+    setenv("ANYLLM_VK_TUNE", "cpu_rows=0", 1);
+    if (create_vk()) {
+        printf("-- the GPU matmul shaders (cpu_rows=0): %s\n", g_vk->desc);
+        TEST_RUN(test_matmul);
+        TEST_RUN(test_fused_matmul);
+        TEST_RUN(check_validation);
+        destroy_vk();
+    }
+    unsetenv("ANYLLM_VK_TUNE");
 
     TEST_RUN(test_fence_timeout);
     g_cpu->ops->destroy(g_cpu);

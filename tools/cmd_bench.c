@@ -30,7 +30,11 @@
 #include "plot.h"
 #include "profile.h"
 #include "cpu/ops.h"
+#include "model.h"
 #include "util.h"
+#ifdef AL_HAVE_VULKAN
+#include "vulkan/vk_backend.h"
+#endif
 
 #ifndef AL_BUILD
 #define AL_BUILD "unknown"
@@ -66,6 +70,8 @@ typedef struct bench_result {
     double load_ms;
     double ts[MAX_REPS]; /* tokens/s per repetition */
     double mean_ts, sd_ts, mean_ms;
+    double dispatches;   /* Vulkan: compute dispatches recorded per token, mean of the
+                            timed repetitions; < 0 on other backends */
 } bench_result;
 
 /* ---- memory bandwidth --------------------------------------------------------------- */
@@ -174,20 +180,33 @@ static al_status fill_depth(al_context *c, const int32_t *ids, int depth) {
     return st;
 }
 
+/* Compute dispatches the Vulkan backend of m has recorded so far; -1 on other backends. */
+static double vk_dispatches(const al_model *m) {
+#ifdef AL_HAVE_VULKAN
+    vk_backend_stats vs;
+    if (vk_backend_get_stats(model_backend(m), &vs)) return (double)vs.n_dispatches;
+#endif
+    (void)m;
+    return -1;
+}
+
 /* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
- * returns seconds, or a negative value on failure. */
-static double run_once(al_context *c, const int32_t *all_ids, int depth, int n, bool is_pp,
-                       float *logits) {
+ * returns seconds, or a negative value on failure. *n_disp: the Vulkan dispatches of
+ * the timed part (-1 elsewhere). */
+static double run_once(const al_model *m, al_context *c, const int32_t *all_ids, int depth, int n,
+                       bool is_pp, float *logits, double *n_disp) {
     if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
     const int32_t *ids = all_ids + depth;
-    double t0 = al_time_s();
+    double d0 = vk_dispatches(m), t0 = al_time_s();
     if (is_pp) {
         if (al_eval(c, ids, n, logits, false) != AL_OK) return -1;
     } else {
         for (int i = 0; i < n; i++)
             if (al_eval(c, ids + i, 1, logits, false) != AL_OK) return -1;
     }
-    return al_time_s() - t0;
+    double dt = al_time_s() - t0;
+    *n_disp = d0 < 0 ? -1 : vk_dispatches(m) - d0;
+    return dt;
 }
 
 /* Erases the progress line, so that an error is a line of its own. */
@@ -195,18 +214,21 @@ static void clear_line(void) {
     if (isatty(2)) fprintf(stderr, "\r%-70s\r", "");
 }
 
-static int run_test(const bench_opts *o, al_context *c, int32_t *ids, float *logits,
-                    bench_result *r, int model_i) {
+static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32_t *ids,
+                    float *logits, bench_result *r, int model_i) {
     const char *kind = r->is_pp ? "pp" : "tg";
+    double n_disp = 0;
+    r->dispatches = 0;
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
         if (isatty(2)) /* a progress line is for a person watching, not for a log */
             fprintf(stderr, "\rbench: model %d/%d, %s, %s%d @ d%d, t=%d, %s %d/%d   ",
                     model_i + 1, o->n_models, r->backend, kind, r->n_tokens, r->n_depth,
                     r->n_threads, rep < 0 ? "warm-up" : "rep", rep < 0 ? 1 : rep + 1,
                     rep < 0 ? 1 : o->reps);
-        double dt = run_once(c, ids, r->n_depth, r->n_tokens, r->is_pp, logits);
+        double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &n_disp);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
+        if (rep >= 0) r->dispatches = n_disp < 0 ? -1 : r->dispatches + n_disp / r->n_tokens / o->reps;
     }
     double sum = 0, sq = 0;
     for (int i = 0; i < o->reps; i++) sum += r->ts[i];
@@ -278,7 +300,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         r->info.arch = r->arch; /* the model's own strings die with it */
         r->info.backend = r->backend;
         r->spec = backend;
-        rc = run_test(o, c, ids, logits, r, mi);
+        rc = run_test(o, m, c, ids, logits, r, mi);
     }
     free(ids);
     free(logits);
@@ -343,13 +365,16 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                "\"n_gen\": %d, \"n_depth\": %d, \"avg_ns\": %.0f, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
                "\"ttft_ms\": %.3f, \"load_ms\": %.3f, \"bandwidth_gbs\": %.2f, "
                "\"bytes_per_token\": %" PRIu64 ", \"roofline_pct\": %.2f, \"peak_rss_mib\": %.1f, "
-               "\"weights_copied_bytes\": %" PRIu64 "}%s\n",
+               "\"weights_copied_bytes\": %" PRIu64 "",
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
                r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
-               env->peak_rss_kib / 1024.0, r->info.n_bytes_copied, i + 1 < n ? "," : "");
+               env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
+        /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
+        if (r->dispatches >= 0) printf(", \"vk_dispatches_per_token\": %.2f", r->dispatches);
+        printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("]\n");
 }

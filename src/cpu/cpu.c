@@ -519,6 +519,9 @@ static const al_backend_ops cpu_ref_ops = {
     .scale = ref_scale,
     .add = ref_add,
     .add_rows = ref_add_rows,
+    .matmul_add = ref_matmul_add,
+    .matmul_glu = ref_matmul_glu,
+    .rope_qk = ref_rope_qk,
 };
 
 static const al_backend_ops cpu_fast_ops = {
@@ -543,6 +546,7 @@ static const al_backend_ops cpu_fast_ops = {
     .add = fast_add,
     .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
     .weight_pack = cpu_weight_pack,
+    /* no fused ops: the plain ones in turn (backend.c), as fast as the CPU gets them */
 };
 
 /* "cpu ISA[+amx] MODE" */

@@ -445,6 +445,13 @@ void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
 void ref_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
                   const float *w, int n);
+/* The fused ops, equal bit for bit to the plain reference ops they stand for. */
+bool ref_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                    const al_tensor *bias, al_tensor *out);
+bool ref_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                    const al_tensor *wu, al_glu act, al_tensor *out);
+bool ref_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                 int head_dim, int pos0, const al_rope *rope);
 
 /* Writes the batch's k and v ([n_tokens][n_head_kv * head_dim]) to rows p % cap of
  * the caches, after checking that the caches can hold what the batch needs

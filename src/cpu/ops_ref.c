@@ -162,11 +162,24 @@ void ref_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0, 
     }
 }
 
+bool ref_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                 int head_dim, int pos0, const al_rope *rope) {
+    ref_rope(be, q, n_head, head_dim, pos0, rope);
+    ref_rope(be, k, n_head_kv, head_dim, pos0, rope);
+    return true;
+}
+
 /* ---- matmul -------------------------------------------------------------------- */
+
+/* What a matmul job does with each product s = x[t] . w[o] (+ bias[o]): write it, add
+ * it to out (matmul_add), or, with the product of wu, apply a GLU (matmul_glu). */
+typedef enum matmul_mode { MM_WRITE, MM_ADD, MM_GLU_SILU, MM_GLU_GELU } matmul_mode;
 
 typedef struct matmul_job {
     cpu_backend *cb;
     const al_tensor *x, *w, *bias;
+    const al_tensor *wu; /* MM_GLU_*: the up projection, walked after w */
+    matmul_mode mode;
     al_tensor *out;
 } matmul_job;
 
@@ -185,6 +198,13 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
     return (s0 + s1) + (s2 + s3);
 }
 
+/* Row o of w as floats: in place for f32, else dequantized into buf. */
+static const float *weight_row(const al_tensor *w, int64_t o, float *buf) {
+    if (w->type == AL_TYPE_F32) return (const float *)cpu_raw_row(w, o);
+    quant_dequantize(w->type, cpu_raw_row(w, o), buf, w->ne[0]);
+    return buf;
+}
+
 static void matmul_part(void *arg, int ith, int nth) {
     matmul_job *j = arg;
     int64_t n_in = j->w->ne[0], n_out = j->w->ne[1], n_tok = j->x->ne[1];
@@ -193,28 +213,57 @@ static void matmul_part(void *arg, int ith, int nth) {
     float *wrow = work_for(j->cb, ith);
     const float *bias = j->bias ? cpu_f32_row(j->bias, 0) : NULL;
     for (int64_t o = o0; o < o1; o++) {
-        const float *wv = wrow;
-        if (j->w->type == AL_TYPE_F32)
-            wv = (const float *)cpu_raw_row(j->w, o);
-        else
-            quant_dequantize(j->w->type, cpu_raw_row(j->w, o), wrow, n_in);
+        const float *wv = weight_row(j->w, o, wrow);
         for (int64_t t = 0; t < n_tok; t++) {
             float s = dot_f32(cpu_f32_row(j->x, t), wv, n_in);
-            cpu_f32_row(j->out, t)[o] = bias ? s + bias[o] : s;
+            if (bias) s += bias[o];
+            float *d = &cpu_f32_row(j->out, t)[o];
+            *d = j->mode == MM_ADD ? *d + s : s;
+        }
+        if (j->mode != MM_GLU_SILU && j->mode != MM_GLU_GELU) continue;
+        /* out holds the gate's products; the up row reuses the one work row */
+        const float *uv = weight_row(j->wu, o, wrow);
+        for (int64_t t = 0; t < n_tok; t++) {
+            float *d = &cpu_f32_row(j->out, t)[o], g = *d;
+            float u = dot_f32(cpu_f32_row(j->x, t), uv, n_in);
+            /* the expressions of ref_silu_mul and ref_gelu_mul */
+            *d = j->mode == MM_GLU_GELU ? (float)(gelu_tanh(g) * u) : g / (1.0f + expf(-g)) * u;
         }
     }
 }
 
-void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
-                al_tensor *out) {
+static void run_matmul(al_backend *be, matmul_job *j) {
     cpu_backend *cb = (cpu_backend *)be;
+    const al_tensor *x = j->x, *w = j->w, *out = j->out;
     AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
     AL_ASSERT(w->layout == AL_LAYOUT_ROWS); /* weight_pack packs only for the fast kernels */
     pthread_mutex_lock(&cb->lock);
     AL_ASSERT(cb->work_per_thread >= (uint64_t)w->ne[0]);
-    matmul_job j = {.cb = cb, .x = x, .w = w, .bias = bias, .out = out};
-    pool_run(cb->pool, matmul_part, &j);
+    j->cb = cb;
+    pool_run(cb->pool, matmul_part, j);
     pthread_mutex_unlock(&cb->lock);
+}
+
+void ref_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                al_tensor *out) {
+    matmul_job j = {.x = x, .w = w, .bias = bias, .mode = MM_WRITE, .out = out};
+    run_matmul(be, &j);
+}
+
+bool ref_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                    const al_tensor *bias, al_tensor *out) {
+    matmul_job j = {.x = x, .w = w, .bias = bias, .mode = MM_ADD, .out = out};
+    run_matmul(be, &j);
+    return true;
+}
+
+bool ref_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                    const al_tensor *wu, al_glu act, al_tensor *out) {
+    AL_ASSERT(wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1]);
+    matmul_job j = {.x = x, .w = wg, .wu = wu, .out = out,
+                    .mode = act == AL_GLU_GELU ? MM_GLU_GELU : MM_GLU_SILU};
+    run_matmul(be, &j);
+    return true;
 }
 
 /* ---- attention ----------------------------------------------------------------- */

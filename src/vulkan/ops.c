@@ -291,11 +291,43 @@ static void pack_inputs(vk_backend *be, const al_tensor *x, int64_t t0, int64_t 
         }
 }
 
+/* What a matmul does with its products (backend.h): write them (matmul), add them to
+ * out (matmul_add), or combine them with those of an up projection (matmul_glu). */
+typedef struct mm_fuse {
+    bool add;
+    const al_tensor *wu; /* GLU: the up projection, w's type, shape and row_bytes */
+    al_glu act;
+} mm_fuse;
+
+/* One matmul_rows dispatch: rows [r0, r1) of the weights, token block b of a pass
+ * whose inputs are packed at block (s, b) of the scratch; pc has the fields that do not
+ * depend on them. */
+static void rows_dispatch(vk_backend *be, vk_pc_matmul_rows pc, const al_tensor *w,
+                          const al_tensor *bias, const mm_fuse *f, al_tensor *ob, uint64_t xs_at,
+                          int64_t r0, int64_t r1, int variant) {
+    VkDescriptorBufferInfo info[5];
+    uint32_t b_stride;
+    pc.n_out = (uint32_t)(r1 - r0), pc.row0 = (uint32_t)r0;
+    info[0] = (VkDescriptorBufferInfo){.buffer = be->s.scratch->buffer, .offset = xs_at,
+                                       .range = UBO_BYTES};
+    pc.w_off = bind(be, &info[1], w->data, w->offset + (uint64_t)r0 * w->row_bytes,
+                    (uint64_t)(r1 - r0) * w->row_bytes);
+    pc.b_off = bind_f32(be, &info[2], bias ? bias : ob, &b_stride);
+    pc.o_off = bind_f32(be, &info[3], ob, &pc.o_stride);
+    if (f->wu)
+        pc.u_off = bind(be, &info[4], f->wu->data, f->wu->offset + (uint64_t)r0 * w->row_bytes,
+                        (uint64_t)(r1 - r0) * w->row_bytes);
+    dispatch(be, f->wu ? VK_OP_MATMUL_ROWS_GLU : VK_OP_MATMUL_ROWS, w->type, variant, info, &pc,
+             sizeof pc, div_up(pc.n_out, be->sh->pl.tune.mr_wg), 1);
+}
+
 /* Every matmul of a CPU device: see matmul_rows.comp. Tokens go in blocks of NT (1,
  * 4 or 16), inputs in slices that fit a 64 KiB uniform buffer; the slices of one
- * output run in order (barriers between), the blocks of one slice together. */
-static void matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
-                        const al_tensor *bias, al_tensor *out) {
+ * output run in order (barriers between), the blocks of one slice together. A GLU
+ * needs whole sums before its activation: false, recording nothing, where the inputs
+ * take more than one slice. */
+static bool matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
+                        const al_tensor *bias, const mm_fuse *f, al_tensor *out) {
     int64_t n_tok = x->ne[1], n_out = w->ne[1], per = rows_per_binding(be, w->row_bytes);
     uint32_t n_in = (uint32_t)w->ne[0], variant = n_tok <= 1 ? 0 : n_tok <= 4 ? 1 : 2;
     uint32_t nt = 1u << (2 * variant);
@@ -303,6 +335,7 @@ static void matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
     uint32_t ks_max = (UBO_BYTES / sizeof(float) / nt) & ~63u;
     if (ks > ks_max) ks = ks_max;
     uint32_t n_slices = (uint32_t)div_up(n_in, ks);
+    if (f->wu && n_slices > 1) return false;
     uint64_t block_bytes = (uint64_t)nt * ks * sizeof(float);
     uint64_t blocks = be->s.scratch && be->s.scratch->size > UBO_BYTES
                           ? (be->s.scratch->size - UBO_BYTES) / block_bytes : 0;
@@ -310,79 +343,75 @@ static void matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
     if (tok_per_pass < 1 || per < 1) {
         vk_fail(be, AL_ERR_UNSUPPORTED, "matmul of %u inputs: the scratch reserved for %s is "
                 "too small (was reserve() called?)", n_in, be->sh->d.caps.name);
-        return;
+        return true;
     }
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_per_pass) {
         int64_t n = n_tok - t0 < tok_per_pass ? n_tok - t0 : tok_per_pass;
         uint64_t n_blocks = div_up((uint64_t)n, nt);
         int n_disp = (int)(n_blocks * n_slices * div_up((uint64_t)n_out, (uint64_t)per));
-        if (!vk_begin(be, n_disp, 0)) return;
+        if (!vk_begin(be, n_disp, 0)) return true;
         vk_hazard(be, x->data, false);
         vk_hazard(be, be->s.scratch, true);
         pack_inputs(be, x, t0, n, nt, ks, n_slices);
         vk_hazard(be, be->s.scratch, false);
         vk_hazard(be, w->data, false);
+        if (f->wu) vk_hazard(be, f->wu->data, false);
         if (bias) vk_hazard(be, bias->data, false);
         for (uint32_t s = 0; s < n_slices; s++) {
             vk_hazard(be, out->data, true); /* slice s adds to what slice s - 1 wrote */
             for (int64_t r0 = 0; r0 < n_out; r0 += per) {
                 int64_t r1 = r0 + per < n_out ? r0 + per : n_out;
                 for (uint64_t b = 0; b < n_blocks; b++) {
-                    VkDescriptorBufferInfo info[4];
                     al_tensor ob = al_tensor_rows(out, t0 + (int64_t)(b * nt), 1);
                     vk_pc_matmul_rows pc = {
-                        .n_k = (n_in - s * ks < ks ? n_in - s * ks : ks), .n_out = (uint32_t)(r1 - r0),
+                        .n_k = (n_in - s * ks < ks ? n_in - s * ks : ks),
                         .n_tok = (uint32_t)((uint64_t)n - b * nt < nt ? (uint64_t)n - b * nt : nt),
                         .k0 = s * ks, .xs_stride = ks / 4, .w_row_bytes = (uint32_t)w->row_bytes,
-                        .has_bias = bias != NULL, .accumulate = s > 0, .row0 = (uint32_t)r0};
-                    uint32_t b_stride;
-                    info[0] = (VkDescriptorBufferInfo){.buffer = be->s.scratch->buffer,
-                                                       .offset = (s * n_blocks + b) * block_bytes,
-                                                       .range = UBO_BYTES};
-                    pc.w_off = bind(be, &info[1], w->data, w->offset + (uint64_t)r0 * w->row_bytes,
-                                    (uint64_t)(r1 - r0) * w->row_bytes);
-                    pc.b_off = bind_f32(be, &info[2], bias ? bias : x, &b_stride);
+                        .has_bias = bias && s == 0, .accumulate = s > 0 || f->add,
+                        .act = (uint32_t)f->act};
                     ob.ne[1] = pc.n_tok;
-                    pc.o_off = bind_f32(be, &info[3], &ob, &pc.o_stride);
-                    dispatch(be, VK_OP_MATMUL_ROWS, w->type, (int)variant, info, &pc, sizeof pc,
-                             div_up(pc.n_out, be->sh->pl.tune.mr_wg), 1);
+                    rows_dispatch(be, pc, w, bias, f, &ob, (s * n_blocks + b) * block_bytes, r0,
+                                  r1, (int)variant);
                 }
             }
         }
     }
+    return true;
 }
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 
-void vk_op_matmul(al_backend *base, const al_tensor *x, const al_tensor *w,
-                  const al_tensor *bias, al_tensor *out) {
-    vk_backend *be = (vk_backend *)base;
-    AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
-    if (be->sh->pl.tune.cpu_rows) {
-        matmul_rows(be, x, w, bias, out);
-        return;
-    }
+/* The matmuls of GPUs: matvec.comp for a few tokens, else the tiled matmul.comp. A GLU
+ * is fused in matvec only: false, recording nothing, for larger batches or where the
+ * doubled partial sums would not fit shared memory. */
+static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
+                       const al_tensor *bias, const mm_fuse *f, al_tensor *out) {
     const vk_tuning *tu = &be->sh->pl.tune;
     int64_t per = rows_per_binding(be, w->row_bytes), n_out = w->ne[1];
     uint32_t n_tok = (uint32_t)x->ne[1];
     bool mv = n_tok <= tu->mv_max_tok;
     int nt_variant = n_tok <= 1 ? 0 : n_tok <= 2 ? 1 : n_tok <= 4 ? 2 : 3; /* NT = 1 << it */
+    if (f->wu && (!mv || 2ull * (1u << nt_variant) * tu->mv_nr * tu->mv_wg * sizeof(float) >
+                             be->sh->d.caps.shared_bytes))
+        return false;
     if (per < 1) {
         vk_fail(be, AL_ERR_UNSUPPORTED, "a weight row of %llu bytes exceeds one binding",
                 (unsigned long long)w->row_bytes);
-        return;
+        return true;
     }
-    if (!vk_begin(be, (int)div_up((uint64_t)n_out, (uint64_t)per), 0)) return;
+    if (!vk_begin(be, (int)div_up((uint64_t)n_out, (uint64_t)per), 0)) return true;
     vk_hazard(be, x->data, false);
     vk_hazard(be, w->data, false);
+    if (f->wu) vk_hazard(be, f->wu->data, false);
     if (bias) vk_hazard(be, bias->data, false);
     vk_hazard(be, out->data, true);
     for (int64_t r0 = 0; r0 < n_out; r0 += per) {
         int64_t r1 = r0 + per < n_out ? r0 + per : n_out;
-        VkDescriptorBufferInfo info[4];
+        VkDescriptorBufferInfo info[5];
         vk_pc_matmul pc = {.n_in = (uint32_t)w->ne[0], .n_out = (uint32_t)(r1 - r0),
                            .n_tok = n_tok, .w_row_bytes = (uint32_t)w->row_bytes,
-                           .has_bias = bias != NULL, .row0 = (uint32_t)r0};
+                           .has_bias = bias != NULL, .row0 = (uint32_t)r0,
+                           .accumulate = f->add, .act = (uint32_t)f->act};
         uint32_t b_stride;
         pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
         /* the shaders read rows of 4k inputs as vec4: they must start at 4k floats */
@@ -392,13 +421,48 @@ void vk_op_matmul(al_backend *base, const al_tensor *x, const al_tensor *w,
         /* without a bias, x stands in: the binding must be valid, it is never read */
         pc.b_off = bind_f32(be, &info[2], bias ? bias : x, &b_stride);
         pc.o_off = bind_f32(be, &info[3], out, &pc.o_stride);
+        if (f->wu)
+            pc.u_off = bind(be, &info[4], f->wu->data, f->wu->offset + (uint64_t)r0 * w->row_bytes,
+                            (uint64_t)(r1 - r0) * w->row_bytes);
         if (mv)
-            dispatch(be, VK_OP_MATVEC, w->type, nt_variant, info, &pc, sizeof pc,
-                     div_up(pc.n_out, tu->mv_nr), 1);
+            dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type, nt_variant, info, &pc,
+                     sizeof pc, div_up(pc.n_out, tu->mv_nr), 1);
         else
             dispatch(be, VK_OP_MATMUL, w->type, 0, info, &pc, sizeof pc,
                      div_up(pc.n_out, tu->mm_bm), (uint32_t)div_up(n_tok, tu->mm_bn));
     }
+    return true;
+}
+
+static bool matmul(vk_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
+                   const mm_fuse *f, al_tensor *out) {
+    AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
+    AL_ASSERT(!f->wu || (f->wu->type == w->type && f->wu->ne[0] == w->ne[0] &&
+                         f->wu->ne[1] == w->ne[1] && f->wu->row_bytes == w->row_bytes && !bias));
+    return be->sh->pl.tune.cpu_rows ? matmul_rows(be, x, w, bias, f, out)
+                                    : matmul_gpu(be, x, w, bias, f, out);
+}
+
+void vk_op_matmul(al_backend *base, const al_tensor *x, const al_tensor *w,
+                  const al_tensor *bias, al_tensor *out) {
+    const mm_fuse plain = {0};
+    matmul((vk_backend *)base, x, w, bias, &plain, out);
+}
+
+/* The fused ops (backend.h): one dispatch instead of two or three when decoding;
+ * ANYLLM_VK_TUNE=fuse=0 declines them all, so the plain ops run (measurements). */
+bool vk_op_matmul_add(al_backend *base, const al_tensor *x, const al_tensor *w,
+                      const al_tensor *bias, al_tensor *out) {
+    vk_backend *be = (vk_backend *)base;
+    const mm_fuse add = {.add = true};
+    return be->sh->pl.tune.fuse && matmul(be, x, w, bias, &add, out);
+}
+
+bool vk_op_matmul_glu(al_backend *base, const al_tensor *x, const al_tensor *wg,
+                      const al_tensor *wu, al_glu act, al_tensor *out) {
+    vk_backend *be = (vk_backend *)base;
+    const mm_fuse glu = {.wu = wu, .act = act};
+    return be->sh->pl.tune.fuse && matmul(be, x, wg, NULL, &glu, out);
 }
 
 /* ---- rope -------------------------------------------------------------------------------- */
@@ -430,24 +494,43 @@ static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *
     return off;
 }
 
-void vk_op_rope(al_backend *base, al_tensor *x, int n_head, int head_dim, int pos0,
-                const al_rope *rope) {
-    vk_backend *be = (vk_backend *)base;
-    AL_ASSERT(x->ne[0] >= (int64_t)n_head * head_dim && rope->n_rot <= head_dim);
-    int n_rows = (int)x->ne[1], half = rope->n_rot / 2;
+/* Rotates the n_head heads of x and, when y is not NULL, the n_head_y heads of y
+ * (rows at the same positions) in one dispatch. */
+static void rope(vk_backend *be, al_tensor *x, int n_head, al_tensor *y, int n_head_y,
+                 int head_dim, int pos0, const al_rope *rp) {
+    AL_ASSERT(x->ne[0] >= (int64_t)n_head * head_dim && rp->n_rot <= head_dim);
+    AL_ASSERT(!y || (y->ne[0] >= (int64_t)n_head_y * head_dim && y->ne[1] == x->ne[1]));
+    int n_rows = (int)x->ne[1], half = rp->n_rot / 2;
     if (half == 0 || n_rows == 0) return;
     uint64_t table_bytes = (uint64_t)n_rows * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, table_bytes)) return;
-    uint64_t cs_off = rope_table(be, pos0, n_rows, rope);
+    uint64_t cs_off = rope_table(be, pos0, n_rows, rp);
     vk_hazard(be, x->data, true);
-    VkDescriptorBufferInfo info[2];
+    if (y && y->data != x->data) vk_hazard(be, y->data, true);
+    VkDescriptorBufferInfo info[3];
     vk_pc_rope pc = {.n_rows = (uint32_t)n_rows, .n_head = (uint32_t)n_head,
                      .head_dim = (uint32_t)head_dim, .half = (uint32_t)half,
-                     .neox = rope->neox};
+                     .neox = rp->neox, .n_head_y = y ? (uint32_t)n_head_y : 0};
     pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
     pc.cs_off = bind(be, &info[1], be->s.upload, cs_off, table_bytes) / (uint32_t)sizeof(float);
-    dispatch(be, VK_OP_ROPE, 0, 0, info, &pc, sizeof pc,
-             div_up((uint64_t)half * (uint64_t)n_head, be->sh->pl.tune.rope_wg), (uint32_t)n_rows);
+    /* without y, x stands in: the binding must be valid, it is never read */
+    pc.y_off = bind_f32(be, &info[2], y ? y : x, &pc.y_stride);
+    uint64_t n_pairs = (uint64_t)half * (pc.n_head + pc.n_head_y);
+    dispatch(be, VK_OP_ROPE, 0, 0, info, &pc, sizeof pc, div_up(n_pairs, be->sh->pl.tune.rope_wg),
+             (uint32_t)n_rows);
+}
+
+void vk_op_rope(al_backend *base, al_tensor *x, int n_head, int head_dim, int pos0,
+                const al_rope *rp) {
+    rope((vk_backend *)base, x, n_head, NULL, 0, head_dim, pos0, rp);
+}
+
+bool vk_op_rope_qk(al_backend *base, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                   int head_dim, int pos0, const al_rope *rp) {
+    vk_backend *be = (vk_backend *)base;
+    if (!be->sh->pl.tune.fuse) return false;
+    rope(be, q, n_head, k, n_head_kv, head_dim, pos0, rp);
+    return true;
 }
 
 /* ---- attention --------------------------------------------------------------------------- */

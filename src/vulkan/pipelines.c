@@ -45,12 +45,14 @@ static const struct {
     [VK_OP_SWIGLU_OAI] = {"swiglu_oai", 2, 0, false, false},
     [VK_OP_SCALE] = {"scale", 1, 0, false, false},
     [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false},
-    [VK_OP_ROPE] = {"rope", 2, 0, false, false},
+    [VK_OP_ROPE] = {"rope", 3, 0, false, false},
     [VK_OP_ATTENTION] = {"attention", 5, 0, true, false},
     [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true},
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true},
     [VK_OP_MATMUL_ROWS] = {"matmul_rows", 4, 1u << 0, false, true},
+    [VK_OP_MATVEC_GLU] = {"matvec_glu", 5, 0, true, true},
+    [VK_OP_MATMUL_ROWS_GLU] = {"matmul_rows_glu", 5, 1u << 0, false, true},
     [VK_OP_COPY] = {"copy", 2, 0, false, false},
 };
 
@@ -98,6 +100,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
+        .fuse = 1,
     };
     /* CPU devices take matmul_rows.comp, which needs subgroup shuffles, subgroups of 4
      * or more and 64 KiB uniform buffers */
@@ -122,6 +125,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},     {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
         {"mm_bm", offsetof(vk_tuning, mm_bm)},     {"mm_bn", offsetof(vk_tuning, mm_bn)},
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
+        {"fuse", offsetof(vk_tuning, fuse)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
@@ -221,11 +225,11 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         v[0] = t->attn_wg, v[1] = t->attn_max_hd;
         *wg = v[0];
         return 2;
-    case VK_OP_MATVEC:
+    case VK_OP_MATVEC: case VK_OP_MATVEC_GLU:
         v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << variant;
         *wg = v[0];
         return 3;
-    case VK_OP_MATMUL_ROWS:
+    case VK_OP_MATMUL_ROWS: case VK_OP_MATMUL_ROWS_GLU:
         v[0] = t->mr_wg, v[1] = 1u << (2 * variant), v[2] = t->mr_sg; /* NT = 1, 4, 16 */
         *wg = v[0];
         return 3;

@@ -71,7 +71,9 @@ typedef struct vk_pc_get_rows {
 _Static_assert(sizeof(vk_pc_get_rows) == 32, "mirror of get_rows.comp");
 
 /* matvec.comp, matmul.comp: out[t][row0 + o] = x[t] . w[o] (+ bias[row0 + o]) for the
- * n_out weight rows of this dispatch's binding. */
+ * n_out weight rows of this dispatch's binding; accumulate: out += that (matmul_add).
+ * matvec.comp's GLU build: out = act(x . w[o]) * (x . u[o]), u's rows at u_off bytes
+ * of binding 4, with w's row_bytes; act 0 is SiLU, 1 GELU (backend.h al_glu). */
 typedef struct vk_pc_matmul {
     uint32_t n_in, n_out, n_tok;
     uint32_t x_off, x_stride;
@@ -79,12 +81,15 @@ typedef struct vk_pc_matmul {
     uint32_t b_off, has_bias;
     uint32_t o_off, o_stride;
     uint32_t row0;
+    uint32_t accumulate;
+    uint32_t u_off, act;         /* bytes; al_glu */
 } vk_pc_matmul;
-_Static_assert(sizeof(vk_pc_matmul) == 48, "mirror of matvec.comp / matmul.comp");
+_Static_assert(sizeof(vk_pc_matmul) == 60, "mirror of matvec.comp / matmul.comp");
 
 /* matmul_rows.comp (CPU devices): one slice [k0, k0 + n_k) of the inputs of n_tok <= NT
- * tokens, packed into a uniform buffer with xs_stride vec4s per token; accumulate
- * is 0 for the first slice (which adds the bias) and 1 for the others. */
+ * tokens, packed into a uniform buffer with xs_stride vec4s per token; has_bias is set
+ * for the first slice only, accumulate for the others and, with matmul_add, for the
+ * first too. The GLU build: u_off and act as in vk_pc_matmul, one slice. */
 typedef struct vk_pc_matmul_rows {
     uint32_t n_k, n_out, n_tok;
     uint32_t k0, xs_stride;
@@ -92,18 +97,21 @@ typedef struct vk_pc_matmul_rows {
     uint32_t b_off, has_bias, accumulate;
     uint32_t o_off, o_stride;
     uint32_t row0;
+    uint32_t u_off, act;         /* bytes; al_glu */
 } vk_pc_matmul_rows;
-_Static_assert(sizeof(vk_pc_matmul_rows) == 52, "mirror of matmul_rows.comp");
+_Static_assert(sizeof(vk_pc_matmul_rows) == 60, "mirror of matmul_rows.comp");
 
 /* rope.comp: rotates pairs of each head with cos/sin from a table of [n_rows][half]
- * (cos, sin) pairs computed on the host in double precision. */
+ * (cos, sin) pairs computed on the host in double precision: the n_head heads of x,
+ * then the n_head_y heads of y (binding 2; rope_qk's k, else 0 heads). */
 typedef struct vk_pc_rope {
     uint32_t n_rows, n_head, head_dim, half;
     uint32_t neox;
     uint32_t x_off, x_stride;
     uint32_t cs_off;
+    uint32_t n_head_y, y_off, y_stride;
 } vk_pc_rope;
-_Static_assert(sizeof(vk_pc_rope) == 32, "mirror of rope.comp");
+_Static_assert(sizeof(vk_pc_rope) == 44, "mirror of rope.comp");
 
 /* attention.comp: causal attention of n_tok queries, query t at position n_past + t
  * over positions 0 .. n_past + t (window 0) or its last `window` ones; position j is

@@ -178,11 +178,12 @@ void vk_buf_destroy(vk_device *d, vk_buf *b);
 typedef enum vk_op {
     VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
+    VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
     VK_OP_COPY,
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention has 5 bindings */
+enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention and the GLU builds: 5 */
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
@@ -206,6 +207,7 @@ typedef struct vk_tuning {
     uint32_t mr_sg;                       /* matmul_rows: the subgroup size it assumes */
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block */
     uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
+    uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
 } vk_tuning;
 
 typedef struct vk_pipelines {
@@ -352,6 +354,12 @@ void vk_op_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int3
 /* Records d = s over n bytes (a multiple of 16) with copy.comp. */
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n);
 void vk_op_add(al_backend *be, al_tensor *x, const al_tensor *y);
+bool vk_op_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                      const al_tensor *bias, al_tensor *out);
+bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                      const al_tensor *wu, al_glu act, al_tensor *out);
+bool vk_op_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                   int head_dim, int pos0, const al_rope *rope);
 
 /* ---- storage (memory.c) ----------------------------------------------------------- */
 

@@ -97,6 +97,9 @@ static const al_backend_ops vk_ops_table = {
     .scale = vk_op_scale,
     .add = vk_op_add,
     .add_rows = vk_op_add_rows,
+    .matmul_add = vk_op_matmul_add,
+    .matmul_glu = vk_op_matmul_glu,
+    .rope_qk = vk_op_rope_qk,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 #version 450
-// matmul.comp: out[t][row0 + o] = x[t] . w[o] (+ bias) for a batch of tokens (prompt
-// processing). Each workgroup computes a tile of BM weight rows x BN tokens: per step
+// matmul.comp: out[t][row0 + o] (+)= x[t] . w[o] (+ bias) for a batch of tokens (prompt
+// processing); accumulate adds the product to out (matmul_add, backend.h). Each workgroup computes a tile of BM weight rows x BN tokens: per step
 // of BK inputs it dequantizes the weight tile and loads the token tile into shared
 // memory once, then every invocation accumulates a TM x TN block of the tile from
 // there, so each weight element is dequantized once per BN tokens instead of once
@@ -28,11 +28,12 @@ layout(push_constant) uniform Push { // vk_pc_matmul in push.h
     uint b_off, has_bias;
     uint o_off, o_stride;
     uint row0;
+    uint accumulate, u_off, act; // matvec.comp's GLU build only reads u_off and act
 } p;
 
 layout(binding = 0, std430) readonly buffer X { float x[]; };
 layout(binding = 2, std430) readonly buffer B { float bias[]; };
-layout(binding = 3, std430) writeonly buffer O { float o[]; };
+layout(binding = 3, std430) buffer O { float o[]; };
 
 shared float As[BK * BM]; // [k][row]
 shared float Bs[BK * BN]; // [k][token]
@@ -81,7 +82,9 @@ void main() {
         float bv = p.has_bias != 0 ? bias[p.b_off + col] : 0.0;
         [[unroll]] for (uint j = 0; j < TN; j++) {
             uint tok = n0 + tn + j * (BN / TN);
-            if (tok < p.n_tok) o[p.o_off + tok * p.o_stride + col] = acc[i][j] + bv;
+            if (tok >= p.n_tok) continue;
+            uint oi = p.o_off + tok * p.o_stride + col;
+            o[oi] = p.accumulate != 0 ? o[oi] + (acc[i][j] + bv) : acc[i][j] + bv;
         }
     }
 }

@@ -1,6 +1,8 @@
 #version 450
 // matmul_rows.comp: the matmul of CPU devices (lavapipe), for any number of tokens:
-//   out[t][row0 + o] (+)= x[t][k0 .. k0 + n_k) . w[o][k0 .. k0 + n_k)
+//   out[t][row0 + o] (+)= x[t][k0 .. k0 + n_k) . w[o][k0 .. k0 + n_k) (+ bias)
+// The GLU build: out[t][row0 + o] = act(x[t] . w[o]) * (x[t] . u[o]), the up projection
+// u at binding 4 (same type and shape as the gate w), over all inputs in one slice.
 // A CPU device runs a workgroup as a loop over subgroups of SIMD lanes. There a
 // storage-buffer load inside a loop is a per-lane loop of scalar loads, and even a
 // uniform-buffer load is a full gather; register arithmetic and subgroup shuffles
@@ -8,7 +10,7 @@
 //   - each invocation owns one weight row: nothing is reduced across lanes;
 //   - ops.c packs the inputs into slices of NT tokens x n_k inputs that fit one
 //     64 KiB uniform buffer (xs), running the slices of the K dimension in order, the
-//     first writing out (plus bias), the others adding;
+//     first writing out (plus bias; or adding, for matmul_add), the others adding;
 //   - for each 32-input unit of a token, lane l gathers vec4 l of the unit, and the
 //     eight vec4s reach every lane by subgroupShuffle: one gather where a plain loop
 //     would make eight;
@@ -20,6 +22,14 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define W_BINDING 1
 #include "dequant.glsl"
+#ifdef GLU
+#define U_BINDING 4
+#include "dequant_up.glsl"
+#include "glu.glsl"
+#define NW 2 // weight matrices: acc[NT ..] is the up's
+#else
+#define NW 1
+#endif
 
 layout(constant_id = 0) const uint WG = 16; // rows per workgroup
 layout(constant_id = 1) const uint NT = 1;  // tokens per slice
@@ -33,6 +43,7 @@ layout(push_constant) uniform Push { // vk_pc_matmul_rows in push.h
     uint b_off, has_bias, accumulate;
     uint o_off, o_stride;
     uint row0;
+    uint u_off, act; // GLU: the up rows' offset in binding 4; 0 SiLU, 1 GELU
 } p;
 
 layout(std140, binding = 0) uniform XS { vec4 xs[4096]; }; // [NT][xs_stride] vec4, 64 KiB
@@ -58,13 +69,18 @@ void main() {
     uint row = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * WG +
                gl_LocalInvocationID.x;
     uint wrow = p.w_off + min(row, p.n_out - 1) * p.w_row_bytes;
-    float acc[NT];
-    [[unroll]] for (uint t = 0; t < NT; t++) acc[t] = 0.0;
+    uint urow = p.u_off + min(row, p.n_out - 1) * p.w_row_bytes;
+    float acc[NW * NT];
+    [[unroll]] for (uint t = 0; t < NW * NT; t++) acc[t] = 0.0;
     uint n_units = p.n_k / 32;
     for (uint u = 0; u < n_units; u++) {
         vec4 w[8];
         dq32(wrow, p.k0 / 32 + u, w);
         [[unroll]] for (uint t = 0; t < NT; t++) acc[t] += dot_unit(w, t * p.xs_stride + 8 * u);
+#ifdef GLU
+        dq32_up(urow, p.k0 / 32 + u, w);
+        [[unroll]] for (uint t = 0; t < NT; t++) acc[NT + t] += dot_unit(w, t * p.xs_stride + 8 * u);
+#endif
     }
 #if QK == 1
     // float rows of any length: the last inputs, 4 at a time, zeros past the slice
@@ -73,6 +89,11 @@ void main() {
         bvec4 in_k = lessThan(uvec4(4 * i) + uvec4(0, 1, 2, 3), uvec4(p.n_k));
         [[unroll]] for (uint t = 0; t < NT; t++)
             acc[t] += dot(w, mix(vec4(0.0), xs[t * p.xs_stride + i], in_k));
+#ifdef GLU
+        w = dq4_tail_up(urow, p.k0 / 4 + i, p.k0 + p.n_k);
+        [[unroll]] for (uint t = 0; t < NT; t++)
+            acc[NT + t] += dot(w, mix(vec4(0.0), xs[t * p.xs_stride + i], in_k));
+#endif
     }
 #endif
     if (row >= p.n_out) return;
@@ -81,6 +102,11 @@ void main() {
     [[unroll]] for (uint t = 0; t < NT; t++) {
         if (t >= p.n_tok) break;
         uint i = p.o_off + t * p.o_stride + col;
-        o[i] = p.accumulate != 0 ? o[i] + acc[t] : acc[t] + b;
+#ifdef GLU
+        o[i] = p.act != 0 ? gelu_mul(acc[t], acc[NT + t]) : silu_mul(acc[t], acc[NT + t]);
+#else
+        // has_bias: the first slice (ops.c); accumulate: a later slice, or matmul_add
+        o[i] = p.accumulate != 0 ? o[i] + (acc[t] + b) : acc[t] + b;
+#endif
     }
 }

@@ -2,6 +2,8 @@
 // silu_mul.comp: g[r][c] = silu(g[r][c]) * u[r][c], silu(a) = a / (1 + e^-a); one
 // invocation per element, workgroups (columns / WG, rows).
 
+#include "glu.glsl"
+
 layout(constant_id = 0) const uint WG = 256;
 layout(local_size_x_id = 0) in;
 
@@ -18,6 +20,5 @@ void main() {
     uint c = gl_GlobalInvocationID.x, r = gl_WorkGroupID.y;
     if (c >= p.n_cols) return;
     uint i = p.x_off + r * p.x_stride + c;
-    float a = g[i];
-    g[i] = a / (1.0 + exp(-a)) * u[p.y_off + r * p.y_stride + c];
+    g[i] = silu_mul(g[i], u[p.y_off + r * p.y_stride + c]);
 }
