@@ -14,7 +14,8 @@
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
-#    device-to-device copy (anyllm devices --bandwidth)
+#    device-to-device copy (anyllm devices --bandwidth); dispatches per token, and
+#    generation with the fused ops turned off, which says what the fusions are worth
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -115,6 +116,15 @@ if [ -n "$model" ]; then
         echo "model $(basename "$model") on $dev"
         echo "pp$PP: $pp t/s"
         echo "tg$TG: $tg t/s"
+        dpt=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field vk_dispatches_per_token)
+        # what the fused ops (issue 16) are worth here: decode again with them off
+        ANYLLM_VK_TUNE=fuse=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" --backend vulkan \
+            -o json >"$BUILD/gpu-check-unfused.json" 2>>"$BUILD/gpu-check-bench.err"
+        tg0=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-unfused.json" | field avg_ts)
+        dpt0=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-unfused.json" |
+            field vk_dispatches_per_token)
+        echo "dispatches per token: ${dpt:-?} fused, ${dpt0:-?} with ANYLLM_VK_TUNE=fuse=0" \
+            "(tg$TG ${tg0:-?} t/s)"
         if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
             awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
                 bound = bw * 1e9 / bpt
