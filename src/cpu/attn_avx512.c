@@ -314,17 +314,25 @@ INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int
     _mm512_storeu_ps(st->mx, mnv);
     _mm512_storeu_ps(st->sum, _mm512_mul_ps(_mm512_loadu_ps(st->sum), al));
 #pragma GCC unroll 8
-    for (int j = 0; j < nq; j++) {
-        float *ej = e + j * KEYS;
+    for (int j = 0; j < nq; j++)
         for (int b = 0; b < nb; b++) {
-            const __m512 x = _mm512_sub_ps(_mm512_load_ps(ej + 16 * b), _mm512_set1_ps(mn[j]));
-            _mm512_store_ps(ej + 16 * b, _mm512_maskz_mov_ps(st->vis[j][b], exp512(x)));
+            float *eb = e + j * KEYS + 16 * b;
+            const __m512 x = _mm512_sub_ps(_mm512_load_ps(eb), _mm512_set1_ps(mn[j]));
+            _mm512_store_ps(eb, _mm512_maskz_mov_ps(st->vis[j][b], exp512(x)));
         }
-        float sum = st->sum[j]; /* the keys in order, as attn_512 adds them */
-        for (int i = 0; i < n; i++)
-            sum += ej[i];
-        st->sum[j] = sum;
-    }
+    /* the keys in order, as attn_512 adds them; the queries side by side, so that their
+     * chains of dependent adds overlap */
+    float sum[FEW];
+#pragma GCC unroll 8
+    for (int j = 0; j < nq; j++)
+        sum[j] = st->sum[j];
+    for (int i = 0; i < n; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < nq; j++)
+            sum[j] += e[j * KEYS + i];
+#pragma GCC unroll 8
+    for (int j = 0; j < nq; j++)
+        st->sum[j] = sum[j];
     /* as many dimensions at a time as the registers hold: nq x nc sums + nc of v */
     const int nch = a->head_dim / 16, wide = nq <= 6 ? 4 : 2;
     int c0 = 0;
