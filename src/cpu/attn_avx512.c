@@ -296,6 +296,24 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
             _mm512_store_ps(ot + j * hd + (c0 + c) * 16, acc[j][c]);
 }
 
+/* Asks for the keys and values of the step after kb, where there is one. At depth the
+ * caches of all layers outgrow the L3 and a step's 16 key rows lie a cache row apart,
+ * which the hardware prefetchers do not follow: a decode attention over 2048 keys of
+ * 48 layers (32 x 8 heads of 64) took ~90 ms without this and ~62 ms with it. The
+ * values go to L2 only, as they are read a step later. */
+INLINE void few_prefetch_next(const cpu_attn_args *a, int kvh, int kb) {
+    if (kb + KEYS >= a->n_past + a->n_tokens) return;
+    int r = (kb + KEYS) % a->cap;
+    for (int i = 0; i < KEYS; i++) {
+        const int64_t off = (int64_t)r * a->ldk + (int64_t)kvh * a->head_dim;
+        for (int d = 0; d < a->head_dim; d += 16) {
+            _mm_prefetch((const char *)(a->k + off + d), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a->v + off + d), _MM_HINT_T1);
+        }
+        if (++r == a->cap) r = 0;
+    }
+}
+
 /* One step of keys [kb, kb + n) for the tile: the steps of attn_512, query by query. */
 INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int n,
                      const float *qs, float *ot, float *e, const int nq) {
@@ -303,6 +321,7 @@ INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int
     for (int i = n; i < KEYS; i++) /* transposes read 16 keys: any row will do */
         st->row[i] = st->row[0];
     const int nb = (n + 15) / 16;
+    few_prefetch_next(a, kvh, kb);
     for (int b = 0; b < nb; b++)
         few_scores(a, st, kb, 16 * b, qs, e, nq);
     float mn[LANES] = {0}, alpha[LANES];
