@@ -21,7 +21,9 @@
  * Attention over ring caches with a sliding window and a scale is checked twice: the
  * reference against a naive attention in double over the whole sequence, and each fast
  * ISA against the reference, bit-identical with and without the ring; the same again
- * with attention sinks (gpt-oss), per head values from -inf to 1e30. The reference
+ * with attention sinks (gpt-oss), per head values from -inf to 1e30. A kernel's decode
+ * attention (attn_few: keys in the lanes) must give its attn's bits, called directly on
+ * every tiling, infinite keys included (test_attention_few). The reference
  * ops themselves are checked where a formula says what they must give: gelu_mul on
  * known values, swiglu_oai against its formula in double, rms_norm in place on
  * per-head views.
@@ -684,6 +686,9 @@ static void test_attention(void) {
     static const attn_case cases[] = {
         {4, 2, 64, 0, 1}, {4, 2, 64, 0, 17},  {4, 2, 64, 5, 3},  {8, 8, 32, 33, 40},
         {6, 2, 40, 7, 9}, {3, 1, 128, 70, 1}, {2, 2, 80, 0, 64}, {14, 2, 64, 31, 33},
+        /* GQA 8 and 16, heads of 128: the pieces of one and two tokens take attn_few
+         * where a kernel has it, the batch attn */
+        {16, 2, 64, 40, 5}, {16, 1, 128, 33, 3}, {8, 2, 128, 70, 4}, {32, 8, 64, 65, 3},
     };
     static const int one_batch[] = {1000}, pieces[] = {1, 5, 2, 1000};
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
@@ -1009,6 +1014,107 @@ static void test_attention_ring_fast(void) {
 static void test_attention_sinks_fast(void) {
     attention_fast(g_sink_cases, sizeof g_sink_cases / sizeof *g_sink_cases, true,
                    "attention sinks");
+}
+
+/* ---- the decode kernel ------------------------------------------------------------------ */
+/* A kernel's attn_few (tiles of at most attn_few_lanes queries, keys in the lanes) must
+ * give attn's bits for every query, whatever the tiles: called directly on ring caches,
+ * GQA 1 to 16, heads of 64, 80 (not a multiple of 32: the narrow chunks of p.v) and 128,
+ * histories from none to several key steps, windows, sinks, one and several tokens,
+ * and keys with infinities, whose scores are +-inf and NaN (the step's maximum then
+ * follows attn's order key by key). Heads that are not a multiple of attn_align never
+ * reach it: fast_attention gives them to the portable kernel, which has no attn_few. */
+
+typedef struct few_case {
+    int n_past, n_tokens, window, cap; /* cap 0: n_past + n_tokens */
+    bool sinks, infinities;
+} few_case;
+
+/* Every query of every kv head through fn in tiles of sizes[0], sizes[1], ... (cycled,
+ * each at most max_nq). */
+static void few_run(cpu_attn_fn fn, const cpu_attn_args *a, const int *sizes, int n_sizes,
+                    int max_nq, float *scratch) {
+    const int n_q = a->n_tokens * (a->n_head / a->n_head_kv);
+    for (int kvh = 0; kvh < a->n_head_kv; kvh++)
+        for (int q0 = 0, i = 0; q0 < n_q; i++) {
+            int nq = sizes[i % n_sizes] < max_nq ? sizes[i % n_sizes] : max_nq;
+            if (nq > n_q - q0) nq = n_q - q0;
+            fn(a, kvh, q0, nq, scratch);
+            q0 += nq;
+        }
+}
+
+/* attn against attn_few on one shape; returns whether every output bit agrees. */
+static bool few_case_same(const cpu_kernels *k, int n_head, int n_head_kv, int hd,
+                          const few_case *c) {
+    const int cap = c->cap ? c->cap : c->n_past + c->n_tokens;
+    const int64_t qd = (int64_t)n_head * hd, kvd = (int64_t)n_head_kv * hd;
+    float *q = random_floats(c->n_tokens * qd, 2.0f), *kc = random_floats(cap * kvd, 2.0f);
+    float *vc = random_floats(cap * kvd, 1.0f), *sinks = malloc((size_t)n_head * 4);
+    for (int h = 0; h < n_head; h++)
+        sinks[h] = g_sink_values[(h + c->n_past) % 8];
+    if (c->infinities) /* every third key has two infinite elements: as the query's two
+                        * elements have the same sign or not, a score of +-inf or NaN */
+        for (int r = 0; r < cap; r += 3) {
+            float *key = kc + r * kvd + (r / 3 % n_head_kv) * hd;
+            key[r % hd] = INFINITY;
+            key[(r + 1 + r / 3 % 5) % hd] = r % 2 ? INFINITY : -INFINITY;
+        }
+    const int64_t n_o = c->n_tokens * qd;
+    float *o_lanes = calloc((size_t)n_o, 4), *o_max = calloc((size_t)n_o, 4);
+    float *o_mixed = calloc((size_t)n_o, 4);
+    float *scratch = aligned_alloc(64, (size_t)cpu_attn_scratch(CPU_MAX_ROWS, hd) * 4);
+    cpu_attn_args a = {.q = q, .ldq = qd, .k = kc, .v = vc, .ldk = kvd, .out = o_lanes,
+                       .ldo = qd, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd,
+                       .n_past = c->n_past, .n_tokens = c->n_tokens, .cap = cap,
+                       .window = c->window, .scale = 1.0f / sqrtf((float)hd),
+                       .sinks = c->sinks ? sinks : NULL};
+    static const int all[] = {1 << 20}, mixed[] = {1, 3, 2, 8, 5};
+    few_run(k->attn, &a, all, 1, k->attn_lanes, scratch);
+    a.out = o_max;
+    few_run(k->attn_few, &a, all, 1, k->attn_few_lanes, scratch);
+    a.out = o_mixed;
+    few_run(k->attn_few, &a, mixed, 5, k->attn_few_lanes, scratch);
+    const bool same = !memcmp(o_lanes, o_max, (size_t)n_o * 4) &&
+                      !memcmp(o_lanes, o_mixed, (size_t)n_o * 4);
+    free(q), free(kc), free(vc), free(sinks), free(o_lanes), free(o_max), free(o_mixed);
+    free(scratch);
+    return same;
+}
+
+static void test_attention_few(void) {
+    static const few_case cases[] = {
+        {0, 1, 0, 0, false, false},    {5, 1, 0, 0, false, false},
+        {31, 1, 0, 0, true, false},    {32, 2, 0, 0, false, false},
+        {70, 1, 0, 0, false, false},   {100, 3, 0, 0, true, false},
+        {50, 1, 7, 9, false, false},   {90, 2, 40, 45, true, false},
+        {64, 1, 1, 4, true, false},    {33, 1, 0, 0, false, true},
+        {80, 2, 20, 0, true, true},
+    };
+    static const int heads[][2] = {{4, 4}, {4, 2}, {8, 2}, {16, 2}, {16, 1}}; /* G 1..16 */
+    static const int dims[] = {64, 80, 128};
+    int n_shapes = 0, n_isa = 0;
+    CHECK(kernels_of(CPU_ISA_SCALAR)->attn_few == NULL); /* odd heads: attn only */
+    for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
+        const cpu_kernels *k = kernels_of((cpu_isa)isa);
+        if (!cpu_isa_available((cpu_isa)isa) || !k->attn_few) continue;
+        n_isa++;
+        for (size_t hi = 0; hi < sizeof heads / sizeof *heads; hi++)
+            for (size_t di = 0; di < sizeof dims / sizeof *dims; di++)
+                for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+                    const few_case *c = &cases[ci];
+                    CHECK_MSG(few_case_same(k, heads[hi][0], heads[hi][1], dims[di], c),
+                              "%s heads %d/%d dim %d past %d tokens %d window %d cap %d%s%s: "
+                              "attn_few differs from attn",
+                              cpu_isa_name((cpu_isa)isa), heads[hi][0], heads[hi][1], dims[di],
+                              c->n_past, c->n_tokens, c->window, c->cap,
+                              c->sinks ? " sinks" : "", c->infinities ? " infinities" : "");
+                    n_shapes++;
+                }
+        printf("     %-6s attn_few: the bits of attn over %d shapes\n",
+               cpu_isa_name((cpu_isa)isa), n_shapes);
+    }
+    if (!n_isa) TEST_SKIP("no kernel with attn_few runs here");
 }
 
 /* ---- per-row ops ------------------------------------------------------------------------- */
@@ -1340,6 +1446,7 @@ int main(void) {
     TEST_RUN(test_attention_ring_fast);
     TEST_RUN(test_attention_sinks_ref);
     TEST_RUN(test_attention_sinks_fast);
+    TEST_RUN(test_attention_few);
     TEST_RUN(test_matmul_passes);
     TEST_RUN(test_mxfp4_pack);
     TEST_RUN(test_matmul_scalar);

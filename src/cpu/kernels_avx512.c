@@ -27,8 +27,7 @@
  * rows come in one gather. The last panel of a matrix, when short of 16 rows, takes
  * the portable decoders (cpu_pack_q_generic).
  *
- * Attention keeps 16 queries of one kv head in the lanes (ops.h), so both q.k and
- * p.v are broadcast-FMAs with no horizontal sums.
+ * The attention kernels live in attn_avx512.c.
  */
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \
@@ -43,6 +42,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "avx512.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -61,27 +61,6 @@ INLINE float f16_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
-}
-
-/* ---- exp ---------------------------------------------------------------------------- */
-
-/* e^x to about 1 ulp (Cephes' expf): x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
- * polynomial, 2^n by vscalefps. exp(0) is exactly 1. */
-INLINE __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
-                      _mm512_set1_ps(-87.3365447505531f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
 }
 
 /* ---- activations ----------------------------------------------------------------------- */
@@ -1258,115 +1237,6 @@ static void mk_f_512(const cpu_mk_args *a) {
 #undef MKF
 }
 
-/* ---- attention --------------------------------------------------------------------------- */
-/* Steps and masking as ops.h (cpu_attn_fn) describes. */
-
-typedef struct attn_state {
-    __m512i lo, pos; /* first and last visible key per lane */
-    __m512 mx;       /* running maximum score */
-    __m512 sum;      /* running sum of exp(score - mx) */
-    int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
-} attn_state;
-
-/* Lanes with lo <= key <= pos see the key. */
-INLINE __mmask16 visible(int key, const attn_state *st) {
-    const __m512i k = _mm512_set1_epi32(key);
-    return _mm512_mask_cmple_epi32_mask(_mm512_cmple_epi32_mask(st->lo, k), k, st->pos);
-}
-
-/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
-static __m512 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
-                          const attn_state *st, float *e) {
-    const int hd = a->head_dim;
-    __m512 mb = _mm512_set1_ps(-INFINITY);
-    for (int i0 = 0; i0 < n; i0 += 8) {
-        const float *kp[8];
-        for (int i = 0; i < 8; i++)
-            kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
-        __m512 s[8];
-        for (int i = 0; i < 8; i++)
-            s[i] = _mm512_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            const __m512 qd = _mm512_load_ps(qt + d * LANES);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                s[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kp[i][d]), s[i]);
-        }
-        for (int i = 0; i < 8 && i0 + i < n; i++) {
-            const __m512 sc =
-                _mm512_mask_blend_ps(visible(kb + i0 + i, st), _mm512_set1_ps(-INFINITY), s[i]);
-            _mm512_store_ps(e + (i0 + i) * LANES, sc);
-            mb = _mm512_max_ps(mb, sc);
-        }
-    }
-    return mb;
-}
-
-/* ot[d] += sum_i e[i] * v_i[d] for 16 dimensions at a time, keys in order. */
-static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, const float *e,
-                        float *ot) {
-    const int hd = a->head_dim;
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-        __m512 acc[16];
-        for (int d = 0; d < 16; d++)
-            acc[d] = _mm512_load_ps(ot + (d0 + d) * LANES);
-        for (int i = 0; i < n; i++) {
-            const float *v = a->v + st->row[i] + d0;
-            const __m512 ei = _mm512_load_ps(e + i * LANES);
-#pragma GCC unroll 16
-            for (int d = 0; d < 16; d++)
-                acc[d] = _mm512_fmadd_ps(ei, _mm512_set1_ps(v[d]), acc[d]);
-        }
-        for (int d = 0; d < 16; d++)
-            _mm512_store_ps(ot + (d0 + d) * LANES, acc[d]);
-    }
-}
-
-static void attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
-    const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
-    float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
-    for (int j = 0; j < LANES; j++) {
-        const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
-        const float *q = a->q + t * a->ldq + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            qt[d * LANES + j] = q[d] * a->scale;
-    }
-    int lo[LANES], pos[LANES], begin;
-    const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
-    float mx0[LANES], sum0[LANES];
-    cpu_attn_lane_start(a, kvh, q0, nq, LANES, mx0, sum0); /* -FLT_MAX (not -inf) or sinks */
-    attn_state st = {.lo = _mm512_loadu_si512(lo),
-                     .pos = _mm512_loadu_si512(pos),
-                     .mx = _mm512_loadu_ps(mx0),
-                     .sum = _mm512_loadu_ps(sum0)};
-    memset(ot, 0, (size_t)hd * LANES * sizeof(float));
-    for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
-        const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
-        cpu_attn_key_rows(a, kvh, kb, n, st.row);
-        const __m512 mn = _mm512_max_ps(st.mx, attn_scores(a, kb, n, qt, &st, e));
-        const __m512 alpha = exp512(_mm512_sub_ps(st.mx, mn));
-        st.mx = mn;
-        st.sum = _mm512_mul_ps(st.sum, alpha);
-        for (int d = 0; d < hd; d++)
-            _mm512_store_ps(ot + d * LANES, _mm512_mul_ps(_mm512_load_ps(ot + d * LANES), alpha));
-        for (int i = 0; i < n; i++) {
-            const __m512 ei = _mm512_maskz_mov_ps(
-                visible(kb + i, &st), exp512(_mm512_sub_ps(_mm512_load_ps(e + i * LANES), mn)));
-            st.sum = _mm512_add_ps(st.sum, ei);
-            _mm512_store_ps(e + i * LANES, ei);
-        }
-        attn_values(a, n, &st, e, ot);
-    }
-    float inv[LANES];
-    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
-    for (int j = 0; j < nq; j++) {
-        const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
-        float *o = a->out + t * a->ldo + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = ot[d * LANES + j] * inv[j];
-    }
-}
-
 /* ---- per-row ops ----------------------------------------------------------------------- */
 
 static void rms_norm_512(const float *x, const float *w, float eps, float *out, int64_t n) {
@@ -1506,7 +1376,9 @@ const cpu_kernels cpu_kernels_avx512 = {
                  [AL_TYPE_MXFP4] = pack_mxfp4_x16},
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
-    .attn = attn_512,
+    .attn = cpu_attn_512,
+    .attn_few = cpu_attn_512_few,
+    .attn_few_lanes = CPU_ATTN_FEW,
     .rms_norm = rms_norm_512,
     .silu_mul = silu_mul_512,
     .gelu_mul = gelu_mul_512,

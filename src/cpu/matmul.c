@@ -36,7 +36,8 @@
  * and so are the results; only with one pass may the chunks differ (KC_AMX), which
  * does not change them.
  *
- * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h) and
+ * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h), or
+ * takes them as one tile on attn_few where they fit (token generation), and
  * hands the tiles to the threads largest first, from a shared counter: causal tiles
  * differ in cost, and the counter keeps both cores busy to the end. A tile visits only
  * the positions its queries see (a sliding window skips the rest), through the ring
@@ -562,6 +563,12 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
               .sinks = s->sinks ? cpu_f32_row(s->sinks, 0) : NULL},
     };
     const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
+    /* few queries per kv head (token generation): one tile each, on the kernel whose
+     * lanes hold keys, not queries; the same bits either way (ops.h) */
+    if (kern->attn_few && n_q <= kern->attn_few_lanes) {
+        j.fn = kern->attn_few;
+        j.lanes = kern->attn_few_lanes;
+    }
     j.n_qtiles = (n_q + j.lanes - 1) / j.lanes;
     pthread_mutex_lock(&cb->lock);
     AL_ASSERT(cb->tls && (uint64_t)cpu_attn_scratch(j.lanes, s->head_dim) * 4 <= cb->tls_bytes);

@@ -103,6 +103,7 @@ enum {
     CPU_MAX_TILE = 8,       /* the largest activation tile (TT) of any ISA */
     CPU_ATTN_KEYS = 32,     /* keys per online-softmax step; steps start at multiples */
     CPU_ATTN_MAX_DIM = 256, /* larger heads use the reference attention */
+    CPU_ATTN_FEW = 8,       /* the most queries per tile of the AVX-512 decode kernel */
 };
 
 /* Bytes of one sub-block of B elements in a panel of R rows or a tile of R tokens. */
@@ -298,6 +299,10 @@ typedef struct cpu_kernels {
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
+    /* NULL, or a kernel for tiles of at most attn_few_lanes queries (token generation:
+     * the G = n_head / n_head_kv queries of a kv head), which gives attn's bits */
+    cpu_attn_fn attn_few;
+    int attn_few_lanes;
     void (*rms_norm)(const float *x, const float *w, float eps, float *out, int64_t n);
     void (*silu_mul)(float *g, const float *u, int64_t n);
     void (*gelu_mul)(float *g, const float *u, int64_t n); /* within ~1e-6 of the reference */
@@ -314,6 +319,12 @@ typedef struct cpu_kernels {
 extern const cpu_kernels cpu_kernels_scalar;
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
+
+/* The AVX-512 attention kernels (attn_avx512.c), for cpu_kernels_avx512: queries in
+ * the lanes (tiles of up to 16), and keys and dimensions in the lanes (tiles of up to
+ * CPU_ATTN_FEW), each query with the same operations in the same order. */
+void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
+void cpu_attn_512_few(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
 
 /* ---- AMX (kernels_amx.c) -------------------------------------------------------------- */
 
