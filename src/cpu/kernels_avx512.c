@@ -57,12 +57,6 @@ INLINE int32_t load_i32(const void *p) {
     return v;
 }
 
-INLINE float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* ---- activations ----------------------------------------------------------------------- */
 
 /* Writes one group of quantized activations (q[n], effective scale d) into a tile,
