@@ -115,6 +115,10 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     return 0;
 }
 
+void cli_no_repack(void) {
+    setenv("ANYLLM_X16", "0", 1); /* read when the CPU backend is made (cpu/cpu.c) */
+}
+
 int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise) {
     const char *b = *backend; /* --backend as given, or NULL */
     if (ngl >= 0 && b) return cli_fail("%s: give one of --backend and -ngl", command);

@@ -29,6 +29,7 @@ typedef struct cli_opts {
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */
     bool ignore_eos;           /* --ignore-eos */
     bool precise;              /* --precise: backend cpu:precise */
+    bool no_repack;            /* --no-repack: the CPU reads the weights in place */
     bool seed_set;
     int ngl;                   /* -ngl N; -1: not given */
     al_sampler_params sampling;
@@ -51,6 +52,11 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
  * then --precise (the CPU's precise mode; refused for another backend) to *backend,
  * saying once what -ngl became. 0, or an exit status with the message printed. */
 int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise);
+
+/* --no-repack (llama.cpp's name): the CPU backend reads the weights where the file maps
+ * them rather than moving them into its x16 layout at load (ANYLLM_X16=0): loads in
+ * milliseconds, decodes slower (README, CPU kernels). */
+void cli_no_repack(void);
 
 /* Reads a whole file (- is stdin); NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);

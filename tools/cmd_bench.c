@@ -468,6 +468,8 @@ static void bench_usage(void) {
            "                           side by side [cpu]\n"
            "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
            "  --plot FILE.svg          draw t/s against depth, a line per backend and test\n"
+           "  --no-repack              the CPU reads the weights in place, not in its faster\n"
+           "                           layout (ANYLLM_X16=0): a quicker load, a slower decode\n"
            "  --save-profile           store the figures as this machine's device profile of\n"
            "                           each model, which --backend auto reads (anyllm profile\n"
            "                           shows it)\n"
@@ -496,6 +498,10 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return bench_usage(), -1;
         if (!strcmp(a, "--save-profile")) {
             o->save_profile = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-repack")) {
+            cli_no_repack();
             continue;
         }
         if (!v) return cli_fail("bench: option %s needs a value", a);

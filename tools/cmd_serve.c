@@ -61,6 +61,8 @@ static void serve_usage(FILE *f) {
         "  --prefill-backend B, --decode-backend B   prompts on B, generated tokens on B:\n"
         "                     the KV cache is handed over (0 bytes copied on unified memory)\n"
         "  --precise          the CPU rounds activations to ~15 bits, not 8 (cpu:precise)\n"
+        "  --no-repack        the CPU reads the weights in place, not in its faster layout\n"
+        "                     (ANYLLM_X16=0): a quicker load, a slower decode\n"
         "  -t, --threads N    threads (default: all cores)\n"
         "  -ngl N             llama.cpp's flag: N > 0 is --backend vulkan, 0 is cpu\n"
         "  --drain-timeout S  on SIGTERM or SIGINT, take no new requests (503, Retry-After)\n"
@@ -126,6 +128,10 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return serve_usage(stdout), -1;
         if (!strcmp(a, "--precise")) {
             precise = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-repack")) {
+            cli_no_repack();
             continue;
         }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {

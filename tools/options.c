@@ -56,6 +56,9 @@ static const opt_spec specs[] = {
     {"--precise", NULL, C_MODEL, K_FLAG, F(precise), 0, 0,
      "the CPU rounds activations to ~15 bits, not 8 (cpu:precise): closer to the "
      "reference, slower", "off"},
+    {"--no-repack", NULL, C_MODEL, K_FLAG, F(no_repack), 0, 0,
+     "the CPU reads the weights in place instead of moving them into its faster layout at "
+     "load (ANYLLM_X16=0): a quicker load, a slower decode", "off"},
     {"-ngl, --n-gpu-layers", "N", C_MODEL, K_INT, F(ngl), 0, 1 << 20,
      "llama.cpp's flag: N > 0 runs every layer on the GPU (--backend vulkan), 0 on the CPU",
      "-"},
@@ -231,6 +234,7 @@ int cli_parse(int argc, char **argv, cli_opts *o) {
     if (!o->model) return cli_fail("%s: -m FILE is required", cmd);
     int rc = cli_resolve_backend(cmd, &o->backend, o->ngl, o->precise);
     if (rc) return rc;
+    if (o->no_repack) cli_no_repack();
     if (!o->seed_set) o->sampling.seed = fresh_seed();
     return 0;
 }
