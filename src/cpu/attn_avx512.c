@@ -163,43 +163,12 @@ typedef struct few_state {
     int64_t row[KEYS];             /* the step's cache rows; from n on, row 0's */
 } few_state;
 
-/* t[d] = element d0 + d of the 16 keys kp[i], key i in lane i: a 16 x 16 transpose in
- * four rounds of 16 shuffles. */
+/* t[d] = element d0 + d of the 16 keys kp[i], key i in lane i. */
 INLINE void keys_transposed(const float *const kp[16], int d0, __m512 t[16]) {
-    __m512 r[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
-        r[i] = _mm512_loadu_ps(kp[i] + d0);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    /* now r[4i + c], 128-bit lane L, holds keys 4i..4i+3 of element 4L + c */
-#pragma GCC unroll 16
-    for (int c = 0; c < 4; c++) {
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
-        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
-    }
-#pragma GCC unroll 16
-    for (int d = 0; d < 16; d++)
-        t[d] = r[d];
+        t[i] = _mm512_loadu_ps(kp[i] + d0);
+    transpose_16x16(t);
 }
 
 /* Scores of the step's keys [i0, i0 + 16) (at positions kb + i0 ...) into e[j][i0 ...],

@@ -1,5 +1,5 @@
 /* avx512.h: inline helpers shared by the AVX-512 kernel files (kernels_avx512.c,
- * attn_avx512.c). Include it after the file's target pragma, so that the helpers are
+ * attn_avx512.c): exp512 and a 16 x 16 float transpose. Include it after the file's target pragma, so that the helpers are
  * compiled for AVX-512 like the functions that call them.
  *
  * One copy on purpose: attention rescales with exp512 in both of its AVX-512 kernels,
@@ -28,6 +28,37 @@ static inline __attribute__((always_inline)) __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
+}
+/* r[i] = row i -> r[k] = column k, 16 x 16 floats. */
+static inline __attribute__((always_inline)) void transpose_16x16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    /* now r[4i + c], 128-bit lane L, holds rows 4i..4i+3 of column 4L + c */
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+    }
 }
 
 #endif

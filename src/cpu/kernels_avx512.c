@@ -1110,38 +1110,6 @@ static void mk_q_512(const cpu_mk_args *a) {
 
 /* ---- float weights --------------------------------------------------------------------- */
 
-/* r[i] = row i -> r[k] = column k, 16 x 16 floats. */
-INLINE void transpose_16x16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-/* now r[4i + c], 128-bit lane L, holds rows 4i..4i+3 of column 4L + c */
-#pragma GCC unroll 16
-    for (int c = 0; c < 4; c++) {
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
-        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
-    }
-}
-
 INLINE __m512 load16_as_f32(uint32_t type, const uint8_t *p) {
     if (type == AL_TYPE_F32) return _mm512_loadu_ps(p);
     const __m256i h = _mm256_loadu_si256((const __m256i *)p);
