@@ -7,9 +7,9 @@
  *
  * One call multiplies a panel of 16 rows (ops.h: the AVX-512 panel, u8 q[B/4][16][4]
  * per sub-block, which is AMX's "B" layout as it stands) by 16 tokens over one K
- * chunk. The tokens' activations are quantized one row per token (the tile layout with
- * TT = 1: per sub-block q[B], da, aux), so that the 16 tokens' B bytes of a sub-block
- * are 16 rows of AMX's "A" at the stride of a token's row. Per sub-block one
+ * chunk. The tokens' activations come in the AMX tile layout (ops.h: per sub-block
+ * q[16][B], da[16], aux[16]), so that the 16 tokens' B bytes of a sub-block are 16
+ * contiguous rows of AMX's "A", read by one tile load of 8 cache lines. Per sub-block one
  * TDPBSSD/TDPBSUD gives the exact int32 sums of 16 tokens x 16 rows, C[token][row]:
  * the sums the VNNI kernel's vpdpbusd chains give. A type with a constant offset has
  * its panel made signed first (q - offset, cpu_amx_sign_panel), which folds the
@@ -92,12 +92,12 @@ void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset) {
         }
 }
 
-/* C tile c = the exact int32 sums of sub-block s: 16 token rows of A from x (rows xs
+/* C tile c = the exact int32 sums of sub-block s: 16 token rows of A from x (rows b
  * bytes apart, sub-blocks xsb bytes apart) times B, the panel's sub-block. Signed
  * weights (a constant offset) or unsigned (mins). */
 #define AMX_DOT(c, ta, tb, s)                                                                      \
     do {                                                                                           \
-        _tile_loadd(ta, x + (s)*xsb, xs);                                                          \
+        _tile_loadd(ta, x + (s)*xsb, b);                                                           \
         _tile_loadd(tb, p + (s)*psb, 4 * R);                                                       \
         _tile_zero(c);                                                                             \
         if (mins)                                                                                  \
@@ -106,36 +106,38 @@ void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset) {
             _tile_dpbssd(c, ta, tb);                                                               \
     } while (0)
 
-/* Token t's da and aux at sub-block s (x: the sub-block's first token row). */
-INLINE const float *da_of(const uint8_t *x, int64_t xs, int t, int b) {
-    return (const float *)(x + t * xs + b);
+/* Token t's da and aux in the sub-block at x. */
+INLINE float da_of(const uint8_t *x, int t, int b) {
+    return ((const float *)(x + TOK * b))[t];
+}
+INLINE float aux_of(const uint8_t *x, int t, int b) {
+    return ((const float *)(x + TOK * b))[TOK + t];
 }
 
 /* Legacy types (mk_q_body with kq false): acc[t] += float(isum) * (dw * da[t]) (+ m *
  * aux[t]), from the sums in c[t][16] of sub-block x / p. */
-INLINE void legacy_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, int64_t xs,
-                            const int b, const bool mins, __m512 acc[TOK]) {
+INLINE void legacy_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
+                            const bool mins, __m512 acc[TOK]) {
     const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
     const __m512 m = mins ? _mm512_load_ps((const float *)(p + R * b) + R) : dw;
 #pragma GCC unroll 16
     for (int t = 0; t < TOK; t++) {
-        const float *da = da_of(x, xs, t, b);
         const __m512 fs = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * R));
-        acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da[0])), acc[t]);
-        if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(da[1]), acc[t]);
+        acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da_of(x, t, b))), acc[t]);
+        if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux_of(x, t, b)), acc[t]);
     }
 }
 
 /* K-quants: sacc[t] += float(isum) * dw (+ m * aux[t]). */
-INLINE void kq_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, int64_t xs,
-                        const int b, const bool mins, __m512 sacc[TOK]) {
+INLINE void kq_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
+                        const bool mins, __m512 sacc[TOK]) {
     const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
     const __m512 m = mins ? _mm512_load_ps((const float *)(p + R * b) + R) : dw;
 #pragma GCC unroll 16
     for (int t = 0; t < TOK; t++) {
         const __m512 fs = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * R));
         sacc[t] = _mm512_fmadd_ps(fs, dw, sacc[t]);
-        if (mins) sacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(da_of(x, xs, t, b)[1]), sacc[t]);
+        if (mins) sacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux_of(x, t, b)), sacc[t]);
     }
 }
 
@@ -176,7 +178,7 @@ INLINE void acc_finish(const cpu_mk_args *a, const __m512 acc[TOK]) {
  * stored one step earlier (a tile store takes a while to reach the loads). */
 INLINE void amx_legacy(const cpu_mk_args *a, const int b, const bool mins) {
     const uint8_t *p = a->panel, *x = a->act;
-    const int64_t xs = a->act_stride, xsb = b + 8, psb = cpu_sb_bytes(R, b), n = a->n_sb;
+    const int64_t xsb = cpu_sb_bytes(TOK, b), psb = cpu_sb_bytes(R, b), n = a->n_sb;
     _Alignas(64) int32_t c0[TOK * R], c1[TOK * R];
     __m512 acc[TOK];
     acc_start(a, acc);
@@ -184,15 +186,15 @@ INLINE void amx_legacy(const cpu_mk_args *a, const int b, const bool mins) {
     for (int64_t s = 0; s < n; s += 2) {
         if (s + 1 < n) AMX_DOT(TC1, TA1, TB1, s + 1);
         _tile_stored(TC0, c0, 4 * R);
-        if (s > 0) legacy_epilogue(c1, p + (s - 1) * psb, x + (s - 1) * xsb, xs, b, mins, acc);
+        if (s > 0) legacy_epilogue(c1, p + (s - 1) * psb, x + (s - 1) * xsb, b, mins, acc);
         if (s + 1 >= n) {
-            legacy_epilogue(c0, p + s * psb, x + s * xsb, xs, b, mins, acc);
+            legacy_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
             break;
         }
         if (s + 2 < n) AMX_DOT(TC0, TA0, TB0, s + 2);
         _tile_stored(TC1, c1, 4 * R);
-        legacy_epilogue(c0, p + s * psb, x + s * xsb, xs, b, mins, acc);
-        if (s + 2 >= n) legacy_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, xs, b, mins, acc);
+        legacy_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
+        if (s + 2 >= n) legacy_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, b, mins, acc);
     }
     acc_finish(a, acc);
 }
@@ -201,7 +203,7 @@ INLINE void amx_legacy(const cpu_mk_args *a, const int b, const bool mins) {
  * that one ends after every odd one), acc in memory, updated once per super-block. */
 INLINE void amx_kquant(const cpu_mk_args *a, const int b, const bool mins) {
     const uint8_t *p = a->panel, *x = a->act;
-    const int64_t xs = a->act_stride, xsb = b + 8, psb = cpu_sb_bytes(R, b), n = a->n_sb;
+    const int64_t xsb = cpu_sb_bytes(TOK, b), psb = cpu_sb_bytes(R, b), n = a->n_sb;
     const int per = 256 / b;
     _Alignas(64) int32_t c0[TOK * R], c1[TOK * R];
     _Alignas(64) float acc[TOK][R];
@@ -216,10 +218,10 @@ INLINE void amx_kquant(const cpu_mk_args *a, const int b, const bool mins) {
     for (int64_t s = 0; s < n; s += 2) {
         AMX_DOT(TC1, TA1, TB1, s + 1);
         _tile_stored(TC0, c0, 4 * R);
-        kq_epilogue(c0, p + s * psb, x + s * xsb, xs, b, mins, sacc);
+        kq_epilogue(c0, p + s * psb, x + s * xsb, b, mins, sacc);
         if (s + 2 < n) AMX_DOT(TC0, TA0, TB0, s + 2);
         _tile_stored(TC1, c1, 4 * R);
-        kq_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, xs, b, mins, sacc);
+        kq_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, b, mins, sacc);
         if ((s + 2) % per) continue;
         /* the super-block's da is at its first sub-block */
         const uint8_t *x0 = x + (s + 2 - per) * xsb;
@@ -227,7 +229,7 @@ INLINE void amx_kquant(const cpu_mk_args *a, const int b, const bool mins) {
         for (int t = 0; t < TOK; t++) {
             const __m512 v = _mm512_load_ps(acc[t]);
             _mm512_store_ps(acc[t],
-                            _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(*da_of(x0, xs, t, b)), v));
+                            _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(da_of(x0, t, b)), v));
             sacc[t] = _mm512_setzero_ps();
         }
     }

@@ -26,9 +26,9 @@
  * tile, so that one kernel call shares each load of weights between them; for a batch
  * they are two tiles side by side. Both give the same sums, bit for bit.
  *
- * With AMX (ops.h) a batch takes the same two passes, but each token is quantized into
- * a row of its own, CPU_AMX_TOK rows to a tile (the rows of the last tile past the
- * batch are zero). A thread packs a group of panels (signed by cpu_amx_sign_panel for a
+ * With AMX (ops.h) a batch takes the same two passes, but each token is quantized as a
+ * row of its own and moved into a tile of CPU_AMX_TOK tokens in the AMX layout (the
+ * tokens of the last tile past the batch are zero). A thread packs a group of panels (signed by cpu_amx_sign_panel for a
  * type with a constant offset) and runs each tile of tokens over the whole group, so
  * that the tile's 16 strided rows are read from L1 by all but the first panel: tile
  * loads from L2 are slow. With two passes the second pass's kernel call adds out + hi +
@@ -103,12 +103,11 @@ typedef struct mm_job {
     bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
                           * 2t + 1 of one tile; else the lo tile follows the hi tile */
     bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
-    bool amx;            /* a batch on AMX: a row per token, CPU_AMX_TOK rows to a tile */
+    bool amx;            /* a batch on AMX: tiles of CPU_AMX_TOK tokens, the AMX layout */
     int64_t tok0, n_tok; /* the tokens of this pass */
     int64_t kc;          /* elements per K chunk */
     int64_t k0;          /* a batch: the chunk of this pool run */
     int64_t tile_bytes;  /* bytes of one activation tile over all of K */
-    int64_t tok_bytes;   /* AMX: bytes of one token's row over all of K */
     int64_t grain;       /* panels taken at a time */
     int64_t next;        /* the next panel to take; atomic */
 } mm_job;
@@ -118,21 +117,33 @@ static inline int mm_tt(const mm_job *j) {
     return j->amx ? CPU_AMX_TOK : j->k->tile;
 }
 
+/* AMX: token `slot` of a tile in the AMX layout (ops.h) from its quantized row (the TT =
+ * 1 layout, sub-blocks of b + 8 bytes: q[b], da, aux). */
+static void amx_scatter(const uint8_t *row, int64_t n_sb, int b, uint8_t *tile, int slot) {
+    for (int64_t s = 0; s < n_sb; s++, row += b + 8, tile += cpu_sb_bytes(CPU_AMX_TOK, b)) {
+        float *scales = (float *)(tile + CPU_AMX_TOK * b);
+        memcpy(tile + slot * b, row, (size_t)b);
+        memcpy(scales + slot, row + b, 4);
+        memcpy(scales + CPU_AMX_TOK + slot, row + b + 4, 4);
+    }
+}
+
 static void mm_quantize_part(void *arg, int ith, int nth) {
     const mm_job *j = arg;
     const int b = j->fmt.b;
     const int64_t n = j->x->ne[0];
-    float *rest = (float *)tls_for(j->cb, ith); /* fast_tls_bytes holds a row */
+    /* fast_tls_bytes holds a row of floats, what the first pass leaves for the second,
+     * and on AMX a quantized row before it moves into its tile */
+    float *rest = (float *)tls_for(j->cb, ith);
+    uint8_t *row = (uint8_t *)(rest + ((n + 15) & ~(int64_t)15));
     cpu_act_fmt lo_fmt = j->fmt;
     lo_fmt.exact_scale = true;
     for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
         const float *x = cpu_f32_row(j->x, j->tok0 + t);
         uint8_t *tile, *lo_tile;
         int slot, lo_slot, tt = j->k->tile;
-        if (j->amx) { /* rows of their own (tt 1), CPU_AMX_TOK to a tile */
-            tile = j->cb->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes +
-                   (t % CPU_AMX_TOK) * j->tok_bytes;
-            lo_tile = tile + j->tile_bytes;
+        if (j->amx) { /* each pass as a row (tt 1), then into the tile */
+            tile = lo_tile = row;
             slot = lo_slot = 0, tt = 1;
         } else if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
             tile = lo_tile = j->cb->act;
@@ -142,24 +153,24 @@ static void mm_quantize_part(void *arg, int ith, int nth) {
             lo_tile = tile + j->tile_bytes;
             slot = lo_slot = (int)(t % tt);
         }
+        uint8_t *amx_tile = j->cb->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes;
         j->k->quantize(x, n, j->fmt, tile, slot, tt);
+        if (j->amx) amx_scatter(row, n / b, b, amx_tile, (int)(t % CPU_AMX_TOK));
         if (j->passes == 1) continue;
         cpu_act_dequantize(tile, n, b, slot, tt, rest);
         for (int64_t i = 0; i < n; i++)
             rest[i] = x[i] - rest[i];
         j->k->quantize(rest, n, lo_fmt, lo_tile, lo_slot, tt);
+        if (j->amx) amx_scatter(row, n / b, b, amx_tile + j->tile_bytes, (int)(t % CPU_AMX_TOK));
     }
 }
 
-/* AMX: the rows of the last tile past the batch, in every pass, are zero (cpu_amx_mk_q
- * reads whole tiles). */
+/* AMX: the tokens of the last tile past the batch, in every pass, are zero
+ * (cpu_amx_mk_q reads whole tiles); the whole tile is cleared before quantizing. */
 static void mm_zero_pad(const mm_job *j) {
-    const int64_t used = j->n_tok % CPU_AMX_TOK;
-    if (!j->amx || !used) return;
+    if (!j->amx || !(j->n_tok % CPU_AMX_TOK)) return;
     uint8_t *last = j->cb->act + (j->n_tok / CPU_AMX_TOK) * j->passes * j->tile_bytes;
-    for (int p = 0; p < j->passes; p++)
-        memset(last + p * j->tile_bytes + used * j->tok_bytes, 0,
-               (size_t)((CPU_AMX_TOK - used) * j->tok_bytes));
+    memset(last, 0, (size_t)(j->passes * j->tile_bytes));
 }
 
 /* n / d for n >= 0 and d a power of two (tiles, sub-blocks and blocks are): mm_args
@@ -246,8 +257,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
     }
     const int b = j->qt->sub;
     a.act = j->cb->act + div_p2(t0, tt) * j->passes * j->tile_bytes +
-            div_p2(k0, b) * cpu_sb_bytes(j->amx ? 1 : tt, b);
-    a.act_stride = j->tok_bytes;
+            div_p2(k0, b) * cpu_sb_bytes(tt, b);
     if (!panel) {
         a.w = cpu_raw_row(j->w, p * r);
         a.w_row_bytes = j->w->row_bytes;
@@ -297,17 +307,29 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
     mm_add_passes(j, &a, part, 0, CPU_MAX_TILE, 1, nt, a.first);
 }
 
+/* The arguments of panel p + 1 from those of panel p (the same tokens and chunk): the
+ * pointers move, and only the last panel may be short. Per tile of tokens mm_args runs
+ * once, not per panel: its stores and reloads of the large struct cost ~6% of a prompt. */
+static inline void mm_args_next(const mm_job *j, cpu_mk_args *a, int64_t p, int64_t panel_bytes) {
+    const int r = j->k->rows;
+    a->panel = (const uint8_t *)a->panel + panel_bytes;
+    a->out += r;
+    if (a->bias) a->bias += r;
+    a->n_rows = (int)min64(r, j->w->ne[1] - (p + 1) * r);
+}
+
 /* AMX: tokens [t0, t0 + nt) of panels [p0, p1) (panel p at panels + (p - p0) *
  * panel_bytes), pass by pass, so that a pass's activations of the tile are read from
  * L1 by every panel of the group. */
 static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_bytes, int64_t p0,
                          int64_t p1, int64_t nt, int64_t t0) {
     const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    const cpu_mk_args a0 = mm_args(j, panels, p0, j->k0, nk, t0, (int)nt);
+    cpu_mk_args a = a0;
     if (j->passes == 1) {
         for (int64_t p = p0; p < p1; p++) {
-            const cpu_mk_args a =
-                mm_args(j, panels + (p - p0) * panel_bytes, p, j->k0, nk, t0, (int)nt);
             cpu_amx_mk_q(&a);
+            mm_args_next(j, &a, p, panel_bytes);
         }
         return;
     }
@@ -315,20 +337,24 @@ static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_b
      * from zero, then adds out + hi + lo as mm_add_passes does */
     enum { STEP = CPU_AMX_TOK * CPU_MAX_ROWS };
     _Alignas(64) float hi[AMX_GROUP * STEP];
-    for (int pass = 0; pass < 2; pass++)
-        for (int64_t p = p0; p < p1; p++) {
-            cpu_mk_args m = mm_args(j, panels + (p - p0) * panel_bytes, p, j->k0, nk, t0, (int)nt);
-            if (pass == 0) {
-                m.first = true;
-                m.bias = NULL;
-                m.out = hi + (p - p0) * STEP;
-                m.ldo = CPU_MAX_ROWS;
-            } else {
-                m.act = (const uint8_t *)m.act + j->tile_bytes;
-                m.pass_hi = hi + (p - p0) * STEP;
-            }
-            cpu_amx_mk_q(&m);
-        }
+    a.first = true;
+    a.bias = NULL;
+    a.out = hi;
+    a.ldo = CPU_MAX_ROWS;
+    for (int64_t p = p0; p < p1; p++) {
+        cpu_amx_mk_q(&a);
+        a.panel = (const uint8_t *)a.panel + panel_bytes;
+        a.out += STEP;
+        a.n_rows = (int)min64(j->k->rows, j->w->ne[1] - (p + 1) * j->k->rows);
+    }
+    a = a0;
+    a.act = (const uint8_t *)a.act + j->tile_bytes;
+    a.pass_hi = hi;
+    for (int64_t p = p0; p < p1; p++) {
+        cpu_amx_mk_q(&a);
+        mm_args_next(j, &a, p, panel_bytes);
+        a.pass_hi += STEP;
+    }
 }
 
 /* The next group of panels [*p0, *p1) for this thread; false when none is left. */
@@ -471,8 +497,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
                     (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
         j.kc = mm_chunk(&j);
         if (j.amx) {
-            j.tok_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(1, qt->sub);
-            j.tile_bytes = CPU_AMX_TOK * j.tok_bytes;
+            j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(CPU_AMX_TOK, qt->sub);
             mm_zero_pad(&j);
         } else if (qt) {
             j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);

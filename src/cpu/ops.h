@@ -41,9 +41,11 @@
  * (kernels_amx.c); token generation keeps the VNNI kernels. One TDPBSSD/TDPBSUD per
  * sub-block gives the int32 sums of 16 tokens x 16 rows at once. Its B operand is the
  * AVX-512 panel as it is ([B/4][16][4]); its A operand wants each token's B bytes
- * contiguous, so the batch is quantized one row per token (the TT = 1 layout, as the
- * scalar kernels have it), CPU_AMX_TOK rows to a tile, and A is 16 rows at the stride
- * of a token's row. Types with a constant offset get a signed panel (q - offset), so
+ * contiguous, so a batch's tiles of CPU_AMX_TOK = 16 tokens take a layout of their own,
+ *     u8  q[16][B],  f32 da[16],  32-bit aux[16]
+ * per sub-block (the same bytes as the tile above): A is 512 contiguous bytes, where
+ * 16 rows a token's row apart made the tile load half again slower, and the dot
+ * product and its epilogue ~25% slower per sub-block. Types with a constant offset get a signed panel (q - offset), so
  * that the products include the -offset * sum(qa) that VNNI starts from. The float
  * epilogue per sub-block is mk_q_body's, operation for operation, so AMX and VNNI
  * give the same bits (tests/test_kernels.c test_matmul_amx).
@@ -173,8 +175,7 @@ typedef struct cpu_mk_args {
     uint32_t w_type;
     bool w_x16;        /* in place: w is in the AL_LAYOUT_X16 layout (cpu_x16_pack) */
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
-                        * AMX: token 0's row at the same sub-block */
-    int64_t act_stride; /* AMX: bytes between the rows of consecutive tokens */
+                        * AMX: the tile (AMX layout) at the same sub-block */
     const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
                            * from zero, and out becomes (out + hi) + lo, hi [t][16] the
                            * first pass's sums over the same chunk */
@@ -344,8 +345,8 @@ void cpu_amx_end(void);
  * cpu_amx_mk_q expects of a type with a constant offset. */
 void cpu_amx_sign_panel(uint8_t *panel, int64_t n_sb, int b, int offset);
 
-/* One AMX call: 1..CPU_AMX_TOK tokens (act: rows act_stride apart; rows up to
- * CPU_AMX_TOK must be readable, zero past n_tok) times a full AVX-512 panel (signed
+/* One AMX call: 1..CPU_AMX_TOK tokens (act: a tile in the AMX layout, its tokens past
+ * n_tok zero) times a full AVX-512 panel (signed
  * for a constant offset), as mk_q of cpu_kernels_avx512 gives it, bit for bit. */
 void cpu_amx_mk_q(const cpu_mk_args *a);
 
