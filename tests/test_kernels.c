@@ -689,6 +689,8 @@ static void test_attention(void) {
         /* GQA 8 and 16, heads of 128: the pieces of one and two tokens take attn_few
          * where a kernel has it, the batch attn */
         {16, 2, 64, 40, 5}, {16, 1, 128, 33, 3}, {8, 2, 128, 70, 4}, {32, 8, 64, 65, 3},
+        /* many tiles per kv head: each thread copies a head's keys and values first */
+        {16, 4, 64, 40, 100},
     };
     static const int one_batch[] = {1000}, pieces[] = {1, 5, 2, 1000};
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
@@ -825,6 +827,9 @@ static const ring_case g_ring_cases[] = {
     {2, 1, 288, 10, 16, 0.0f, 60, 7},    /* beyond CPU_ATTN_MAX_DIM: the reference */
     {14, 2, 64, 1, 4, 0.0f, 30, 4},      /* a window of one: each query sees itself */
     {4, 4, 16, 100, 130, 0.0f, 90, 40},  /* a window longer than the sequence */
+    /* prompts of many tiles per kv head: each thread attends over its own copy of a
+     * head's keys and values (matmul.c attn_plan_copy), here in a wrapping ring */
+    {16, 4, 64, 100, 200, 0.0f, 300, 120},
 };
 
 static ring_data ring_data_make(const ring_case *c) {
@@ -894,6 +899,7 @@ static const ring_case g_sink_cases[] = {
     {2, 1, 288, 10, 16, 0.0f, 60, 7},    /* beyond CPU_ATTN_MAX_DIM: the reference */
     {8, 8, 16, 1, 4, 0.0f, 30, 4},       /* a window of one: the key against the sink */
     {4, 4, 64, 0, 0, 0.3f, 24, 24},      /* one prompt batch, no window */
+    {16, 2, 64, 64, 96, 0.0f, 200, 80},  /* many tiles per kv head: a copy of each head */
 };
 
 static ring_data sink_data_make(const ring_case *c) {

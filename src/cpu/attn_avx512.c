@@ -58,12 +58,26 @@ INLINE __mmask16 visible(int key, const attn_state *st) {
     return _mm512_mask_cmple_epi32_mask(_mm512_cmple_epi32_mask(st->lo, k), k, st->pos);
 }
 
+/* Asks for rows [i0, i1) of the step (keys or values) in L1, a few at a time so that
+ * the requests do not wait for free fill buffers. The values are read after the
+ * scores, 16 dimensions of every key at a time, and the keys 8 rows side by side:
+ * without this the first read of each line waited for L2 (a quarter of a prompt's
+ * attention time at depth 2048). */
+INLINE void prefetch_rows(const float *base, const int64_t *row, int i0, int i1, int hd) {
+    for (int i = i0; i < i1; i++)
+        for (int d = 0; d < hd; d += 16)
+            _mm_prefetch((const char *)(base + row[i] + d), _MM_HINT_T0);
+}
+
 /* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
 static __m512 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
                           const attn_state *st, float *e) {
     const int hd = a->head_dim;
     __m512 mb = _mm512_set1_ps(-INFINITY);
+    prefetch_rows(a->k, st->row, 0, n < 8 ? n : 8, hd);
     for (int i0 = 0; i0 < n; i0 += 8) {
+        prefetch_rows(a->k, st->row, i0 + 8, n < i0 + 16 ? n : i0 + 16, hd);
+        prefetch_rows(a->v, st->row, i0, n < i0 + 8 ? n : i0 + 8, hd);
         const float *kp[8];
         for (int i = 0; i < 8; i++)
             kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
@@ -109,11 +123,22 @@ static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, con
 void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
     const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
     float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
+    /* qt[d][lane] = q[d] * scale, 16 dimensions of the 16 queries at a time */
+    const float *qp[LANES];
     for (int j = 0; j < LANES; j++) {
         const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
-        const float *q = a->q + t * a->ldq + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            qt[d * LANES + j] = q[d] * a->scale;
+        qp[j] = a->q + t * a->ldq + (int64_t)h * hd;
+    }
+    const __m512 scale = _mm512_set1_ps(a->scale);
+    for (int d0 = 0; d0 < hd; d0 += LANES) {
+        __m512 r[LANES];
+#pragma GCC unroll 16
+        for (int j = 0; j < LANES; j++)
+            r[j] = _mm512_loadu_ps(qp[j] + d0);
+        transpose_16x16(r);
+#pragma GCC unroll 16
+        for (int d = 0; d < LANES; d++)
+            _mm512_store_ps(qt + (d0 + d) * LANES, _mm512_mul_ps(r[d], scale));
     }
     int lo[LANES], pos[LANES], begin;
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
@@ -143,11 +168,19 @@ void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratc
     }
     float inv[LANES];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
+    float *op[LANES];
     for (int j = 0; j < nq; j++) {
         const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
-        float *o = a->out + t * a->ldo + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = ot[d * LANES + j] * inv[j];
+        op[j] = a->out + t * a->ldo + (int64_t)h * hd;
+    }
+    for (int d0 = 0; d0 < hd; d0 += LANES) { /* back to rows, 16 x 16 at a time */
+        __m512 r[LANES];
+#pragma GCC unroll 16
+        for (int d = 0; d < LANES; d++)
+            r[d] = _mm512_load_ps(ot + (d0 + d) * LANES);
+        transpose_16x16(r);
+        for (int j = 0; j < nq; j++)
+            _mm512_storeu_ps(op[j] + d0, _mm512_mul_ps(r[j], _mm512_set1_ps(inv[j])));
     }
 }
 
@@ -273,9 +306,9 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
  * after the scores. */
 INLINE void few_prefetch_next(const cpu_attn_args *a, int kvh, int kb) {
     if (kb + KEYS >= a->n_past + a->n_tokens) return;
-    int r = (kb + KEYS) % a->cap;
+    int r = (kb + KEYS - a->pos0) % a->cap;
     for (int i = 0; i < KEYS; i++) {
-        const int64_t off = (int64_t)r * a->ldk + (int64_t)kvh * a->head_dim;
+        const int64_t off = cpu_attn_row_off(a, kvh, r);
         for (int d = 0; d < a->head_dim; d += 16) {
             _mm_prefetch((const char *)(a->k + off + d), _MM_HINT_T0);
             _mm_prefetch((const char *)(a->v + off + d), _MM_HINT_T1);

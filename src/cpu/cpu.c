@@ -495,6 +495,7 @@ static void cpu_destroy(al_backend *be) {
     al_aligned_free(cb->work);
     al_aligned_free(cb->act);
     al_aligned_free(cb->tls);
+    al_aligned_free(cb->kv_copy);
     al_free(cb);
 }
 

@@ -205,6 +205,10 @@ typedef struct cpu_attn_args {
     int64_t ldo;
     int n_head, n_head_kv, head_dim, n_past, n_tokens;
     int cap;     /* rows of the caches */
+    int pos0;    /* the position in row 0: position p lies in row (p - pos0) % cap */
+    bool one_head; /* the caches hold kv head kvh alone (a thread's copy), rows of
+                    * head_dim: fast_attention copies one head's keys and values where
+                    * its rows, a cache row of every head apart, conflict in the caches */
     int window;  /* > 0: a query at p sees p - window + 1 .. p; 0: 0 .. p */
     float scale; /* multiplies q.k: al_attn_shape.scale, or 1 / sqrt(head_dim) */
     const float *sinks; /* [n_head] logits in the denominator only (al_attn_shape), or NULL */
@@ -263,13 +267,18 @@ static inline void cpu_attn_lane_start(const cpu_attn_args *a, int kvh, int q0, 
     }
 }
 
+/* The offset in floats, from a->k or a->v, of kv head kvh in cache row r. */
+static inline int64_t cpu_attn_row_off(const cpu_attn_args *a, int kvh, int r) {
+    return (int64_t)r * a->ldk + (a->one_head ? 0 : (int64_t)kvh * a->head_dim);
+}
+
 /* Offsets in floats, from a->k or a->v, of kv head kvh at key positions [kb, kb + n):
- * position p lies in row p % cap. One division per step, not per key. */
+ * position p lies in row (p - pos0) % cap. One division per step, not per key. */
 static inline void cpu_attn_key_rows(const cpu_attn_args *a, int kvh, int kb, int n,
                                      int64_t *off) {
-    int r = kb % a->cap;
+    int r = (kb - a->pos0) % a->cap;
     for (int i = 0; i < n; i++) {
-        off[i] = (int64_t)r * a->ldk + (int64_t)kvh * a->head_dim;
+        off[i] = cpu_attn_row_off(a, kvh, r);
         if (++r == a->cap) r = 0;
     }
 }
@@ -422,6 +431,8 @@ typedef struct cpu_backend {
     int act_tok;
     uint8_t *tls; /* fast ops: [n_threads][tls_bytes] panels and scratch */
     uint64_t tls_bytes;
+    float *kv_copy; /* fast attention: [n_threads] one kv head's keys and values */
+    uint64_t kv_copy_floats; /* allocated, over all threads */
     bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
     void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
     int n_x16;
