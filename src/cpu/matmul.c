@@ -28,20 +28,22 @@
  *
  * With AMX (ops.h) a batch takes the same two passes, but each token is quantized as a
  * row of its own and moved into a tile of CPU_AMX_TOK tokens in the AMX layout (the
- * tokens of the last tile past the batch are zero). A thread packs a group of panels (signed by cpu_amx_sign_panel for a
- * type with a constant offset) and runs each tile of tokens over the whole group, so
- * that the tile's 16 strided rows are read from L1 by all but the first panel: tile
- * loads from L2 are slow. With two passes the second pass's kernel call adds out + hi +
+ * tokens of the last tile past the batch are zero). A thread packs a group of panels
+ * (signed by cpu_amx_sign_panel for a type with a constant offset) and runs each tile
+ * of tokens over the whole group, so that the tile's activations are read from L1 by
+ * all but the first panel: tile loads from L2 are slow. With two passes the second pass's kernel call adds out + hi +
  * lo itself. The sums per (row, token) are those of the VNNI kernels, in their order,
  * and so are the results; only with one pass may the chunks differ (KC_AMX), which
  * does not change them.
  *
  * Attention splits the queries of each kv head into tiles of attn_lanes (ops.h), or
- * takes them as one tile on attn_few where they fit (token generation), and
- * hands the tiles to the threads largest first, from a shared counter: causal tiles
- * differ in cost, and the counter keeps both cores busy to the end. A tile visits only
- * the positions its queries see (a sliding window skips the rest), through the ring
- * caches' rows p % cap.
+ * takes them as one tile on attn_few where they fit (token generation), and hands the
+ * tiles to the threads kv head by kv head, largest first within a head, from a shared
+ * counter: causal tiles differ in cost, and the counter keeps both cores busy to the
+ * end. A tile visits only the positions its queries see (a sliding window skips the
+ * rest), through the ring caches' rows p % cap. For a prompt of many tiles per head,
+ * each thread first copies the head's keys and values into rows of their own
+ * (attn_plan_copy), which the tiles then read instead of the caches.
  */
 #include <string.h>
 
@@ -307,13 +309,15 @@ static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, i
     mm_add_passes(j, &a, part, 0, CPU_MAX_TILE, 1, nt, a.first);
 }
 
-/* The arguments of panel p + 1 from those of panel p (the same tokens and chunk): the
- * pointers move, and only the last panel may be short. Per tile of tokens mm_args runs
- * once, not per panel: its stores and reloads of the large struct cost ~6% of a prompt. */
-static inline void mm_args_next(const mm_job *j, cpu_mk_args *a, int64_t p, int64_t panel_bytes) {
+/* The arguments of panel p + 1 from those of panel p (the same tokens and chunk; out
+ * moves by out_step floats): only the pointers move, and only the last panel may be
+ * short. Per tile of tokens mm_args runs once, not per panel (perf had put ~6% of a
+ * prompt's samples on its stores and reloads of the struct). */
+static inline void mm_args_next(const mm_job *j, cpu_mk_args *a, int64_t p, int64_t panel_bytes,
+                                int64_t out_step) {
     const int r = j->k->rows;
     a->panel = (const uint8_t *)a->panel + panel_bytes;
-    a->out += r;
+    a->out += out_step;
     if (a->bias) a->bias += r;
     a->n_rows = (int)min64(r, j->w->ne[1] - (p + 1) * r);
 }
@@ -329,7 +333,7 @@ static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_b
     if (j->passes == 1) {
         for (int64_t p = p0; p < p1; p++) {
             cpu_amx_mk_q(&a);
-            mm_args_next(j, &a, p, panel_bytes);
+            mm_args_next(j, &a, p, panel_bytes, j->k->rows);
         }
         return;
     }
@@ -343,16 +347,14 @@ static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_b
     a.ldo = CPU_MAX_ROWS;
     for (int64_t p = p0; p < p1; p++) {
         cpu_amx_mk_q(&a);
-        a.panel = (const uint8_t *)a.panel + panel_bytes;
-        a.out += STEP;
-        a.n_rows = (int)min64(j->k->rows, j->w->ne[1] - (p + 1) * j->k->rows);
+        mm_args_next(j, &a, p, panel_bytes, STEP);
     }
     a = a0;
     a.act = (const uint8_t *)a.act + j->tile_bytes;
     a.pass_hi = hi;
     for (int64_t p = p0; p < p1; p++) {
         cpu_amx_mk_q(&a);
-        mm_args_next(j, &a, p, panel_bytes);
+        mm_args_next(j, &a, p, panel_bytes, j->k->rows);
         a.pass_hi += STEP;
     }
 }
@@ -589,7 +591,9 @@ static void attn_plan_copy(cpu_backend *cb, attn_job *j) {
     const int p_lo = a->window > 0 && a->n_past - a->window + 1 > 0 ? a->n_past - a->window + 1 : 0;
     const int pos0 = p_lo / CPU_ATTN_KEYS * CPU_ATTN_KEYS, rows = p_hi - pos0;
     const uint64_t need = (uint64_t)cb->n_threads * 2 * (uint64_t)rows * (uint64_t)a->head_dim;
-    enum { COPY_MIN_TILES = 8, COPY_MAX_FLOATS = 16 << 20 };
+    /* at most 8 MB per thread (8192 positions of heads of 128), kept for the next
+     * layers: beyond, the prompt's attention runs over the caches as they are */
+    enum { COPY_MIN_TILES = 8, COPY_MAX_FLOATS = 2 << 20 };
     if (a->n_head_kv < 2 || j->n_qtiles < COPY_MIN_TILES * cb->n_threads ||
         need > (uint64_t)COPY_MAX_FLOATS * (uint64_t)cb->n_threads)
         return;
