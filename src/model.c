@@ -77,7 +77,7 @@ enum { MAX_BATCH = 512 };
  * so that a backend may run all the batch's experts at once (al_moe, moe_ffn):
  * decoding, and the small batches of a few sequences or of a draft. The CPU's fused
  * experts pay up to about this many tokens (cpu/moe.c). */
-enum { MOE_FEW_TOKENS = 32 };
+enum { MOE_FEW_TOKENS = 16 };
 
 struct al_context {
     const al_model *m;

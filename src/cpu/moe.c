@@ -25,13 +25,14 @@
  * the result is that of the plain ops, bit for bit (tests/test_moe.c, tests/moe.sh).
  *
  * When: a batch whose experts each have at most a tile of TT tokens (fast_matmul's
- * GEMV path), whose (token, expert) pairs fit al_moe's scratch, and whose experts'
- * quantized activations, a tile each, fit the backend's activation buffer. One layer
- * of bench-qwen3moe's shape (8 of 128 Q4_K experts, 2048 x 768) on this 2-core VM,
- * fused against plain, best of 30: 1.8 against 2.3 ms for one token, 1.2-1.3x up to
- * 32 tokens, 1.16x at 48; beyond, experts have more tokens than a tile and the plain
- * ops run. gpt-oss's shape (4 of 32 MXFP4 experts, 2880 x 2880, 13 MB each) gains
- * less, 1.05-1.1x, its matmuls being large enough to hide a pool run.
+ * GEMV path), whose (token, expert) pairs fit al_moe's scratch (16 tokens' in
+ * model.c), and whose experts' quantized activations, a tile each, fit the backend's
+ * activation buffer. On this 2-core VM, one layer of bench-qwen3moe's shape (8 of 128
+ * Q4_K experts, 2048 x 768), best of 30: 0.66 against 0.81 ms for one token, 1.15-1.2x
+ * up to 48 tokens; the whole model decodes 7-11% faster (86 against 79 t/s, fused and
+ * plain alternating in one process), batches of 4 13%, of 16 3%, of 32 none. gpt-oss's
+ * shape (4 of 32 MXFP4 experts, 2880 x 2880, 4.4 MB a matrix) gains 1-4%: its matmuls
+ * are long enough to hide a pool run's start and finish.
  */
 #include <string.h>
 
