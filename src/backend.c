@@ -86,6 +86,38 @@ void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int
     be->ops->rope(be, k, n_head_kv, head_dim, pos0, rope);
 }
 
+/* The plain ops of moe_ffn: each expert runs once over the rows routed to it
+ * (gathered with get_rows), so that its weights are read once per batch. */
+void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
+    if (be->ops->moe_ffn && be->ops->moe_ffn(be, xb, moe, x)) return;
+    const al_backend_ops *op = be->ops;
+    const int n = (int)xb->ne[1], k = moe->n_used, n_ff = moe->n_ff;
+    const int64_t n_embd = xb->ne[0];
+    AL_ASSERT(n <= moe->n_scratch);
+    for (int e = 0; e < moe->n_expert; e++) {
+        int n_rows = 0;
+        for (int i = 0; i < n * k; i++)
+            if (moe->sel[i] == e) {
+                moe->rows[n_rows] = i / k;
+                moe->rows_w[n_rows++] = moe->sel_w[i];
+            }
+        if (!n_rows) continue;
+        al_tensor xe = al_tensor_rows(moe->xe, 0, n_rows), ye = al_tensor_rows(moe->ye, 0, n_rows);
+        al_tensor he = al_tensor_rows(moe->he, 0, n_rows), he2 = al_tensor_rows(moe->he2, 0, n_rows);
+        al_tensor gate = al_tensor_rows(moe->gate, (int64_t)e * n_ff, n_ff);
+        al_tensor up = al_tensor_rows(moe->up, (int64_t)e * n_ff, n_ff);
+        al_tensor down = al_tensor_rows(moe->down, (int64_t)e * n_embd, n_embd);
+        al_tensor gate_b, up_b, down_b;
+        op->get_rows(be, xb, moe->rows, n_rows, &xe);
+        op->matmul(be, &xe, &gate, al_tensor_row_or_null(moe->gate_b, e, &gate_b), &he);
+        op->matmul(be, &xe, &up, al_tensor_row_or_null(moe->up_b, e, &up_b), &he2);
+        if (moe->act == AL_MOE_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, moe->alpha, moe->limit);
+        else op->silu_mul(be, &he, &he2);
+        op->matmul(be, &he, &down, al_tensor_row_or_null(moe->down_b, e, &down_b), &ye);
+        op->add_rows(be, x, &ye, moe->rows, moe->rows_w, n_rows);
+    }
+}
+
 /* ---- contexts ---------------------------------------------------------------------------- */
 
 al_status backend_supports(al_backend *be, const al_model_shape *shape) {

@@ -75,6 +75,36 @@ typedef struct al_attn_shape {
 /* The activation of a gated FFN (matmul_glu): as silu_mul, or as gelu_mul. */
 typedef enum al_glu { AL_GLU_SILU, AL_GLU_GELU } al_glu;
 
+/* The activation of a mixture of experts' gated FFN (moe_ffn): as silu_mul, or as
+ * swiglu_oai with al_moe's alpha and limit. */
+typedef enum al_moe_act { AL_MOE_SILU, AL_MOE_SWIGLU_OAI } al_moe_act;
+
+/* The routed experts of one mixture-of-experts layer, and where a batch's tokens go
+ * (moe_ffn). The file stacks the experts: expert e's gate and up projections are rows
+ * [e n_ff, (e + 1) n_ff) of gate and up ([n_expert n_ff][n_embd]; each one type), its
+ * down projection rows [e n_embd, (e + 1) n_embd) of down ([n_expert n_embd][n_ff]);
+ * a bias, where not NULL, is row e of an f32 [n_expert][n_ff] (gate_b, up_b) or
+ * [n_expert][n_embd] (down_b). */
+typedef struct al_moe {
+    const al_tensor *gate, *up, *down;
+    const al_tensor *gate_b, *up_b, *down_b;
+    int n_expert, n_used, n_ff;
+    al_moe_act act;
+    float alpha, limit; /* AL_MOE_SWIGLU_OAI's (swiglu_oai) */
+    /* on the host, [n_tokens][n_used]: the distinct experts each token takes, and the
+     * weight of each one's output */
+    const int32_t *sel;
+    const float *sel_w;
+    /* scratch, whose contents are lost: xe and ye [n_scratch][n_embd], he and he2
+     * [n_scratch][n_ff]; on the host rows and rows_w [n_scratch]. n_scratch >=
+     * n_tokens, which the plain ops need; a backend fuses only where its scratch holds
+     * what it needs, e.g. a row per (token, expert) pair */
+    al_tensor *xe, *ye, *he, *he2;
+    int32_t *rows;
+    float *rows_w;
+    int n_scratch;
+} al_moe;
+
 /* What a backend needs to know to say whether it can run a model (supports). */
 typedef struct al_model_shape {
     int n_vocab, n_embd, n_ff;
@@ -196,6 +226,13 @@ typedef struct al_backend_ops {
     /* rope of q (n_head heads) then rope of k (n_head_kv heads), rows at pos0 + t. */
     bool (*rope_qk)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                     int head_dim, int pos0, const al_rope *rope);
+    /* The routed experts of a mixture of experts for the n = xb->ne[1] rows of xb: for
+     * each expert e in ascending order, over the rows routed to it (moe->sel), get_rows
+     * of xb, matmul by its gate and its up projection (with their biases), silu_mul or
+     * swiglu_oai, matmul by its down projection (with its bias), and add_rows of the
+     * result, times the row's weight for e, into x. So each row of x takes its experts'
+     * outputs in ascending order of e. */
+    bool (*moe_ffn)(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
 } al_backend_ops;
 
 struct al_backend {
@@ -231,6 +268,7 @@ void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                         const al_tensor *wu, al_glu act, al_tensor *tmp, al_tensor *out);
 void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                      int head_dim, int pos0, const al_rope *rope);
+void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
 
 /* A view of rows [row0, row0 + n_rows) of t. */
 static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {
@@ -238,6 +276,14 @@ static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t
     v.offset += (uint64_t)row0 * t->row_bytes;
     v.ne[1] = n_rows;
     return v;
+}
+
+/* A view of row r of b in *view, or NULL where b is NULL: an expert's bias (al_moe). */
+static inline const al_tensor *al_tensor_row_or_null(const al_tensor *b, int64_t r,
+                                                     al_tensor *view) {
+    if (!b) return NULL;
+    *view = al_tensor_rows(b, r, 1);
+    return view;
 }
 
 #endif /* AL_BACKEND_H */

@@ -73,6 +73,12 @@ enum { LOGIT_ROWS = 16 };
 /* Tokens per forward chunk at most (a context's n_batch). */
 enum { MAX_BATCH = 512 };
 
+/* Tokens of a batch for whose (token, expert) pairs the MoE scratch holds a row each,
+ * so that a backend may run all the batch's experts at once (al_moe, moe_ffn):
+ * decoding, and the small batches of a few sequences or of a draft. The CPU's fused
+ * experts pay up to about this many tokens (cpu/moe.c). */
+enum { MOE_FEW_TOKENS = 16 };
+
 struct al_context {
     const al_model *m;
     al_backend *be;
@@ -92,15 +98,17 @@ struct al_context {
     al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
     al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
     al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
-    /* ARCH_MOE: router logits [n_batch][n_expert], the rows routed to one expert
-     * [n_batch][n_embd] and its output, its gate and up [n_batch][n_ff_exp]; on the
-     * host the router's logits and each expert's rows and weights */
+    /* ARCH_MOE: router logits [n_batch][n_expert]; the experts' scratch (al_moe) of
+     * moe_rows rows: rows routed to an expert [moe_rows][n_embd] and its output, its
+     * gate and up [moe_rows][n_ff_exp]; on the host the router's logits and each
+     * expert's rows and weights */
     al_tensor router, xe, ye, he, he2;
+    int moe_rows;          /* n_batch, or a row per (token, expert) of MOE_FEW_TOKENS */
     float *router_host;    /* [n_batch][n_expert] the router's logits, on the host */
     int32_t *sel;          /* [n_batch][n_expert_used] the experts each token picked */
     float *sel_w;          /* [n_batch][n_expert_used] their weights */
-    int32_t *rows;         /* [n_batch] the tokens routed to one expert */
-    float *rows_w;         /* [n_batch] and their weights */
+    int32_t *rows;         /* [moe_rows] the tokens routed to one expert */
+    float *rows_w;         /* [moe_rows] and their weights */
 };
 
 /* ---- hyper-parameters ------------------------------------------------------------ */
@@ -804,18 +812,21 @@ static al_status context_alloc_moe(al_context *c) {
     const al_model *m = c->m;
     al_backend *be = c->be;
     const int64_t nb = c->n_batch;
+    const int few = nb < MOE_FEW_TOKENS ? (int)nb : MOE_FEW_TOKENS;
+    const int64_t nr = (int64_t)few * m->n_expert_used > nb ? (int64_t)few * m->n_expert_used : nb;
+    c->moe_rows = (int)nr;
     al_status st;
     if ((st = be->ops->tensor_alloc(be, m->n_expert, nb, &c->router)) ||
-        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->xe)) ||
-        (st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->ye)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nb, &c->he2)))
+        (st = be->ops->tensor_alloc(be, m->n_embd, nr, &c->xe)) ||
+        (st = be->ops->tensor_alloc(be, m->n_embd, nr, &c->ye)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nr, &c->he)) ||
+        (st = be->ops->tensor_alloc(be, m->n_ff_exp, nr, &c->he2)))
         return st;
     c->router_host = al_malloc((size_t)nb * m->n_expert * sizeof *c->router_host);
     c->sel = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel);
     c->sel_w = al_malloc((size_t)nb * m->n_expert_used * sizeof *c->sel_w);
-    c->rows = al_malloc((size_t)nb * sizeof *c->rows);
-    c->rows_w = al_malloc((size_t)nb * sizeof *c->rows_w);
+    c->rows = al_malloc((size_t)nr * sizeof *c->rows);
+    c->rows_w = al_malloc((size_t)nr * sizeof *c->rows_w);
     if (!c->router_host || !c->sel || !c->sel_w || !c->rows || !c->rows_w)
         return al_error(AL_ERR_NOMEM, "out of memory for the expert routing");
     return AL_OK;
@@ -1060,46 +1071,33 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
     }
 }
 
-/* The mixture-of-experts FFN of layer il: each expert runs once over the rows routed
- * to it (gathered with get_rows), so its weights are read once per batch, and adds
- * its weighted output to those rows of the residual stream (add_rows). The router's logits come
- * to the host to pick the experts: on a GPU, one wait per layer. */
+/* The mixture-of-experts FFN of layer il: the router's logits come to the host to pick
+ * each token's experts (on a GPU, one wait per layer), then the experts run over the
+ * rows routed to them and add their weighted outputs to the residual stream
+ * (backend_moe_ffn: all at once where the backend fuses them, else expert by expert). */
 static void moe_block(al_context *c, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
     const al_backend_ops *op = be->ops;
-    const int k = m->n_expert_used;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor router = al_tensor_rows(&c->router, 0, n);
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
     op->matmul(be, &xb, &t[L_GATE_INP], opt(&t[L_GATE_INP_B]), &router);
     op->tensor_read(be, &router, c->router_host, (uint64_t)n * m->n_expert * sizeof(float));
     route(m, c->router_host, n, c->sel, c->sel_w);
-    for (int e = 0; e < m->n_expert; e++) {
-        int n_rows = 0;
-        for (int i = 0; i < n * k; i++)
-            if (c->sel[i] == e) {
-                c->rows[n_rows] = i / k;
-                c->rows_w[n_rows++] = c->sel_w[i];
-            }
-        if (!n_rows) continue;
-        al_tensor xe = al_tensor_rows(&c->xe, 0, n_rows), ye = al_tensor_rows(&c->ye, 0, n_rows);
-        al_tensor he = al_tensor_rows(&c->he, 0, n_rows), he2 = al_tensor_rows(&c->he2, 0, n_rows);
-        al_tensor gate = al_tensor_rows(&t[L_GATE_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
-        al_tensor up = al_tensor_rows(&t[L_UP_EXPS], (int64_t)e * m->n_ff_exp, m->n_ff_exp);
-        al_tensor down = al_tensor_rows(&t[L_DOWN_EXPS], (int64_t)e * m->n_embd, m->n_embd);
-        al_tensor gate_b = al_tensor_rows(&t[L_GATE_EXPS_B], e, 1);
-        al_tensor up_b = al_tensor_rows(&t[L_UP_EXPS_B], e, 1);
-        al_tensor down_b = al_tensor_rows(&t[L_DOWN_EXPS_B], e, 1);
-        op->get_rows(be, &xb, c->rows, n_rows, &xe);
-        op->matmul(be, &xe, &gate, opt(&gate_b), &he);
-        op->matmul(be, &xe, &up, opt(&up_b), &he2);
-        if (m->ad->act == ACT_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, 1.702f, 7.0f);
-        else op->silu_mul(be, &he, &he2);
-        op->matmul(be, &he, &down, opt(&down_b), &ye);
-        op->add_rows(be, &x, &ye, c->rows, c->rows_w, n_rows);
-    }
+    const al_moe moe = {
+        .gate = &t[L_GATE_EXPS], .up = &t[L_UP_EXPS], .down = &t[L_DOWN_EXPS],
+        .gate_b = opt(&t[L_GATE_EXPS_B]), .up_b = opt(&t[L_UP_EXPS_B]),
+        .down_b = opt(&t[L_DOWN_EXPS_B]),
+        .n_expert = m->n_expert, .n_used = m->n_expert_used, .n_ff = m->n_ff_exp,
+        .act = m->ad->act == ACT_SWIGLU_OAI ? AL_MOE_SWIGLU_OAI : AL_MOE_SILU,
+        .alpha = 1.702f, .limit = 7.0f,
+        .sel = c->sel, .sel_w = c->sel_w,
+        .xe = &c->xe, .ye = &c->ye, .he = &c->he, .he2 = &c->he2,
+        .rows = c->rows, .rows_w = c->rows_w, .n_scratch = c->moe_rows,
+    };
+    backend_moe_ffn(be, &xb, &moe, &x);
 }
 
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */

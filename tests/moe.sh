@@ -7,7 +7,11 @@
 #     reads fewer bytes than the file holds;
 #   - YaRN rope scaling: a factor of 1 gives the very logits of no scaling (the
 #     factors and the attention scale are wired through), a factor of 32 changes them,
-#     and Vulkan, when there is a device, computes the same as the CPU.
+#     and Vulkan, when there is a device, computes the same as the CPU;
+#   - the CPU's fused experts (moe_ffn, src/cpu/moe.c) against the plain ops on whole
+#     models (ANYLLM_MOE_FUSE=0): batches of 1 to 16 tokens give the same logits, byte
+#     for byte, and a greedy continuation (one token at a time) the same text, in both
+#     activation modes, with the weights in the x16 layout and in rows.
 . "$(dirname "$0")/lib.sh"
 cmp_bin=$BUILD/test_ref
 shape="--dim 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 1024"
@@ -69,6 +73,47 @@ if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
     fi
 else
     echo "note: no Vulkan device: YaRN on Vulkan not compared"
+fi
+
+# Fused experts against the plain ops: qwen3moe with 8 of 32 Q4_K experts (bench-qwen3moe's
+# shape in small), gpt-oss with MXFP4 experts and biases, and the Q8_0 files above
+"$bin" gen-model "$tmp/q4k.gguf" --arch qwen3moe $shape --experts 32 --experts-used 8 \
+    --ffn-exp 256 --type Q4_K_M >/dev/null 2>&1
+"$bin" gen-model "$tmp/mxfp4.gguf" --arch gpt-oss $shape --experts 16 --experts-used 4 \
+    --ffn-exp 128 --swa 16 --type MXFP4_MOE >/dev/null 2>&1
+for f in "$tmp/q4k.gguf" "$tmp/mxfp4.gguf" "$tmp/qwen3moe.gguf" "$tmp/gpt-oss.gguf"; do
+    name=$(basename "$f" .gguf)
+    for mode in q8 q8x2; do
+        for x in 1 0; do
+            why=""
+            for len in 1 3 8 16; do
+                t=$(seq -s, 5 $((4 + len)))
+                for fuse in 1 0; do
+                    ANYLLM_MOE_FUSE=$fuse ANYLLM_X16=$x "$bin" logits -m "$f" --tokens "$t" \
+                        --backend cpu:$mode -t 2 --out "$tmp/l$fuse.f32" 2>>"$tmp/err" ||
+                        why="$why; logits exit $?"
+                done
+                cmp -s "$tmp/l1.f32" "$tmp/l0.f32" || why="$why; $len tokens' logits differ"
+            done
+            for fuse in 1 0; do
+                ANYLLM_MOE_FUSE=$fuse ANYLLM_X16=$x "$bin" run -m "$f" -p "Once upon a time" \
+                    -n 12 --temp 0 --ignore-eos --backend cpu:$mode -t 2 >"$tmp/r$fuse.txt" \
+                    2>>"$tmp/err" || why="$why; run exit $?"
+            done
+            cmp -s "$tmp/r1.txt" "$tmp/r0.txt" || why="$why; greedy text differs"
+            if [ -z "$why" ] && [ -s "$tmp/l1.f32" ] && [ -s "$tmp/r1.txt" ]; then
+                ok "$name cpu:$mode x16=$x: fused experts give the plain ops' logits and text"
+            else
+                bad "$name cpu:$mode x16=$x: fused experts$why"
+            fi
+        done
+    done
+done
+if ANYLLM_MOE_FUSE=2 "$bin" logits -m "$tmp/q4k.gguf" --tokens 1,2 --out "$tmp/w.f32" \
+        2>"$tmp/err" && grep -q "ANYLLM_MOE_FUSE=2 is not one of 0, 1" "$tmp/err"; then
+    ok "ANYLLM_MOE_FUSE=2 is named and the default taken: $(cat "$tmp/err")"
+else
+    bad "ANYLLM_MOE_FUSE=2: $(cat "$tmp/err")"
 fi
 
 echo "$pass passed, $fail failed"

@@ -18,6 +18,10 @@
  * which a GEMV streams in one pass: decoding reads about a quarter faster from it
  * than from the file's rows. ANYLLM_X16=0 keeps the rows (and no copy of the weights).
  *
+ * A few tokens' routed experts run in two pool runs per layer (moe.c), where the plain
+ * ops take three matmuls per expert; ANYLLM_MOE_FUSE=0 keeps the plain ops, which give
+ * the same bits.
+ *
  * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8
  * (the default), llama.cpp's numerics, or q8x2 ("precise"), about 15 bits, which
  * follows the reference ops closely at twice the integer work: prompts take about
@@ -485,6 +489,13 @@ void cpu_backend_set_x16(al_backend *be, bool on) {
     ((cpu_backend *)be)->x16 = on;
 }
 
+void cpu_backend_set_moe_fuse(al_backend *be, bool on) {
+    cpu_backend *cb = (cpu_backend *)be;
+    pthread_mutex_lock(&cb->lock);
+    cb->moe_fuse = on;
+    pthread_mutex_unlock(&cb->lock);
+}
+
 static void cpu_destroy(al_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     if (!cb) return;
@@ -496,6 +507,7 @@ static void cpu_destroy(al_backend *be) {
     al_aligned_free(cb->act);
     al_aligned_free(cb->tls);
     al_aligned_free(cb->kv_copy);
+    al_free(cb->moe_job);
     al_free(cb);
 }
 
@@ -523,6 +535,7 @@ static const al_backend_ops cpu_ref_ops = {
     .matmul_add = ref_matmul_add,
     .matmul_glu = ref_matmul_glu,
     .rope_qk = ref_rope_qk,
+    .moe_ffn = ref_moe_ffn,
 };
 
 static const al_backend_ops cpu_fast_ops = {
@@ -547,7 +560,9 @@ static const al_backend_ops cpu_fast_ops = {
     .add = fast_add,
     .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
     .weight_pack = cpu_weight_pack,
-    /* no fused ops: the plain ones in turn (backend.c), as fast as the CPU gets them */
+    /* the plain ops in turn (backend.c) are as fast as the CPU gets matmul_add,
+     * matmul_glu and rope_qk; a few tokens' experts are not: one pool run per matmul */
+    .moe_ffn = fast_moe_ffn,
 };
 
 /* "cpu ISA[+amx] MODE" */
@@ -587,14 +602,21 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     cpu_backend *cb = al_calloc(1, sizeof *cb);
     if (!cb) return al_error(AL_ERR_NOMEM, "out of memory creating the CPU backend");
     cb->k = kernels_for(isa);
+    /* the fast moe_ffn's plan: too large for the stack of any thread that decodes */
+    if (cb->k && !(cb->moe_job = al_calloc(1, (size_t)fast_moe_job_bytes()))) {
+        al_free(cb);
+        return al_error(AL_ERR_NOMEM, "out of memory creating the CPU backend");
+    }
     cb->act_passes = (int)act;
     cb->x16 = true;
+    cb->moe_fuse = true;
     cb->base.ops = cb->k ? &cpu_fast_ops : &cpu_ref_ops;
     set_desc(cb, isa);
     pthread_mutex_init(&cb->lock, NULL);
     al_status st = pool_create(n_threads, &cb->pool);
     if (st != AL_OK) {
         pthread_mutex_destroy(&cb->lock);
+        al_free(cb->moe_job);
         al_free(cb);
         return st;
     }
@@ -637,5 +659,10 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
     if (x16 && *x16 && strcmp(x16, "0") != 0 && strcmp(x16, "1") != 0)
         fprintf(stderr, "anyllm: ANYLLM_X16=%s is not one of 0, 1; using the x16 layout\n", x16);
     if (x16 && !strcmp(x16, "0")) cpu_backend_set_x16(*out, false);
+    const char *moe = getenv("ANYLLM_MOE_FUSE");
+    if (moe && *moe && strcmp(moe, "0") != 0 && strcmp(moe, "1") != 0)
+        fprintf(stderr, "anyllm: ANYLLM_MOE_FUSE=%s is not one of 0, 1; fusing the experts\n",
+                moe);
+    if (moe && !strcmp(moe, "0")) cpu_backend_set_moe_fuse(*out, false);
     return AL_OK;
 }

@@ -47,6 +47,7 @@
  */
 #include <string.h>
 
+#include "mm.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -59,14 +60,6 @@ enum {
     KC_AMX = 1024,          /* the K chunk on AMX: 16 tokens' activations stay in L1 */
     AMX_GROUP = 8,          /* panels packed at a time on AMX (fast_tls_bytes holds them) */
 };
-
-static inline int64_t min64(int64_t a, int64_t b) {
-    return a < b ? a : b;
-}
-
-static uint8_t *tls_for(cpu_backend *cb, int ith) {
-    return cb->tls + (uint64_t)ith * cb->tls_bytes;
-}
 
 uint64_t fast_act_bytes(const cpu_kernels *k, int64_t max_cols, int n_tok) {
     /* sub-blocks of 16 need the most: 1.5 bytes per element; whole tiles of TT tokens or
@@ -94,26 +87,6 @@ uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
 
 /* ---- matmul -------------------------------------------------------------------------- */
 
-typedef struct mm_job {
-    cpu_backend *cb;
-    const cpu_kernels *k;
-    const al_tensor *x, *w, *bias;
-    al_tensor *out;
-    const cpu_qtype *qt; /* NULL: a float weight type */
-    cpu_act_fmt fmt;     /* how the activations are quantized for qt */
-    int passes;          /* 8-bit passes per activation: 1 or 2 (cpu_act_mode) */
-    bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
-                          * 2t + 1 of one tile; else the lo tile follows the hi tile */
-    bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
-    bool amx;            /* a batch on AMX: tiles of CPU_AMX_TOK tokens, the AMX layout */
-    int64_t tok0, n_tok; /* the tokens of this pass */
-    int64_t kc;          /* elements per K chunk */
-    int64_t k0;          /* a batch: the chunk of this pool run */
-    int64_t tile_bytes;  /* bytes of one activation tile over all of K */
-    int64_t grain;       /* panels taken at a time */
-    int64_t next;        /* the next panel to take; atomic */
-} mm_job;
-
 /* Tokens per activation tile. */
 static inline int mm_tt(const mm_job *j) {
     return j->amx ? CPU_AMX_TOK : j->k->tile;
@@ -130,48 +103,49 @@ static void amx_scatter(const uint8_t *row, int64_t n_sb, int b, uint8_t *tile, 
     }
 }
 
-static void mm_quantize_part(void *arg, int ith, int nth) {
-    const mm_job *j = arg;
+void mm_quantize_token(const mm_job *j, const float *x, int64_t t, float *rest) {
     const int b = j->fmt.b;
-    const int64_t n = j->x->ne[0];
-    /* fast_tls_bytes holds a row of floats, what the first pass leaves for the second,
-     * and on AMX a quantized row before it moves into its tile */
-    float *rest = (float *)tls_for(j->cb, ith);
-    uint8_t *row = (uint8_t *)(rest + ((n + 15) & ~(int64_t)15));
+    const int64_t n = j->w->ne[0];
     cpu_act_fmt lo_fmt = j->fmt;
     lo_fmt.exact_scale = true;
-    for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++) {
-        const float *x = cpu_f32_row(j->x, j->tok0 + t);
-        uint8_t *tile, *lo_tile;
-        int slot, lo_slot, tt = j->k->tile;
-        if (j->amx) { /* each pass as a row (tt 1), then into the tile */
-            tile = lo_tile = row;
-            slot = lo_slot = 0, tt = 1;
-        } else if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
-            tile = lo_tile = j->cb->act;
-            slot = (int)(2 * t), lo_slot = slot + 1;
-        } else { /* the lo tile follows the hi tile */
-            tile = j->cb->act + (t / tt) * j->passes * j->tile_bytes;
-            lo_tile = tile + j->tile_bytes;
-            slot = lo_slot = (int)(t % tt);
-        }
-        uint8_t *amx_tile = j->cb->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes;
-        j->k->quantize(x, n, j->fmt, tile, slot, tt);
-        if (j->amx) amx_scatter(row, n / b, b, amx_tile, (int)(t % CPU_AMX_TOK));
-        if (j->passes == 1) continue;
-        cpu_act_dequantize(tile, n, b, slot, tt, rest);
-        for (int64_t i = 0; i < n; i++)
-            rest[i] = x[i] - rest[i];
-        j->k->quantize(rest, n, lo_fmt, lo_tile, lo_slot, tt);
-        if (j->amx) amx_scatter(row, n / b, b, amx_tile + j->tile_bytes, (int)(t % CPU_AMX_TOK));
+    /* AMX: each pass as a row (tt 1) after rest, then into the tile */
+    uint8_t *row = (uint8_t *)(rest + ((n + 15) & ~(int64_t)15));
+    uint8_t *amx_tile = j->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes;
+    uint8_t *tile, *lo_tile;
+    int slot, lo_slot, tt = j->k->tile;
+    if (j->amx) {
+        tile = lo_tile = row;
+        slot = lo_slot = 0, tt = 1;
+    } else if (j->paired) { /* one tile: hi and lo of token t in slots 2t, 2t + 1 */
+        tile = lo_tile = j->act;
+        slot = (int)(2 * t), lo_slot = slot + 1;
+    } else { /* the lo tile follows the hi tile */
+        tile = j->act + (t / tt) * j->passes * j->tile_bytes;
+        lo_tile = tile + j->tile_bytes;
+        slot = lo_slot = (int)(t % tt);
     }
+    j->k->quantize(x, n, j->fmt, tile, slot, tt);
+    if (j->amx) amx_scatter(row, n / b, b, amx_tile, (int)(t % CPU_AMX_TOK));
+    if (j->passes == 1) return;
+    cpu_act_dequantize(tile, n, b, slot, tt, rest);
+    for (int64_t i = 0; i < n; i++)
+        rest[i] = x[i] - rest[i];
+    j->k->quantize(rest, n, lo_fmt, lo_tile, lo_slot, tt);
+    if (j->amx) amx_scatter(row, n / b, b, amx_tile + j->tile_bytes, (int)(t % CPU_AMX_TOK));
+}
+
+static void mm_quantize_part(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    float *rest = (float *)mm_tls(j->cb, ith); /* fast_tls_bytes holds a row */
+    for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++)
+        mm_quantize_token(j, cpu_f32_row(j->x, j->tok0 + t), t, rest);
 }
 
 /* AMX: the tokens of the last tile past the batch, in every pass, are zero
  * (cpu_amx_mk_q reads whole tiles); the whole tile is cleared before quantizing. */
 static void mm_zero_pad(const mm_job *j) {
     if (!j->amx || !(j->n_tok % CPU_AMX_TOK)) return;
-    uint8_t *last = j->cb->act + (j->n_tok / CPU_AMX_TOK) * j->passes * j->tile_bytes;
+    uint8_t *last = j->act + (j->n_tok / CPU_AMX_TOK) * j->passes * j->tile_bytes;
     memset(last, 0, (size_t)(j->passes * j->tile_bytes));
 }
 
@@ -187,7 +161,7 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
                     void *panel) {
     const cpu_kernels *k = j->k;
     const int r = k->rows;
-    const int n_rows = (int)min64(r, j->w->ne[1] - p * r);
+    const int n_rows = (int)mm_min(r, j->w->ne[1] - p * r);
     const uint64_t rb = j->w->row_bytes;
     if (!j->qt) {
         k->pack_f(j->w->type, w, rb, n_rows, k0, nk, panel);
@@ -245,7 +219,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
     cpu_mk_args a = {
         .panel = panel,
         .n_tok = nt,
-        .n_rows = (int)min64(r, j->w->ne[1] - p * r),
+        .n_rows = (int)mm_min(r, j->w->ne[1] - p * r),
         .out = cpu_f32_row(j->out, j->tok0 + t0) + p * r,
         .ldo = (int64_t)(j->out->row_bytes / sizeof(float)),
         .first = k0 == 0,
@@ -258,7 +232,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
         return a;
     }
     const int b = j->qt->sub;
-    a.act = j->cb->act + div_p2(t0, tt) * j->passes * j->tile_bytes +
+    a.act = j->act + div_p2(t0, tt) * j->passes * j->tile_bytes +
             div_p2(k0, b) * cpu_sb_bytes(tt, b);
     if (!panel) {
         a.w = cpu_raw_row(j->w, p * r);
@@ -319,7 +293,7 @@ static inline void mm_args_next(const mm_job *j, cpu_mk_args *a, int64_t p, int6
     a->panel = (const uint8_t *)a->panel + panel_bytes;
     a->out += out_step;
     if (a->bias) a->bias += r;
-    a->n_rows = (int)min64(r, j->w->ne[1] - (p + 1) * r);
+    a->n_rows = (int)mm_min(r, j->w->ne[1] - (p + 1) * r);
 }
 
 /* AMX: tokens [t0, t0 + nt) of panels [p0, p1) (panel p at panels + (p - p0) *
@@ -327,7 +301,7 @@ static inline void mm_args_next(const mm_job *j, cpu_mk_args *a, int64_t p, int6
  * L1 by every panel of the group. */
 static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_bytes, int64_t p0,
                          int64_t p1, int64_t nt, int64_t t0) {
-    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    const int64_t nk = mm_min(j->kc, j->w->ne[0] - j->k0);
     const cpu_mk_args a0 = mm_args(j, panels, p0, j->k0, nk, t0, (int)nt);
     cpu_mk_args a = a0;
     if (j->passes == 1) {
@@ -362,45 +336,53 @@ static void mm_tiles_amx(const mm_job *j, const uint8_t *panels, int64_t panel_b
 /* The next group of panels [*p0, *p1) for this thread; false when none is left. */
 static bool mm_take(mm_job *j, int64_t n_panels, int64_t *p0, int64_t *p1) {
     *p0 = __atomic_fetch_add(&j->next, j->grain, __ATOMIC_RELAXED);
-    *p1 = min64(*p0 + j->grain, n_panels);
+    *p1 = mm_min(*p0 + j->grain, n_panels);
     return *p0 < n_panels;
+}
+
+/* Panel p of a few tokens' pass, K chunk by chunk. */
+static void mm_gemv_panel(const mm_job *j, int64_t p, void *panel) {
+    const int r = j->k->rows;
+    const int64_t n_in = j->w->ne[0];
+    const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
+    /* a short last panel is packed, in chunks that fit the buffer (with one pass,
+     * where kc may be all of K, the chunks do not change the sums) */
+    const int64_t kc = inplace ? j->kc : mm_min(j->kc, KC_GEMV);
+    for (int64_t k0 = 0; k0 < n_in; k0 += kc) {
+        const int64_t nk = mm_min(kc, n_in - k0);
+        if (!inplace) mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
+        mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
+    }
+}
+
+void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
+    const int r = j->k->rows;
+    const int64_t n_in = j->w->ne[0], full = mm_min(p1, j->w->ne[1] / r);
+    int64_t p = p0;
+    /* one pass in place takes K whole (mm_chunk): the arguments of one full panel
+     * become the next's by moving the pointers, without mm_args and mm_tile per panel */
+    if (j->inplace && j->passes == 1 && j->kc >= n_in && p < full) {
+        cpu_mk_args a = mm_args(j, NULL, p, 0, n_in, 0, (int)j->n_tok);
+        for (; p < full; p++) {
+            j->k->mk_q(&a);
+            a.w += (uint64_t)r * a.w_row_bytes;
+            a.out += r;
+            if (a.bias) a.bias += r;
+        }
+    }
+    for (; p < p1; p++)
+        mm_gemv_panel(j, p, panel);
 }
 
 /* A few tokens: each panel's rows stream once from memory, chunk by chunk. */
 static void mm_gemv_part(void *arg, int ith, int nth) {
     (void)nth;
     mm_job *j = arg;
-    const int r = j->k->rows;
-    const int64_t n_in = j->w->ne[0], n_panels = (j->w->ne[1] + r - 1) / r;
-    void *panel = tls_for(j->cb, ith);
+    const int64_t n_panels = (j->w->ne[1] + j->k->rows - 1) / j->k->rows;
+    void *panel = mm_tls(j->cb, ith);
     int64_t p0, p1;
-    /* one pass in place takes K whole (mm_chunk): the arguments of one full panel
-     * become the next's by moving the pointers, without mm_args and mm_tile per panel */
-    const bool whole = j->inplace && j->passes == 1 && j->kc >= n_in;
-    while (mm_take(j, n_panels, &p0, &p1)) {
-        int64_t p = p0;
-        const int64_t full = min64(p1, j->w->ne[1] / r);
-        if (whole && p < full) {
-            cpu_mk_args a = mm_args(j, NULL, p, 0, n_in, 0, (int)j->n_tok);
-            for (; p < full; p++) {
-                j->k->mk_q(&a);
-                a.w += (uint64_t)r * a.w_row_bytes;
-                a.out += r;
-                if (a.bias) a.bias += r;
-            }
-        }
-        for (; p < p1; p++) {
-            const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
-            /* a short last panel is packed, in chunks that fit the buffer (with one
-             * pass, where kc may be all of K, the chunks do not change the sums) */
-            const int64_t kc = inplace ? j->kc : min64(j->kc, KC_GEMV);
-            for (int64_t k0 = 0; k0 < n_in; k0 += kc) {
-                const int64_t nk = min64(kc, n_in - k0);
-                if (!inplace) mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
-                mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
-            }
-        }
-    }
+    while (mm_take(j, n_panels, &p0, &p1))
+        mm_gemv_panels(j, p0, p1, panel);
 }
 
 /* A batch: chunk k0 of every panel, over all tiles of tokens. */
@@ -409,14 +391,14 @@ static void mm_gemm_part(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const int r = j->k->rows, tt = j->k->tile;
     const int64_t n_panels = (j->w->ne[1] + r - 1) / r;
-    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
-    void *panel = tls_for(j->cb, ith);
+    const int64_t nk = mm_min(j->kc, j->w->ne[0] - j->k0);
+    void *panel = mm_tls(j->cb, ith);
     int64_t p0, p1;
     while (mm_take(j, n_panels, &p0, &p1))
         for (int64_t p = p0; p < p1; p++) {
             mm_pack(j, p, cpu_raw_row(j->w, p * r), j->k0, nk, panel);
             for (int64_t t0 = 0; t0 < j->n_tok; t0 += tt)
-                mm_tile(j, panel, p, j->k0, nk, t0, (int)min64(tt, j->n_tok - t0));
+                mm_tile(j, panel, p, j->k0, nk, t0, (int)mm_min(tt, j->n_tok - t0));
         }
 }
 
@@ -428,9 +410,9 @@ static void mm_gemm_part_amx(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const int r = j->k->rows, b = j->qt->sub;
     const int64_t n_panels = (j->w->ne[1] + r - 1) / r;
-    const int64_t nk = min64(j->kc, j->w->ne[0] - j->k0);
+    const int64_t nk = mm_min(j->kc, j->w->ne[0] - j->k0);
     const int64_t panel_bytes = nk / b * cpu_sb_bytes(r, b);
-    uint8_t *panels = tls_for(j->cb, ith);
+    uint8_t *panels = mm_tls(j->cb, ith);
     int64_t p0, p1;
     cpu_amx_begin(b);
     while (mm_take(j, n_panels, &p0, &p1)) {
@@ -440,7 +422,7 @@ static void mm_gemm_part_amx(void *arg, int ith, int nth) {
             if (j->fmt.offset) cpu_amx_sign_panel(panel, nk / b, b, j->fmt.offset);
         }
         for (int64_t t0 = 0; t0 < j->n_tok; t0 += CPU_AMX_TOK)
-            mm_tiles_amx(j, panels, panel_bytes, p0, p1, min64(CPU_AMX_TOK, j->n_tok - t0), t0);
+            mm_tiles_amx(j, panels, panel_bytes, p0, p1, mm_min(CPU_AMX_TOK, j->n_tok - t0), t0);
     }
     cpu_amx_end();
 }
@@ -451,7 +433,7 @@ static int64_t mm_chunk(const mm_job *j) {
     const int64_t n_in = j->w->ne[0];
     int64_t kc;
     if (!j->qt) /* the same chunks for every batch: float kernels sum within a chunk */
-        return min64(KC_F32, n_in);
+        return mm_min(KC_F32, n_in);
     /* two passes add hi then lo per chunk, so the sum's order follows the chunk
      * boundaries: every batch size takes the same chunks (a full batch of 512 takes
      * about this size anyway) */
@@ -465,6 +447,22 @@ static int64_t mm_chunk(const mm_job *j) {
         kc = L2_BYTES / (j->n_tok * (j->qt->sub + 8) / j->qt->sub);
     kc = kc < 256 ? 256 : kc > KC_MAX ? KC_MAX : kc & ~(int64_t)255;
     return kc >= n_in ? n_in : kc;
+}
+
+void mm_plan(mm_job *j) {
+    const cpu_kernels *k = j->k;
+    const cpu_qtype *qt = j->qt;
+    j->amx = qt && j->cb->amx && j->n_tok > k->tile;
+    j->paired = qt && j->passes == 2 && 2 * j->n_tok <= k->tile;
+    /* in place: one kernel call per panel chunk of at most 2 slots */
+    j->inplace = qt && (k->inplace_types >> j->w->type & 1) && (j->passes == 1 || j->paired) &&
+                 j->n_tok * j->passes <= 2;
+    j->kc = mm_chunk(j);
+    if (j->amx) {
+        j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(CPU_AMX_TOK, qt->sub);
+    } else if (qt) {
+        j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(k->tile, qt->sub);
+    }
 }
 
 void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
@@ -487,23 +485,14 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
                 .bias = bias,
                 .out = out,
                 .qt = qt,
-                .passes = cb->act_passes};
+                .passes = cb->act_passes,
+                .act = cb->act};
     if (qt) j.fmt = cpu_act_format(cb->k, w->type);
     for (int64_t done = 0; done < x->ne[1]; done += j.n_tok) {
         j.tok0 = done;
-        j.n_tok = min64(x->ne[1] - done, cb->act_tok);
-        j.amx = qt && cb->amx && j.n_tok > cb->k->tile;
-        j.paired = qt && j.passes == 2 && 2 * j.n_tok <= cb->k->tile;
-        /* in place: one kernel call per panel chunk of at most 2 slots */
-        j.inplace = qt && (cb->k->inplace_types >> w->type & 1) &&
-                    (j.passes == 1 || j.paired) && j.n_tok * j.passes <= 2;
-        j.kc = mm_chunk(&j);
-        if (j.amx) {
-            j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(CPU_AMX_TOK, qt->sub);
-            mm_zero_pad(&j);
-        } else if (qt) {
-            j.tile_bytes = (x->ne[0] / qt->sub) * cpu_sb_bytes(cb->k->tile, qt->sub);
-        }
+        j.n_tok = mm_min(x->ne[1] - done, cb->act_tok);
+        mm_plan(&j);
+        mm_zero_pad(&j);
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);
         else if (qt)
@@ -513,7 +502,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.grain = n_panels / (8 * cb->n_threads);
         if (j.grain < 1 || j.n_tok > cb->k->tile) j.grain = 1;
         if (j.amx) { /* groups of panels, about 2 per thread at least */
-            j.grain = min64(AMX_GROUP, n_panels / (2 * cb->n_threads));
+            j.grain = mm_min(AMX_GROUP, n_panels / (2 * cb->n_threads));
             if (j.grain < 1) j.grain = 1;
         }
         if (j.n_tok <= cb->k->tile) {
@@ -561,7 +550,7 @@ static cpu_attn_args attn_copy_head(const attn_job *j, int kvh, float *dst) {
 static void attn_part(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *j = arg;
-    float *scratch = (float *)tls_for(j->cb, ith);
+    float *scratch = (float *)mm_tls(j->cb, ith);
     float *copy = j->copy_rows ? j->cb->kv_copy + (int64_t)ith * 2 * j->copy_rows * j->a.head_dim
                                : NULL;
     const int n_kv = j->a.n_head_kv, n_q = j->a.n_tokens * (j->a.n_head / n_kv);

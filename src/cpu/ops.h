@@ -97,6 +97,10 @@ al_status cpu_backend_set_amx(al_backend *be, bool on);
  * shape allow (on by default; cpu_backend_create: off for ANYLLM_X16=0). Weights
  * already packed stay so. */
 void cpu_backend_set_x16(al_backend *be, bool on);
+/* Whether the fast backend's moe_ffn fuses a few tokens' experts (on by default;
+ * cpu_backend_create: off for ANYLLM_MOE_FUSE=0). Off, the plain ops run: the same
+ * bits, for comparisons and benchmarks. */
+void cpu_backend_set_moe_fuse(al_backend *be, bool on);
 
 /* ---- layouts ------------------------------------------------------------------------ */
 
@@ -433,6 +437,8 @@ typedef struct cpu_backend {
     uint64_t tls_bytes;
     float *kv_copy; /* fast attention: [n_threads] one kv head's keys and values */
     uint64_t kv_copy_floats; /* allocated, over all threads */
+    struct moe_job *moe_job; /* fast moe_ffn: its plan of a batch's experts (moe.c) */
+    bool moe_fuse;   /* moe_ffn fuses where it can (else the plain ops run) */
     bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
     void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
     int n_x16;
@@ -475,6 +481,10 @@ bool ref_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                     const al_tensor *wu, al_glu act, al_tensor *out);
 bool ref_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                  int head_dim, int pos0, const al_rope *rope);
+bool ref_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* x[c] += w * y[c] for c < n: add_rows' step, which the fast moe_ffn takes too, so
+ * that the two round alike whatever flags each file is compiled with. */
+void cpu_add_scaled(float *x, const float *y, float w, int64_t n);
 
 /* Writes the batch's k and v ([n_tokens][n_head_kv * head_dim]) to rows p % cap of
  * the caches, after checking that the caches can hold what the batch needs
@@ -490,6 +500,11 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
 void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
                     al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *shape,
                     al_tensor *out);
+/* The routed experts of a few tokens in two pool runs (moe.c); false, having done
+ * nothing, for a batch it does not fuse. */
+bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* Bytes of the plan fast_moe_ffn keeps in cpu_backend.moe_job. */
+uint64_t fast_moe_job_bytes(void);
 /* Per-thread bytes the fast matmul and attention need for rows of max_cols. */
 uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols);
 /* Bytes of quantized activations for n_tok tokens of max_cols. */

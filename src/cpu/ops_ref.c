@@ -127,14 +127,15 @@ void ref_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     }
 }
 
+void cpu_add_scaled(float *x, const float *y, float w, int64_t n) {
+    for (int64_t c = 0; c < n; c++) x[c] += w * y[c];
+}
+
 void ref_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
                   const float *w, int n) {
     (void)be;
-    for (int i = 0; i < n; i++) {
-        float *xr = cpu_f32_row(x, ids[i]);
-        const float *yr = cpu_f32_row(y, i);
-        for (int64_t c = 0; c < x->ne[0]; c++) xr[c] += w[i] * yr[c];
-    }
+    for (int i = 0; i < n; i++)
+        cpu_add_scaled(cpu_f32_row(x, ids[i]), cpu_f32_row(y, i), w[i], x->ne[0]);
 }
 
 /* ---- rope ---------------------------------------------------------------------- */
@@ -263,6 +264,47 @@ bool ref_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
     matmul_job j = {.x = x, .w = wg, .wu = wu, .out = out,
                     .mode = act == AL_GLU_GELU ? MM_GLU_GELU : MM_GLU_SILU};
     run_matmul(be, &j);
+    return true;
+}
+
+/* ---- mixture of experts ---------------------------------------------------------- */
+
+/* The index in s[0..k) of the smallest expert above `after`, or -1. */
+static int next_expert(const int32_t *s, int k, int32_t after) {
+    int best = -1;
+    for (int i = 0; i < k; i++)
+        if (s[i] > after && (best < 0 || s[i] < s[best])) best = i;
+    return best;
+}
+
+/* backend.h's definition of moe_ffn, token by token: each of a token's experts in
+ * ascending order runs on that row alone. Every output of a matmul, every element of
+ * the activation and of the add depends on its own row only, so this gives the bits
+ * of the plain ops, which run expert by expert over the rows gathered for each. */
+bool ref_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
+    const int k = moe->n_used, n_ff = moe->n_ff;
+    const int64_t n_embd = xb->ne[0];
+    al_tensor he = al_tensor_rows(moe->he, 0, 1), he2 = al_tensor_rows(moe->he2, 0, 1);
+    al_tensor ye = al_tensor_rows(moe->ye, 0, 1);
+    for (int64_t t = 0; t < xb->ne[1]; t++) {
+        const al_tensor xt = al_tensor_rows(xb, t, 1);
+        const int32_t *sel = moe->sel + t * k;
+        for (int i = next_expert(sel, k, -1); i >= 0; i = next_expert(sel, k, sel[i])) {
+            const int e = sel[i];
+            const al_tensor gate = al_tensor_rows(moe->gate, (int64_t)e * n_ff, n_ff);
+            const al_tensor up = al_tensor_rows(moe->up, (int64_t)e * n_ff, n_ff);
+            const al_tensor down = al_tensor_rows(moe->down, (int64_t)e * n_embd, n_embd);
+            al_tensor gb, ub, db;
+            ref_matmul(be, &xt, &gate, al_tensor_row_or_null(moe->gate_b, e, &gb), &he);
+            ref_matmul(be, &xt, &up, al_tensor_row_or_null(moe->up_b, e, &ub), &he2);
+            if (moe->act == AL_MOE_SWIGLU_OAI)
+                ref_swiglu_oai(be, &he, &he2, moe->alpha, moe->limit);
+            else
+                ref_silu_mul(be, &he, &he2);
+            ref_matmul(be, &he, &down, al_tensor_row_or_null(moe->down_b, e, &db), &ye);
+            cpu_add_scaled(cpu_f32_row(x, t), cpu_f32_row(&ye, 0), moe->sel_w[t * k + i], n_embd);
+        }
+    }
     return true;
 }
 

@@ -1,0 +1,65 @@
+/* mm.h: inside the CPU backend: the fast matmul's job (matmul.c), shared with moe.c,
+ * which runs the panels of several experts' matmuls in one pool run.
+ *
+ * A job is one matmul over a few or many tokens (matmul.c says how it runs). mm_plan
+ * makes the choices that fix the order of the float operations per (row, token):
+ * whether hi and lo share a tile, whether the kernel reads the weights in place, the K
+ * chunk. They depend on the weight, the activation mode and the number of tokens
+ * only, so a job planned for the same tokens runs the same kernel calls, bit for bit,
+ * whoever runs its panels and in whatever order.
+ */
+#ifndef AL_CPU_MM_H
+#define AL_CPU_MM_H
+
+#include "ops.h"
+
+typedef struct mm_job {
+    cpu_backend *cb;
+    const cpu_kernels *k;
+    const al_tensor *x, *w, *bias;
+    al_tensor *out;
+    const cpu_qtype *qt; /* NULL: a float weight type */
+    cpu_act_fmt fmt;     /* how the activations are quantized for qt */
+    int passes;          /* 8-bit passes per activation: 1 or 2 (cpu_act_mode) */
+    bool paired;         /* 2 passes, a few tokens: token t's hi and lo are slots 2t and
+                          * 2t + 1 of one tile; else the lo tile follows the hi tile */
+    bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
+    bool amx;            /* a batch on AMX: tiles of CPU_AMX_TOK tokens, the AMX layout */
+    uint8_t *act;        /* the quantized activations of this pass: cb->act, or the
+                          * tiles of one expert (moe.c) */
+    int64_t tok0, n_tok; /* the tokens of this pass */
+    int64_t kc;          /* elements per K chunk */
+    int64_t k0;          /* a batch: the chunk of this pool run */
+    int64_t tile_bytes;  /* bytes of one activation tile over all of K */
+    int64_t grain;       /* panels taken at a time */
+    int64_t next;        /* the next panel to take; atomic */
+} mm_job;
+
+static inline int64_t mm_min(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+/* Thread ith's scratch: a panel, or a row of floats (fast_tls_bytes). */
+static inline uint8_t *mm_tls(cpu_backend *cb, int ith) {
+    return cb->tls + (uint64_t)ith * cb->tls_bytes;
+}
+
+/* Sets a job's amx, paired, inplace, kc and tile_bytes for its n_tok tokens
+ * (cb, k, w, qt, fmt, passes and n_tok set). */
+void mm_plan(mm_job *j);
+
+/* Bytes of the quantized activations of a few tokens' pass (n_tok <= TT, no AMX). */
+static inline int64_t mm_act_bytes(const mm_job *j) {
+    return j->qt ? j->passes * j->tile_bytes : 0;
+}
+
+/* Quantizes x (a row of w->ne[0] floats) as token t of the pass into j->act, in every
+ * pass; rest is scratch for a row of floats (on AMX, and a quantized row after it). */
+void mm_quantize_token(const mm_job *j, const float *x, int64_t t, float *rest);
+
+/* Panels [p0, p1) (panel p: R output rows from row p R) of a few tokens' pass (n_tok
+ * <= TT), each K chunk by chunk, packed into `panel` where the kernel does not read
+ * the weights in place. */
+void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel);
+
+#endif /* AL_CPU_MM_H */
