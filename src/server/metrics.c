@@ -50,6 +50,7 @@ void srv_metrics_prompt(srv_metrics *m, int n_prompt, int n_evaluated, double se
 void srv_metrics_decode(srv_metrics *m, int n_tokens, double seconds) {
     pthread_mutex_lock(&m->lock);
     m->generated_tokens += (uint64_t)n_tokens;
+    m->decode_steps++;
     m->decode_seconds += seconds;
     pthread_mutex_unlock(&m->lock);
 }
@@ -147,6 +148,9 @@ static void render_counters(srv_metrics *m, srv_buf *out) {
            (double)(m->prompt_tokens - m->prompt_evaluated));
     sample(out, "anyllm_generated_tokens_total", "counter", "Tokens generated.",
            (double)m->generated_tokens);
+    sample(out, "anyllm_decode_steps_total", "counter",
+           "Decode steps, each one batch of sequences: tokens generated / steps is the mean "
+           "batch.", (double)m->decode_steps);
     sample(out, "anyllm_prompt_tokens_per_second", "gauge",
            "Prompt processing rate: evaluated prompt tokens per second of prefill.",
            m->prompt_seconds > 0 ? (double)m->prompt_evaluated / m->prompt_seconds : 0.0);

@@ -49,6 +49,7 @@ typedef struct srv_metrics {
     uint64_t prompt_evaluated;   /* of those, evaluated (the rest came from cache) */
     double prompt_seconds;
     uint64_t generated_tokens;
+    uint64_t decode_steps; /* evaluations of generated tokens: each one batch of sequences */
     double decode_seconds;
     uint64_t ttft_counts[SRV_TTFT_BUCKETS + 1]; /* the last one is +Inf */
     double ttft_sum;
