@@ -90,6 +90,10 @@ void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int
  * (gathered with get_rows), so that its weights are read once per batch. */
 void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
     if (be->ops->moe_ffn && be->ops->moe_ffn(be, xb, moe, x)) return;
+    backend_moe_ffn_plain(be, xb, moe, x);
+}
+
+void backend_moe_ffn_plain(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
     const al_backend_ops *op = be->ops;
     const int n = (int)xb->ne[1], k = moe->n_used, n_ff = moe->n_ff;
     const int64_t n_embd = xb->ne[0];

@@ -269,6 +269,8 @@ void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
 void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                      int head_dim, int pos0, const al_rope *rope);
 void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* The plain ops moe_ffn stands for, expert by expert (what the fused op must match). */
+void backend_moe_ffn_plain(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
 
 /* A view of rows [row0, row0 + n_rows) of t. */
 static inline al_tensor al_tensor_rows(const al_tensor *t, int64_t row0, int64_t n_rows) {

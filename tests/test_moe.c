@@ -8,7 +8,7 @@
  * three, the backend's moe_ffn must leave x bit for bit as the plain ops leave it: per
  * expert in ascending order, get_rows, matmul by its gate and its up projection (with
  * their biases), silu_mul or swiglu_oai, matmul by its down projection (with its bias)
- * and add_rows, written out here as the model ran them (plain_moe). It must also take
+ * and add_rows, as backend_moe_ffn_plain runs them (the model's loop). It must also take
  * the batches it is for: one token always, and a few tokens where each expert's fit one
  * activation tile, every batch of 8 on AVX-512 (else the comparison would be of the
  * plain ops with themselves).
@@ -133,35 +133,6 @@ static void random_route(int n, int n_expert, int k, bool same, int32_t *sel, fl
     free(perm);
 }
 
-/* The plain ops, expert by expert, as model.c ran them before moe_ffn. */
-static void plain_moe(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
-    const al_backend_ops *op = be->ops;
-    const int n = (int)xb->ne[1], k = moe->n_used, n_ff = moe->n_ff;
-    const int64_t n_embd = xb->ne[0];
-    for (int e = 0; e < moe->n_expert; e++) {
-        int n_rows = 0;
-        for (int i = 0; i < n * k; i++)
-            if (moe->sel[i] == e) {
-                moe->rows[n_rows] = i / k;
-                moe->rows_w[n_rows++] = moe->sel_w[i];
-            }
-        if (!n_rows) continue;
-        al_tensor xe = al_tensor_rows(moe->xe, 0, n_rows), ye = al_tensor_rows(moe->ye, 0, n_rows);
-        al_tensor he = al_tensor_rows(moe->he, 0, n_rows), he2 = al_tensor_rows(moe->he2, 0, n_rows);
-        al_tensor gate = al_tensor_rows(moe->gate, (int64_t)e * n_ff, n_ff);
-        al_tensor up = al_tensor_rows(moe->up, (int64_t)e * n_ff, n_ff);
-        al_tensor down = al_tensor_rows(moe->down, (int64_t)e * n_embd, n_embd);
-        al_tensor gb, ub, db;
-        op->get_rows(be, xb, moe->rows, n_rows, &xe);
-        op->matmul(be, &xe, &gate, al_tensor_row_or_null(moe->gate_b, e, &gb), &he);
-        op->matmul(be, &xe, &up, al_tensor_row_or_null(moe->up_b, e, &ub), &he2);
-        if (moe->act == AL_MOE_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, moe->alpha, moe->limit);
-        else op->silu_mul(be, &he, &he2);
-        op->matmul(be, &he, &down, al_tensor_row_or_null(moe->down_b, e, &db), &ye);
-        op->add_rows(be, x, &ye, moe->rows, moe->rows_w, n_rows);
-    }
-}
-
 /* Scratch and routing of one batch: tensors over host memory (the CPU's). */
 typedef struct moe_batch {
     float *xb, *x0, *x[3];  /* input, residual before, after each path */
@@ -223,8 +194,8 @@ static void check_batch(al_backend *be, bool fast, const moe_case *c, const al_t
         x[i] = f32_tensor(b.x[i], c->n_embd, n);
     }
     const bool fused = be->ops->moe_ffn(be, &xb, &moe, &x[0]);
-    if (!fused) plain_moe(be, &xb, &moe, &x[0]); /* moe_ffn did nothing */
-    plain_moe(be, &xb, &moe, &x[1]);
+    if (!fused) backend_moe_ffn_plain(be, &xb, &moe, &x[0]); /* moe_ffn did nothing */
+    backend_moe_ffn_plain(be, &xb, &moe, &x[1]);
     if (fast) cpu_backend_set_moe_fuse(be, false);
     backend_moe_ffn(be, &xb, &moe, &x[2]);
     if (fast) cpu_backend_set_moe_fuse(be, true);
