@@ -5,10 +5,26 @@
 #define AL_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 static int test_n_pass, test_n_fail, test_n_skip, test_cur_failed, test_cur_skipped;
+
+/* Test data: xorshift64 from the seed test_rng, the same sequence on every run. */
+static uint64_t test_rng = 0x9E3779B97F4A7C15ull;
+
+static inline uint32_t test_rnd(void) {
+    test_rng ^= test_rng << 13;
+    test_rng ^= test_rng >> 7;
+    test_rng ^= test_rng << 17;
+    return (uint32_t)(test_rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static inline float test_frand(void) {
+    return (float)(test_rnd() % 2000001) / 1000000.0f - 1.0f;
+}
 
 #define CHECK(cond)                                                                   \
     do {                                                                              \

@@ -40,20 +40,6 @@
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-
-/* uniform in [-1, 1) */
-static float frand(void) {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
-}
-
 static double nmse(const float *a, const float *ref, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -109,7 +95,7 @@ static uint8_t *random_weights(uint32_t type, int64_t n_in, int64_t n_out, uint6
     uint8_t *w = malloc(n); /* no slack: ASan sees a kernel read past the end */
     if (type == AL_TYPE_F32 || type == AL_TYPE_F16 || type == AL_TYPE_BF16) {
         for (uint64_t i = 0; i < n / tr->type_size; i++) {
-            float f = frand();
+            float f = test_frand();
             if (type == AL_TYPE_F32)
                 memcpy(w + 4 * i, &f, 4);
             else if (type == AL_TYPE_F16)
@@ -124,15 +110,15 @@ static uint8_t *random_weights(uint32_t type, int64_t n_in, int64_t n_out, uint6
         return w;
     }
     for (uint64_t i = 0; i < n; i++)
-        w[i] = (uint8_t)rnd();
+        w[i] = (uint8_t)test_rnd();
     int off[2];
     const int nf = f16_fields(type, off);
     for (uint64_t b = 0; b < n / tr->type_size; b++)
         for (int k = 0; k < nf; k++)
-            put_f16(w + b * tr->type_size + off[k], 0.01f + 0.02f * (frand() + 1));
+            put_f16(w + b * tr->type_size + off[k], 0.01f + 0.02f * (test_frand() + 1));
     /* MXFP4's scale byte: 2^(e-127) from 2^-7 to 2^0, so blocks differ in scale */
     for (uint64_t b = 0; type == AL_TYPE_MXFP4 && b < n / tr->type_size; b++)
-        w[b * tr->type_size] = (uint8_t)(120 + rnd() % 8);
+        w[b * tr->type_size] = (uint8_t)(120 + test_rnd() % 8);
     return w;
 }
 
@@ -163,7 +149,7 @@ static al_tensor f32_tensor(float *data, int64_t n_cols, int64_t n_rows) {
 static float *random_floats(int64_t n, float scale) {
     float *x = malloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
+        x[i] = test_frand() * scale;
     return x;
 }
 
@@ -621,7 +607,7 @@ static void test_mxfp4_pack(void) {
         const uint64_t rb = (uint64_t)n_blk * 17, n_panel = (uint64_t)(n_blk * cpu_sb_bytes(r, 32));
         uint8_t *w = malloc(rb * (uint64_t)r);
         for (uint64_t i = 0; i < rb * (uint64_t)r; i++)
-            w[i] = (uint8_t)rnd();
+            w[i] = (uint8_t)test_rnd();
         for (int row = 0; row < r; row++) /* block b of row `row` has scale (b + 13 row) % 256 */
             for (int b = 0; b < n_blk; b++)
                 w[(uint64_t)row * rb + (uint64_t)b * 17] = (uint8_t)(b + 13 * row);
@@ -1194,7 +1180,7 @@ static void test_row_ops(void) {
  * where tanh saturates (x -> x above, 0 below), both signs; u in [-3, 3). */
 static float gelu_input(int64_t i) {
     static const float far[] = {8.0f, -8.0f, 30.0f, -30.0f, 1e3f, -1e3f, 1e20f, -1e20f, -5.5f};
-    return i % 5 == 4 ? far[(i / 5) % 9] * (1.0f + 0.1f * frand()) : 4.0f * frand();
+    return i % 5 == 4 ? far[(i / 5) % 9] * (1.0f + 0.1f * test_frand()) : 4.0f * test_frand();
 }
 
 /* gelu_mul and scale of one backend against the reference, on rows of n. gelu within
@@ -1279,8 +1265,8 @@ static void test_gelu_scale(void) {
 static float swiglu_input(int64_t i, float limit) {
     const float far[] = {1e3f, -1e3f, 1e20f, -1e20f, limit, -limit, limit * 1.0000001f, -60.0f};
     return i % 6 == 4   ? far[(i / 6) % 8]
-           : i % 6 == 5 ? 0.01f * frand()
-                        : 3.0f * limit * frand();
+           : i % 6 == 5 ? 0.01f * test_frand()
+                        : 3.0f * limit * test_frand();
 }
 
 /* The formula of backend.h in double, written apart from the reference's. */
@@ -1417,7 +1403,7 @@ static void test_sum_u64(void) {
     enum { N = 4096 + 16 };
     uint64_t *p = aligned_alloc(64, N * sizeof *p), want = 0;
     for (int i = 0; i < N; i++)
-        want += p[i] = (uint64_t)rnd() << 32 | rnd();
+        want += p[i] = (uint64_t)test_rnd() << 32 | test_rnd();
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++)
         if (cpu_isa_available((cpu_isa)isa))
             CHECK_MSG(kernels_of((cpu_isa)isa)->sum_u64(p, N) == want, "%s",

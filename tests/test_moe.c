@@ -32,20 +32,6 @@
 
 /* ---- random layers ------------------------------------------------------------------ */
 
-static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
-
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 16);
-}
-
-/* uniform in [-1, 1) */
-static float frand(void) {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
-}
-
 typedef struct moe_case {
     uint32_t t_gate, t_up, t_down;
     int n_embd, n_ff, n_expert, n_used;
@@ -64,7 +50,7 @@ static uint8_t *random_rows(uint32_t type, int64_t n_in, int64_t n_rows, uint64_
     uint8_t *w = malloc(*rb * (uint64_t)n_rows);
     float *row = malloc((size_t)n_in * sizeof(float));
     for (int64_t r = 0; r < n_rows; r++) {
-        for (int64_t i = 0; i < n_in; i++) row[i] = frand() * 0.5f;
+        for (int64_t i = 0; i < n_in; i++) row[i] = test_frand() * 0.5f;
         CHECK(quant_quantize_row(type, row, w + (uint64_t)r * *rb, n_in) == AL_OK);
     }
     free(row);
@@ -73,7 +59,7 @@ static uint8_t *random_rows(uint32_t type, int64_t n_in, int64_t n_rows, uint64_
 
 static float *random_floats(int64_t n, float scale) {
     float *x = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+    for (int64_t i = 0; i < n; i++) x[i] = test_frand() * scale;
     return x;
 }
 
@@ -123,11 +109,11 @@ static void random_route(int n, int n_expert, int k, bool same, int32_t *sel, fl
     for (int t = 0; t < n; t++) {
         for (int e = 0; e < n_expert; e++) perm[e] = e;
         for (int j = 0; j < k; j++) { /* a partial shuffle */
-            const int r = j + (int)(rnd() % (uint32_t)(n_expert - j));
+            const int r = j + (int)(test_rnd() % (uint32_t)(n_expert - j));
             const int32_t tmp = perm[j];
             perm[j] = perm[r], perm[r] = tmp;
             sel[t * k + j] = same && t > 0 ? sel[j] : perm[j];
-            sel_w[t * k + j] = 0.05f + 0.95f * (frand() + 1.0f) / 2.0f;
+            sel_w[t * k + j] = 0.05f + 0.95f * (test_frand() + 1.0f) / 2.0f;
         }
     }
     free(perm);
@@ -302,6 +288,7 @@ static void test_moe_ref(void) {
 }
 
 int main(void) {
+    test_rng = 0x2545F4914F6CDD1Dull; /* the layers these cases were written with */
     for (int i = 0; i < N_CASES; i++) g_weights[i] = make_weights(&g_cases[i]);
     TEST_RUN(test_moe_fast);
     TEST_RUN(test_moe_ref);
