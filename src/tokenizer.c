@@ -397,8 +397,8 @@ static const char *const k_eog_texts[] = {
     "_<EOT>",
     "<|end_of_text|>",
     "<end_of_utterance>",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+    ("<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek */
 };
 
 static void mark_eog(al_vocab *v) {

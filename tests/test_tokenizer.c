@@ -588,8 +588,8 @@ static al_status image_vocab(image *im, al_vocab **out) {
 /* A small byte-level BPE vocabulary: the 256 byte spellings, then a few merges. */
 static const char *const k_bpe_extra[] = {"ab",
                                           "abc",
-                                          "\xc4\xa0"
-                                          "ab",
+                                          ("\xc4\xa0"
+                                           "ab"),
                                           "aa",
                                           "bc",
                                           "<|end|>",
@@ -755,8 +755,8 @@ static const char *const k_spm_toks[] = {"<unk>",
                                          "a",
                                          "aa",
                                          "\xe2\x96\x81",
-                                         "\xe2\x96\x81"
-                                         "a",
+                                         ("\xe2\x96\x81"
+                                          "a"),
                                          "<0x7A>",
                                          "<0xE4>"};
 static const float k_spm_scores[] = {0, 0, 0, -1, -2, -3, -1.5f, 0, 0};
