@@ -23,6 +23,10 @@ assert {r["n_depth"] for r in rows} == {0, 32}
 assert all(r["avg_ts"] > 0 and r["n_threads"] == 1 for r in rows)
 for f in ("build_commit", "model_filename", "model_size", "model_n_params", "avg_ns", "stddev_ts"):
     assert all(f in r for r in rows), f"field {f} missing"
+# tg rows: the bandwidth measured around their repetitions, and the share of its roofline
+tg = [r for r in rows if r["n_gen"] > 0]
+assert all(r["bandwidth_gbs"] > 0 and r["roofline_pct"] > 0 for r in tg), "tg without a roofline"
+assert all(r["roofline_pct"] == 0 for r in rows if r["n_prompt"] > 0), "pp with a roofline"
 svg = ET.parse(sys.argv[2]).getroot()
 lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
 # a line per backend and test: pp8, pp16 and tg4, each over the two depths

@@ -9,8 +9,9 @@
  * of the JSON and CSV output follow llama-bench's where the meaning is the same.
  *
  * The roofline column: generation reads every weight once per token, so its speed is
- * bounded by memory bandwidth / bytes read per token. The bandwidth is measured at
- * start by a multi-threaded read of a buffer much larger than the caches.
+ * bounded by memory bandwidth / bytes read per token. The bandwidth is measured by a
+ * multi-threaded read of a buffer much larger than the caches, at start and right
+ * before and after each tg repetition (bw_probe).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -72,6 +73,9 @@ typedef struct bench_result {
     double mean_ts, sd_ts, mean_ms;
     double dispatches;   /* Vulkan: compute dispatches recorded per token, mean of the
                             timed repetitions; < 0 on other backends */
+    double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
+    double roof_pct;     /* tg: the mean over repetitions of its share of the roofline
+                            of the bandwidth measured right before and after it */
 } bench_result;
 
 /* ---- memory bandwidth --------------------------------------------------------------- */
@@ -90,22 +94,27 @@ static void *bw_read(void *varg) {
     return NULL;
 }
 
-/* Best of several multi-threaded passes over a 512 MiB buffer in huge pages where the
- * kernel gives them (TLB misses cost another ~20%), in GB/s (1e9 B/s): what reading
- * memory can reach, the bound token generation is measured against. */
-static double bandwidth_pass(int n_threads) {
-    const size_t n_bytes = (size_t)512 << 20, n = n_bytes / 8;
+/* A buffer of 512 MiB in huge pages where the kernel gives them (TLB misses cost
+ * another ~20%), every page touched. */
+static uint64_t *bw_buffer(size_t n_bytes) {
     void *map = mmap(NULL, n_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) return 0;
+    if (map == MAP_FAILED) return NULL;
     madvise(map, n_bytes, MADV_HUGEPAGE); /* a hint: no huge pages is no error */
     uint64_t *buf = map;
-    for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page */
+    for (size_t i = 0; i < n_bytes / 8; i++) buf[i] = i;
+    return buf;
+}
+
+/* Best of n_passes multi-threaded reads of the buffer, in GB/s (1e9 B/s): what reading
+ * memory can reach, the bound token generation is measured against. */
+static double bandwidth_pass(const uint64_t *buf, size_t n_bytes, int n_threads, int n_passes) {
+    const size_t n = n_bytes / 8;
     double best = 0;
     pthread_t th[MAX_LIST * 32];
     bw_arg args[MAX_LIST * 32];
     if (n_threads > (int)(sizeof th / sizeof *th)) n_threads = (int)(sizeof th / sizeof *th);
     uint64_t sink = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < n_passes; rep++) {
         double t0 = al_time_s();
         size_t per = n / (size_t)n_threads & ~(size_t)15; /* whole cache lines */
         for (int t = 0; t < n_threads; t++) {
@@ -118,27 +127,71 @@ static double bandwidth_pass(int n_threads) {
         for (int t = 0; t < n_threads; t++) sink += args[t].sum;
         if (n_bytes / dt / 1e9 > best) best = (double)n_bytes / dt / 1e9;
     }
-    munmap(map, n_bytes);
     return sink == 42 ? best + 1e-9 : best; /* keep the sums alive */
 }
 
-/* Measures in a child process, so that the buffer does not count in this process's
- * peak RSS, which bench reports. */
-static double measure_bandwidth(int n_threads) {
-    int fd[2];
-    if (pipe(fd) != 0) return 0;
+/* The bandwidth probe: a child process that holds the buffer and measures on request,
+ * so that the buffer does not count in this process's peak RSS (which bench reports)
+ * and a measurement can come between any two repetitions. The machines this runs on
+ * are shared: their bandwidth drifts by a third within minutes, so tg's roofline share
+ * is taken against measurements made right before and after its own repetitions. */
+typedef struct bw_probe {
+    pid_t pid;
+    int to, from; /* request and answer pipes; -1: no probe, each measurement is 0 */
+} bw_probe;
+
+static void bw_child(int req, int ans, int n_threads) {
+    const size_t n_bytes = (size_t)512 << 20;
+    uint64_t *buf = bw_buffer(n_bytes);
+    unsigned char n_passes;
+    while (read(req, &n_passes, 1) == 1) { /* end of file: the parent is gone */
+        double gbs = buf ? bandwidth_pass(buf, n_bytes, n_threads, n_passes) : 0;
+        if (write(ans, &gbs, sizeof gbs) != (ssize_t)sizeof gbs) break;
+    }
+    _exit(0);
+}
+
+/* Starts the probe before any model is loaded: fork() copies only the calling thread. */
+static bw_probe bw_probe_start(int n_threads) {
+    bw_probe p = {.pid = -1, .to = -1, .from = -1};
+    int req[2], ans[2];
+    if (pipe(req) != 0) return p;
+    if (pipe(ans) != 0) {
+        close(req[0]);
+        close(req[1]);
+        return p;
+    }
     pid_t pid = fork();
     if (pid == 0) {
-        double gbs = bandwidth_pass(n_threads);
-        ssize_t w = write(fd[1], &gbs, sizeof gbs);
-        _exit(w == (ssize_t)sizeof gbs ? 0 : 1);
+        close(req[1]);
+        close(ans[0]);
+        bw_child(req[0], ans[1], n_threads);
     }
-    close(fd[1]);
+    close(req[0]);
+    close(ans[1]);
+    if (pid < 0) {
+        close(req[1]);
+        close(ans[0]);
+        return p;
+    }
+    return (bw_probe){.pid = pid, .to = req[1], .from = ans[0]};
+}
+
+/* GB/s, best of n_passes; 0 when there is no probe. */
+static double bw_probe_measure(bw_probe *p, int n_passes) {
+    unsigned char n = (unsigned char)n_passes;
     double gbs = 0;
-    if (pid < 0 || read(fd[0], &gbs, sizeof gbs) != (ssize_t)sizeof gbs) gbs = 0;
-    close(fd[0]);
-    if (pid > 0) waitpid(pid, NULL, 0);
+    if (p->to < 0 || write(p->to, &n, 1) != 1 || read(p->from, &gbs, sizeof gbs) != sizeof gbs)
+        return 0;
     return gbs;
+}
+
+static void bw_probe_stop(bw_probe *p) {
+    if (p->to < 0) return;
+    close(p->to); /* the child reads end of file and exits */
+    close(p->from);
+    waitpid(p->pid, NULL, 0);
+    p->to = p->from = -1;
 }
 
 static void cpu_name(char *buf, size_t size) {
@@ -214,10 +267,13 @@ static void clear_line(void) {
     if (isatty(2)) fprintf(stderr, "\r%-70s\r", "");
 }
 
+/* Passes per bandwidth measurement between tg repetitions: best of 2 is ~50 ms here. */
+enum { BW_PASSES_REP = 2 };
+
 static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32_t *ids,
-                    float *logits, bench_result *r, int model_i) {
+                    float *logits, bench_result *r, int model_i, bw_probe *probe) {
     const char *kind = r->is_pp ? "pp" : "tg";
-    double n_disp = 0;
+    double n_disp = 0, bw[MAX_REPS + 1] = {0};
     r->dispatches = 0;
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
         if (isatty(2)) /* a progress line is for a person watching, not for a log */
@@ -225,6 +281,7 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
                     model_i + 1, o->n_models, r->backend, kind, r->n_tokens, r->n_depth,
                     r->n_threads, rep < 0 ? "warm-up" : "rep", rep < 0 ? 1 : rep + 1,
                     rep < 0 ? 1 : o->reps);
+        if (!r->is_pp && rep >= 0) bw[rep] = bw_probe_measure(probe, BW_PASSES_REP);
         double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &n_disp);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
@@ -236,6 +293,19 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
     for (int i = 0; i < o->reps; i++) sq += (r->ts[i] - r->mean_ts) * (r->ts[i] - r->mean_ts);
     r->sd_ts = o->reps > 1 ? sqrt(sq / (o->reps - 1)) : 0;
     r->mean_ms = 1000.0 * r->n_tokens / r->mean_ts;
+    if (!r->is_pp) {
+        bw[o->reps] = bw_probe_measure(probe, BW_PASSES_REP);
+        double bw_sum = 0, roof_sum = 0;
+        bool all = true;
+        for (int i = 0; i < o->reps; i++) {
+            double gbs = (bw[i] + bw[i + 1]) / 2;
+            all &= bw[i] > 0 && bw[i + 1] > 0;
+            bw_sum += gbs;
+            roof_sum += 100.0 * r->ts[i] * (double)r->info.n_bytes_per_token / (gbs * 1e9);
+        }
+        r->bw_gbs = all ? bw_sum / o->reps : 0;
+        r->roof_pct = all ? roof_sum / o->reps : 0;
+    }
     return 0;
 }
 
@@ -250,7 +320,7 @@ static uint64_t file_size(const char *path) {
 
 /* Runs every test of one model on one backend at one thread count, appending to res. */
 static int bench_model(const bench_opts *o, int mi, const char *backend, int n_threads,
-                       bench_result *res, int *n_res) {
+                       bench_result *res, int *n_res, bw_probe *probe) {
     int max_tokens = 1;
     for (int i = 0; i < o->n_pp; i++) max_tokens = o->pp[i] > max_tokens ? o->pp[i] : max_tokens;
     for (int i = 0; i < o->n_tg; i++) max_tokens = o->tg[i] > max_tokens ? o->tg[i] : max_tokens;
@@ -300,7 +370,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         r->info.arch = r->arch; /* the model's own strings die with it */
         r->info.backend = r->backend;
         r->spec = backend;
-        rc = run_test(o, m, c, ids, logits, r, mi);
+        rc = run_test(o, m, c, ids, logits, r, mi, probe);
     }
     free(ids);
     free(logits);
@@ -322,36 +392,46 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
-/* tg speed as a share of the bandwidth bound: bytes per token / bandwidth. */
+/* tg speed as a share of the bandwidth bound: bytes per token / bandwidth. The
+ * bandwidth measured around the row's own repetitions where there is one. */
 static double roofline_pct(const bench_result *r, double gbs) {
-    if (r->is_pp || gbs <= 0) return 0;
+    if (r->is_pp) return 0;
+    if (r->roof_pct > 0) return r->roof_pct;
+    if (gbs <= 0) return 0;
     double bound_ts = gbs * 1e9 / (double)r->info.n_bytes_per_token;
     return 100.0 * r->mean_ts / bound_ts;
 }
 
+/* The bandwidth a row's roofline is taken against. */
+static double row_gbs(const bench_result *r, double start_gbs) {
+    return r->bw_gbs > 0 ? r->bw_gbs : start_gbs;
+}
+
 static void print_md(const bench_result *res, int n, const bench_env *env) {
     printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms "
-           "| read/token | roofline |\n");
-    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|\n");
+           "| read/token | GB/s | roofline |\n");
+    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
-        char ttft[32] = "", roof[32] = "", bpt[32] = "";
+        char ttft[32] = "", roof[32] = "", bpt[32] = "", gbs[32] = "";
         if (r->is_pp) snprintf(ttft, sizeof ttft, "%.1f", r->mean_ms);
         else {
             /* decoding reads the weights a token uses once per token: the roofline is
              * the measured bandwidth over these bytes */
             snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
             snprintf(bpt, sizeof bpt, "%.1f MiB", r->info.n_bytes_per_token / 1048576.0);
+            snprintf(gbs, sizeof gbs, "%.1f", row_gbs(r, env->bandwidth_gbs));
         }
         char test[48];
         int len = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);
         if (r->n_depth) snprintf(test + len, sizeof test - (size_t)len, " @ d%d", r->n_depth);
-        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s |\n",
+        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s | %s |\n",
                base_name(r->model), (double)r->file_bytes / (1u << 30), r->info.n_params / 1e9,
                r->info.backend, r->n_threads, test, r->mean_ts, r->sd_ts, ttft, r->load_ms, bpt,
-               roof);
+               gbs, roof);
     }
-    printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured) | peak RSS %.0f MiB\n",
+    printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured at start; a tg row's "
+           "GB/s and roofline: measured around its repetitions) | peak RSS %.0f MiB\n",
            AL_BUILD, env->cpu, env->bandwidth_gbs, env->peak_rss_kib / 1024.0);
 }
 
@@ -369,7 +449,7 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
-               r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
+               r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
                r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
@@ -389,7 +469,7 @@ static void print_csv(const bench_result *res, int n, const bench_env *env) {
                AL_BUILD, env->cpu, r->info.backend, r->model, r->info.arch, r->file_bytes,
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
-               r->is_pp ? r->mean_ms : 0, r->load_ms, env->bandwidth_gbs,
+               r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
                roofline_pct(r, env->bandwidth_gbs));
     }
 }
@@ -592,12 +672,14 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < o.n_threads; i++) max_threads = o.threads[i] > max_threads ? o.threads[i] : max_threads;
     if (isatty(2))
         fprintf(stderr, "bench: measuring memory read bandwidth with %d threads...", max_threads);
-    env.bandwidth_gbs = measure_bandwidth(max_threads);
+    bw_probe probe = bw_probe_start(max_threads);
+    env.bandwidth_gbs = bw_probe_measure(&probe, 5);
     int n_res = 0;
     for (int mi = 0; !rc && mi < o.n_models; mi++)
         for (int bi = 0; !rc && bi < o.n_backends; bi++)
             for (int ti = 0; !rc && ti < o.n_threads; ti++)
-                rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], res, &n_res);
+                rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], res, &n_res, &probe);
+    bw_probe_stop(&probe);
     clear_line();
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) env.peak_rss_kib = ru.ru_maxrss;
