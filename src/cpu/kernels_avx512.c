@@ -171,13 +171,18 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
     return rs->b[r / 4] + off + (i == 0 ? 0 : i == 1 ? rs->rb : i == 2 ? 2 * rs->rb : rs->rb3);
 }
 
-/* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
- * the rows, in the next panel's rows (R rows further on), which come next. */
-INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines) {
+/* Prefetches PF_AHEAD bytes ahead in every row: n_lines cache lines per row, or with
+ * x16 the lines of the span bytes per row that the caller reads before its next call.
+ * Near the end of the rows it prefetches the next panel's rows (R rows further on),
+ * which come next. Prefetches take load slots: the 1-token GEMV issues one per line
+ * (on x16, 16 n_lines per call had been up to 78% repeats, and a Q4_0 GEMV in L2 ran
+ * at ~25 GB/s per core; the loads, not the memory, bounded decoding). */
+INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
     if (rs->x16) { /* one stream, which runs on into the next panel */
-#pragma GCC unroll 64
-        for (int l = 0; l < 16 * n_lines; l++)
-            _mm_prefetch((const char *)rs->pk + 16 * (off + PF_AHEAD) + 64 * l, _MM_HINT_T1);
+        const uintptr_t a0 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD)) & ~(uintptr_t)63;
+        const uintptr_t a1 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD + span));
+        for (uintptr_t a = a0; a < a1; a += 64)
+            _mm_prefetch((const char *)a, _MM_HINT_T1);
         return;
     }
     const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 15 * rs->rb : 0);
@@ -347,7 +352,8 @@ static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2,
 INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __m512 *dw,
                          __m512 *m) {
     const int64_t off = i * g_legacy_size[kind];
-    if (!(i & 1)) prefetch_rows(rs, off, 1); /* two blocks are at most 68 bytes */
+    if (!(i & 1)) /* two blocks are at most 68 bytes */
+        prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind]);
     const bool has_m = kind == Q4_1 || kind == Q5_1;
     const __m512i head = has_m           ? gather_2xf16(rs, off)
                          : kind == MXFP4 ? gather_u8(rs, off)
@@ -479,7 +485,7 @@ static void x16_pack_512(uint32_t type, const uint8_t *src, uint8_t *dst, uint64
         uint8_t *d = dst + (uint64_t)g * 16 * row_bytes;
         for (int64_t b = 0; b < n_blk; b++) {
             const int64_t off = b * t->block_bytes;
-            prefetch_rows(&rs, off, 1);
+            prefetch_rows(&rs, off, 1, 0);
             for (int i = 0; i < t->n_fields; i++)
                 x16_field_512(&rs, off, &t->f[i], t->block_bytes, d + 16 * off);
         }
@@ -549,7 +555,7 @@ INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t bl
     rows_init(&rs, w, row_bytes, blk0 * t, x16);
     for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
         const int64_t off = i * t;
-        prefetch_rows(&rs, off, 3);
+        prefetch_rows(&rs, off, 3, (int)t);
         k4_scales16(&rs, off, panel);
         __m512i h[8];
         if (five) load_16x32(&rs, off + 16, h);
@@ -650,7 +656,7 @@ INLINE void pack_q6(const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t 
     rows_init(&rs, w, row_bytes, blk0 * 210, x16);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 210;
-        prefetch_rows(&rs, off, 4);
+        prefetch_rows(&rs, off, 4, 210);
 #pragma GCC unroll 16
         for (int half = 0; half < 2; half++) {
             __m512i l0[8], l1[8], h[8];
@@ -693,7 +699,7 @@ static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     rows_init(&rs, w, row_bytes, blk0 * 84, false);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 84;
-        prefetch_rows(&rs, off, 2);
+        prefetch_rows(&rs, off, 2, 84);
         for (int half = 0; half < 2; half++) {
             __m512i q[8];
             load_16x32(&rs, off + 16 + 32 * half, q);
@@ -733,7 +739,7 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     rows_init(&rs, w, row_bytes, blk0 * 110, false);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 110;
-        prefetch_rows(&rs, off, 2);
+        prefetch_rows(&rs, off, 2, 110);
         __m512i hm[8];
         load_16x32(&rs, off, hm);
         for (int half = 0; half < 2; half++) {
@@ -779,6 +785,19 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
 INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const int b, bool mins,
                         __m512i is[TT]) {
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+    if (nt == 1) {
+        /* one token: four chains, since a block's sums are its own (the int32 adds
+         * are exact in any order) and four dependent vpdpbusd per chain held too few
+         * blocks in flight */
+        __m512i c[4];
+        c[0] = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(zq[0]);
+        c[1] = c[2] = c[3] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int g = 0; g < b / 4; g++)
+            c[g & 3] = _mm512_dpbusd_epi32(c[g & 3], wq[g], _mm512_set1_epi32(load_i32(x + g * TT * 4)));
+        is[0] = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+        return;
+    }
     __m512i ia[TT], ib[TT];
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
@@ -945,7 +964,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
     inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 8; i++) {
         const int64_t off = i * t;
-        prefetch_rows(&rs, off, 3);
+        prefetch_rows(&rs, off, 3, (int)t);
         k4_scales16(&rs, off, sc);
         __m512i h[8];
         if (five) load_16x32(&rs, off + 16, h);
@@ -991,7 +1010,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) 
     inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 16; i++) {
         const int64_t off = i * 210;
-        prefetch_rows(&rs, off, 4);
+        prefetch_rows(&rs, off, 4, 210);
         q6_scales16(&rs, off, sc);
         const float *da = (const float *)(x + TT * 16);
         __m512 sacc[TT];
