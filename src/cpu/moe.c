@@ -11,9 +11,10 @@
  *      then its up panels (two streams of rows), and apply silu_mul or swiglu_oai to
  *      their outputs. The thread that finishes an expert's last panel quantizes its
  *      rows for the down projection, so that no run is needed for that;
- *   2. the down projections: the threads take panels of the output (columns of x),
- *      run every expert over them, and add the experts' weighted outputs into the rows
- *      of their tokens in ascending expert order.
+ *   2. the down projections, again (expert, panel) items from one counter; the
+ *      thread that finishes the last expert of a panel of the output (columns of x)
+ *      adds the experts' weighted outputs there into the rows of their tokens, in
+ *      ascending expert order.
  *
  * Bits. Each expert's matmuls are planned (mm_plan) for the tokens routed to it, as
  * fast_matmul plans them for the rows get_rows gathers, and each panel runs the same
@@ -43,6 +44,7 @@
 enum {
     MOE_MAX_EXPERTS = 256, /* distinct experts of one fused batch */
     MOE_MAX_PAIRS = 512,   /* its (token, expert) pairs */
+    MOE_MAX_PANELS = 1024, /* panels of the output (n_embd up to 16384 columns) */
 };
 
 /* One expert the batch uses. Its pairs (token, weight) are pair0 .. pair0 + n_tok of
@@ -69,6 +71,7 @@ typedef struct moe_job {
     uint64_t act_used;            /* bytes of cb->act given to the experts' tiles */
     int64_t n_panels_ff, n_panels_embd;
     int64_t grain, next;          /* work items taken at a time, and the next one */
+    int panel_done[MOE_MAX_PANELS]; /* run 2: experts done with each output panel; atomic */
 } moe_job;
 
 /* ---- planning ------------------------------------------------------------------------ */
@@ -210,7 +213,7 @@ static bool moe_plan(moe_job *j) {
     if (n < 1 || (int64_t)n * moe->n_used > MOE_MAX_PAIRS || n * moe->n_used > moe->n_scratch ||
         !moe_fast_type(moe->gate->type) || !moe_fast_type(moe->up->type) ||
         !moe_fast_type(moe->down->type) || n_embd > cb->max_cols || moe->n_ff > cb->max_cols ||
-        !cb->act || !moe_group(j, n))
+        (n_embd + cb->k->rows - 1) / cb->k->rows > MOE_MAX_PANELS || !cb->act || !moe_group(j, n))
         return false;
     j->act_used = 0;
     for (int s = 0; s < j->n_exp; s++) {
@@ -224,6 +227,7 @@ static bool moe_plan(moe_job *j) {
     const int r = cb->k->rows;
     j->n_panels_ff = (moe->n_ff + r - 1) / r;
     j->n_panels_embd = (n_embd + r - 1) / r;
+    memset(j->panel_done, 0, (size_t)j->n_panels_embd * sizeof *j->panel_done);
     return true;
 }
 
@@ -276,28 +280,48 @@ static void moe_up_part(void *arg, int ith, int nth) {
         }
 }
 
-/* Run 2: work item p is panel p of every expert's down projection. A take of panels
- * runs expert by expert, so that each expert's rows stream from memory as one run
- * (prefetched ahead by the kernels), and then adds the experts' outputs into their
- * tokens' rows of x, in ascending expert order, over the take's columns. */
+/* Adds the experts' weighted outputs into their tokens' rows of x over panels [p0,
+ * p1) of the output, in ascending expert order. */
+static void moe_add_panels(const moe_job *j, int64_t p0, int64_t p1) {
+    const int r = j->cb->k->rows;
+    const int64_t c0 = p0 * r, nc = mm_min(p1 * r, j->xb->ne[0]) - c0;
+    for (int s = 0; s < j->n_exp; s++) {
+        const moe_expert *x = &j->ex[s];
+        for (int t = 0; t < x->n_tok; t++)
+            cpu_add_scaled(cpu_f32_row(j->x, j->tok[x->pair0 + t]) + c0,
+                           cpu_f32_row(&x->ye, t) + c0, j->w[x->pair0 + t], nc);
+    }
+}
+
+/* Run 2: work item i is panel i % n_panels_embd of expert i / n_panels_embd's down
+ * projection, so that a take streams one expert's rows as one run, as run 1 does (by
+ * output panel across the experts, each take had been eight runs of a few panels,
+ * each starting where nothing was prefetched). The thread that finishes the last
+ * expert of an output panel adds the experts' outputs there, in ascending order. */
 static void moe_down_part(void *arg, int ith, int nth) {
     (void)nth;
     moe_job *j = arg;
-    const int r = j->cb->k->rows;
-    const int64_t n_embd = j->xb->ne[0];
+    const int64_t np = j->n_panels_embd;
     void *panel = mm_tls(j->cb, ith);
-    int64_t p0, p1;
-    while (moe_take(j, j->n_panels_embd, &p0, &p1)) {
-        for (int s = 0; s < j->n_exp; s++)
+    int64_t i0, i1;
+    while (moe_take(j, j->n_exp * np, &i0, &i1))
+        for (int64_t i = i0; i < i1;) {
+            const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
+            const int64_t p0 = i - s * np, p1 = end - s * np;
             mm_gemv_panels(&j->ex[s].down, p0, p1, panel);
-        const int64_t c0 = p0 * r, nc = mm_min(p1 * r, n_embd) - c0;
-        for (int s = 0; s < j->n_exp; s++) {
-            const moe_expert *x = &j->ex[s];
-            for (int t = 0; t < x->n_tok; t++)
-                cpu_add_scaled(cpu_f32_row(j->x, j->tok[x->pair0 + t]) + c0,
-                               cpu_f32_row(&x->ye, t) + c0, j->w[x->pair0 + t], nc);
+            int64_t run = -1; /* the first of a run of panels this thread completes */
+            for (int64_t p = p0; p <= p1; p++) {
+                /* acquire and release: the last one sees every expert's output */
+                const bool last = p < p1 && __atomic_add_fetch(&j->panel_done[p], 1,
+                                                               __ATOMIC_ACQ_REL) == j->n_exp;
+                if (last && run < 0) run = p;
+                if (!last && run >= 0) {
+                    moe_add_panels(j, run, p);
+                    run = -1;
+                }
+            }
+            i = end;
         }
-    }
 }
 
 /* About 8 takes per thread: few atomics, and still a balanced finish. */
@@ -320,7 +344,7 @@ bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_ten
         j->grain = moe_grain(j, j->n_exp * j->n_panels_ff);
         j->next = 0;
         pool_run(cb->pool, moe_up_part, j);
-        j->grain = moe_grain(j, j->n_panels_embd);
+        j->grain = moe_grain(j, j->n_exp * j->n_panels_embd);
         j->next = 0;
         pool_run(cb->pool, moe_down_part, j);
     }
