@@ -303,6 +303,10 @@ INLINE __m512i lo4(__m512i v) {
 INLINE __m512i hi4(__m512i v) {
     return lo4(_mm512_srli_epi16(v, 4));
 }
+/* 16 times the high nibbles, for the sums of mk_sums1 */
+INLINE __m512i hi16_of(__m512i v) {
+    return _mm512_and_si512(v, _mm512_set1_epi8((char)0xF0));
+}
 
 INLINE void store_q(uint8_t *q, int j, __m512i v) {
     _mm512_store_si512((__m512i *)(q + 64 * j), v);
@@ -350,7 +354,7 @@ static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2,
 /* Block i of 16 rows as the panel holds it: q[j] is 4-byte group j of the unsigned
  * quants (row r in lane r), dw and m the scales of ops.h. */
 INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __m512 *dw,
-                         __m512 *m) {
+                         __m512 *m, const bool hi16) {
     const int64_t off = i * g_legacy_size[kind];
     if (!(i & 1)) /* two blocks are at most 68 bytes */
         prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind]);
@@ -385,11 +389,11 @@ INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __
             q[j] = mxfp4_u(lo4(h[j]));
             q[4 + j] = mxfp4_u(hi4(h[j]));
         }
-    } else {
+    } else { /* Q4_0, Q4_1: hi16, 16 times the high quants (mk_sums1) */
 #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             q[j] = lo4(h[j]);
-            q[4 + j] = hi4(h[j]);
+            q[4 + j] = hi16 ? hi16_of(h[j]) : hi4(h[j]);
         }
     }
     /* m = -offset * dw, as the portable decoders write it */
@@ -404,7 +408,7 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
     for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
         __m512i q[8];
         __m512 dw, m;
-        legacy_block(kind, &rs, i, q, &dw, &m);
+        legacy_block(kind, &rs, i, q, &dw, &m, false);
 #pragma GCC unroll 16
         for (int j = 0; j < 8; j++)
             store_q(panel, j, q[j]);
@@ -528,13 +532,13 @@ INLINE void k4_scales16(const rows16 *rs, int64_t off, uint8_t *pb) {
  * k45_chunk gives chunk c of the super-block at off as the panel holds it (h: the
  * Q5_K fifth bits, load_16x32 of qh). */
 INLINE void k45_chunk(bool five, const rows16 *rs, int64_t off, int c, const __m512i h[8],
-                      __m512i u0[8], __m512i u1[8]) {
+                      __m512i u0[8], __m512i u1[8], const bool hi16) {
     __m512i g[8];
     load_16x32(rs, off + (five ? 48 : 16) + 32 * c, g);
 #pragma GCC unroll 16
     for (int j = 0; j < 8; j++) {
         u0[j] = lo4(g[j]);
-        u1[j] = hi4(g[j]);
+        u1[j] = hi16 ? hi16_of(g[j]) : hi4(g[j]); /* hi16: Q4_K only (mk_sums1) */
         if (five) {
             /* bit s of qh[l] is the fifth bit of element l of sub-block s */
             const __m512i b16 = _mm512_set1_epi8(0x10);
@@ -562,7 +566,7 @@ INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t bl
 #pragma GCC unroll 16
         for (int c = 0; c < 4; c++) {
             __m512i u0[8], u1[8];
-            k45_chunk(five, &rs, off, c, h, u0, u1);
+            k45_chunk(five, &rs, off, c, h, u0, u1, false);
             uint8_t *q0 = panel + 2 * c * sbb, *q1 = q0 + sbb;
 #pragma GCC unroll 16
             for (int k = 0; k < 8; k++) {
@@ -782,20 +786,36 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
 
 /* The integer sums of one sub-block of b for nt tokens. With a constant offset they
  * start at the tile's -offset * sum(qa). */
+/* One token's sums of a sub-block: four chains, since a block's sums are its own (the
+ * int32 adds are exact in any order) and four dependent vpdpbusd per chain held too
+ * few blocks in flight. Groups g >= hi16 of wq hold 16 times the quants (the high
+ * nibbles masked in place, hi16_of, one op where hi4 takes two): they sum in chains of
+ * their own, divided by 16 at the end, exactly (the sum is a multiple of 16). With
+ * hi16 = 0 every group does, and mins must hold (no offset term to keep whole). */
+INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins, int hi16,
+                     __m512i is[TT]) {
+    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+    const int n = b / 4;
+    __m512i c[4];
+    c[0] = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(zq[0]);
+    c[1] = c[2] = c[3] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = 0; g < n; g++) {
+        /* none or all scaled: any chain; half: 0 and 1 plain, 2 and 3 scaled */
+        const int k = hi16 == 0 || hi16 == n ? g & 3 : (g >= hi16) * 2 + (g & 1);
+        c[k] = _mm512_dpbusd_epi32(c[k], wq[g], _mm512_set1_epi32(load_i32(x + g * TT * 4)));
+    }
+    const __m512i lo = _mm512_add_epi32(c[0], c[1]), hi = _mm512_add_epi32(c[2], c[3]);
+    if (hi16 == n) is[0] = _mm512_add_epi32(lo, hi);
+    else if (hi16 == 0) is[0] = _mm512_srai_epi32(_mm512_add_epi32(lo, hi), 4);
+    else is[0] = _mm512_add_epi32(lo, _mm512_srai_epi32(hi, 4));
+}
+
 INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const int b, bool mins,
                         __m512i is[TT]) {
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
     if (nt == 1) {
-        /* one token: four chains, since a block's sums are its own (the int32 adds
-         * are exact in any order) and four dependent vpdpbusd per chain held too few
-         * blocks in flight */
-        __m512i c[4];
-        c[0] = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(zq[0]);
-        c[1] = c[2] = c[3] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int g = 0; g < b / 4; g++)
-            c[g & 3] = _mm512_dpbusd_epi32(c[g & 3], wq[g], _mm512_set1_epi32(load_i32(x + g * TT * 4)));
-        is[0] = _mm512_add_epi32(_mm512_add_epi32(c[0], c[1]), _mm512_add_epi32(c[2], c[3]));
+        mk_sums1(wq, x, b, mins, b / 4, is);
         return;
     }
     __m512i ia[TT], ib[TT];
@@ -939,8 +959,11 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
     for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
         __m512i q[8], is[TT];
         __m512 dw, m;
-        legacy_block(kind, &rs, i, q, &dw, &m);
-        mk_q_sums_w(q, x, nt, 32, mins, is);
+        /* one token of Q4_0 or Q4_1: the high quants times 16, one op fewer a vector */
+        const bool hi16 = nt == 1 && (kind == Q4_0 || kind == Q4_1);
+        legacy_block(kind, &rs, i, q, &dw, &m, hi16);
+        if (hi16) mk_sums1(q, x, 32, mins, 4, is);
+        else mk_q_sums_w(q, x, nt, 32, mins, is);
         const float *da = (const float *)(x + TT * 32), *aux = da + TT;
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
@@ -975,7 +998,8 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
             sacc[k] = _mm512_setzero_ps();
         for (int c = 0; c < 4; c++) {
             __m512i u[2][8];
-            k45_chunk(five, &rs, off, c, h, u[0], u[1]);
+            const bool hi16 = nt == 1 && !five;
+            k45_chunk(five, &rs, off, c, h, u[0], u[1], hi16);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
                 const uint8_t *sb = sc + (2 * c + half) * sbb;
@@ -983,7 +1007,8 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 const __m512 m = _mm512_load_ps((const float *)(sb + R * 32) + R);
                 const float *aux = (const float *)(x + TT * 32) + TT;
                 __m512i is[TT];
-                mk_q_sums_w(u[half], x, nt, 32, true, is);
+                if (hi16 && half) mk_sums1(u[1], x, 32, true, 0, is);
+                else mk_q_sums_w(u[half], x, nt, 32, true, is);
 #pragma GCC unroll 8
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
