@@ -1018,14 +1018,14 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
-    const al_backend_ops *op = be->ops;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor q = al_tensor_rows(&c->q, 0, n), k = al_tensor_rows(&c->k, 0, n);
     al_tensor v = al_tensor_rows(&c->v, 0, n), att = al_tensor_rows(&c->att, 0, n);
-    op->rms_norm(be, &x, &t[L_ATTN_NORM], m->norm_eps, &xb);
-    op->matmul(be, &xb, &t[L_WQ], opt(&t[L_BQ]), &q);
-    op->matmul(be, &xb, &t[L_WK], opt(&t[L_BK]), &k);
-    op->matmul(be, &xb, &t[L_WV], opt(&t[L_BV]), &v);
+    /* the attention norm and the q, k and v projections: one dispatch on a GPU */
+    const al_tensor *w[3] = {&t[L_WQ], &t[L_WK], &t[L_WV]};
+    const al_tensor *b[3] = {opt(&t[L_BQ]), opt(&t[L_BK]), opt(&t[L_BV])};
+    al_tensor *qkv[3] = {&q, &k, &v};
+    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, qkv);
     if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
     if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
     attend_rows(c, seqs, il, n, &q, &k, &v, &att);
@@ -1037,12 +1037,11 @@ static void ffn_block(al_context *c, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
-    const al_backend_ops *op = be->ops;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
-    op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
-    backend_matmul_glu(be, &xb, &t[L_GATE], &t[L_UP], m->ad->act == ACT_GELU ? AL_GLU_GELU
-                       : AL_GLU_SILU, &hb2, &hb);
+    /* the FFN norm, gate and up projections and activation: one dispatch on a GPU */
+    backend_norm_matmul_glu(be, &x, &t[L_FFN_NORM], m->norm_eps, &t[L_GATE], &t[L_UP],
+                            m->ad->act == ACT_GELU ? AL_GLU_GELU : AL_GLU_SILU, &xb, &hb2, &hb);
     project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 

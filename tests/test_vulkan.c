@@ -16,7 +16,8 @@
  * then with weights copied into host-visible memory; the matmuls, plain and fused,
  * also run on the GPUs' shaders (a CPU device otherwise takes matmul_rows.comp).
  * The fused ops (matmul_add, matmul_glu, rope_qk) are compared with the reference
- * op, which must equal the plain reference ops bit for bit, and a decode step must
+ * op, which must equal the plain reference ops bit for bit; matmul_multi, which the
+ * CPU does not fuse, with the reference's plain ops; and a decode step must
  * take the dispatches fusion leaves and the logits of the plain ops. The Khronos validation layer is
  * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
  * Two threads, each with its own context on one shared model, evaluate at once and
@@ -319,7 +320,12 @@ static void test_rope(void) {
     one_rope(true, true, 4000, 0.25f);
 }
 
-/* ---- fused ops (backend.h: matmul_add, matmul_glu, rope_qk) ------------------------------- */
+/* ---- fused ops (backend.h: matmul_add, matmul_glu, rope_qk, matmul_multi) ---------------- */
+
+/* Whether the Vulkan backend fuses an input norm into matmul_multi and matmul_glu:
+ * with the GPUs' matvec.comp (cpu_rows=0), not on a CPU device, where it runs the norm
+ * alone and fuses the rest. */
+static bool g_norm_fuses = false;
 
 /* The same floats, bit for bit (NaN never appears: the inputs are finite). */
 static bool same_floats(const al_tensor *a, const al_tensor *b, size_t n_cols, int64_t rows) {
@@ -406,6 +412,47 @@ static void one_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_
     free(xv);
 }
 
+/* out = act(xn . wg) * (xn . wu), xn = rms_norm(x) (x a view from row 2): the Vulkan op
+ * (or, where it declines, what backend_norm_matmul_glu runs instead) against the
+ * reference's rms_norm, matmuls and activation. Where the norm fuses, decoding must. */
+static void one_norm_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_t n_tok,
+                                al_glu act) {
+    int64_t n_in = wg->cols, n_out = wg->rows;
+    float *xv = random_floats((size_t)((n_tok + 2) * n_in), 2.0f);
+    float *nv = random_floats((size_t)n_in, 1.0f);
+    pair x, xn, nw, out, tmp;
+    act_pair(n_in, n_tok + 2, xv, &x);
+    act_pair(n_in, n_tok, NULL, &xn);
+    act_pair(n_out, n_tok, NULL, &out);
+    act_pair(n_out, n_tok, NULL, &tmp);
+    weight_pair(AL_TYPE_F32, n_in, 1, memcpy(keep_alloc((size_t)n_in * 4), nv, (size_t)n_in * 4), &nw);
+    al_tensor xc = al_tensor_rows(&x.cpu, 2, n_tok), xk = al_tensor_rows(&x.vk, 2, n_tok);
+    g_cpu->ops->rms_norm(g_cpu, &xc, &nw.cpu, 1e-5f, &xn.cpu);
+    g_cpu->ops->matmul(g_cpu, &xn.cpu, &wg->cpu, NULL, &out.cpu);
+    g_cpu->ops->matmul(g_cpu, &xn.cpu, &wu->cpu, NULL, &tmp.cpu);
+    if (act == AL_GLU_GELU) g_cpu->ops->gelu_mul(g_cpu, &out.cpu, &tmp.cpu);
+    else g_cpu->ops->silu_mul(g_cpu, &out.cpu, &tmp.cpu);
+    bool fused = g_vk->ops->norm_matmul_glu(g_vk, &xk, &nw.vk, 1e-5f, &wg->vk, &wu->vk, act, &out.vk);
+    CHECK_MSG(fused || n_tok > 8 || !g_norm_fuses, "norm_matmul_glu declined %lld tokens",
+              (long long)n_tok);
+    if (!fused)
+        backend_norm_matmul_glu(g_vk, &xk, &nw.vk, 1e-5f, &wg->vk, &wu->vk, act, &xn.vk, &tmp.vk,
+                                &out.vk);
+    double e = compare(&out);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    CHECK_MSG(e <= tol, "norm_matmul_glu %s %s %lld tokens: NMSE %g", quant_type_name(type),
+              act ? "gelu" : "silu", (long long)n_tok, e);
+    printf("  norm_matmul_glu %-5s %s [%lld]x[%lld->%lld] %s NMSE %.2e\n", quant_type_name(type),
+           act ? "gelu" : "silu", (long long)n_tok, (long long)n_in, (long long)n_out,
+           fused ? "fused" : "plain", e);
+    free_pair(&x);
+    free_pair(&xn);
+    free_pair(&out);
+    free_pair(&tmp);
+    free(xv);
+    free(nv);
+}
+
 static void test_fused_matmul(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = g_types[ti];
@@ -418,7 +465,81 @@ static void test_fused_matmul(void) {
         for (int k = 0; k < 5; k++) {
             one_matmul_add(type, &w, toks[k], k == 1 || k == 4);
             one_matmul_glu(type, &w, &wu, toks[k], k % 2 ? AL_GLU_GELU : AL_GLU_SILU);
+            one_norm_matmul_glu(type, &w, &wu, toks[k], k % 2 ? AL_GLU_SILU : AL_GLU_GELU);
         }
+    }
+}
+
+/* out_i = xn . w_i (+ bias_i) for the first n_w of w (rows 67, 32 and 5: workgroups
+ * of several weights), xn = rms_norm(x) with norm, else x: the Vulkan op (or, where it
+ * declines, what backend_matmul_multi runs instead) against the reference's rms_norm
+ * and matmuls. x is a view from row 2, output 1 a view from row 1. Decoding (up to 8
+ * tokens) must fuse. */
+static void one_matmul_multi(uint32_t type, const pair *w, int n_w, int64_t n_tok, bool bias,
+                             bool norm) {
+    int64_t n_in = w[0].cols;
+    float *xv = random_floats((size_t)((n_tok + 2) * n_in), 2.0f);
+    float *nv = random_floats((size_t)n_in, 1.0f);
+    pair x, xn, nw, out[3], b[3];
+    act_pair(n_in, n_tok + 2, xv, &x);
+    act_pair(n_in, n_tok, NULL, &xn);
+    weight_pair(AL_TYPE_F32, n_in, 1, memcpy(keep_alloc((size_t)n_in * 4), nv, (size_t)n_in * 4), &nw);
+    const al_tensor *wk[3], *bc[3], *bk[3];
+    al_tensor oc[3], ok[3], *okp[3];
+    for (int i = 0; i < n_w; i++) {
+        int64_t n_out = w[i].rows, r0 = i == 1;
+        act_pair(n_out, n_tok + r0, NULL, &out[i]);
+        oc[i] = al_tensor_rows(&out[i].cpu, r0, n_tok);
+        ok[i] = al_tensor_rows(&out[i].vk, r0, n_tok);
+        okp[i] = &ok[i];
+        wk[i] = &w[i].vk;
+        bc[i] = bk[i] = NULL;
+        if (bias && i != 1) { /* weight 1 without: a bias per weight, not per call */
+            float *bv = random_floats((size_t)n_out, 1.0f);
+            weight_pair(AL_TYPE_F32, n_out, 1, memcpy(keep_alloc((size_t)n_out * 4), bv, (size_t)n_out * 4), &b[i]);
+            bc[i] = &b[i].cpu, bk[i] = &b[i].vk;
+            free(bv);
+        }
+    }
+    al_tensor xc = al_tensor_rows(&x.cpu, 2, n_tok), xk = al_tensor_rows(&x.vk, 2, n_tok);
+    const al_tensor *in = &xc;
+    if (norm) g_cpu->ops->rms_norm(g_cpu, &xc, &nw.cpu, 1e-5f, &xn.cpu), in = &xn.cpu;
+    for (int i = 0; i < n_w; i++) g_cpu->ops->matmul(g_cpu, in, &w[i].cpu, bc[i], &oc[i]);
+    const al_tensor *nk = norm ? &nw.vk : NULL;
+    bool fused = g_vk->ops->matmul_multi(g_vk, &xk, nk, 1e-5f, n_w, wk, bk, okp);
+    CHECK_MSG(fused || n_tok > 8 || (norm && !g_norm_fuses), "matmul_multi declined %lld tokens",
+              (long long)n_tok);
+    if (!fused) backend_matmul_multi(g_vk, &xk, nk, 1e-5f, n_w, wk, bk, &xn.vk, okp);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4, worst = 0;
+    for (int i = 0; i < n_w; i++) {
+        double e = compare_rows(&out[i], i == 1, n_tok);
+        CHECK_MSG(e <= tol, "matmul_multi %s weight %d of %d, %lld tokens%s%s: NMSE %g",
+                  quant_type_name(type), i, n_w, (long long)n_tok, bias ? " +bias" : "",
+                  norm ? " +norm" : "", e);
+        worst = e > worst ? e : worst;
+        free_pair(&out[i]);
+    }
+    printf("  matmul_multi %-5s %d weights [%lld]x[%lld]%s%s %s NMSE %.2e\n", quant_type_name(type),
+           n_w, (long long)n_tok, (long long)n_in, bias ? " +bias" : "", norm ? " +norm" : "",
+           fused ? "fused" : "plain", worst);
+    free_pair(&x);
+    free_pair(&xn);
+    free(xv);
+    free(nv);
+}
+
+static void test_matmul_multi(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int64_t n_in = awkward_cols(type), rows[3] = {67, 32, 5};
+        pair w[3];
+        for (int i = 0; i < 3; i++)
+            weight_pair(type, n_in, rows[i], random_weight(type, n_in, rows[i]), &w[i]);
+        /* 1, 3 and 8 tokens fuse (matvec.comp on GPUs); 9 and 70 run the plain ops */
+        int64_t toks[] = {1, 3, 8, 9, 70};
+        for (int k = 0; k < 5; k++)
+            one_matmul_multi(type, w, k == 2 ? 2 : 3, toks[k], k % 2 == 0, k >= 1 && k <= 3);
+        one_matmul_multi(type, w, 1, 1, true, false);
     }
 }
 
@@ -1016,25 +1137,31 @@ static bool decode_step(const char *tune, uint64_t *n_disp, float *logits, int n
     return ok;
 }
 
-/* Op fusion, measured: a llama decode step takes 10 dispatches per layer (norm, q, k, v,
- * rope of q and k, attention, output projection + residual, norm, gate.up + SiLU,
- * down projection + residual) and 3 more (embedding, final norm, logits), where the
- * plain ops took 15 per layer (ANYLLM_VK_TUNE=fuse=0); the logits stay the same. */
+/* Op fusion, measured: a llama decode step on a GPU takes 6 dispatches per layer (norm +
+ * q.k.v, rope of q and k, attention, output projection + residual, norm + gate.up +
+ * SiLU, down projection + residual) and 3 more (embedding, final norm, logits); 8 on a
+ * CPU device, which runs the two norms alone; the plain ops took 15 per layer
+ * (ANYLLM_VK_TUNE=fuse=0). The logits stay those of the plain ops. */
 static void test_dispatch_count(void) {
     enum { N_VOCAB = 1024, N_LAYER = 4 };
-    static float fused[N_VOCAB], plain[N_VOCAB];
-    uint64_t n_fused = 0, n_plain = 0;
+    static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB];
+    uint64_t n_fused = 0, n_gpu = 0, n_plain = 0;
     if (!decode_step("fuse=1", &n_fused, fused, N_VOCAB) ||
+        !decode_step("fuse=1,cpu_rows=0", &n_gpu, gpu, N_VOCAB) ||
         !decode_step("fuse=0", &n_plain, plain, N_VOCAB)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
-    double e = nmse(fused, plain, N_VOCAB);
-    printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
-           (unsigned long long)n_fused, (unsigned long long)n_plain, e);
-    CHECK_MSG(n_fused == 10 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    double e = nmse(fused, plain, N_VOCAB), eg = nmse(gpu, plain, N_VOCAB);
+    printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu with the GPU shaders, "
+           "%llu plain; logits NMSE %.2e, %.2e\n", (unsigned long long)n_fused,
+           (unsigned long long)n_gpu, (unsigned long long)n_plain, e, eg);
+    CHECK_MSG(n_fused == 8 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    CHECK_MSG(n_gpu == 6 * N_LAYER + 3, "GPU shaders: %llu dispatches", (unsigned long long)n_gpu);
     CHECK_MSG(n_plain == 15 * N_LAYER + 3, "plain: %llu dispatches", (unsigned long long)n_plain);
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
+    /* the GPU shaders' norm sums its squares in another order: rounding, no more */
+    CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
 }
 
 static void test_decode(void) {
@@ -1317,6 +1444,7 @@ static void run_suite(const char *label) {
     TEST_RUN(test_matmul);
     TEST_RUN(test_rope);
     TEST_RUN(test_fused_matmul);
+    TEST_RUN(test_matmul_multi);
     TEST_RUN(test_rope_qk);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_ring);
@@ -1396,13 +1524,25 @@ int main(void) {
     /* a CPU device takes matmul_rows.comp for every matmul: the GPUs' matvec.comp and
      * matmul.comp (and their fused builds) run here only when told to */
     setenv("ANYLLM_VK_TUNE", "cpu_rows=0", 1);
+    g_norm_fuses = true;
     if (create_vk()) {
         printf("-- the GPU matmul shaders (cpu_rows=0): %s\n", g_vk->desc);
         TEST_RUN(test_matmul);
         TEST_RUN(test_fused_matmul);
+        TEST_RUN(test_matmul_multi);
         TEST_RUN(check_validation);
         destroy_vk();
     }
+    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* and their builds without subgroups */
+    if (create_vk()) {
+        printf("-- the GPU matmul shaders without subgroup arithmetic: %s\n", g_vk->desc);
+        TEST_RUN(test_fused_matmul);
+        TEST_RUN(test_matmul_multi);
+        TEST_RUN(check_validation);
+        destroy_vk();
+    }
+    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    g_norm_fuses = false;
     unsetenv("ANYLLM_VK_TUNE");
 
     TEST_RUN(test_fence_timeout);

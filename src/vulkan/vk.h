@@ -108,6 +108,7 @@ typedef struct vk_caps {
     uint32_t subgroup_size;
     bool subgroup_arith;       /* subgroup add/max in compute shaders */
     bool subgroup_shuffle;     /* subgroupShuffle in compute shaders */
+    bool dyn_index;            /* shaderStorageBufferArrayDynamicIndexing: the MULTI builds */
     uint32_t max_ubo_range;    /* maxUniformBufferRange */
     bool storage16;            /* storageBuffer16BitAccess: needed by every weight read */
     bool fp16, int8, int8_dot; /* shaderFloat16, shaderInt8, accelerated 4x8-bit dot */
@@ -179,11 +180,15 @@ typedef enum vk_op {
     VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
+    VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
     VK_OP_COPY,
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention and the GLU builds: 5 */
+enum { VK_MAX_BINDINGS = 6, VK_PUSH_BYTES = 128 }; /* matvec's GLU build (with its norm): 6 */
+/* A binding of a MULTI build is an array of VK_MULTI buffers (weights, biases, outputs:
+ * one per weight of matmul_multi), so a set holds up to VK_MAX_DESCRIPTORS. */
+enum { VK_MULTI = AL_MULTI_MAX, VK_MAX_DESCRIPTORS = 1 + 3 * VK_MULTI + 1 };
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
@@ -230,6 +235,8 @@ al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t typ
                           const vk_pipeline **out);
 /* The descriptor type of binding i of op's shader (a few are uniform buffers). */
 VkDescriptorType vk_binding_type(vk_op op, int i);
+/* The descriptors binding i of op's shader holds: VK_MULTI for the arrays, else 1. */
+uint32_t vk_binding_count(vk_op op, int i);
 /* true if the weight ops have shaders for this type */
 bool vk_type_supported(uint32_t type);
 void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl);
@@ -360,6 +367,12 @@ bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                       const al_tensor *wu, al_glu act, al_tensor *out);
 bool vk_op_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rope);
+bool vk_op_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm,
+                           float eps, const al_tensor *wg, const al_tensor *wu, al_glu act,
+                           al_tensor *out);
+bool vk_op_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                        int n, const al_tensor *const *w, const al_tensor *const *bias,
+                        al_tensor *const *out);
 
 /* ---- storage (memory.c) ----------------------------------------------------------- */
 
