@@ -86,6 +86,17 @@ void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int
     be->ops->rope(be, k, n_head_kv, head_dim, pos0, rope);
 }
 
+void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                          int head_dim, const int32_t *pos, const al_rope *rope) {
+    if (be->ops->rope_qk_rows &&
+        be->ops->rope_qk_rows(be, q, n_head, k, n_head_kv, head_dim, pos, rope))
+        return;
+    for (int64_t t = 0; t < q->ne[1]; t++) {
+        al_tensor qt = al_tensor_rows(q, t, 1), kt = al_tensor_rows(k, t, 1);
+        backend_rope_qk(be, &qt, n_head, &kt, n_head_kv, head_dim, pos[t], rope);
+    }
+}
+
 void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
                              const al_tensor *wg, const al_tensor *wu, al_glu act, al_tensor *xn,
                              al_tensor *tmp, al_tensor *out) {

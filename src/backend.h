@@ -240,6 +240,10 @@ typedef struct al_backend_ops {
     /* rope of q (n_head heads) then rope of k (n_head_kv heads), rows at pos0 + t. */
     bool (*rope_qk)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                     int head_dim, int pos0, const al_rope *rope);
+    /* rope_qk with a position per row: row t of q and k is at pos[t] (a host array of
+     * q->ne[1] entries): the next tokens of several sequences (al_eval_multi). */
+    bool (*rope_qk_rows)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                         int head_dim, const int32_t *pos, const al_rope *rope);
     /* The routed experts of a mixture of experts for the n = xb->ne[1] rows of xb: for
      * each expert e in ascending order, over the rows routed to it (moe->sel), get_rows
      * of xb, matmul by its gate and its up projection (with their biases), silu_mul or
@@ -282,6 +286,9 @@ void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                         const al_tensor *wu, al_glu act, al_tensor *tmp, al_tensor *out);
 void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                      int head_dim, int pos0, const al_rope *rope);
+/* rope_qk_rows, or backend_rope_qk row by row. */
+void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                          int head_dim, const int32_t *pos, const al_rope *rope);
 /* norm_matmul_glu, or what it stands for: rms_norm into xn (x's shape), then
  * backend_matmul_glu of xn (tmp: out's shape). */
 void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,

@@ -16,8 +16,9 @@
  * then with weights copied into host-visible memory; the matmuls, plain and fused,
  * also run on the GPUs' shaders (a CPU device otherwise takes matmul_rows.comp).
  * The fused ops (matmul_add, matmul_glu, rope_qk) are compared with the reference
- * op, which must equal the plain reference ops bit for bit; matmul_multi, which the
- * CPU does not fuse, with the reference's plain ops; and a decode step must
+ * op, which must equal the plain reference ops bit for bit; matmul_multi,
+ * norm_matmul_glu and rope_qk_rows, which the CPU does not fuse, with the reference's
+ * plain ops; and a decode step (and an al_eval_multi step) must
  * take the dispatches fusion leaves and the logits of the plain ops. The Khronos validation layer is
  * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
  * Two threads, each with its own context on one shared model, evaluate at once and
@@ -574,6 +575,43 @@ static void test_rope_qk(void) {
         free_pair(&k);
         free_pair(&q2);
         free_pair(&k2);
+        free(qv);
+        free(kv);
+    }
+}
+
+/* q (3 heads) and k (2 heads, a view from row 1), each row at its own position (the
+ * next tokens of several sequences), rotated in one op, against the reference's rope
+ * row by row, once with more rows than the table cache keeps (the decode tests reuse
+ * a cached table, layer after layer). */
+static void test_rope_qk_rows(void) {
+    int head_dim = 40;
+    const int32_t pos[] = {100, 3, 57, 0, 4000, 3, 9};
+    int32_t many[67]; /* more rows than the Vulkan backend's table cache keeps (64) */
+    for (int i = 0; i < 67; i++) many[i] = (i * 37) % 200;
+    for (int c = 0; c < 3; c++) {
+        int rows = c == 2 ? 67 : 7;
+        const int32_t *p = c == 2 ? many : pos;
+        al_rope rp = {.n_rot = 32, .neox = c == 1, .freq_base = 10000.0f, .freq_scale = 0.5f};
+        float *qv = random_floats((size_t)(3 * head_dim * rows), 1.0f);
+        float *kv = random_floats((size_t)(2 * head_dim * (rows + 1)), 1.0f);
+        pair q, k;
+        act_pair(3 * head_dim, rows, qv, &q);
+        act_pair(2 * head_dim, rows + 1, kv, &k);
+        al_tensor kc = al_tensor_rows(&k.cpu, 1, rows), kk = al_tensor_rows(&k.vk, 1, rows);
+        for (int t = 0; t < rows; t++) {
+            al_tensor qt = al_tensor_rows(&q.cpu, t, 1), kt = al_tensor_rows(&kc, t, 1);
+            g_cpu->ops->rope(g_cpu, &qt, 3, head_dim, p[t], &rp);
+            g_cpu->ops->rope(g_cpu, &kt, 2, head_dim, p[t], &rp);
+        }
+        CHECK_MSG(g_vk->ops->rope_qk_rows(g_vk, &q.vk, 3, &kk, 2, head_dim, p, &rp),
+                  "rope_qk_rows declined");
+        double eq = compare(&q), ek = compare(&k);
+        CHECK_MSG(eq <= 1e-6 && ek <= 1e-6, "rope_qk_rows %d rows: NMSE q %g, k %g", rows, eq, ek);
+        printf("  rope_qk_rows %d rows %s NMSE q %.2e, k %.2e\n", rows, c == 1 ? "neox" : "normal",
+               eq, ek);
+        free_pair(&q);
+        free_pair(&k);
         free(qv);
         free(kv);
     }
@@ -1164,6 +1202,57 @@ static void test_dispatch_count(void) {
     CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
 }
 
+/* Dispatches of one al_eval_multi step of N_SEQ sequences of ref-llama-Q4_0 at
+ * different positions (1, 2 and 3 tokens in), with the fused ops on or off, and the
+ * step's logits; false when the model cannot be run. */
+enum { N_SEQ = 3 };
+static bool multi_step(const char *tune, uint64_t *n_disp, float *logits) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    setenv("ANYLLM_VK_TUNE", tune, 1);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    al_context *c[N_SEQ] = {0};
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 8;
+    bool ok = al_model_load(path, &mp, &m) == AL_OK;
+    unsetenv("ANYLLM_VK_TUNE");
+    int32_t tok[4] = {1, 334, 12, 99};
+    for (int i = 0; i < N_SEQ && ok; i++)
+        ok = al_context_create(m, &cp, &c[i]) == AL_OK && al_eval(c[i], tok, i + 1, NULL, false) == AL_OK;
+    vk_backend_stats s0, s1;
+    ok = ok && vk_backend_get_stats(model_backend(m), &s0) &&
+         al_eval_multi(c, tok + 1, N_SEQ, logits) == AL_OK &&
+         vk_backend_get_stats(model_backend(m), &s1);
+    *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
+    for (int i = 0; i < N_SEQ; i++) al_context_destroy(c[i]);
+    al_model_destroy(m);
+    return ok;
+}
+
+/* al_eval_multi: the rope of every sequence's row in one dispatch per layer (the
+ * attention stays one per sequence: each has its own cache): 7 + N_SEQ per layer on
+ * a CPU device (6 + 2 N_SEQ with a rope per sequence), against 12 + 3 N_SEQ with the
+ * plain ops; the same logits. */
+static void test_dispatch_count_multi(void) {
+    enum { N_VOCAB = 1024, N_LAYER = 4 };
+    static float fused[N_SEQ * N_VOCAB], plain[N_SEQ * N_VOCAB];
+    uint64_t n_fused = 0, n_plain = 0;
+    if (!multi_step("fuse=1", &n_fused, fused) || !multi_step("fuse=0", &n_plain, plain)) {
+        TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
+        return;
+    }
+    double e = nmse(fused, plain, N_SEQ * N_VOCAB);
+    printf("  al_eval_multi of %d sequences: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
+           N_SEQ, (unsigned long long)n_fused, (unsigned long long)n_plain, e);
+    CHECK_MSG(n_fused == (7 + N_SEQ) * N_LAYER + 3, "fused: %llu dispatches",
+              (unsigned long long)n_fused);
+    CHECK_MSG(n_plain == (12 + 3 * N_SEQ) * N_LAYER + 3, "plain: %llu dispatches",
+              (unsigned long long)n_plain);
+    CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
+}
+
 static void test_decode(void) {
     decode_model("ref-llama-f32", 1e-4);
     decode_model("ref-llama-Q4_K_M", 1e-3);
@@ -1446,6 +1535,7 @@ static void run_suite(const char *label) {
     TEST_RUN(test_fused_matmul);
     TEST_RUN(test_matmul_multi);
     TEST_RUN(test_rope_qk);
+    TEST_RUN(test_rope_qk_rows);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
@@ -1494,6 +1584,7 @@ int main(void) {
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
     TEST_RUN(test_dispatch_count);
+    TEST_RUN(test_dispatch_count_multi);
     TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);

@@ -603,18 +603,28 @@ bool vk_op_matmul_multi(al_backend *base, const al_tensor *x, const al_tensor *n
 
 /* ---- rope -------------------------------------------------------------------------------- */
 
+/* Whether the cached table holds the rows of this call: positions pos0 + t, or pos[t]. */
+static bool rope_cached(const vk_backend *be, int pos0, const int32_t *pos, int n_rows,
+                        const al_rope *rp) {
+    const vk_rope_cache *c = &be->s.rope_cache;
+    if (!c->valid || c->n_rows != n_rows || c->by_pos != (pos != NULL) ||
+        memcmp(&c->rope, rp, sizeof *rp))
+        return false;
+    return pos ? !memcmp(c->pos, pos, (size_t)n_rows * sizeof *pos) : c->pos0 == pos0;
+}
+
 /* cos and sin of every (position, pair) of the call, in double precision as the
- * reference computes them, written into the upload arena; consecutive calls with
- * the same positions (q and k of every layer) share one table. */
-static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *rp) {
-    if (be->s.rope_cache.valid && be->s.rope_cache.pos0 == pos0 &&
-        be->s.rope_cache.n_rows == n_rows && !memcmp(&be->s.rope_cache.rope, rp, sizeof *rp))
-        return be->s.rope_cache.offset;
+ * reference computes them, written into the upload arena; row t is at pos[t], or at
+ * pos0 + t where pos is NULL. Consecutive calls with the same positions (q and k of
+ * every layer) share one table. */
+static uint64_t rope_table(vk_backend *be, int pos0, const int32_t *pos_t, int n_rows,
+                           const al_rope *rp) {
+    if (rope_cached(be, pos0, pos_t, n_rows, rp)) return be->s.rope_cache.offset;
     int half = rp->n_rot / 2;
     uint64_t off = upload(be, NULL, (uint64_t)n_rows * (uint64_t)half * 2 * sizeof(float));
     float *cs = (float *)((char *)be->s.upload->mapped + off);
     for (int t = 0; t < n_rows; t++) {
-        double pos = (double)(pos0 + t) * rp->freq_scale;
+        double pos = (double)(pos_t ? pos_t[t] : pos0 + t) * rp->freq_scale;
         for (int i = 0; i < half; i++) {
             double theta = pos * pow(rp->freq_base, -2.0 * i / rp->n_rot);
             if (rp->freq_factors) theta /= rp->freq_factors[i];
@@ -622,7 +632,11 @@ static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *
             cs[2 * ((size_t)t * half + i) + 1] = (float)sin(theta);
         }
     }
-    be->s.rope_cache.valid = true;
+    /* by positions: kept only where they fit the cache */
+    be->s.rope_cache.valid = !pos_t || n_rows <= VK_ROPE_POS;
+    be->s.rope_cache.by_pos = pos_t != NULL;
+    if (pos_t && n_rows <= VK_ROPE_POS)
+        memcpy(be->s.rope_cache.pos, pos_t, (size_t)n_rows * sizeof *pos_t);
     be->s.rope_cache.pos0 = pos0;
     be->s.rope_cache.n_rows = n_rows;
     be->s.rope_cache.rope = *rp;
@@ -631,16 +645,16 @@ static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *
 }
 
 /* Rotates the n_head heads of x and, when y is not NULL, the n_head_y heads of y
- * (rows at the same positions) in one dispatch. */
+ * (rows at the same positions: pos0 + t, or pos[t]) in one dispatch. */
 static void rope(vk_backend *be, al_tensor *x, int n_head, al_tensor *y, int n_head_y,
-                 int head_dim, int pos0, const al_rope *rp) {
+                 int head_dim, int pos0, const int32_t *pos, const al_rope *rp) {
     AL_ASSERT(x->ne[0] >= (int64_t)n_head * head_dim && rp->n_rot <= head_dim);
     AL_ASSERT(!y || (y->ne[0] >= (int64_t)n_head_y * head_dim && y->ne[1] == x->ne[1]));
     int n_rows = (int)x->ne[1], half = rp->n_rot / 2;
     if (half == 0 || n_rows == 0) return;
     uint64_t table_bytes = (uint64_t)n_rows * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, table_bytes)) return;
-    uint64_t cs_off = rope_table(be, pos0, n_rows, rp);
+    uint64_t cs_off = rope_table(be, pos0, pos, n_rows, rp);
     vk_hazard(be, x->data, true);
     if (y && y->data != x->data) vk_hazard(be, y->data, true);
     VkDescriptorBufferInfo info[3];
@@ -658,14 +672,22 @@ static void rope(vk_backend *be, al_tensor *x, int n_head, al_tensor *y, int n_h
 
 void vk_op_rope(al_backend *base, al_tensor *x, int n_head, int head_dim, int pos0,
                 const al_rope *rp) {
-    rope((vk_backend *)base, x, n_head, NULL, 0, head_dim, pos0, rp);
+    rope((vk_backend *)base, x, n_head, NULL, 0, head_dim, pos0, NULL, rp);
 }
 
 bool vk_op_rope_qk(al_backend *base, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rp) {
     vk_backend *be = (vk_backend *)base;
     if (!be->sh->pl.tune.fuse) return false;
-    rope(be, q, n_head, k, n_head_kv, head_dim, pos0, rp);
+    rope(be, q, n_head, k, n_head_kv, head_dim, pos0, NULL, rp);
+    return true;
+}
+
+bool vk_op_rope_qk_rows(al_backend *base, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                        int head_dim, const int32_t *pos, const al_rope *rp) {
+    vk_backend *be = (vk_backend *)base;
+    if (!be->sh->pl.tune.fuse) return false;
+    rope(be, q, n_head, k, n_head_kv, head_dim, 0, pos, rp);
     return true;
 }
 

@@ -277,6 +277,17 @@ enum { VK_MAX_HAZARDS = 16 };
  * one backend object, so that two contexts on two threads never touch the same
  * command buffer, descriptor pool, hazard list or scratch. The model's backend has
  * one (weight uploads, the op tests) and every context's backend has its own. */
+/* The last rope table of a stream (ops.c): rows at pos0 + t, or (by_pos) at pos[t],
+ * kept for up to VK_ROPE_POS rows (rope_qk_rows). */
+enum { VK_ROPE_POS = 64 };
+typedef struct vk_rope_cache {
+    int pos0, n_rows;
+    al_rope rope;
+    uint64_t offset; /* in the upload arena */
+    bool valid, by_pos;
+    int32_t pos[VK_ROPE_POS];
+} vk_rope_cache;
+
 typedef struct vk_stream {
     /* recording: one command buffer, submitted when the host needs results */
     VkCommandPool cmd_pool;
@@ -295,7 +306,7 @@ typedef struct vk_stream {
      * each submit */
     vk_buf *upload;
     uint64_t upload_used;
-    struct { int pos0, n_rows; al_rope rope; uint64_t offset; bool valid; } rope_cache;
+    vk_rope_cache rope_cache;
     vk_buf *staging;              /* weight upload and read-back on discrete devices */
     vk_buf *scratch;              /* matmul_rows: inputs packed in uniform-buffer slices */
 
@@ -367,6 +378,8 @@ bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                       const al_tensor *wu, al_glu act, al_tensor *out);
 bool vk_op_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rope);
+bool vk_op_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                        int head_dim, const int32_t *pos, const al_rope *rope);
 bool vk_op_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm,
                            float eps, const al_tensor *wg, const al_tensor *wu, al_glu act,
                            al_tensor *out);

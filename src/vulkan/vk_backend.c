@@ -102,6 +102,7 @@ static const al_backend_ops vk_ops_table = {
     .rope_qk = vk_op_rope_qk,
     .matmul_multi = vk_op_matmul_multi,
     .norm_matmul_glu = vk_op_norm_matmul_glu,
+    .rope_qk_rows = vk_op_rope_qk_rows,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */
