@@ -435,8 +435,9 @@ static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
         /* without a norm, x stands in: never read */
         if (f->wu) pc.nw_off = bind_f32(be, &info[5], f->norm ? f->norm : x, &n_stride);
         if (mv)
-            dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type, nt_variant, info, &pc,
-                     sizeof pc, div_up(pc.n_out, tu->mv_nr), 1);
+            dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type,
+                     nt_variant + (f->norm ? 4 : 0), info, &pc, sizeof pc,
+                     div_up(pc.n_out, tu->mv_nr), 1);
         else
             dispatch(be, VK_OP_MATMUL, w->type, 0, info, &pc, sizeof pc,
                      div_up(pc.n_out, tu->mm_bm), (uint32_t)div_up(n_tok, tu->mm_bn));
@@ -482,7 +483,8 @@ bool vk_op_norm_matmul_glu(al_backend *base, const al_tensor *x, const al_tensor
                            al_tensor *out) {
     vk_backend *be = (vk_backend *)base;
     const mm_fuse glu = {.wu = wu, .act = act, .norm = norm, .eps = eps};
-    return be->sh->pl.tune.fuse && !be->sh->pl.tune.cpu_rows && norm->type == AL_TYPE_F32 &&
+    const vk_tuning *tu = &be->sh->pl.tune;
+    return tu->fuse && tu->fuse_norm && !tu->cpu_rows && norm->type == AL_TYPE_F32 &&
            matmul(be, x, wg, NULL, &glu, out);
 }
 
@@ -556,7 +558,8 @@ static bool multi_gpu(vk_backend *be, const al_tensor *x, const al_tensor *norm,
     AL_ASSERT(pc.n_in % 4 || (pc.x_off % 4 == 0 && pc.x_stride % 4 == 0)); /* vec4 reads */
     uint64_t groups = multi_bind(be, x, n, w, bias, out, tu->mv_nr, info, pc.n_out, pc.w_off,
                                  pc.b_off, pc.o_off, pc.o_stride, &pc.has_bias);
-    dispatch(be, VK_OP_MATVEC_MULTI, w[0]->type, nt_variant, info, &pc, sizeof pc, groups, 1);
+    dispatch(be, VK_OP_MATVEC_MULTI, w[0]->type, nt_variant + (norm ? 4 : 0), info, &pc,
+             sizeof pc, groups, 1);
     return true;
 }
 
@@ -595,7 +598,8 @@ bool vk_op_matmul_multi(al_backend *base, const al_tensor *x, const al_tensor *n
                         al_tensor *const *out) {
     vk_backend *be = (vk_backend *)base;
     if (!multi_ok(be, x, n, w, out)) return false;
-    if (norm && (be->sh->pl.tune.cpu_rows || norm->type != AL_TYPE_F32 || norm->ne[0] != x->ne[0]))
+    if (norm && (be->sh->pl.tune.cpu_rows || !be->sh->pl.tune.fuse_norm ||
+                 norm->type != AL_TYPE_F32 || norm->ne[0] != x->ne[0]))
         return false;
     return be->sh->pl.tune.cpu_rows ? multi_rows(be, x, n, w, bias, out)
                                     : multi_gpu(be, x, norm, eps, n, w, bias, out);

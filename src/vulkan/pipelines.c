@@ -108,7 +108,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
-        .fuse = 1,
+        .fuse = 1, .fuse_norm = 1,
     };
     /* CPU devices take matmul_rows.comp, which needs subgroup shuffles, subgroups of 4
      * or more and 64 KiB uniform buffers */
@@ -133,7 +133,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},     {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
         {"mm_bm", offsetof(vk_tuning, mm_bm)},     {"mm_bn", offsetof(vk_tuning, mm_bn)},
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
-        {"fuse", offsetof(vk_tuning, fuse)},
+        {"fuse", offsetof(vk_tuning, fuse)},       {"fuse_norm", offsetof(vk_tuning, fuse_norm)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
@@ -234,9 +234,10 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         *wg = v[0];
         return 2;
     case VK_OP_MATVEC: case VK_OP_MATVEC_GLU: case VK_OP_MATVEC_MULTI:
-        v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << variant;
+        /* variant: log2 of NT, + 4 with the input norm (NORM) */
+        v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << (variant & 3), v[3] = variant >> 2;
         *wg = v[0];
-        return 3;
+        return 4;
     case VK_OP_MATMUL_ROWS: case VK_OP_MATMUL_ROWS_GLU: case VK_OP_MATMUL_ROWS_MULTI:
         v[0] = t->mr_wg, v[1] = 1u << (2 * variant), v[2] = t->mr_sg; /* NT = 1, 4, 16 */
         *wg = v[0];

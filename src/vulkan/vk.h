@@ -192,7 +192,7 @@ enum { VK_MULTI = AL_MULTI_MAX, VK_MAX_DESCRIPTORS = 1 + 3 * VK_MULTI + 1 };
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
-enum { VK_VARIANTS = 4 };
+enum { VK_VARIANTS = 8 }; /* matvec's GLU and MULTI builds: + 4 with the input norm */
 
 typedef struct vk_pipeline {
     VkPipeline pipeline;
@@ -213,6 +213,7 @@ typedef struct vk_tuning {
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block */
     uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
     uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
+    uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */
 } vk_tuning;
 
 typedef struct vk_pipelines {

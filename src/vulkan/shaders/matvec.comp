@@ -21,7 +21,9 @@
 // rows, then weight 1's, ..., so each workgroup reads one weight (w_sel, uniform in
 // the workgroup, as dynamic indexing of a buffer array requires).
 //
-// The GLU and MULTI builds fuse the rms_norm before them when has_norm is set: each
+// The GLU and MULTI builds fuse the rms_norm before them when the specialization
+// constant NORM is set (a separate pipeline, so that the builds without it keep their
+// inner loop free of the test, which cost a CPU device half its speed): each
 // workgroup sums the squares of every token's inputs itself (a few thousand floats
 // when decoding) and scales the inputs as it loads them, x * scale * norm weight,
 // the rounding of rms_norm.comp; only the order of the sum of squares differs.
@@ -47,6 +49,7 @@
 
 layout(constant_id = 1) const uint NR = 2;
 layout(constant_id = 2) const uint NT = 1;
+layout(constant_id = 3) const bool NORM = false; // GLU and MULTI: the input norm (has_norm)
 
 #ifdef MULTI
 layout(push_constant) uniform Push { // vk_pc_matmul_multi in push.h
@@ -91,7 +94,7 @@ float acc[NW * NR * NT]; // this invocation's partial dot of (row r, token t) at
 #if defined(GLU) || defined(MULTI)
 #define HAS_NORM
 layout(binding = NORM_BINDING, std430) readonly buffer NW_ { float nw[]; };
-float nscale[NT]; // has_norm: 1 / rms of each token's inputs
+float nscale[NT]; // NORM: 1 / rms of each token's inputs
 
 // nscale of every token: every invocation must call it (wg_sum has barriers)
 void norm_scales(uint tid) {
@@ -108,7 +111,7 @@ void norm_scales(uint tid) {
 // (zeros past the end stay zeros: the weight's index is clamped, not its value read)
 vec4 normed(vec4 v, uint t, uint i4) {
 #ifdef HAS_NORM
-    if (p.has_norm != 0) {
+    if (NORM) {
         uint k = p.nw_off + 4 * i4, last = p.nw_off + p.n_in - 1;
         vec4 w = vec4(nw[k], nw[min(k + 1, last)], nw[min(k + 2, last)], nw[min(k + 3, last)]);
         v = v * nscale[t] * w;
@@ -205,7 +208,7 @@ void main() {
     uint first = g * NR;
     if (first >= n_out) return; // a whole workgroup leaves together
 #ifdef HAS_NORM
-    if (p.has_norm != 0) norm_scales(tid);
+    if (NORM) norm_scales(tid);
 #endif
     [[unroll]] for (uint k = 0; k < NW * NR * NT; k++) acc[k] = 0.0;
     uint n_units = (p.n_in + UNIT - 1) / UNIT;
