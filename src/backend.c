@@ -86,6 +86,44 @@ void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int
     be->ops->rope(be, k, n_head_kv, head_dim, pos0, rope);
 }
 
+void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                          int head_dim, const int32_t *pos, const al_rope *rope) {
+    if (be->ops->rope_qk_rows &&
+        be->ops->rope_qk_rows(be, q, n_head, k, n_head_kv, head_dim, pos, rope))
+        return;
+    for (int64_t t = 0; t < q->ne[1]; t++) {
+        al_tensor qt = al_tensor_rows(q, t, 1), kt = al_tensor_rows(k, t, 1);
+        backend_rope_qk(be, &qt, n_head, &kt, n_head_kv, head_dim, pos[t], rope);
+    }
+}
+
+void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                             const al_tensor *wg, const al_tensor *wu, al_glu act, al_tensor *xn,
+                             al_tensor *tmp, al_tensor *out) {
+    bool same = wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+                wg->row_bytes == wu->row_bytes;
+    if (same && be->ops->norm_matmul_glu &&
+        be->ops->norm_matmul_glu(be, x, norm, eps, wg, wu, act, out))
+        return;
+    be->ops->rms_norm(be, x, norm, eps, xn);
+    backend_matmul_glu(be, xn, wg, wu, act, tmp, out);
+}
+
+/* A backend may fuse the norm too, or only the matmuls (then the norm runs alone). */
+void backend_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                          int n, const al_tensor *const *w, const al_tensor *const *bias,
+                          al_tensor *xn, al_tensor *const *out) {
+    const al_backend_ops *op = be->ops;
+    AL_ASSERT(n >= 1 && n <= AL_MULTI_MAX);
+    if (op->matmul_multi && op->matmul_multi(be, x, norm, eps, n, w, bias, out)) return;
+    if (norm) {
+        op->rms_norm(be, x, norm, eps, xn);
+        x = xn;
+        if (op->matmul_multi && op->matmul_multi(be, x, NULL, 0.0f, n, w, bias, out)) return;
+    }
+    for (int i = 0; i < n; i++) op->matmul(be, x, w[i], bias[i], out[i]);
+}
+
 /* The plain ops of moe_ffn: each expert runs once over the rows routed to it
  * (gathered with get_rows), so that its weights are read once per batch. */
 void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {

@@ -115,6 +115,9 @@ typedef struct al_model_shape {
 
 typedef struct al_backend al_backend;
 
+/* The most weights one matmul_multi takes: q, k and v. */
+enum { AL_MULTI_MAX = 3 };
+
 typedef struct al_backend_ops {
     const char *name;
     void (*destroy)(al_backend *be);
@@ -223,9 +226,24 @@ typedef struct al_backend_ops {
      * or gelu_mul (AL_GLU_GELU); wg and wu have one type and one shape. */
     bool (*matmul_glu)(al_backend *be, const al_tensor *x, const al_tensor *wg,
                        const al_tensor *wu, al_glu act, al_tensor *out);
+    /* out[i] = xn . w[i] (+ bias[i]) for the n <= AL_MULTI_MAX weights (bias[i] may be
+     * NULL), where xn = rms_norm(x, norm, eps) when norm (an f32 weight [n_in]) is not
+     * NULL, else x: the matmuls of one input, as the q, k and v projections after the
+     * attention norm. The weights keep their own storage (nothing is concatenated). */
+    bool (*matmul_multi)(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                         int n, const al_tensor *const *w, const al_tensor *const *bias,
+                         al_tensor *const *out);
+    /* rms_norm(x, norm, eps) into a temporary, then matmul_glu of it: the FFN norm and
+     * the gated FFN's gate and up projections. */
+    bool (*norm_matmul_glu)(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                            const al_tensor *wg, const al_tensor *wu, al_glu act, al_tensor *out);
     /* rope of q (n_head heads) then rope of k (n_head_kv heads), rows at pos0 + t. */
     bool (*rope_qk)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                     int head_dim, int pos0, const al_rope *rope);
+    /* rope_qk with a position per row: row t of q and k is at pos[t] (a host array of
+     * q->ne[1] entries): the next tokens of several sequences (al_eval_multi). */
+    bool (*rope_qk_rows)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                         int head_dim, const int32_t *pos, const al_rope *rope);
     /* The routed experts of a mixture of experts for the n = xb->ne[1] rows of xb: for
      * each expert e in ascending order, over the rows routed to it (moe->sel), get_rows
      * of xb, matmul by its gate and its up projection (with their biases), silu_mul or
@@ -268,6 +286,19 @@ void backend_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                         const al_tensor *wu, al_glu act, al_tensor *tmp, al_tensor *out);
 void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                      int head_dim, int pos0, const al_rope *rope);
+/* rope_qk_rows, or backend_rope_qk row by row. */
+void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                          int head_dim, const int32_t *pos, const al_rope *rope);
+/* norm_matmul_glu, or what it stands for: rms_norm into xn (x's shape), then
+ * backend_matmul_glu of xn (tmp: out's shape). */
+void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                             const al_tensor *wg, const al_tensor *wu, al_glu act, al_tensor *xn,
+                             al_tensor *tmp, al_tensor *out);
+/* matmul_multi, or what it stands for: rms_norm into xn (scratch of x's shape) where
+ * norm is not NULL, then matmul_multi of xn or the n plain matmuls. */
+void backend_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                          int n, const al_tensor *const *w, const al_tensor *const *bias,
+                          al_tensor *xn, al_tensor *const *out);
 void backend_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
 /* The plain ops moe_ffn stands for, expert by expert (what the fused op must match). */
 void backend_moe_ffn_plain(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);

@@ -98,6 +98,7 @@ struct al_context {
     al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
     al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
     al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
+    int32_t *seq_pos;      /* [n_batch] al_eval_multi: the position of each row's sequence */
     /* ARCH_MOE: router logits [n_batch][n_expert]; the experts' scratch (al_moe) of
      * moe_rows rows: rows routed to an expert [moe_rows][n_embd] and its output, its
      * gate and up [moe_rows][n_ff_exp]; on the host the router's logits and each
@@ -850,6 +851,8 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
+    if (!(c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos)))
+        return al_error(AL_ERR_NOMEM, "out of memory for the batch's positions");
     int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
     if (qd > max_cols) max_cols = qd;
     if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
@@ -925,6 +928,7 @@ void al_context_destroy(al_context *c) {
     al_free(c->sel_w);
     al_free(c->rows);
     al_free(c->rows_w);
+    al_free(c->seq_pos);
     backend_context_release(c->m->be, c->be);
     al_free(c);
 }
@@ -985,11 +989,14 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
         op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
         return;
     }
+    /* the rope of every row at its sequence's position at once; attention per sequence,
+     * each over its own cache */
+    for (int i = 0; i < n; i++) c->seq_pos[i] = seqs[i]->n_past;
+    backend_rope_qk_rows(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->seq_pos, rope);
     for (int i = 0; i < n; i++) {
         al_context *s = seqs[i];
         al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
         al_tensor vi = al_tensor_rows(v, i, 1), ai = al_tensor_rows(att, i, 1);
-        backend_rope_qk(be, &qi, m->n_head, &ki, m->n_head_kv, m->head_dim, s->n_past, rope);
         shape.n_past = s->n_past;
         shape.n_tokens = 1;
         op->attention(be, &qi, &ki, &vi, &s->k_cache[il], &s->v_cache[il], &shape, &ai);
@@ -1018,14 +1025,14 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
-    const al_backend_ops *op = be->ops;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor q = al_tensor_rows(&c->q, 0, n), k = al_tensor_rows(&c->k, 0, n);
     al_tensor v = al_tensor_rows(&c->v, 0, n), att = al_tensor_rows(&c->att, 0, n);
-    op->rms_norm(be, &x, &t[L_ATTN_NORM], m->norm_eps, &xb);
-    op->matmul(be, &xb, &t[L_WQ], opt(&t[L_BQ]), &q);
-    op->matmul(be, &xb, &t[L_WK], opt(&t[L_BK]), &k);
-    op->matmul(be, &xb, &t[L_WV], opt(&t[L_BV]), &v);
+    /* the attention norm and the q, k and v projections: one dispatch on a GPU */
+    const al_tensor *w[3] = {&t[L_WQ], &t[L_WK], &t[L_WV]};
+    const al_tensor *b[3] = {opt(&t[L_BQ]), opt(&t[L_BK]), opt(&t[L_BV])};
+    al_tensor *qkv[3] = {&q, &k, &v};
+    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, qkv);
     if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
     if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
     attend_rows(c, seqs, il, n, &q, &k, &v, &att);
@@ -1037,12 +1044,11 @@ static void ffn_block(al_context *c, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
-    const al_backend_ops *op = be->ops;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
-    op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
-    backend_matmul_glu(be, &xb, &t[L_GATE], &t[L_UP], m->ad->act == ACT_GELU ? AL_GLU_GELU
-                       : AL_GLU_SILU, &hb2, &hb);
+    /* the FFN norm, gate and up projections and activation: one dispatch on a GPU */
+    backend_norm_matmul_glu(be, &x, &t[L_FFN_NORM], m->norm_eps, &t[L_GATE], &t[L_UP],
+                            m->ad->act == ACT_GELU ? AL_GLU_GELU : AL_GLU_SILU, &xb, &hb2, &hb);
     project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 

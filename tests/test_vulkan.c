@@ -16,7 +16,9 @@
  * then with weights copied into host-visible memory; the matmuls, plain and fused,
  * also run on the GPUs' shaders (a CPU device otherwise takes matmul_rows.comp).
  * The fused ops (matmul_add, matmul_glu, rope_qk) are compared with the reference
- * op, which must equal the plain reference ops bit for bit, and a decode step must
+ * op, which must equal the plain reference ops bit for bit; matmul_multi,
+ * norm_matmul_glu and rope_qk_rows, which the CPU does not fuse, with the reference's
+ * plain ops; and a decode step (and an al_eval_multi step) must
  * take the dispatches fusion leaves and the logits of the plain ops. The Khronos validation layer is
  * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
  * Two threads, each with its own context on one shared model, evaluate at once and
@@ -41,175 +43,7 @@
 #ifdef AL_HAVE_VULKAN
 #include "vulkan/vk_backend.h"
 
-static al_backend *g_cpu, *g_vk;
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-/* host memory given to weight_load must outlive the backend (imports use it in place) */
-static void *g_keep[4096];
-static int g_n_keep;
-
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-
-static float rndf(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
-
-static void *keep_alloc(size_t n) {
-    size_t rounded = (n + 4095) & ~(size_t)4095;
-    void *p = al_aligned_alloc(4096, rounded);
-    AL_ASSERT(p && g_n_keep < 4096);
-    memset(p, 0, rounded);
-    g_keep[g_n_keep++] = p;
-    return p;
-}
-
-static double nmse(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
-/* ---- tensors on both backends ---------------------------------------------------------- */
-
-typedef struct pair {
-    al_tensor cpu, vk;   /* the same tensor on each backend */
-    int64_t cols, rows;
-} pair;
-
-/* A weight (any type) from host bytes, loaded on both backends. */
-static void weight_pair(uint32_t type, int64_t cols, int64_t rows, const void *bytes, pair *p) {
-    uint64_t rb = quant_row_bytes(type, cols);
-    al_tensor w = {.type = type, .ne = {cols, rows}, .data = (void *)bytes, .row_bytes = rb};
-    p->cpu = p->vk = w;
-    p->cols = cols;
-    p->rows = rows;
-    if (g_cpu->ops->weight_load) CHECK(g_cpu->ops->weight_load(g_cpu, &p->cpu) == AL_OK);
-    al_status st = g_vk->ops->weight_load(g_vk, &p->vk);
-    CHECK_MSG(st == AL_OK, "weight_load %s: %s", quant_type_name(type), al_last_error());
-}
-
-/* An activation tensor [rows][cols] holding data on both backends. The Vulkan one is
- * filled through the op table alone: get_rows of an f32 weight holding the data. */
-static void act_pair(int64_t cols, int64_t rows, const float *data, pair *p) {
-    p->cols = cols;
-    p->rows = rows;
-    CHECK(g_cpu->ops->tensor_alloc(g_cpu, cols, rows, &p->cpu) == AL_OK);
-    CHECK(g_vk->ops->tensor_alloc(g_vk, cols, rows, &p->vk) == AL_OK);
-    if (!data) return;
-    memcpy(p->cpu.data, data, (size_t)(cols * rows) * sizeof(float));
-    float *host = keep_alloc((size_t)(cols * rows) * sizeof(float));
-    memcpy(host, data, (size_t)(cols * rows) * sizeof(float));
-    al_tensor table = {.type = AL_TYPE_F32, .ne = {cols, rows}, .data = host,
-                       .row_bytes = (uint64_t)cols * sizeof(float)};
-    CHECK(g_vk->ops->weight_load(g_vk, &table) == AL_OK);
-    int32_t *ids = malloc((size_t)rows * sizeof *ids);
-    for (int i = 0; i < rows; i++) ids[i] = i;
-    g_vk->ops->get_rows(g_vk, &table, ids, (int)rows, &p->vk);
-    free(ids);
-}
-
-static float *random_floats(size_t n, float scale) {
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = rndf() * scale;
-    return v;
-}
-
-static void free_pair(pair *p) {
-    g_cpu->ops->tensor_free(g_cpu, &p->cpu);
-    g_vk->ops->tensor_free(g_vk, &p->vk);
-}
-
-/* NMSE of the Vulkan tensor against the CPU one, rows [row0, row0 + n). */
-static double compare_rows(const pair *p, int64_t row0, int64_t n) {
-    size_t count = (size_t)(n * p->cols);
-    float *a = malloc(count * sizeof *a);
-    al_tensor v = al_tensor_rows(&p->vk, row0, n), c = al_tensor_rows(&p->cpu, row0, n);
-    g_vk->ops->tensor_read(g_vk, &v, a, count * sizeof(float));
-    double e = nmse(a, (const float *)((char *)c.data + c.offset), count);
-    free(a);
-    return e;
-}
-
-static double compare(const pair *p) { return compare_rows(p, 0, p->rows); }
-
-/* ---- random weights of every type ----------------------------------------------------------- */
-
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = al_f32_to_f16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
-/* Random blocks: random quant bytes, small finite scales where the layout has them.
- * MXFP4's 17-byte blocks make rows of 7 blocks start at odd bytes, and tensors of an odd
- * number of rows end at one. */
-static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
-    uint64_t rb = quant_row_bytes(type, cols), n = rb * (uint64_t)rows;
-    uint8_t *b = keep_alloc(n);
-    if (type == AL_TYPE_F32) {
-        for (uint64_t i = 0; i < n / 4; i++) ((float *)b)[i] = rndf();
-        return b;
-    }
-    if (type == AL_TYPE_F16 || type == AL_TYPE_BF16) {
-        for (uint64_t i = 0; i < n / 2; i++) {
-            float v = rndf();
-            uint32_t bits;
-            memcpy(&bits, &v, 4);
-            if (type == AL_TYPE_F16) put_f16(b + 2 * i, v);
-            else b[2 * i] = (uint8_t)(bits >> 16), b[2 * i + 1] = (uint8_t)(bits >> 24);
-        }
-        return b;
-    }
-    for (uint64_t i = 0; i < n; i++) b[i] = (uint8_t)rnd();
-    const quant_traits *tr = quant_get_traits(type);
-    for (uint64_t blk = 0; blk < n / tr->type_size; blk++) {
-        uint8_t *q = b + blk * tr->type_size;
-        switch (type) { /* where each layout keeps its fp16 d (and dmin / m) */
-        case AL_TYPE_Q4_1: case AL_TYPE_Q5_1: case AL_TYPE_Q8_1: /* d, then m (or s) */
-            put_f16(q, rndf() * 0.05f);
-            put_f16(q + 2, rndf() * 0.05f);
-            break;
-        case AL_TYPE_Q4_0: case AL_TYPE_Q5_0: case AL_TYPE_Q8_0:
-            put_f16(q, rndf() * 0.05f);
-            break;
-        case AL_TYPE_Q2_K: put_f16(q + 80, rndf() * 0.05f); put_f16(q + 82, rndf() * 0.05f); break;
-        case AL_TYPE_Q3_K: put_f16(q + 108, rndf() * 0.05f); break;
-        case AL_TYPE_Q4_K: case AL_TYPE_Q5_K:
-            put_f16(q, rndf() * 0.05f);
-            put_f16(q + 2, rndf() * 0.05f);
-            break;
-        case AL_TYPE_Q6_K: put_f16(q + 208, rndf() * 0.05f); break;
-        case AL_TYPE_MXFP4: q[0] = (uint8_t)(118 + rnd() % 8); break; /* 2^-9 .. 2^-2 */
-        case AL_TYPE_Q8_K: {
-            float d = rndf() * 0.01f;
-            memcpy(q, &d, 4);
-            break;
-        }
-        default: break;
-        }
-    }
-    return b;
-}
-
-static const uint32_t g_types[] = {
-    AL_TYPE_F32, AL_TYPE_F16, AL_TYPE_BF16, AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0,
-    AL_TYPE_Q5_1, AL_TYPE_Q8_0, AL_TYPE_Q8_1, AL_TYPE_Q2_K, AL_TYPE_Q3_K, AL_TYPE_Q4_K,
-    AL_TYPE_Q5_K, AL_TYPE_Q6_K, AL_TYPE_Q8_K, AL_TYPE_MXFP4,
-};
-enum { N_TYPES = sizeof g_types / sizeof *g_types };
-
-/* An awkward row length for a type: a few blocks, or an odd length for floats. */
-static int64_t awkward_cols(uint32_t type) {
-    uint32_t bs = quant_get_traits(type)->block_size;
-    return bs == 1 ? 203 : bs == 32 ? 32 * 7 : 256 * 2;
-}
+#include "vk_pairs.h" /* g_cpu, g_vk, pair, random weights */
 
 /* ---- the ops ------------------------------------------------------------------------------- */
 
@@ -319,7 +153,12 @@ static void test_rope(void) {
     one_rope(true, true, 4000, 0.25f);
 }
 
-/* ---- fused ops (backend.h: matmul_add, matmul_glu, rope_qk) ------------------------------- */
+/* ---- fused ops (backend.h: matmul_add, matmul_glu, rope_qk, matmul_multi) ---------------- */
+
+/* Whether the Vulkan backend fuses an input norm into matmul_multi and matmul_glu:
+ * with the GPUs' matvec.comp (cpu_rows=0), not on a CPU device, where it runs the norm
+ * alone and fuses the rest. */
+static bool g_norm_fuses = false;
 
 /* The same floats, bit for bit (NaN never appears: the inputs are finite). */
 static bool same_floats(const al_tensor *a, const al_tensor *b, size_t n_cols, int64_t rows) {
@@ -406,6 +245,47 @@ static void one_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_
     free(xv);
 }
 
+/* out = act(xn . wg) * (xn . wu), xn = rms_norm(x) (x a view from row 2): the Vulkan op
+ * (or, where it declines, what backend_norm_matmul_glu runs instead) against the
+ * reference's rms_norm, matmuls and activation. Where the norm fuses, decoding must. */
+static void one_norm_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_t n_tok,
+                                al_glu act) {
+    int64_t n_in = wg->cols, n_out = wg->rows;
+    float *xv = random_floats((size_t)((n_tok + 2) * n_in), 2.0f);
+    float *nv = random_floats((size_t)n_in, 1.0f);
+    pair x, xn, nw, out, tmp;
+    act_pair(n_in, n_tok + 2, xv, &x);
+    act_pair(n_in, n_tok, NULL, &xn);
+    act_pair(n_out, n_tok, NULL, &out);
+    act_pair(n_out, n_tok, NULL, &tmp);
+    weight_pair(AL_TYPE_F32, n_in, 1, memcpy(keep_alloc((size_t)n_in * 4), nv, (size_t)n_in * 4), &nw);
+    al_tensor xc = al_tensor_rows(&x.cpu, 2, n_tok), xk = al_tensor_rows(&x.vk, 2, n_tok);
+    g_cpu->ops->rms_norm(g_cpu, &xc, &nw.cpu, 1e-5f, &xn.cpu);
+    g_cpu->ops->matmul(g_cpu, &xn.cpu, &wg->cpu, NULL, &out.cpu);
+    g_cpu->ops->matmul(g_cpu, &xn.cpu, &wu->cpu, NULL, &tmp.cpu);
+    if (act == AL_GLU_GELU) g_cpu->ops->gelu_mul(g_cpu, &out.cpu, &tmp.cpu);
+    else g_cpu->ops->silu_mul(g_cpu, &out.cpu, &tmp.cpu);
+    bool fused = g_vk->ops->norm_matmul_glu(g_vk, &xk, &nw.vk, 1e-5f, &wg->vk, &wu->vk, act, &out.vk);
+    CHECK_MSG(fused || n_tok > 8 || !g_norm_fuses, "norm_matmul_glu declined %lld tokens",
+              (long long)n_tok);
+    if (!fused)
+        backend_norm_matmul_glu(g_vk, &xk, &nw.vk, 1e-5f, &wg->vk, &wu->vk, act, &xn.vk, &tmp.vk,
+                                &out.vk);
+    double e = compare(&out);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    CHECK_MSG(e <= tol, "norm_matmul_glu %s %s %lld tokens: NMSE %g", quant_type_name(type),
+              act ? "gelu" : "silu", (long long)n_tok, e);
+    printf("  norm_matmul_glu %-5s %s [%lld]x[%lld->%lld] %s NMSE %.2e\n", quant_type_name(type),
+           act ? "gelu" : "silu", (long long)n_tok, (long long)n_in, (long long)n_out,
+           fused ? "fused" : "plain", e);
+    free_pair(&x);
+    free_pair(&xn);
+    free_pair(&out);
+    free_pair(&tmp);
+    free(xv);
+    free(nv);
+}
+
 static void test_fused_matmul(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = g_types[ti];
@@ -418,7 +298,81 @@ static void test_fused_matmul(void) {
         for (int k = 0; k < 5; k++) {
             one_matmul_add(type, &w, toks[k], k == 1 || k == 4);
             one_matmul_glu(type, &w, &wu, toks[k], k % 2 ? AL_GLU_GELU : AL_GLU_SILU);
+            one_norm_matmul_glu(type, &w, &wu, toks[k], k % 2 ? AL_GLU_SILU : AL_GLU_GELU);
         }
+    }
+}
+
+/* out_i = xn . w_i (+ bias_i) for the first n_w of w (rows 67, 32 and 5: workgroups
+ * of several weights), xn = rms_norm(x) with norm, else x: the Vulkan op (or, where it
+ * declines, what backend_matmul_multi runs instead) against the reference's rms_norm
+ * and matmuls. x is a view from row 2, output 1 a view from row 1. Decoding (up to 8
+ * tokens) must fuse. */
+static void one_matmul_multi(uint32_t type, const pair *w, int n_w, int64_t n_tok, bool bias,
+                             bool norm) {
+    int64_t n_in = w[0].cols;
+    float *xv = random_floats((size_t)((n_tok + 2) * n_in), 2.0f);
+    float *nv = random_floats((size_t)n_in, 1.0f);
+    pair x, xn, nw, out[3], b[3];
+    act_pair(n_in, n_tok + 2, xv, &x);
+    act_pair(n_in, n_tok, NULL, &xn);
+    weight_pair(AL_TYPE_F32, n_in, 1, memcpy(keep_alloc((size_t)n_in * 4), nv, (size_t)n_in * 4), &nw);
+    const al_tensor *wk[3], *bc[3], *bk[3];
+    al_tensor oc[3], ok[3], *okp[3];
+    for (int i = 0; i < n_w; i++) {
+        int64_t n_out = w[i].rows, r0 = i == 1;
+        act_pair(n_out, n_tok + r0, NULL, &out[i]);
+        oc[i] = al_tensor_rows(&out[i].cpu, r0, n_tok);
+        ok[i] = al_tensor_rows(&out[i].vk, r0, n_tok);
+        okp[i] = &ok[i];
+        wk[i] = &w[i].vk;
+        bc[i] = bk[i] = NULL;
+        if (bias && i != 1) { /* weight 1 without: a bias per weight, not per call */
+            float *bv = random_floats((size_t)n_out, 1.0f);
+            weight_pair(AL_TYPE_F32, n_out, 1, memcpy(keep_alloc((size_t)n_out * 4), bv, (size_t)n_out * 4), &b[i]);
+            bc[i] = &b[i].cpu, bk[i] = &b[i].vk;
+            free(bv);
+        }
+    }
+    al_tensor xc = al_tensor_rows(&x.cpu, 2, n_tok), xk = al_tensor_rows(&x.vk, 2, n_tok);
+    const al_tensor *in = &xc;
+    if (norm) g_cpu->ops->rms_norm(g_cpu, &xc, &nw.cpu, 1e-5f, &xn.cpu), in = &xn.cpu;
+    for (int i = 0; i < n_w; i++) g_cpu->ops->matmul(g_cpu, in, &w[i].cpu, bc[i], &oc[i]);
+    const al_tensor *nk = norm ? &nw.vk : NULL;
+    bool fused = g_vk->ops->matmul_multi(g_vk, &xk, nk, 1e-5f, n_w, wk, bk, okp);
+    CHECK_MSG(fused || n_tok > 8 || (norm && !g_norm_fuses), "matmul_multi declined %lld tokens",
+              (long long)n_tok);
+    if (!fused) backend_matmul_multi(g_vk, &xk, nk, 1e-5f, n_w, wk, bk, &xn.vk, okp);
+    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4, worst = 0;
+    for (int i = 0; i < n_w; i++) {
+        double e = compare_rows(&out[i], i == 1, n_tok);
+        CHECK_MSG(e <= tol, "matmul_multi %s weight %d of %d, %lld tokens%s%s: NMSE %g",
+                  quant_type_name(type), i, n_w, (long long)n_tok, bias ? " +bias" : "",
+                  norm ? " +norm" : "", e);
+        worst = e > worst ? e : worst;
+        free_pair(&out[i]);
+    }
+    printf("  matmul_multi %-5s %d weights [%lld]x[%lld]%s%s %s NMSE %.2e\n", quant_type_name(type),
+           n_w, (long long)n_tok, (long long)n_in, bias ? " +bias" : "", norm ? " +norm" : "",
+           fused ? "fused" : "plain", worst);
+    free_pair(&x);
+    free_pair(&xn);
+    free(xv);
+    free(nv);
+}
+
+static void test_matmul_multi(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = g_types[ti];
+        int64_t n_in = awkward_cols(type), rows[3] = {67, 32, 5};
+        pair w[3];
+        for (int i = 0; i < 3; i++)
+            weight_pair(type, n_in, rows[i], random_weight(type, n_in, rows[i]), &w[i]);
+        /* 1, 3 and 8 tokens fuse (matvec.comp on GPUs); 9 and 70 run the plain ops */
+        int64_t toks[] = {1, 3, 8, 9, 70};
+        for (int k = 0; k < 5; k++)
+            one_matmul_multi(type, w, k == 2 ? 2 : 3, toks[k], k % 2 == 0, k >= 1 && k <= 3);
+        one_matmul_multi(type, w, 1, 1, true, false);
     }
 }
 
@@ -453,6 +407,43 @@ static void test_rope_qk(void) {
         free_pair(&k);
         free_pair(&q2);
         free_pair(&k2);
+        free(qv);
+        free(kv);
+    }
+}
+
+/* q (3 heads) and k (2 heads, a view from row 1), each row at its own position (the
+ * next tokens of several sequences), rotated in one op, against the reference's rope
+ * row by row, once with more rows than the table cache keeps (the decode tests reuse
+ * a cached table, layer after layer). */
+static void test_rope_qk_rows(void) {
+    int head_dim = 40;
+    const int32_t pos[] = {100, 3, 57, 0, 4000, 3, 9};
+    int32_t many[67]; /* more rows than the Vulkan backend's table cache keeps (64) */
+    for (int i = 0; i < 67; i++) many[i] = (i * 37) % 200;
+    for (int c = 0; c < 3; c++) {
+        int rows = c == 2 ? 67 : 7;
+        const int32_t *p = c == 2 ? many : pos;
+        al_rope rp = {.n_rot = 32, .neox = c == 1, .freq_base = 10000.0f, .freq_scale = 0.5f};
+        float *qv = random_floats((size_t)(3 * head_dim * rows), 1.0f);
+        float *kv = random_floats((size_t)(2 * head_dim * (rows + 1)), 1.0f);
+        pair q, k;
+        act_pair(3 * head_dim, rows, qv, &q);
+        act_pair(2 * head_dim, rows + 1, kv, &k);
+        al_tensor kc = al_tensor_rows(&k.cpu, 1, rows), kk = al_tensor_rows(&k.vk, 1, rows);
+        for (int t = 0; t < rows; t++) {
+            al_tensor qt = al_tensor_rows(&q.cpu, t, 1), kt = al_tensor_rows(&kc, t, 1);
+            g_cpu->ops->rope(g_cpu, &qt, 3, head_dim, p[t], &rp);
+            g_cpu->ops->rope(g_cpu, &kt, 2, head_dim, p[t], &rp);
+        }
+        CHECK_MSG(g_vk->ops->rope_qk_rows(g_vk, &q.vk, 3, &kk, 2, head_dim, p, &rp),
+                  "rope_qk_rows declined");
+        double eq = compare(&q), ek = compare(&k);
+        CHECK_MSG(eq <= 1e-6 && ek <= 1e-6, "rope_qk_rows %d rows: NMSE q %g, k %g", rows, eq, ek);
+        printf("  rope_qk_rows %d rows %s NMSE q %.2e, k %.2e\n", rows, c == 1 ? "neox" : "normal",
+               eq, ek);
+        free_pair(&q);
+        free_pair(&k);
         free(qv);
         free(kv);
     }
@@ -1016,24 +1007,81 @@ static bool decode_step(const char *tune, uint64_t *n_disp, float *logits, int n
     return ok;
 }
 
-/* Op fusion, measured: a llama decode step takes 10 dispatches per layer (norm, q, k, v,
- * rope of q and k, attention, output projection + residual, norm, gate.up + SiLU,
- * down projection + residual) and 3 more (embedding, final norm, logits), where the
- * plain ops took 15 per layer (ANYLLM_VK_TUNE=fuse=0); the logits stay the same. */
+/* Op fusion, measured: a llama decode step on a GPU takes 6 dispatches per layer (norm +
+ * q.k.v, rope of q and k, attention, output projection + residual, norm + gate.up +
+ * SiLU, down projection + residual) and 3 more (embedding, final norm, logits); 8 on a
+ * CPU device, which runs the two norms alone; the plain ops took 15 per layer
+ * (ANYLLM_VK_TUNE=fuse=0). The logits stay those of the plain ops. */
 static void test_dispatch_count(void) {
     enum { N_VOCAB = 1024, N_LAYER = 4 };
-    static float fused[N_VOCAB], plain[N_VOCAB];
-    uint64_t n_fused = 0, n_plain = 0;
+    static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB];
+    uint64_t n_fused = 0, n_gpu = 0, n_plain = 0;
     if (!decode_step("fuse=1", &n_fused, fused, N_VOCAB) ||
+        !decode_step("fuse=1,cpu_rows=0", &n_gpu, gpu, N_VOCAB) ||
         !decode_step("fuse=0", &n_plain, plain, N_VOCAB)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
-    double e = nmse(fused, plain, N_VOCAB);
-    printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
-           (unsigned long long)n_fused, (unsigned long long)n_plain, e);
-    CHECK_MSG(n_fused == 10 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    double e = nmse(fused, plain, N_VOCAB), eg = nmse(gpu, plain, N_VOCAB);
+    printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu with the GPU shaders, "
+           "%llu plain; logits NMSE %.2e, %.2e\n", (unsigned long long)n_fused,
+           (unsigned long long)n_gpu, (unsigned long long)n_plain, e, eg);
+    CHECK_MSG(n_fused == 8 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    CHECK_MSG(n_gpu == 6 * N_LAYER + 3, "GPU shaders: %llu dispatches", (unsigned long long)n_gpu);
     CHECK_MSG(n_plain == 15 * N_LAYER + 3, "plain: %llu dispatches", (unsigned long long)n_plain);
+    CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
+    /* the GPU shaders' norm sums its squares in another order: rounding, no more */
+    CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
+}
+
+/* Dispatches of one al_eval_multi step of N_SEQ sequences of ref-llama-Q4_0 at
+ * different positions (1, 2 and 3 tokens in), with the fused ops on or off, and the
+ * step's logits; false when the model cannot be run. */
+enum { N_SEQ = 3 };
+static bool multi_step(const char *tune, uint64_t *n_disp, float *logits) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    setenv("ANYLLM_VK_TUNE", tune, 1);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    al_context *c[N_SEQ] = {0};
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 8;
+    bool ok = al_model_load(path, &mp, &m) == AL_OK;
+    unsetenv("ANYLLM_VK_TUNE");
+    int32_t tok[4] = {1, 334, 12, 99};
+    for (int i = 0; i < N_SEQ && ok; i++)
+        ok = al_context_create(m, &cp, &c[i]) == AL_OK && al_eval(c[i], tok, i + 1, NULL, false) == AL_OK;
+    vk_backend_stats s0, s1;
+    ok = ok && vk_backend_get_stats(model_backend(m), &s0) &&
+         al_eval_multi(c, tok + 1, N_SEQ, logits) == AL_OK &&
+         vk_backend_get_stats(model_backend(m), &s1);
+    *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
+    for (int i = 0; i < N_SEQ; i++) al_context_destroy(c[i]);
+    al_model_destroy(m);
+    return ok;
+}
+
+/* al_eval_multi: the rope of every sequence's row in one dispatch per layer (the
+ * attention stays one per sequence: each has its own cache): 7 + N_SEQ per layer on
+ * a CPU device (6 + 2 N_SEQ with a rope per sequence), against 12 + 3 N_SEQ with the
+ * plain ops; the same logits. */
+static void test_dispatch_count_multi(void) {
+    enum { N_VOCAB = 1024, N_LAYER = 4 };
+    static float fused[N_SEQ * N_VOCAB], plain[N_SEQ * N_VOCAB];
+    uint64_t n_fused = 0, n_plain = 0;
+    if (!multi_step("fuse=1", &n_fused, fused) || !multi_step("fuse=0", &n_plain, plain)) {
+        TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
+        return;
+    }
+    double e = nmse(fused, plain, N_SEQ * N_VOCAB);
+    printf("  al_eval_multi of %d sequences: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
+           N_SEQ, (unsigned long long)n_fused, (unsigned long long)n_plain, e);
+    CHECK_MSG(n_fused == (7 + N_SEQ) * N_LAYER + 3, "fused: %llu dispatches",
+              (unsigned long long)n_fused);
+    CHECK_MSG(n_plain == (12 + 3 * N_SEQ) * N_LAYER + 3, "plain: %llu dispatches",
+              (unsigned long long)n_plain);
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
 }
 
@@ -1317,7 +1365,9 @@ static void run_suite(const char *label) {
     TEST_RUN(test_matmul);
     TEST_RUN(test_rope);
     TEST_RUN(test_fused_matmul);
+    TEST_RUN(test_matmul_multi);
     TEST_RUN(test_rope_qk);
+    TEST_RUN(test_rope_qk_rows);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_ring);
     TEST_RUN(test_elementwise);
@@ -1366,6 +1416,7 @@ int main(void) {
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
     TEST_RUN(test_dispatch_count);
+    TEST_RUN(test_dispatch_count_multi);
     TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);
@@ -1396,13 +1447,25 @@ int main(void) {
     /* a CPU device takes matmul_rows.comp for every matmul: the GPUs' matvec.comp and
      * matmul.comp (and their fused builds) run here only when told to */
     setenv("ANYLLM_VK_TUNE", "cpu_rows=0", 1);
+    g_norm_fuses = true;
     if (create_vk()) {
         printf("-- the GPU matmul shaders (cpu_rows=0): %s\n", g_vk->desc);
         TEST_RUN(test_matmul);
         TEST_RUN(test_fused_matmul);
+        TEST_RUN(test_matmul_multi);
         TEST_RUN(check_validation);
         destroy_vk();
     }
+    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* and their builds without subgroups */
+    if (create_vk()) {
+        printf("-- the GPU matmul shaders without subgroup arithmetic: %s\n", g_vk->desc);
+        TEST_RUN(test_fused_matmul);
+        TEST_RUN(test_matmul_multi);
+        TEST_RUN(check_validation);
+        destroy_vk();
+    }
+    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    g_norm_fuses = false;
     unsetenv("ANYLLM_VK_TUNE");
 
     TEST_RUN(test_fence_timeout);

@@ -310,6 +310,7 @@ void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c) {
     c->subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                           (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->max_ubo_range = lim->maxUniformBufferRange;
+    c->dyn_index = f2.features.shaderStorageBufferArrayDynamicIndexing;
     c->storage16 = s16.storageBuffer16BitAccess;
     c->fp16 = v12 && f16i8.shaderFloat16;
     c->int8 = v12 && f16i8.shaderInt8;
@@ -354,8 +355,11 @@ al_status vk_device_open(vk_device *d) {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
         .storageBuffer16BitAccess = VK_TRUE,
     };
+    /* the MULTI builds pick one of several weights per workgroup (a uniform index) */
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                    .pNext = &s16};
+                                    .pNext = &s16,
+                                    .features.shaderStorageBufferArrayDynamicIndexing =
+                                        c->dyn_index};
     const char *exts[2];
     uint32_t n_ext = 0;
     if (c->host_import) exts[n_ext++] = "VK_EXT_external_memory_host";

@@ -85,15 +85,16 @@ static void dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
         return;
     }
     be->s.n_sets++;
+    /* infos holds the bindings in order, an array binding's buffers one after another */
     VkWriteDescriptorSet w[VK_MAX_BINDINGS];
-    for (int i = 0; i < p->n_bindings; i++)
+    for (int i = 0, k = 0; i < p->n_bindings; k += (int)w[i].descriptorCount, i++)
         w[i] = (VkWriteDescriptorSet){
             .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
             .dstSet = set,
             .dstBinding = (uint32_t)i,
-            .descriptorCount = 1,
+            .descriptorCount = vk_binding_count(op, i),
             .descriptorType = vk_binding_type(op, i),
-            .pBufferInfo = &infos[i],
+            .pBufferInfo = &infos[k],
         };
     d->fn.vkUpdateDescriptorSets(d->dev, (uint32_t)p->n_bindings, w, 0, NULL);
     AL_ASSERT(push_bytes <= VK_PUSH_BYTES);
@@ -292,11 +293,14 @@ static void pack_inputs(vk_backend *be, const al_tensor *x, int64_t t0, int64_t 
 }
 
 /* What a matmul does with its products (backend.h): write them (matmul), add them to
- * out (matmul_add), or combine them with those of an up projection (matmul_glu). */
+ * out (matmul_add), or combine them with those of an up projection (matmul_glu); and
+ * whether it first takes the rms_norm of its input (norm_matmul_glu, matvec only). */
 typedef struct mm_fuse {
     bool add;
     const al_tensor *wu; /* GLU: the up projection, w's type, shape and row_bytes */
     al_glu act;
+    const al_tensor *norm; /* GLU: the input norm's f32 weight [n_in], or NULL */
+    float eps;
 } mm_fuse;
 
 /* One matmul_rows dispatch: rows [r0, r1) of the weights, token block b of a pass
@@ -335,7 +339,7 @@ static bool matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
     uint32_t ks_max = (UBO_BYTES / sizeof(float) / nt) & ~63u;
     if (ks > ks_max) ks = ks_max;
     uint32_t n_slices = (uint32_t)div_up(n_in, ks);
-    if (f->wu && n_slices > 1) return false;
+    if ((f->wu && n_slices > 1) || f->norm) return false;
     uint64_t block_bytes = (uint64_t)nt * ks * sizeof(float);
     uint64_t blocks = be->s.scratch && be->s.scratch->size > UBO_BYTES
                           ? (be->s.scratch->size - UBO_BYTES) / block_bytes : 0;
@@ -382,8 +386,8 @@ static bool matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
 /* ---- matmul ------------------------------------------------------------------------------ */
 
 /* The matmuls of GPUs: matvec.comp for a few tokens, else the tiled matmul.comp. A GLU
- * is fused in matvec only: false, recording nothing, for larger batches or where the
- * doubled partial sums would not fit shared memory. */
+ * and an input norm are fused in matvec only: false, recording nothing, for larger
+ * batches or where the doubled partial sums would not fit shared memory. */
 static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
                        const al_tensor *bias, const mm_fuse *f, al_tensor *out) {
     const vk_tuning *tu = &be->sh->pl.tune;
@@ -391,9 +395,11 @@ static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
     uint32_t n_tok = (uint32_t)x->ne[1];
     bool mv = n_tok <= tu->mv_max_tok;
     int nt_variant = n_tok <= 1 ? 0 : n_tok <= 2 ? 1 : n_tok <= 4 ? 2 : 3; /* NT = 1 << it */
-    if (f->wu && (!mv || 2ull * (1u << nt_variant) * tu->mv_nr * tu->mv_wg * sizeof(float) >
+    if (f->wu && (!mv || (2ull * (1u << nt_variant) * tu->mv_nr + 1) * tu->mv_wg * sizeof(float) >
                              be->sh->d.caps.shared_bytes))
         return false;
+    AL_ASSERT(!f->norm || f->wu); /* the GLU build alone has the norm */
+    if (f->norm && (!mv || f->norm->ne[0] != w->ne[0])) return false;
     if (per < 1) {
         vk_fail(be, AL_ERR_UNSUPPORTED, "a weight row of %llu bytes exceeds one binding",
                 (unsigned long long)w->row_bytes);
@@ -403,16 +409,18 @@ static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
     vk_hazard(be, x->data, false);
     vk_hazard(be, w->data, false);
     if (f->wu) vk_hazard(be, f->wu->data, false);
+    if (f->norm) vk_hazard(be, f->norm->data, false);
     if (bias) vk_hazard(be, bias->data, false);
     vk_hazard(be, out->data, true);
     for (int64_t r0 = 0; r0 < n_out; r0 += per) {
         int64_t r1 = r0 + per < n_out ? r0 + per : n_out;
-        VkDescriptorBufferInfo info[5];
+        VkDescriptorBufferInfo info[6];
         vk_pc_matmul pc = {.n_in = (uint32_t)w->ne[0], .n_out = (uint32_t)(r1 - r0),
                            .n_tok = n_tok, .w_row_bytes = (uint32_t)w->row_bytes,
                            .has_bias = bias != NULL, .row0 = (uint32_t)r0,
-                           .accumulate = f->add, .act = (uint32_t)f->act};
-        uint32_t b_stride;
+                           .accumulate = f->add, .act = (uint32_t)f->act,
+                           .has_norm = f->norm != NULL, .eps = f->eps};
+        uint32_t b_stride, n_stride;
         pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
         /* the shaders read rows of 4k inputs as vec4: they must start at 4k floats */
         AL_ASSERT(pc.n_in % 4 || (pc.x_off % 4 == 0 && pc.x_stride % 4 == 0));
@@ -424,9 +432,12 @@ static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
         if (f->wu)
             pc.u_off = bind(be, &info[4], f->wu->data, f->wu->offset + (uint64_t)r0 * w->row_bytes,
                             (uint64_t)(r1 - r0) * w->row_bytes);
+        /* without a norm, x stands in: never read */
+        if (f->wu) pc.nw_off = bind_f32(be, &info[5], f->norm ? f->norm : x, &n_stride);
         if (mv)
-            dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type, nt_variant, info, &pc,
-                     sizeof pc, div_up(pc.n_out, tu->mv_nr), 1);
+            dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type,
+                     nt_variant + (f->norm ? 4 : 0), info, &pc, sizeof pc,
+                     div_up(pc.n_out, tu->mv_nr), 1);
         else
             dispatch(be, VK_OP_MATMUL, w->type, 0, info, &pc, sizeof pc,
                      div_up(pc.n_out, tu->mm_bm), (uint32_t)div_up(n_tok, tu->mm_bn));
@@ -465,20 +476,159 @@ bool vk_op_matmul_glu(al_backend *base, const al_tensor *x, const al_tensor *wg,
     return be->sh->pl.tune.fuse && matmul(be, x, wg, NULL, &glu, out);
 }
 
+/* GPUs only: on a CPU device (matmul_rows.comp) the norm's dispatch costs next to
+ * nothing, and scaling the inputs in the matmul would cost every row's invocation. */
+bool vk_op_norm_matmul_glu(al_backend *base, const al_tensor *x, const al_tensor *norm,
+                           float eps, const al_tensor *wg, const al_tensor *wu, al_glu act,
+                           al_tensor *out) {
+    vk_backend *be = (vk_backend *)base;
+    const mm_fuse glu = {.wu = wu, .act = act, .norm = norm, .eps = eps};
+    const vk_tuning *tu = &be->sh->pl.tune;
+    return tu->fuse && tu->fuse_norm && !tu->cpu_rows && norm->type == AL_TYPE_F32 &&
+           matmul(be, x, wg, NULL, &glu, out);
+}
+
+/* ---- matmul_multi ------------------------------------------------------------------------ */
+
+/* Whether the n weights of matmul_multi can share one dispatch: fusion on, the device
+ * indexes buffer arrays, and the weights have one type and row length (one shader
+ * build walks them all) and each fits one binding. */
+static bool multi_ok(const vk_backend *be, const al_tensor *x, int n, const al_tensor *const *w,
+                     al_tensor *const *out) {
+    if (!be->sh->pl.tune.fuse || !be->sh->d.caps.dyn_index || n < 1 || n > VK_MULTI) return false;
+    for (int i = 0; i < n; i++) {
+        AL_ASSERT(x->ne[0] == w[i]->ne[0] && out[i]->ne[0] == w[i]->ne[1] &&
+                  out[i]->ne[1] == x->ne[1]);
+        if (w[i]->type != w[0]->type || w[i]->row_bytes != w[0]->row_bytes ||
+            w[i]->ne[1] > rows_per_binding(be, w[i]->row_bytes))
+            return false;
+    }
+    return true;
+}
+
+/* Binds weights, biases and outputs of a MULTI build (infos 1-3, 4-6, 7-9; slots past n
+ * repeat weight 0: every binding must be valid) and the hazards they take; returns the
+ * workgroups, wg_rows rows each, that cover every weight's rows. Push fields by pointer:
+ * both MULTI push blocks have them. */
+static uint64_t multi_bind(vk_backend *be, const al_tensor *dummy, int n, const al_tensor *const *w,
+                           const al_tensor *const *bias, al_tensor *const *out, uint32_t wg_rows,
+                           VkDescriptorBufferInfo *info, uint32_t *n_out, uint32_t *w_off,
+                           uint32_t *b_off, uint32_t *o_off, uint32_t *o_stride,
+                           uint32_t *has_bias) {
+    uint64_t groups = 0;
+    for (int i = 0; i < n; i++) {
+        vk_hazard(be, w[i]->data, false);
+        if (bias[i]) vk_hazard(be, bias[i]->data, false);
+    }
+    for (int i = 0; i < n; i++) vk_hazard(be, out[i]->data, true);
+    for (int i = 0; i < VK_MULTI; i++) {
+        int j = i < n ? i : 0;
+        uint32_t b_stride;
+        n_out[i] = (uint32_t)w[j]->ne[1];
+        w_off[i] = bind(be, &info[1 + i], w[j]->data, w[j]->offset,
+                        (uint64_t)w[j]->ne[1] * w[j]->row_bytes);
+        b_off[i] = bind_f32(be, &info[4 + i], bias[j] ? bias[j] : dummy, &b_stride);
+        o_off[i] = bind_f32(be, &info[7 + i], out[j], &o_stride[i]);
+        if (i < n && bias[i]) *has_bias |= 1u << i;
+        if (i < n) groups += div_up(n_out[i], wg_rows);
+    }
+    return groups;
+}
+
+/* matvec.comp's MULTI build, with the input norm where norm is not NULL: false for more
+ * tokens than matvec takes. */
+static bool multi_gpu(vk_backend *be, const al_tensor *x, const al_tensor *norm, float eps, int n,
+                      const al_tensor *const *w, const al_tensor *const *bias,
+                      al_tensor *const *out) {
+    const vk_tuning *tu = &be->sh->pl.tune;
+    uint32_t n_tok = (uint32_t)x->ne[1];
+    if (n_tok > tu->mv_max_tok) return false;
+    int nt_variant = n_tok <= 1 ? 0 : n_tok <= 2 ? 1 : n_tok <= 4 ? 2 : 3; /* NT = 1 << it */
+    if (!vk_begin(be, 1, 0)) return true;
+    vk_hazard(be, x->data, false);
+    VkDescriptorBufferInfo info[VK_MAX_DESCRIPTORS];
+    vk_pc_matmul_multi pc = {.n_in = (uint32_t)x->ne[0], .n_tok = n_tok, .n_w = (uint32_t)n,
+                             .w_row_bytes = (uint32_t)w[0]->row_bytes,
+                             .has_norm = norm != NULL, .eps = eps};
+    uint32_t n_stride;
+    pc.x_off = bind_f32(be, &info[0], x, &pc.x_stride);
+    if (norm) vk_hazard(be, norm->data, false);
+    /* without a norm, x stands in: never read */
+    pc.nw_off = bind_f32(be, &info[1 + 3 * VK_MULTI], norm ? norm : x, &n_stride);
+    AL_ASSERT(pc.n_in % 4 || (pc.x_off % 4 == 0 && pc.x_stride % 4 == 0)); /* vec4 reads */
+    uint64_t groups = multi_bind(be, x, n, w, bias, out, tu->mv_nr, info, pc.n_out, pc.w_off,
+                                 pc.b_off, pc.o_off, pc.o_stride, &pc.has_bias);
+    dispatch(be, VK_OP_MATVEC_MULTI, w[0]->type, nt_variant + (norm ? 4 : 0), info, &pc,
+             sizeof pc, groups, 1);
+    return true;
+}
+
+/* matmul_rows.comp's MULTI build: the inputs packed once for all weights, in one
+ * slice of one block of tokens; false where they do not fit one. */
+static bool multi_rows(vk_backend *be, const al_tensor *x, int n, const al_tensor *const *w,
+                       const al_tensor *const *bias, al_tensor *const *out) {
+    uint32_t n_tok = (uint32_t)x->ne[1], n_in = (uint32_t)x->ne[0];
+    uint32_t variant = n_tok <= 1 ? 0 : n_tok <= 4 ? 1 : 2, nt = 1u << (2 * variant);
+    uint32_t ks = (n_in + 63) & ~63u;
+    if (n_tok > nt || ks > ((UBO_BYTES / sizeof(float) / nt) & ~63u)) return false;
+    uint64_t block_bytes = (uint64_t)nt * ks * sizeof(float);
+    if (!be->s.scratch || be->s.scratch->size < UBO_BYTES + block_bytes) return false;
+    if (!vk_begin(be, 1, 0)) return true;
+    vk_hazard(be, x->data, false);
+    vk_hazard(be, be->s.scratch, true);
+    pack_inputs(be, x, 0, n_tok, nt, ks, 1);
+    vk_hazard(be, be->s.scratch, false);
+    VkDescriptorBufferInfo info[VK_MAX_DESCRIPTORS];
+    info[0] = (VkDescriptorBufferInfo){.buffer = be->s.scratch->buffer, .offset = 0,
+                                       .range = UBO_BYTES};
+    vk_pc_matmul_rows_multi pc = {.n_k = n_in, .n_tok = n_tok, .xs_stride = ks / 4,
+                                  .n_w = (uint32_t)n, .w_row_bytes = (uint32_t)w[0]->row_bytes};
+    uint64_t groups = multi_bind(be, x, n, w, bias, out, be->sh->pl.tune.mr_wg, info, pc.n_out,
+                                 pc.w_off, pc.b_off, pc.o_off, pc.o_stride, &pc.has_bias);
+    info[1 + 3 * VK_MULTI] = info[1]; /* no norm here: a valid binding, never read */
+    dispatch(be, VK_OP_MATMUL_ROWS_MULTI, w[0]->type, (int)variant, info, &pc, sizeof pc, groups,
+             1);
+    return true;
+}
+
+/* The input norm is fused on GPUs only (see vk_op_norm_matmul_glu): a CPU device
+ * declines it, and backend_matmul_multi runs the norm, then the fused matmuls. */
+bool vk_op_matmul_multi(al_backend *base, const al_tensor *x, const al_tensor *norm, float eps,
+                        int n, const al_tensor *const *w, const al_tensor *const *bias,
+                        al_tensor *const *out) {
+    vk_backend *be = (vk_backend *)base;
+    if (!multi_ok(be, x, n, w, out)) return false;
+    if (norm && (be->sh->pl.tune.cpu_rows || !be->sh->pl.tune.fuse_norm ||
+                 norm->type != AL_TYPE_F32 || norm->ne[0] != x->ne[0]))
+        return false;
+    return be->sh->pl.tune.cpu_rows ? multi_rows(be, x, n, w, bias, out)
+                                    : multi_gpu(be, x, norm, eps, n, w, bias, out);
+}
+
 /* ---- rope -------------------------------------------------------------------------------- */
 
+/* Whether the cached table holds the rows of this call: positions pos0 + t, or pos[t]. */
+static bool rope_cached(const vk_backend *be, int pos0, const int32_t *pos, int n_rows,
+                        const al_rope *rp) {
+    const vk_rope_cache *c = &be->s.rope_cache;
+    if (!c->valid || c->n_rows != n_rows || c->by_pos != (pos != NULL) ||
+        memcmp(&c->rope, rp, sizeof *rp))
+        return false;
+    return pos ? !memcmp(c->pos, pos, (size_t)n_rows * sizeof *pos) : c->pos0 == pos0;
+}
+
 /* cos and sin of every (position, pair) of the call, in double precision as the
- * reference computes them, written into the upload arena; consecutive calls with
- * the same positions (q and k of every layer) share one table. */
-static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *rp) {
-    if (be->s.rope_cache.valid && be->s.rope_cache.pos0 == pos0 &&
-        be->s.rope_cache.n_rows == n_rows && !memcmp(&be->s.rope_cache.rope, rp, sizeof *rp))
-        return be->s.rope_cache.offset;
+ * reference computes them, written into the upload arena; row t is at pos[t], or at
+ * pos0 + t where pos is NULL. Consecutive calls with the same positions (q and k of
+ * every layer) share one table. */
+static uint64_t rope_table(vk_backend *be, int pos0, const int32_t *pos_t, int n_rows,
+                           const al_rope *rp) {
+    if (rope_cached(be, pos0, pos_t, n_rows, rp)) return be->s.rope_cache.offset;
     int half = rp->n_rot / 2;
     uint64_t off = upload(be, NULL, (uint64_t)n_rows * (uint64_t)half * 2 * sizeof(float));
     float *cs = (float *)((char *)be->s.upload->mapped + off);
     for (int t = 0; t < n_rows; t++) {
-        double pos = (double)(pos0 + t) * rp->freq_scale;
+        double pos = (double)(pos_t ? pos_t[t] : pos0 + t) * rp->freq_scale;
         for (int i = 0; i < half; i++) {
             double theta = pos * pow(rp->freq_base, -2.0 * i / rp->n_rot);
             if (rp->freq_factors) theta /= rp->freq_factors[i];
@@ -486,7 +636,11 @@ static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *
             cs[2 * ((size_t)t * half + i) + 1] = (float)sin(theta);
         }
     }
-    be->s.rope_cache.valid = true;
+    /* by positions: kept only where they fit the cache */
+    be->s.rope_cache.valid = !pos_t || n_rows <= VK_ROPE_POS;
+    be->s.rope_cache.by_pos = pos_t != NULL;
+    if (pos_t && n_rows <= VK_ROPE_POS)
+        memcpy(be->s.rope_cache.pos, pos_t, (size_t)n_rows * sizeof *pos_t);
     be->s.rope_cache.pos0 = pos0;
     be->s.rope_cache.n_rows = n_rows;
     be->s.rope_cache.rope = *rp;
@@ -495,16 +649,16 @@ static uint64_t rope_table(vk_backend *be, int pos0, int n_rows, const al_rope *
 }
 
 /* Rotates the n_head heads of x and, when y is not NULL, the n_head_y heads of y
- * (rows at the same positions) in one dispatch. */
+ * (rows at the same positions: pos0 + t, or pos[t]) in one dispatch. */
 static void rope(vk_backend *be, al_tensor *x, int n_head, al_tensor *y, int n_head_y,
-                 int head_dim, int pos0, const al_rope *rp) {
+                 int head_dim, int pos0, const int32_t *pos, const al_rope *rp) {
     AL_ASSERT(x->ne[0] >= (int64_t)n_head * head_dim && rp->n_rot <= head_dim);
     AL_ASSERT(!y || (y->ne[0] >= (int64_t)n_head_y * head_dim && y->ne[1] == x->ne[1]));
     int n_rows = (int)x->ne[1], half = rp->n_rot / 2;
     if (half == 0 || n_rows == 0) return;
     uint64_t table_bytes = (uint64_t)n_rows * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, table_bytes)) return;
-    uint64_t cs_off = rope_table(be, pos0, n_rows, rp);
+    uint64_t cs_off = rope_table(be, pos0, pos, n_rows, rp);
     vk_hazard(be, x->data, true);
     if (y && y->data != x->data) vk_hazard(be, y->data, true);
     VkDescriptorBufferInfo info[3];
@@ -522,14 +676,22 @@ static void rope(vk_backend *be, al_tensor *x, int n_head, al_tensor *y, int n_h
 
 void vk_op_rope(al_backend *base, al_tensor *x, int n_head, int head_dim, int pos0,
                 const al_rope *rp) {
-    rope((vk_backend *)base, x, n_head, NULL, 0, head_dim, pos0, rp);
+    rope((vk_backend *)base, x, n_head, NULL, 0, head_dim, pos0, NULL, rp);
 }
 
 bool vk_op_rope_qk(al_backend *base, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rp) {
     vk_backend *be = (vk_backend *)base;
     if (!be->sh->pl.tune.fuse) return false;
-    rope(be, q, n_head, k, n_head_kv, head_dim, pos0, rp);
+    rope(be, q, n_head, k, n_head_kv, head_dim, pos0, NULL, rp);
+    return true;
+}
+
+bool vk_op_rope_qk_rows(al_backend *base, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                        int head_dim, const int32_t *pos, const al_rope *rp) {
+    vk_backend *be = (vk_backend *)base;
+    if (!be->sh->pl.tune.fuse) return false;
+    rope(be, q, n_head, k, n_head_kv, head_dim, 0, pos, rp);
     return true;
 }
 

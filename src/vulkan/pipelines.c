@@ -30,13 +30,14 @@ static const vk_spirv g_spirv[] = {VK_SPIRV_LIST(SPIRV_ENTRY)};
 #undef SPIRV_ENTRY
 
 /* Shader file names of the ops, their binding counts, which bindings are uniform
- * buffers (the rest are storage buffers), and whether a subgroup build and per-type
- * builds exist. */
+ * buffers (the rest are storage buffers), whether a subgroup build and per-type
+ * builds exist, and which bindings are arrays of VK_MULTI buffers. */
 static const struct {
     const char *name;
     int n_bindings;
     uint32_t ubo_mask;
     bool has_sg, typed;
+    uint32_t array_mask;
 } g_ops[VK_OP_COUNT] = {
     [VK_OP_ADD] = {"add", 2, 0, false, false},
     [VK_OP_ADD_ROWS] = {"add_rows", 3, 0, false, false},
@@ -51,14 +52,21 @@ static const struct {
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true},
     [VK_OP_MATMUL_ROWS] = {"matmul_rows", 4, 1u << 0, false, true},
-    [VK_OP_MATVEC_GLU] = {"matvec_glu", 5, 0, true, true},
+    [VK_OP_MATVEC_GLU] = {"matvec_glu", 6, 0, true, true}, /* 5: the input norm's weight */
     [VK_OP_MATMUL_ROWS_GLU] = {"matmul_rows_glu", 5, 1u << 0, false, true},
+    /* x, weights[], biases[], outputs[], the norm's weight */
+    [VK_OP_MATVEC_MULTI] = {"matvec_multi", 5, 0, true, true, 0xEu},
+    [VK_OP_MATMUL_ROWS_MULTI] = {"matmul_rows_multi", 5, 1u << 0, false, true, 0xEu},
     [VK_OP_COPY] = {"copy", 2, 0, false, false},
 };
 
 VkDescriptorType vk_binding_type(vk_op op, int i) {
     return g_ops[op].ubo_mask & (1u << i) ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
                                           : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+}
+
+uint32_t vk_binding_count(vk_op op, int i) {
+    return g_ops[op].array_mask & (1u << i) ? VK_MULTI : 1;
 }
 
 /* Weight types with shaders, by the suffix the Makefile gives their builds. */
@@ -100,7 +108,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
-        .fuse = 1,
+        .fuse = 1, .fuse_norm = 1,
     };
     /* CPU devices take matmul_rows.comp, which needs subgroup shuffles, subgroups of 4
      * or more and 64 KiB uniform buffers */
@@ -125,7 +133,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},     {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
         {"mm_bm", offsetof(vk_tuning, mm_bm)},     {"mm_bn", offsetof(vk_tuning, mm_bn)},
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
-        {"fuse", offsetof(vk_tuning, fuse)},
+        {"fuse", offsetof(vk_tuning, fuse)},       {"fuse_norm", offsetof(vk_tuning, fuse_norm)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
@@ -182,7 +190,7 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
             b[i] = (VkDescriptorSetLayoutBinding){
                 .binding = (uint32_t)i,
                 .descriptorType = vk_binding_type((vk_op)op, i),
-                .descriptorCount = 1,
+                .descriptorCount = vk_binding_count((vk_op)op, i),
                 .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
             };
         VkDescriptorSetLayoutCreateInfo dci = {
@@ -225,11 +233,12 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         v[0] = t->attn_wg, v[1] = t->attn_max_hd;
         *wg = v[0];
         return 2;
-    case VK_OP_MATVEC: case VK_OP_MATVEC_GLU:
-        v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << variant;
+    case VK_OP_MATVEC: case VK_OP_MATVEC_GLU: case VK_OP_MATVEC_MULTI:
+        /* variant: log2 of NT, + 4 with the input norm (NORM) */
+        v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << (variant & 3), v[3] = variant >> 2;
         *wg = v[0];
-        return 3;
-    case VK_OP_MATMUL_ROWS: case VK_OP_MATMUL_ROWS_GLU:
+        return 4;
+    case VK_OP_MATMUL_ROWS: case VK_OP_MATMUL_ROWS_GLU: case VK_OP_MATMUL_ROWS_MULTI:
         v[0] = t->mr_wg, v[1] = 1u << (2 * variant), v[2] = t->mr_sg; /* NT = 1, 4, 16 */
         *wg = v[0];
         return 3;

@@ -73,7 +73,8 @@ _Static_assert(sizeof(vk_pc_get_rows) == 32, "mirror of get_rows.comp");
 /* matvec.comp, matmul.comp: out[t][row0 + o] = x[t] . w[o] (+ bias[row0 + o]) for the
  * n_out weight rows of this dispatch's binding; accumulate: out += that (matmul_add).
  * matvec.comp's GLU build: out = act(x . w[o]) * (x . u[o]), u's rows at u_off bytes
- * of binding 4, with w's row_bytes; act 0 is SiLU, 1 GELU (backend.h al_glu). */
+ * of binding 4, with w's row_bytes; act 0 is SiLU, 1 GELU (backend.h al_glu); with
+ * has_norm, x is rms_norm(x) with the f32 weight at nw_off of binding 5 and eps. */
 typedef struct vk_pc_matmul {
     uint32_t n_in, n_out, n_tok;
     uint32_t x_off, x_stride;
@@ -83,8 +84,10 @@ typedef struct vk_pc_matmul {
     uint32_t row0;
     uint32_t accumulate;
     uint32_t u_off, act;         /* bytes; al_glu */
+    uint32_t nw_off, has_norm;   /* GLU: the input norm's weight (floats), whether there is one */
+    float eps;
 } vk_pc_matmul;
-_Static_assert(sizeof(vk_pc_matmul) == 60, "mirror of matvec.comp / matmul.comp");
+_Static_assert(sizeof(vk_pc_matmul) == 72, "mirror of matvec.comp / matmul.comp");
 
 /* matmul_rows.comp (CPU devices): one slice [k0, k0 + n_k) of the inputs of n_tok <= NT
  * tokens, packed into a uniform buffer with xs_stride vec4s per token; has_bias is set
@@ -100,6 +103,34 @@ typedef struct vk_pc_matmul_rows {
     uint32_t u_off, act;         /* bytes; al_glu */
 } vk_pc_matmul_rows;
 _Static_assert(sizeof(vk_pc_matmul_rows) == 60, "mirror of matmul_rows.comp");
+
+/* matvec.comp's MULTI build (matmul_multi): out_i[t][o] = x[t] . w_i[o] (+ bias_i[o])
+ * for the n_w weights, bias and output i being buffer i of bindings 1, 2 and 3 (arrays
+ * of 3); bit i of has_bias: weight i has one. One type and row length for all. With
+ * has_norm, x is rms_norm(x) with the f32 weight at nw_off of binding 4 and eps. */
+typedef struct vk_pc_matmul_multi {
+    uint32_t n_in, n_tok;
+    uint32_t x_off, x_stride;
+    uint32_t w_row_bytes;        /* bytes */
+    uint32_t n_w, has_bias;
+    uint32_t n_out[3], w_off[3]; /* w_off: bytes */
+    uint32_t b_off[3], o_off[3], o_stride[3];
+    uint32_t nw_off, has_norm;   /* floats */
+    float eps;
+} vk_pc_matmul_multi;
+_Static_assert(sizeof(vk_pc_matmul_multi) == 100, "mirror of matvec.comp (MULTI)");
+
+/* matmul_rows.comp's MULTI build: as vk_pc_matmul_multi, the inputs of n_tok <= NT
+ * tokens packed into the uniform buffer as for vk_pc_matmul_rows, in one slice. */
+typedef struct vk_pc_matmul_rows_multi {
+    uint32_t n_k, n_tok;
+    uint32_t xs_stride;
+    uint32_t w_row_bytes;        /* bytes */
+    uint32_t n_w, has_bias;
+    uint32_t n_out[3], w_off[3]; /* w_off: bytes */
+    uint32_t b_off[3], o_off[3], o_stride[3];
+} vk_pc_matmul_rows_multi;
+_Static_assert(sizeof(vk_pc_matmul_rows_multi) == 84, "mirror of matmul_rows.comp (MULTI)");
 
 /* rope.comp: rotates pairs of each head with cos/sin from a table of [n_rows][half]
  * (cos, sin) pairs computed on the host in double precision: the n_head heads of x,

@@ -68,7 +68,7 @@ al_status vk_stream_init(vk_backend *be) {
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn.vkCreateFence(d->dev, &fci, NULL, &be->s.fence)) != VK_SUCCESS) goto fail;
     VkDescriptorPoolSize sizes[2] = {
-        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * VK_MAX_BINDINGS},
+        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * VK_MAX_DESCRIPTORS},
         {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = MAX_SETS},
     };
     VkDescriptorPoolCreateInfo dci = {

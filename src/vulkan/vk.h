@@ -108,6 +108,7 @@ typedef struct vk_caps {
     uint32_t subgroup_size;
     bool subgroup_arith;       /* subgroup add/max in compute shaders */
     bool subgroup_shuffle;     /* subgroupShuffle in compute shaders */
+    bool dyn_index;            /* shaderStorageBufferArrayDynamicIndexing: the MULTI builds */
     uint32_t max_ubo_range;    /* maxUniformBufferRange */
     bool storage16;            /* storageBuffer16BitAccess: needed by every weight read */
     bool fp16, int8, int8_dot; /* shaderFloat16, shaderInt8, accelerated 4x8-bit dot */
@@ -179,15 +180,19 @@ typedef enum vk_op {
     VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
+    VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
     VK_OP_COPY,
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention and the GLU builds: 5 */
+enum { VK_MAX_BINDINGS = 6, VK_PUSH_BYTES = 128 }; /* matvec's GLU build (with its norm): 6 */
+/* A binding of a MULTI build is an array of VK_MULTI buffers (weights, biases, outputs:
+ * one per weight of matmul_multi), so a set holds up to VK_MAX_DESCRIPTORS. */
+enum { VK_MULTI = AL_MULTI_MAX, VK_MAX_DESCRIPTORS = 1 + 3 * VK_MULTI + 1 };
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
-enum { VK_VARIANTS = 4 };
+enum { VK_VARIANTS = 8 }; /* matvec's GLU and MULTI builds: + 4 with the input norm */
 
 typedef struct vk_pipeline {
     VkPipeline pipeline;
@@ -208,6 +213,7 @@ typedef struct vk_tuning {
     uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block */
     uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
     uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
+    uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */
 } vk_tuning;
 
 typedef struct vk_pipelines {
@@ -230,6 +236,8 @@ al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t typ
                           const vk_pipeline **out);
 /* The descriptor type of binding i of op's shader (a few are uniform buffers). */
 VkDescriptorType vk_binding_type(vk_op op, int i);
+/* The descriptors binding i of op's shader holds: VK_MULTI for the arrays, else 1. */
+uint32_t vk_binding_count(vk_op op, int i);
 /* true if the weight ops have shaders for this type */
 bool vk_type_supported(uint32_t type);
 void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl);
@@ -270,6 +278,17 @@ enum { VK_MAX_HAZARDS = 16 };
  * one backend object, so that two contexts on two threads never touch the same
  * command buffer, descriptor pool, hazard list or scratch. The model's backend has
  * one (weight uploads, the op tests) and every context's backend has its own. */
+/* The last rope table of a stream (ops.c): rows at pos0 + t, or (by_pos) at pos[t],
+ * kept for up to VK_ROPE_POS rows (rope_qk_rows). */
+enum { VK_ROPE_POS = 64 };
+typedef struct vk_rope_cache {
+    int pos0, n_rows;
+    al_rope rope;
+    uint64_t offset; /* in the upload arena */
+    bool valid, by_pos;
+    int32_t pos[VK_ROPE_POS];
+} vk_rope_cache;
+
 typedef struct vk_stream {
     /* recording: one command buffer, submitted when the host needs results */
     VkCommandPool cmd_pool;
@@ -288,7 +307,7 @@ typedef struct vk_stream {
      * each submit */
     vk_buf *upload;
     uint64_t upload_used;
-    struct { int pos0, n_rows; al_rope rope; uint64_t offset; bool valid; } rope_cache;
+    vk_rope_cache rope_cache;
     vk_buf *staging;              /* weight upload and read-back on discrete devices */
     vk_buf *scratch;              /* matmul_rows: inputs packed in uniform-buffer slices */
 
@@ -360,6 +379,14 @@ bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                       const al_tensor *wu, al_glu act, al_tensor *out);
 bool vk_op_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rope);
+bool vk_op_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
+                        int head_dim, const int32_t *pos, const al_rope *rope);
+bool vk_op_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm,
+                           float eps, const al_tensor *wg, const al_tensor *wu, al_glu act,
+                           al_tensor *out);
+bool vk_op_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                        int n, const al_tensor *const *w, const al_tensor *const *bias,
+                        al_tensor *const *out);
 
 /* ---- storage (memory.c) ----------------------------------------------------------- */
 

@@ -100,6 +100,9 @@ static const al_backend_ops vk_ops_table = {
     .matmul_add = vk_op_matmul_add,
     .matmul_glu = vk_op_matmul_glu,
     .rope_qk = vk_op_rope_qk,
+    .matmul_multi = vk_op_matmul_multi,
+    .norm_matmul_glu = vk_op_norm_matmul_glu,
+    .rope_qk_rows = vk_op_rope_qk_rows,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */

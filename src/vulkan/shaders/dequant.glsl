@@ -19,8 +19,18 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 
+#ifdef W_ARRAY
+// W_ARRAY weights at one binding (the MULTI builds): w_sel, which the shader sets
+// before reading, picks one; it must be dynamically uniform (one per workgroup).
+layout(binding = W_BINDING, std430) readonly buffer W16 { uint16_t v[]; } w16_[W_ARRAY];
+layout(binding = W_BINDING, std430) readonly buffer W32 { uint v[]; } w32_[W_ARRAY];
+uint w_sel = 0;
+#define w16 w16_[w_sel].v
+#define w32 w32_[w_sel].v
+#else
 layout(binding = W_BINDING, std430) readonly buffer W16 { uint16_t w16[]; };
 layout(binding = W_BINDING, std430) readonly buffer W32 { uint w32[]; };
+#endif
 
 // the 16-bit word at even byte offset b, and the two bytes it holds
 uint wd(uint b) { return uint(w16[b >> 1]); }

@@ -29,6 +29,7 @@ layout(push_constant) uniform Push { // vk_pc_matmul in push.h
     uint o_off, o_stride;
     uint row0;
     uint accumulate, u_off, act; // matvec.comp's GLU build only reads u_off and act
+    uint nw_off, has_norm; float eps; // and these (its input norm)
 } p;
 
 layout(binding = 0, std430) readonly buffer X { float x[]; };
