@@ -39,25 +39,25 @@ static const struct {
     bool has_sg, typed;
     uint32_t array_mask;
 } g_ops[VK_OP_COUNT] = {
-    [VK_OP_ADD] = {"add", 2, 0, false, false},
-    [VK_OP_ADD_ROWS] = {"add_rows", 3, 0, false, false},
-    [VK_OP_SILU_MUL] = {"silu_mul", 2, 0, false, false},
-    [VK_OP_GELU_MUL] = {"gelu_mul", 2, 0, false, false},
-    [VK_OP_SWIGLU_OAI] = {"swiglu_oai", 2, 0, false, false},
-    [VK_OP_SCALE] = {"scale", 1, 0, false, false},
-    [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false},
-    [VK_OP_ROPE] = {"rope", 3, 0, false, false},
-    [VK_OP_ATTENTION] = {"attention", 5, 0, true, false},
-    [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true},
-    [VK_OP_MATVEC] = {"matvec", 4, 0, true, true},
-    [VK_OP_MATMUL] = {"matmul", 4, 0, false, true},
-    [VK_OP_MATMUL_ROWS] = {"matmul_rows", 4, 1u << 0, false, true},
-    [VK_OP_MATVEC_GLU] = {"matvec_glu", 6, 0, true, true}, /* 5: the input norm's weight */
-    [VK_OP_MATMUL_ROWS_GLU] = {"matmul_rows_glu", 5, 1u << 0, false, true},
+    [VK_OP_ADD] = {"add", 2, 0, false, false, 0},
+    [VK_OP_ADD_ROWS] = {"add_rows", 3, 0, false, false, 0},
+    [VK_OP_SILU_MUL] = {"silu_mul", 2, 0, false, false, 0},
+    [VK_OP_GELU_MUL] = {"gelu_mul", 2, 0, false, false, 0},
+    [VK_OP_SWIGLU_OAI] = {"swiglu_oai", 2, 0, false, false, 0},
+    [VK_OP_SCALE] = {"scale", 1, 0, false, false, 0},
+    [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false, 0},
+    [VK_OP_ROPE] = {"rope", 3, 0, false, false, 0},
+    [VK_OP_ATTENTION] = {"attention", 5, 0, true, false, 0},
+    [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true, 0},
+    [VK_OP_MATVEC] = {"matvec", 4, 0, true, true, 0},
+    [VK_OP_MATMUL] = {"matmul", 4, 0, false, true, 0},
+    [VK_OP_MATMUL_ROWS] = {"matmul_rows", 4, 1u << 0, false, true, 0},
+    [VK_OP_MATVEC_GLU] = {"matvec_glu", 6, 0, true, true, 0}, /* 5: the input norm's weight */
+    [VK_OP_MATMUL_ROWS_GLU] = {"matmul_rows_glu", 5, 1u << 0, false, true, 0},
     /* x, weights[], biases[], outputs[], the norm's weight */
     [VK_OP_MATVEC_MULTI] = {"matvec_multi", 5, 0, true, true, 0xEu},
     [VK_OP_MATMUL_ROWS_MULTI] = {"matmul_rows_multi", 5, 1u << 0, false, true, 0xEu},
-    [VK_OP_COPY] = {"copy", 2, 0, false, false},
+    [VK_OP_COPY] = {"copy", 2, 0, false, false, 0},
 };
 
 VkDescriptorType vk_binding_type(vk_op op, int i) {
