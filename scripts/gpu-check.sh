@@ -15,7 +15,8 @@
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
 #    device-to-device copy (anyllm devices --bandwidth); dispatches per token, and
-#    generation with the fused ops turned off, which says what the fusions are worth
+#    generation with the fused ops turned off, which says what the fusions are worth,
+#    and with only the norm fusion off (fuse_norm=0)
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -125,6 +126,14 @@ if [ -n "$model" ]; then
             field vk_dispatches_per_token)
         echo "dispatches per token: ${dpt:-?} fused, ${dpt0:-?} with ANYLLM_VK_TUNE=fuse=0" \
             "(tg$TG ${tg0:-?} t/s)"
+        # the norm fused into the matvecs re-reads each workgroup's input: whether that
+        # pays on this GPU (unmeasured where it was written, on lavapipe it did not)
+        ANYLLM_VK_TUNE=fuse_norm=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
+            --backend vulkan -o json >"$BUILD/gpu-check-nonorm.json" 2>>"$BUILD/gpu-check-bench.err"
+        tgn=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-nonorm.json" | field avg_ts)
+        dptn=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-nonorm.json" |
+            field vk_dispatches_per_token)
+        echo "with ANYLLM_VK_TUNE=fuse_norm=0: ${dptn:-?} dispatches per token, tg$TG ${tgn:-?} t/s"
         if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
             awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
                 bound = bw * 1e9 / bpt
