@@ -10,10 +10,11 @@
  *                from tracked hazards, descriptor pool, upload arena, submit and
  *                wait; one stream per backend object, so one per context
  *   ops.c        every op, recorded into the calling backend's stream
+ *   moe.c        moe_ffn: a mixture's routed experts for a few tokens, 3 dispatches
  *   vk_backend.c the al_backend_ops table, the backend objects (the model's, which
  *                owns the device and weights, and one per context), load-time
  *                capability checks, reports
- *   push.h       the push-constant blocks the shaders mirror
+ *   push.h       the push-constant blocks the shaders mirror (push_moe.h: moe.c's)
  *   shaders/     one .comp per op; dequant.glsl reads every weight type
  *
  * Nothing links against libvulkan: the loader is opened with dlopen and every entry
@@ -180,10 +181,11 @@ typedef enum vk_op {
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
     VK_OP_COPY,
+    VK_OP_MOE_MV, VK_OP_MOE_MV_GLU, VK_OP_MOE_ROWS, VK_OP_MOE_ROWS_GLU, VK_OP_MOE_SUM, /* moe.c */
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 5, VK_PUSH_BYTES = 128 }; /* attention and the GLU builds: 5 */
+enum { VK_MAX_BINDINGS = 7, VK_PUSH_BYTES = 128 }; /* moe_mm's GLU build: 7 */
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
@@ -360,6 +362,26 @@ bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                       const al_tensor *wu, al_glu act, al_tensor *out);
 bool vk_op_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                    int head_dim, int pos0, const al_rope *rope);
+
+/* The dispatch helpers of ops.c, for ops recorded in other files: an upload into the
+ * arena (room made by vk_begin), a binding of [offset, offset + n) of b or of an f32
+ * tensor (returns the offset inside it, bytes or floats), one dispatch. */
+uint64_t vk_upload(vk_backend *be, const void *src, uint64_t n);
+uint32_t vk_bind(const vk_backend *be, VkDescriptorBufferInfo *info, const vk_buf *b,
+                 uint64_t offset, uint64_t n);
+uint32_t vk_bind_f32(const vk_backend *be, VkDescriptorBufferInfo *info, const al_tensor *t,
+                     uint32_t *stride);
+void vk_dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
+                 const VkDescriptorBufferInfo *infos, const void *push, uint32_t push_bytes,
+                 uint64_t groups_x, uint32_t groups_y);
+
+/* ---- mixtures of experts (moe.c) --------------------------------------------------- */
+
+/* moe_ffn (backend.h) for up to 8 tokens in a few dispatches; false, recording
+ * nothing, for what it does not fuse. */
+bool vk_op_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* true if moe_mm.comp has builds for this weight type */
+bool vk_moe_type_supported(uint32_t type);
 
 /* ---- storage (memory.c) ----------------------------------------------------------- */
 

@@ -100,6 +100,7 @@ static const al_backend_ops vk_ops_table = {
     .matmul_add = vk_op_matmul_add,
     .matmul_glu = vk_op_matmul_glu,
     .rope_qk = vk_op_rope_qk,
+    .moe_ffn = vk_op_moe_ffn,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */
