@@ -11,7 +11,12 @@
 #   - the CPU's fused experts (moe_ffn, src/cpu/moe.c) against the plain ops on whole
 #     models (ANYLLM_MOE_FUSE=0): batches of 1 to 16 tokens give the same logits, byte
 #     for byte, and a greedy continuation (one token at a time) the same text, in both
-#     activation modes, with the weights in the x16 layout and in rows.
+#     activation modes, with the weights in the x16 layout and in rows;
+#   - Vulkan's fused experts (moe_ffn, src/vulkan/moe.c), when there is a device, on
+#     the reference models of ../shared/models/moe: the first 8 prompt tokens as one
+#     batch (fused) against the reference's logits of those positions, the same
+#     logits as the plain ops (ANYLLM_VK_TUNE=fuse=0) and the same greedy text token
+#     by token, and fewer dispatches per decoded token than the plain ops.
 . "$(dirname "$0")/lib.sh"
 cmp_bin=$BUILD/test_ref
 shape="--dim 256 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 1024"
@@ -114,6 +119,43 @@ if ANYLLM_MOE_FUSE=2 "$bin" logits -m "$tmp/q4k.gguf" --tokens 1,2 --out "$tmp/w
     ok "ANYLLM_MOE_FUSE=2 is named and the default taken: $(cat "$tmp/err")"
 else
     bad "ANYLLM_MOE_FUSE=2: $(cat "$tmp/err")"
+fi
+
+# Vulkan's fused experts against the reference logits and the plain ops
+vk_moe() { # NAME: a reference model of $SHARED/models/moe
+    m=$SHARED/models/moe/$1
+    why=""
+    all=$(tr -d ' \n' <"$m.ref.json" | sed -E 's/.*"tokens":\[([0-9,]*)\].*/\1/')
+    t8=$(echo "$all" | cut -d, -f1-8)
+    n_vocab=$(($(wc -c <"$m.logits.f32") / 4 / $(echo "$all" | tr , '\n' | wc -l)))
+    head -c $((8 * n_vocab * 4)) "$m.logits.f32" >"$tmp/ref8.f32"
+    for fuse in 1 0; do
+        ANYLLM_VK_TUNE=fuse=$fuse "$bin" logits --backend vulkan -m "$m.gguf" --tokens "$t8" \
+            --out "$tmp/v$fuse.f32" 2>>"$tmp/err" || why="$why; logits exit $?"
+        ANYLLM_VK_TUNE=fuse=$fuse "$bin" run --backend vulkan -m "$m.gguf" -p "Once upon a time" \
+            -n 8 --temp 0 --ignore-eos >"$tmp/vr$fuse.txt" 2>>"$tmp/err" || why="$why; run exit $?"
+        ANYLLM_VK_TUNE=fuse=$fuse "$bin" bench --backend vulkan -m "$m.gguf" -p 0 -n 4 -r 1 \
+            -o json 2>>"$tmp/err" | sed -nE 's/.*"vk_dispatches_per_token": ([0-9.]+).*/\1/p' \
+            >"$tmp/vd$fuse.txt"
+    done
+    ref=$("$cmp_bin" --compare "$tmp/v1.f32" "$tmp/ref8.f32" 1e-3 2>&1) || why="$why; vs reference $ref"
+    plain=$("$cmp_bin" --compare "$tmp/v1.f32" "$tmp/v0.f32" 1e-9 2>&1) || why="$why; vs plain $plain"
+    cmp -s "$tmp/vr1.txt" "$tmp/vr0.txt" && [ -s "$tmp/vr1.txt" ] || why="$why; greedy text differs"
+    d1=$(cat "$tmp/vd1.txt") d0=$(cat "$tmp/vd0.txt")
+    awk -v a="$d1" -v b="$d0" 'BEGIN { exit !(a > 0 && a < b) }' ||
+        why="$why; dispatches per token fused '$d1', plain '$d0'"
+    if [ -z "$why" ]; then
+        ok "$1 vulkan: fused experts vs reference $ref, vs plain $plain, greedy text equal, dispatches per token $d0 -> $d1"
+    else
+        bad "$1 vulkan: fused experts$why"; tail -n 3 "$tmp/err"
+    fi
+}
+if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
+    for name in ref-qwen3moe-Q4_K_M ref-qwen3moe-Q8_0 ref-gpt-oss-MXFP4_MOE; do
+        [ -f "$SHARED/models/moe/$name.gguf" ] && vk_moe $name
+    done
+else
+    echo "note: no Vulkan device: Vulkan's fused experts not checked"
 fi
 
 echo "$pass passed, $fail failed"

@@ -118,6 +118,22 @@ static int64_t rows_per_binding(const vk_backend *be, uint64_t row_bytes) {
     return (int64_t)((be->sh->d.caps.max_range - be->sh->d.caps.align) / row_bytes);
 }
 
+/* The helpers above, for the ops recorded in other files (moe.c). */
+uint64_t vk_upload(vk_backend *be, const void *src, uint64_t n) { return upload(be, src, n); }
+uint32_t vk_bind(const vk_backend *be, VkDescriptorBufferInfo *info, const vk_buf *b,
+                 uint64_t offset, uint64_t n) {
+    return bind(be, info, b, offset, n);
+}
+uint32_t vk_bind_f32(const vk_backend *be, VkDescriptorBufferInfo *info, const al_tensor *t,
+                     uint32_t *stride) {
+    return bind_f32(be, info, t, stride);
+}
+void vk_dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
+                 const VkDescriptorBufferInfo *infos, const void *push, uint32_t push_bytes,
+                 uint64_t groups_x, uint32_t groups_y) {
+    dispatch(be, op, type, variant, infos, push, push_bytes, groups_x, groups_y);
+}
+
 /* ---- elementwise and per-row ops ------------------------------------------------------- */
 
 /* x op= y elementwise. pc starts the op's push block of push_bytes: the vk_pc_binary

@@ -58,6 +58,11 @@ static const struct {
     [VK_OP_MATVEC_MULTI] = {"matvec_multi", 5, 0, true, true, 0xEu},
     [VK_OP_MATMUL_ROWS_MULTI] = {"matmul_rows_multi", 5, 1u << 0, false, true, 0xEu},
     [VK_OP_COPY] = {"copy", 2, 0, false, false, 0},
+    [VK_OP_MOE_MV] = {"moe_mv", 5, 0, false, true, 0},
+    [VK_OP_MOE_MV_GLU] = {"moe_mv_glu", 7, 0, false, true, 0},
+    [VK_OP_MOE_ROWS] = {"moe_rows", 5, 1u << 0, false, true, 0},
+    [VK_OP_MOE_ROWS_GLU] = {"moe_rows_glu", 7, 1u << 0, false, true, 0},
+    [VK_OP_MOE_SUM] = {"moe_sum", 3, 0, false, false, 0},
 };
 
 VkDescriptorType vk_binding_type(vk_op op, int i) {
@@ -222,7 +227,7 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
 static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v, uint32_t *wg) {
     switch (op) {
     case VK_OP_ADD: case VK_OP_ADD_ROWS: case VK_OP_SILU_MUL: case VK_OP_GELU_MUL: case VK_OP_SWIGLU_OAI:
-    case VK_OP_SCALE: case VK_OP_COPY:
+    case VK_OP_SCALE: case VK_OP_COPY: case VK_OP_MOE_SUM:
         v[0] = t->ew_wg;
         *wg = v[0];
         return 1;
@@ -240,6 +245,14 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         return 4;
     case VK_OP_MATMUL_ROWS: case VK_OP_MATMUL_ROWS_GLU: case VK_OP_MATMUL_ROWS_MULTI:
         v[0] = t->mr_wg, v[1] = 1u << (2 * variant), v[2] = t->mr_sg; /* NT = 1, 4, 16 */
+        *wg = v[0];
+        return 3;
+    case VK_OP_MOE_MV: case VK_OP_MOE_MV_GLU: /* NT = 1, 2, 4, 8 */
+        v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << variant;
+        *wg = v[0];
+        return 3;
+    case VK_OP_MOE_ROWS: case VK_OP_MOE_ROWS_GLU:
+        v[0] = t->mr_wg, v[1] = t->mr_sg, v[2] = 1u << variant;
         *wg = v[0];
         return 3;
     case VK_OP_MATMUL:

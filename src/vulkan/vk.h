@@ -10,10 +10,11 @@
  *                from tracked hazards, descriptor pool, upload arena, submit and
  *                wait; one stream per backend object, so one per context
  *   ops.c        every op, recorded into the calling backend's stream
+ *   moe.c        moe_ffn: a mixture's routed experts for a few tokens, 3 dispatches
  *   vk_backend.c the al_backend_ops table, the backend objects (the model's, which
  *                owns the device and weights, and one per context), load-time
  *                capability checks, reports
- *   push.h       the push-constant blocks the shaders mirror
+ *   push.h       the push-constant blocks the shaders mirror (push_moe.h: moe.c's)
  *   shaders/     one .comp per op; dequant.glsl reads every weight type
  *
  * Nothing links against libvulkan: the loader is opened with dlopen and every entry
@@ -182,10 +183,11 @@ typedef enum vk_op {
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
     VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
     VK_OP_COPY,
+    VK_OP_MOE_MV, VK_OP_MOE_MV_GLU, VK_OP_MOE_ROWS, VK_OP_MOE_ROWS_GLU, VK_OP_MOE_SUM, /* moe.c */
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 6, VK_PUSH_BYTES = 128 }; /* matvec's GLU build (with its norm): 6 */
+enum { VK_MAX_BINDINGS = 7, VK_PUSH_BYTES = 128 }; /* moe_mm's GLU build: 7 */
 /* A binding of a MULTI build is an array of VK_MULTI buffers (weights, biases, outputs:
  * one per weight of matmul_multi), so a set holds up to VK_MAX_DESCRIPTORS. */
 enum { VK_MULTI = AL_MULTI_MAX, VK_MAX_DESCRIPTORS = 1 + 3 * VK_MULTI + 1 };
@@ -387,6 +389,26 @@ bool vk_op_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *
 bool vk_op_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
                         int n, const al_tensor *const *w, const al_tensor *const *bias,
                         al_tensor *const *out);
+
+/* The dispatch helpers of ops.c, for ops recorded in other files: an upload into the
+ * arena (room made by vk_begin), a binding of [offset, offset + n) of b or of an f32
+ * tensor (returns the offset inside it, bytes or floats), one dispatch. */
+uint64_t vk_upload(vk_backend *be, const void *src, uint64_t n);
+uint32_t vk_bind(const vk_backend *be, VkDescriptorBufferInfo *info, const vk_buf *b,
+                 uint64_t offset, uint64_t n);
+uint32_t vk_bind_f32(const vk_backend *be, VkDescriptorBufferInfo *info, const al_tensor *t,
+                     uint32_t *stride);
+void vk_dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
+                 const VkDescriptorBufferInfo *infos, const void *push, uint32_t push_bytes,
+                 uint64_t groups_x, uint32_t groups_y);
+
+/* ---- mixtures of experts (moe.c) --------------------------------------------------- */
+
+/* moe_ffn (backend.h) for up to 8 tokens in a few dispatches; false, recording
+ * nothing, for what it does not fuse. */
+bool vk_op_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* true if moe_mm.comp has builds for this weight type */
+bool vk_moe_type_supported(uint32_t type);
 
 /* ---- storage (memory.c) ----------------------------------------------------------- */
 

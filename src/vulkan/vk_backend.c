@@ -103,6 +103,7 @@ static const al_backend_ops vk_ops_table = {
     .matmul_multi = vk_op_matmul_multi,
     .norm_matmul_glu = vk_op_norm_matmul_glu,
     .rope_qk_rows = vk_op_rope_qk_rows,
+    .moe_ffn = vk_op_moe_ffn,
 };
 
 /* ---- create ----------------------------------------------------------------------------- */
