@@ -26,6 +26,18 @@ static inline float test_frand(void) {
     return (float)(test_rnd() % 2000001) / 1000000.0f - 1.0f;
 }
 
+/* Normalized mean squared error of a against the reference ref: sum (a-ref)^2 / sum ref^2,
+ * the plain squared error when ref is all zeros. */
+static inline double test_nmse(const float *a, const float *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
 #define CHECK(cond)                                                                   \
     do {                                                                              \
         if (!(cond)) {                                                                \

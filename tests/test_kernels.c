@@ -40,16 +40,6 @@
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-static double nmse(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 static void put_f16(uint8_t *p, float f) {
     uint16_t h = al_f32_to_f16(f);
     p[0] = (uint8_t)h;
@@ -510,11 +500,11 @@ static bool x16_case(al_backend *rows, al_backend *x16, const mm_case *c) {
     return d < 0;
 }
 
-static void x16_cases(cpu_act_mode act, bool amx, int n_threads) {
+static void x16_cases(cpu_isa isa, cpu_act_mode act, bool amx, int n_threads) {
     const int64_t max_cols = 4352;
-    al_backend *rows = backend_act(CPU_ISA_AVX512, act, 2, max_cols, 64);
+    al_backend *rows = backend_act(isa, act, 2, max_cols, 64);
     al_backend *x16 = amx ? amx_backend(act, n_threads, max_cols, 64)
-                          : backend_act(CPU_ISA_AVX512, act, n_threads, max_cols, 64);
+                          : backend_act(isa, act, n_threads, max_cols, 64);
     CHECK(rows && x16);
     static const int n_toks[] = {1, 2, 3, 9, 40};
     for (size_t ti = 0; rows && x16 && ti < sizeof g_x16_types / 4; ti++) {
@@ -547,10 +537,10 @@ static bool stays_rows(al_backend *be, uint32_t type, int64_t n_out, int64_t vie
     return same;
 }
 
-/* The AVX-512 rewrite writes cpu_x16_pack's bytes, for every type and from a group
- * other than the first. */
-static void x16_rewrite_same(void) {
-    const cpu_kernels *k = kernels_of(CPU_ISA_AVX512);
+/* An ISA's rewrite writes cpu_x16_pack's bytes, for every type and from a group other
+ * than the first. */
+static void x16_rewrite_same(cpu_isa isa) {
+    const cpu_kernels *k = kernels_of(isa);
     CHECK(k->x16_pack != NULL);
     for (size_t ti = 0; k->x16_pack && ti < sizeof g_x16_types / 4; ti++) {
         const uint32_t type = g_x16_types[ti];
@@ -563,34 +553,47 @@ static void x16_rewrite_same(void) {
         cpu_x16_pack(type, w, a, rb, n_blk, 1, 3);
         k->x16_pack(type, w, b, rb, n_blk, 1, 3);
         CHECK_MSG(!memcmp(a, b, n) && memcmp(a + 16 * rb, w + 16 * rb, 32 * rb),
-                  "%s: the AVX-512 x16 rewrite differs from cpu_x16_pack", quant_type_name(type));
+                  "%s: the %s x16 rewrite differs from cpu_x16_pack", quant_type_name(type),
+                  cpu_isa_name(isa));
         free(w), free(a), free(b);
     }
+}
+
+/* One ISA's x16 weights against its rows; the packs of batches also on AMX. */
+static void x16_isa(cpu_isa isa) {
+    al_backend *be = backend(isa, 1, 256, 8);
+    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 17, 17) && stays_rows(be, AL_TYPE_Q4_0, 32, 8) &&
+          stays_rows(be, AL_TYPE_Q2_K, 32, 32) && stays_rows(be, AL_TYPE_F16, 32, 32));
+    if (be) cpu_backend_set_x16(be, false);
+    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 32, 32));
+    if (be) be->ops->destroy(be);
+    x16_cases(isa, CPU_ACT_Q8, false, 1);
+    x16_cases(isa, CPU_ACT_Q8X2, false, 3);
+    x16_rewrite_same(isa);
+    if (isa != CPU_ISA_AVX512) return;
+    if (cpu_amx_unavailable()) {
+        TEST_SKIP("no AMX here (%s): x16 batches checked on VNNI only", cpu_amx_unavailable());
+        return;
+    }
+    x16_cases(isa, CPU_ACT_Q8, true, 3);
+    x16_cases(isa, CPU_ACT_Q8X2, true, 1);
 }
 
 static void test_matmul_x16(void) {
     al_backend *sc = backend(CPU_ISA_SCALAR, 1, 256, 8);
     CHECK(sc && stays_rows(sc, AL_TYPE_Q4_0, 32, 32));
     if (sc) sc->ops->destroy(sc);
-    if (!cpu_isa_available(CPU_ISA_AVX512)) {
-        TEST_SKIP("this CPU cannot run avx512, the only kernels that read the x16 layout");
-        return;
+    int n_run = 0;
+    for (int isa = CPU_ISA_AVX2; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_available((cpu_isa)isa)) {
+            printf("     this CPU cannot run %s: its x16 kernels untested here\n",
+                   cpu_isa_name((cpu_isa)isa));
+            continue;
+        }
+        x16_isa((cpu_isa)isa);
+        n_run++;
     }
-    al_backend *be = backend(CPU_ISA_AVX512, 1, 256, 8);
-    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 17, 17) && stays_rows(be, AL_TYPE_Q4_0, 32, 8) &&
-          stays_rows(be, AL_TYPE_Q2_K, 32, 32) && stays_rows(be, AL_TYPE_F16, 32, 32));
-    if (be) cpu_backend_set_x16(be, false);
-    CHECK(be && stays_rows(be, AL_TYPE_Q4_0, 32, 32));
-    if (be) be->ops->destroy(be);
-    x16_rewrite_same();
-    x16_cases(CPU_ACT_Q8, false, 1);
-    x16_cases(CPU_ACT_Q8X2, false, 3);
-    if (cpu_amx_unavailable()) {
-        TEST_SKIP("no AMX here (%s): x16 batches checked on VNNI only", cpu_amx_unavailable());
-        return;
-    }
-    x16_cases(CPU_ACT_Q8, true, 3);
-    x16_cases(CPU_ACT_Q8X2, true, 1);
+    if (!n_run) TEST_SKIP("this CPU runs none of the kernels that read the x16 layout");
 }
 
 /* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
@@ -698,7 +701,7 @@ static void test_attention(void) {
             run_attention(ref, c, q, k, v, one_batch, o_ref);
             run_attention(f3, c, q, k, v, one_batch, o_fast);
             run_attention(f1, c, q, k, v, pieces, o_split);
-            const double e = nmse(o_fast, o_ref, n_o);
+            const double e = test_nmse(o_fast, o_ref, n_o);
             const bool same = !memcmp(o_fast, o_split, (size_t)n_o * 4);
             CHECK_MSG(e <= 1e-10 && same, "%s heads %d/%d dim %d past %d tokens %d: NMSE %.2e%s",
                       cpu_isa_name((cpu_isa)isa), c->n_head, c->n_head_kv, c->head_dim, c->n_past,
@@ -851,7 +854,7 @@ static void test_attention_ring_ref(void) {
         naive_ring(&d, o_naive);
         run_ring(ref, &d, c->cap ? c->cap : c->n_pos, false, o_ring);
         run_ring(ref, &d, c->n_pos, false, o_full);
-        const double e = max_abs_diff(o_ring, o_naive, n_o), n = nmse(o_ring, o_naive, n_o);
+        const double e = max_abs_diff(o_ring, o_naive, n_o), n = test_nmse(o_ring, o_naive, n_o);
         const bool same = !memcmp(o_ring, o_full, (size_t)n_o * 4);
         CHECK_MSG(e <= 2e-6 && n <= 1e-12 && same,
                   "heads %d/%d dim %d window %d cap %d: max error %.1e NMSE %.1e%s", c->n_head,
@@ -930,8 +933,8 @@ static void test_attention_sinks_ref(void) {
         run_ring(ref, &d, cap, false, o_ring);
         run_ring(ref, &d, c->n_pos, false, o_full);
         run_ring(ref, &plain, cap, false, o_ref_plain);
-        const double e = max_abs_diff(o_ring, o_naive, n_o), n = nmse(o_ring, o_naive, n_o);
-        const double effect = nmse(o_plain, o_naive, n_o);
+        const double e = max_abs_diff(o_ring, o_naive, n_o), n = test_nmse(o_ring, o_naive, n_o);
+        const double effect = test_nmse(o_plain, o_naive, n_o);
         const bool same = !memcmp(o_ring, o_full, (size_t)n_o * 4);
         const bool inf_same = minus_inf_heads_same(&d, o_ring, o_ref_plain);
         bool zero = true; /* heads with a huge sink attend to nothing */
@@ -978,7 +981,7 @@ static void attention_fast(const ring_case *cases, size_t n_cases, bool sinks,
             run_ring(f1, &d, cap, true, o_greedy);
             run_ring(f3, &d, c->n_pos, false, o_full);
             if (sinks) run_ring(f3, &plain, cap, false, o_plain);
-            const double e = nmse(o_fast, o_ref, n_o);
+            const double e = test_nmse(o_fast, o_ref, n_o);
             const bool same = !memcmp(o_fast, o_greedy, (size_t)n_o * 4) &&
                               !memcmp(o_fast, o_full, (size_t)n_o * 4);
             const bool inf_same = !sinks || minus_inf_heads_same(&d, o_fast, o_plain);
@@ -1121,17 +1124,17 @@ static void check_rows(al_backend *fast, al_backend *ref, int64_t n, int64_t row
     /* rms_norm */
     fast->ops->rms_norm(fast, &xt, &wt, 1e-5f, &at);
     ref->ops->rms_norm(ref, &xt, &wt, 1e-5f, &bt);
-    e[0] = nmse(a, b, n * rows);
+    e[0] = test_nmse(a, b, n * rows);
     /* silu_mul, on copies */
     memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
     fast->ops->silu_mul(fast, &at, &yt);
     ref->ops->silu_mul(ref, &bt, &yt);
-    e[1] = nmse(a, b, n * rows);
+    e[1] = test_nmse(a, b, n * rows);
     /* add */
     memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
     fast->ops->add(fast, &at, &yt);
     ref->ops->add(ref, &bt, &yt);
-    e[2] = nmse(a, b, n * rows);
+    e[2] = test_nmse(a, b, n * rows);
     /* rope: normal and neox, with factors and scaling; must match bit for bit */
     e[3] = 0;
     for (int v = 0; v < 2 && n % 16 == 0; v++) {
@@ -1146,7 +1149,7 @@ static void check_rows(al_backend *fast, al_backend *ref, int64_t n, int64_t row
         memcpy(a, x, (size_t)(n * rows) * 4), memcpy(b, x, (size_t)(n * rows) * 4);
         fast->ops->rope(fast, &at, (int)(n / 16), 16, 1000, &rp);
         ref->ops->rope(ref, &bt, (int)(n / 16), 16, 1000, &rp);
-        const double er = nmse(a, b, n * rows);
+        const double er = test_nmse(a, b, n * rows);
         if (er > e[3]) e[3] = er;
     }
     CHECK_MSG(e[0] <= 1e-10 && e[1] <= 1e-10 && e[2] <= 1e-12 && e[3] <= 1e-12,

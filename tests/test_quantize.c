@@ -52,15 +52,6 @@ static float rng_normal(uint32_t *s, float std) {
     return u * std * 1.7320508f;
 }
 
-static double nmse(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)a[i] * a[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 static char g_tmp[256];
 
 /* A path for a temporary file of this process. */
@@ -136,7 +127,7 @@ static void test_round_trip(void) {
                 fill_row(x, n, kind, &s);
                 CHECK(quant_quantize_row(type, x, q, n) == AL_OK);
                 quant_dequantize(type, q, y, n);
-                const double e = nmse(x, y, n);
+                const double e = test_nmse(y, x, n);
                 if (e > worst) worst = e;
                 CHECK_MSG(e <= g_bounds[t].max_nmse, "%s n=%lld kind %d: NMSE %.3g > %.3g",
                           quant_type_name(type), (long long)n, kind, e, g_bounds[t].max_nmse);

@@ -59,16 +59,6 @@ static void free_kept(void) {
     g_n_keep = 0;
 }
 
-static double nmse(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* ---- a layer on both backends ------------------------------------------------------- */
 
 typedef struct moe_case {
@@ -209,7 +199,8 @@ static void one_batch(const moe_case *c, layer *lc, layer *lv, acts *ac, acts *a
         CHECK_MSG(moved == 0, "%s: a declined moe_ffn changed %zu of x", c->name, moved);
     } else {
         CHECK_MSG(took, "%s: moe_ffn declined %d tokens", c->name, n);
-        double e_plain = nmse(d_fused, d_plain, count), e_cpu = nmse(d_fused, d_cpu, count);
+        double e_plain = test_nmse(d_fused, d_plain, count);
+        double e_cpu = test_nmse(d_fused, d_cpu, count);
         CHECK_MSG(e_plain <= 1e-9, "%s %d tokens%s: fused vs plain on Vulkan NMSE %g", c->name,
                   n, same ? " (same experts)" : "", e_plain);
         CHECK_MSG(e_cpu <= 1e-6, "%s %d tokens%s: fused vs the reference NMSE %g", c->name, n,

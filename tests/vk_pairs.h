@@ -40,16 +40,6 @@ static void *keep_alloc(size_t n) {
     return p;
 }
 
-static double nmse(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* ---- tensors on both backends ---------------------------------------------------------- */
 
 typedef struct pair {
@@ -106,7 +96,7 @@ static double compare_rows(const pair *p, int64_t row0, int64_t n) {
     float *a = malloc(count * sizeof *a);
     al_tensor v = al_tensor_rows(&p->vk, row0, n), c = al_tensor_rows(&p->cpu, row0, n);
     g_vk->ops->tensor_read(g_vk, &v, a, count * sizeof(float));
-    double e = nmse(a, (const float *)((char *)c.data + c.offset), count);
+    double e = test_nmse(a, (const float *)((char *)c.data + c.offset), count);
     free(a);
     return e;
 }

@@ -465,7 +465,7 @@ static al_status cpu_weight_pack(al_backend *be, al_tensor *w, int64_t view_rows
         !cpu_x16_fits(w->type, w->ne[1], view_rows))
         return AL_OK;
     const cpu_qtype *qt = cpu_qtype_get(w->type);
-    AL_ASSERT(qt && cb->k->rows == 16 && w->ne[0] % qt->block == 0);
+    AL_ASSERT(qt && 16 % cb->k->rows == 0 && w->ne[0] % qt->block == 0);
     const uint64_t n_bytes = w->row_bytes * (uint64_t)w->ne[1];
     const size_t huge = 2u << 20; /* a transparent huge page, where the kernel gives them */
     void **list = al_realloc(cb->x16_mem, (size_t)(cb->n_x16 + 1) * sizeof *list);

@@ -162,14 +162,28 @@ typedef struct rows8 {
     const uint8_t *b[2]; /* rows 4k..4k+3 start at b[k] + {0, 1, 2, 3} * rb */
     int64_t rb, rb3;     /* row stride and 3 times it: a few registers address all rows */
     int64_t skip;        /* bytes from the start of each row to b[k] */
+    /* AL_LAYOUT_X16 (ops.h): byte off of the rows (from skip) lies in the unit of the
+     * group's row 0 at pk + 16 off, and the panel is half `half` of its group of 16
+     * rows, whose units follow the first half's 8 */
+    bool x16;
+    int half;
+    const uint8_t *pk;
+    int64_t len; /* an in-place GEMV's bytes per row (prefetch_rows), else 0 */
 } rows8;
 
-INLINE void rows_init(rows8 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip) {
+/* w: the panel's row 0; with x16, row0 is that row's place in its group (0 or 8). x16
+ * is a constant at every call, so each kernel compiles once per layout. */
+INLINE void rows_init(rows8 *rs, const uint8_t *w, uint64_t row_bytes, int64_t skip, bool x16,
+                      int row0) {
     rs->rb = (int64_t)row_bytes;
     rs->rb3 = 3 * rs->rb;
     rs->skip = skip;
     for (int k = 0; k < 2; k++)
         rs->b[k] = w + 4 * k * rs->rb + skip;
+    rs->x16 = x16;
+    rs->half = row0 / R;
+    rs->len = 0;
+    rs->pk = w - (int64_t)row0 * rs->rb + 16 * skip;
 }
 
 INLINE const uint8_t *row_at(const rows8 *rs, int r, int64_t off) {
@@ -177,9 +191,31 @@ INLINE const uint8_t *row_at(const rows8 *rs, int r, int64_t off) {
     return rs->b[r / 4] + off + (i == 0 ? 0 : i == 1 ? rs->rb : i == 2 ? 2 * rs->rb : rs->rb3);
 }
 
+/* x16: this panel's 8 units of a field of unit-byte units at off. */
+INLINE const uint8_t *x16_at(const rows8 *rs, int64_t off, int unit) {
+    return rs->pk + 16 * off + R * unit * rs->half;
+}
+
 /* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
- * the rows, in the next panel's rows (R rows further on), which come next. */
-INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines) {
+ * the rows, in the next panel's rows (R rows further on), which come next.
+ *
+ * With x16 the rows are one stream, of which the caller reads the span bytes per row
+ * before its next call, and the two halves of a group read the same lines, one after
+ * the other (mm_grain_x16). An in-place GEMV (len: its bytes per row) prefetches the
+ * next group's stream, half by half in step with its own progress: when only the first
+ * half fetched ahead, the memory idled while the second worked from L2, and a GEMV from
+ * DRAM ran at 11 GB/s on one core of a Zen 2, 14.4 GB/s this way (plain reads: 17).
+ * A pack (len 0) prefetches PF_AHEAD ahead in the first half. */
+INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines, int span) {
+    if (rs->x16) {
+        const uint8_t *p = rs->len ? rs->pk + 16 * rs->rb + 8 * (rs->half * rs->len + off)
+                                   : rs->pk + 16 * (off + PF_AHEAD);
+        if (!rs->len && rs->half) return;
+        const int64_t n = rs->len ? 8 * span : 16 * span;
+        for (uintptr_t l = (uintptr_t)p & ~(uintptr_t)63; l < (uintptr_t)p + n; l += 64)
+            _mm_prefetch((const char *)l, _MM_HINT_T1);
+        return;
+    }
     const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 7 * rs->rb : 0);
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
@@ -188,8 +224,9 @@ INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines) {
             _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
 }
 
-/* The 4 bytes at offset off of every row. */
+/* The 4 bytes at offset off of every row (with x16, a field of 4-byte units). */
 INLINE __m256i gather32(const rows8 *rs, int64_t off) {
+    if (rs->x16) return _mm256_loadu_si256((const __m256i *)x16_at(rs, off, 4));
     const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm256_set1_epi32((int32_t)rs->rb));
     return _mm256_i32gather_epi32((const int *)(rs->b[0] + off), idx, 1);
@@ -203,8 +240,36 @@ INLINE __m256 gather_f16(__m256i g, int hi) {
         _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
+/* The fp16 number at offset off of every row. */
+INLINE __m256 gather_d(const rows8 *rs, int64_t off) {
+    if (rs->x16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x16_at(rs, off, 2)));
+    return gather_f16(gather32(rs, off), 0);
+}
+
+/* The two fp16 numbers at off and off + 2 of every row, as gather32 has them. */
+INLINE __m256i gather_2xf16(const rows8 *rs, int64_t off) {
+    if (!rs->x16) return gather32(rs, off);
+    const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x16_at(rs, off, 2)));
+    const __m256i hi =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x16_at(rs, off + 2, 2)));
+    return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));
+}
+
+/* The byte at off of every row in the low byte of its lane (the other bytes: x16 zero,
+ * else what follows it). */
+INLINE __m256i gather_u8(const rows8 *rs, int64_t off) {
+    if (!rs->x16) return gather32(rs, off);
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)x16_at(rs, off, 1)));
+}
+
 /* d[j] = 4-byte group j of the 16 bytes at off, for every row. */
 INLINE void load_8x16(const rows8 *rs, int64_t off, __m256i d[4]) {
+    if (rs->x16) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            d[j] = gather32(rs, off + 4 * j);
+        return;
+    }
     __m256i a[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) /* lanes: rows i and i+4 */
@@ -222,6 +287,12 @@ INLINE void load_8x16(const rows8 *rs, int64_t off, __m256i d[4]) {
 /* g[j] = 4-byte group j of the 32 bytes at off, for every row: an 8x8 transpose of
  * 32-bit words. */
 INLINE void load_8x32(const rows8 *rs, int64_t off, __m256i g[8]) {
+    if (rs->x16) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            g[j] = gather32(rs, off + 4 * j);
+        return;
+    }
     __m256i r[8], t[8], u[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
@@ -292,79 +363,98 @@ INLINE __m256i mxfp4_u(__m256i codes) {
 
 /* The legacy types: blocks of 32 with the quants at qs_off, fp16 d (and m) first;
  * MXFP4 has its scale byte first. */
+enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 };
+static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2, 4, 6, 8, 2, 1};
+
+/* Block i of 8 rows as the panel holds it: q[j] is 4-byte group j of the quants (row r
+ * in lane r; unsigned, but Q8_0's signed), dw and m the scales of ops.h. */
+INLINE void legacy_block(int kind, const rows8 *rs, int64_t i, __m256i q[8], __m256 *dw,
+                         __m256 *m) {
+    const int64_t off = i * g_legacy_size[kind];
+    if (!(i & 1)) /* two blocks are at most 68 bytes */
+        prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind]);
+    const bool has_m = kind == Q4_1 || kind == Q5_1;
+    const __m256i head = has_m           ? gather_2xf16(rs, off)
+                         : kind == MXFP4 ? gather_u8(rs, off)
+                                         : _mm256_setzero_si256();
+    const __m256 d = kind == MXFP4 ? e8m0_half8(head)
+                     : has_m       ? gather_f16(head, 0)
+                                   : gather_d(rs, off);
+    *dw = d;
+    if (kind == Q8_0) {
+        load_8x32(rs, off + 2, q);
+        *m = _mm256_setzero_ps();
+        return;
+    }
+    __m256i h[4];
+    load_8x16(rs, off + g_legacy_qs[kind], h);
+    if (kind == Q5_0 || kind == Q5_1) {
+        const __m256i qh = gather32(rs, off + (kind == Q5_0 ? 2 : 4));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            q[j] = _mm256_or_si256(lo4(h[j]), q5_high(qh, j));
+            q[4 + j] = _mm256_or_si256(hi4(h[j]), q5_high(qh, 4 + j));
+        }
+    } else if (kind == MXFP4) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            q[j] = mxfp4_u(lo4(h[j]));
+            q[4 + j] = mxfp4_u(hi4(h[j]));
+        }
+    } else {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            q[j] = lo4(h[j]);
+            q[4 + j] = hi4(h[j]);
+        }
+    }
+    /* m = -offset * dw, as the portable decoders write it */
+    const float neg_offset = kind == Q4_0 ? -8.0f : kind == MXFP4 ? -12.0f : -16.0f;
+    *m = has_m ? gather_f16(head, 1) : _mm256_mul_ps(d, _mm256_set1_ps(neg_offset));
+}
+
 INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
-                        uint8_t *panel) {
-    enum { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 };
-    static const int ts[] = {18, 20, 22, 24, 34, 17}, qs_off[] = {2, 4, 6, 8, 2, 1};
-    const int64_t t = ts[kind];
+                        uint8_t *panel, bool x16, int row0) {
     rows8 rs;
-    rows_init(&rs, w, row_bytes, blk0 * t);
+    rows_init(&rs, w, row_bytes, blk0 * g_legacy_size[kind], x16, row0);
     for (int64_t i = 0; i < n_blk; i++, panel += cpu_sb_bytes(R, 32)) {
-        const int64_t off = i * t;
-        if (!(i & 1)) prefetch_rows(&rs, off, 1); /* two blocks are at most 68 bytes */
-        const __m256i head = gather32(&rs, off);
-        const __m256 d = kind == MXFP4 ? e8m0_half8(head) : gather_f16(head, 0);
-        if (kind == Q8_0) {
-            __m256i g[8];
-            load_8x32(&rs, off + 2, g);
+        __m256i q[8];
+        __m256 dw, m;
+        legacy_block(kind, &rs, i, q, &dw, &m);
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                store_q(panel, j, g[j]);
-            store_scales(panel, 32, d, _mm256_setzero_ps());
-            continue;
-        }
-        __m256i q[4];
-        load_8x16(&rs, off + qs_off[kind], q);
-        if (kind == Q5_0 || kind == Q5_1) {
-            const __m256i qh = gather32(&rs, off + (kind == Q5_0 ? 2 : 4));
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                store_q(panel, j, _mm256_or_si256(lo4(q[j]), q5_high(qh, j)));
-                store_q(panel, 4 + j, _mm256_or_si256(hi4(q[j]), q5_high(qh, 4 + j)));
-            }
-        } else if (kind == MXFP4) {
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                store_q(panel, j, mxfp4_u(lo4(q[j])));
-                store_q(panel, 4 + j, mxfp4_u(hi4(q[j])));
-            }
-        } else {
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                store_q(panel, j, lo4(q[j]));
-                store_q(panel, 4 + j, hi4(q[j]));
-            }
-        }
-        /* m = -offset * dw, as the portable decoders write it */
-        const float neg_offset = kind == Q4_0 ? -8.0f : kind == MXFP4 ? -12.0f : -16.0f;
-        if (kind == Q4_1 || kind == Q5_1)
-            store_scales(panel, 32, d, gather_f16(head, 1));
-        else
-            store_scales(panel, 32, d, _mm256_mul_ps(d, _mm256_set1_ps(neg_offset)));
+        for (int j = 0; j < 8; j++)
+            store_q(panel, j, q[j]);
+        store_scales(panel, 32, dw, m);
     }
 }
 
-/* A panel short of 8 rows (the last of a matrix) takes the portable pack. */
+/* A panel short of 8 rows (the last of a matrix) takes the portable pack; an x16
+ * weight has none (cpu_x16_fits). */
 #define PACK_LEGACY(name, kind)                                                                    \
     static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
                      int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
         if (n_rows < R)                                                                            \
             cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
         else                                                                                       \
-            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel);                                   \
+            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, false, 0);                         \
+    }                                                                                              \
+    static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,          \
+                           int64_t blk0, int64_t n_blk, uint8_t *panel) {                          \
+        (void)type;                                                                                \
+        pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, true, row0);                           \
     }
-PACK_LEGACY(pack_q4_0, 0)
-PACK_LEGACY(pack_q4_1, 1)
-PACK_LEGACY(pack_q5_0, 2)
-PACK_LEGACY(pack_q5_1, 3)
-PACK_LEGACY(pack_mxfp4, 5)
+PACK_LEGACY(pack_q4_0, Q4_0)
+PACK_LEGACY(pack_q4_1, Q4_1)
+PACK_LEGACY(pack_q5_0, Q5_0)
+PACK_LEGACY(pack_q5_1, Q5_1)
+PACK_LEGACY(pack_mxfp4, MXFP4)
 
 /* Q8_0 panels hold signed weights: the portable pack's u = w + 128 and m = -128 dw
  * are undone for a short panel. */
 static void pack_q8_0(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
                       int64_t n_blk, uint8_t *panel) {
     if (n_rows == R) {
-        pack_legacy(4, w, row_bytes, blk0, n_blk, panel);
+        pack_legacy(Q8_0, w, row_bytes, blk0, n_blk, panel, false, 0);
         return;
     }
     cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
@@ -378,13 +468,86 @@ static void pack_q8_0(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
 }
 
+static void pack_q8_0_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    pack_legacy(Q8_0, w, row_bytes, blk0, n_blk, panel, true, row0);
+}
+
+/* ---- the x16 rewrite at load ------------------------------------------------------------ */
+/* cpu_x16_pack's bytes, two halves of 8 rows at a time: 32- and 16-byte runs of a 4-byte
+ * field come transposed (load_8x32, load_8x16), the rest as gathers; a 2-byte unit is
+ * the low half of a gather, or the high half of the one 2 bytes before when the field
+ * ends the block (the gather would read past the last row's end), a 1-byte unit its
+ * low byte. Much faster than cpu_x16_pack, which matters for a model of many GB. */
+INLINE void x16_field_avx2(const rows8 rs[2], int64_t off, const cpu_x16_field *f, int bs,
+                           uint8_t *dst) {
+    int k = 0;
+    if (f->unit == 4) {
+        for (; k + 32 <= f->size; k += 32)
+            for (int h = 0; h < 2; h++) {
+                __m256i g[8];
+                load_8x32(&rs[h], off + f->off + k, g);
+                for (int j = 0; j < 8; j++)
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h), g[j]);
+            }
+        for (; k + 16 <= f->size; k += 16)
+            for (int h = 0; h < 2; h++) {
+                __m256i g[4];
+                load_8x16(&rs[h], off + f->off + k, g);
+                for (int j = 0; j < 4; j++)
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h), g[j]);
+            }
+        for (; k < f->size; k += 4)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k) + 32 * h),
+                                    gather32(&rs[h], off + f->off + k));
+        return;
+    }
+    for (; k < f->size; k += f->unit) {
+        const int o = f->off + k;
+        for (int h = 0; h < 2; h++) {
+            __m256i g = f->unit == 2 && o + 4 > bs
+                            ? _mm256_srli_epi32(gather32(&rs[h], off + o - 2), 16)
+                            : gather32(&rs[h], off + o);
+            g = _mm256_and_si256(g, _mm256_set1_epi32(f->unit == 2 ? 0xFFFF : 0xFF));
+            const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(g),
+                                               _mm256_extracti128_si256(g, 1));
+            if (f->unit == 2)
+                _mm_storeu_si128((__m128i *)(dst + 16 * o + 16 * h), w);
+            else
+                _mm_storel_epi64((__m128i *)(dst + 16 * o + 8 * h), _mm_packus_epi16(w, w));
+        }
+    }
+}
+
+static void x16_pack_avx2(uint32_t type, const uint8_t *src, uint8_t *dst, uint64_t row_bytes,
+                          int64_t n_blk, int64_t g0, int64_t g1) {
+    const cpu_x16_type *t = cpu_x16_of(type);
+    AL_ASSERT(t && (uint64_t)n_blk * (uint64_t)t->block_bytes == row_bytes);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *s = src + (uint64_t)g * 16 * row_bytes;
+        rows8 rs[2];
+        rows_init(&rs[0], s, row_bytes, 0, false, 0);
+        rows_init(&rs[1], s + 8 * row_bytes, row_bytes, 0, false, 0);
+        uint8_t *d = dst + (uint64_t)g * 16 * row_bytes;
+        for (int64_t b = 0; b < n_blk; b++) {
+            const int64_t off = b * t->block_bytes;
+            prefetch_rows(&rs[0], off, 1, 0);
+            prefetch_rows(&rs[1], off, 1, 0);
+            for (int i = 0; i < t->n_fields; i++)
+                x16_field_avx2(rs, off, &t->f[i], t->block_bytes, d + 16 * off);
+        }
+    }
+}
+
 INLINE __m256i byte_of(__m256i v, int k) {
     return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xFF));
 }
 
 /* The 8 scales and mins of Q4_K/Q5_K for 8 rows (the layout of quant.c k4_scale_min). */
 INLINE void k4_scales8(const rows8 *rs, int64_t off, uint8_t *pb) {
-    const __m256i dd = gather32(rs, off);
+    const __m256i dd = gather_2xf16(rs, off);
     const __m256 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
     const __m256i s0 = gather32(rs, off + 4), s1 = gather32(rs, off + 8),
                   s2 = gather32(rs, off + 12);
@@ -408,39 +571,47 @@ INLINE void k4_scales8(const rows8 *rs, int64_t off, uint8_t *pb) {
     }
 }
 
-/* Q4_K and Q5_K: 4 chunks of 32 bytes, low nibbles = sub-block 2c, high = 2c + 1. */
-INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
-                     uint8_t *panel) {
-    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
+/* Chunk c of a Q4_K/Q5_K super-block at off (4 chunks of 32 bytes): the unsigned
+ * quants of sub-blocks 2c (low nibbles, u0) and 2c + 1 (high, u1); h: Q5_K's fifth
+ * bits (bit s of byte l is that of element l of sub-block s). */
+INLINE void k45_chunk(bool five, const rows8 *rs, int64_t off, int c, const __m256i h[8],
+                      __m256i u0[8], __m256i u1[8]) {
     const __m256i b16 = _mm256_set1_epi8(0x10);
+    const __m256i m0 = _mm256_set1_epi8((char)(1 << (2 * c))),
+                  m1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+    __m256i g[8];
+    load_8x32(rs, off + (five ? 48 : 16) + 32 * c, g);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        u0[j] = lo4(g[j]);
+        u1[j] = hi4(g[j]);
+        if (five) {
+            u0[j] = _mm256_or_si256(
+                u0[j], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m0), m0), b16));
+            u1[j] = _mm256_or_si256(
+                u1[j], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m1), m1), b16));
+        }
+    }
+}
+
+INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                     uint8_t *panel, bool x16, int row0) {
+    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
     rows8 rs;
-    rows_init(&rs, w, row_bytes, blk0 * t);
+    rows_init(&rs, w, row_bytes, blk0 * t, x16, row0);
     for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
         const int64_t off = i * t;
-        prefetch_rows(&rs, off, 3);
+        prefetch_rows(&rs, off, 3, (int)t);
         k4_scales8(&rs, off, panel);
         __m256i h[8];
         if (five) load_8x32(&rs, off + 16, h);
         for (int c = 0; c < 4; c++) {
-            __m256i g[8];
-            load_8x32(&rs, off + (five ? 48 : 16) + 32 * c, g);
-            uint8_t *q0 = panel + 2 * c * sbb, *q1 = q0 + sbb;
-            const __m256i m0 = _mm256_set1_epi8((char)(1 << (2 * c))),
-                          m1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+            __m256i u0[8], u1[8];
+            k45_chunk(five, &rs, off, c, h, u0, u1);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
-                __m256i u0 = lo4(g[j]), u1 = hi4(g[j]);
-                if (five) {
-                    /* bit s of qh[l] is the fifth bit of element l of sub-block s */
-                    u0 = _mm256_or_si256(
-                        u0,
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m0), m0), b16));
-                    u1 = _mm256_or_si256(
-                        u1,
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h[j], m1), m1), b16));
-                }
-                store_q(q0, j, u0);
-                store_q(q1, j, u1);
+                store_q(panel + 2 * c * sbb, j, u0[j]);
+                store_q(panel + (2 * c + 1) * sbb, j, u1[j]);
             }
         }
     }
@@ -451,7 +622,7 @@ static void pack_q4_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     if (n_rows < R)
         cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
     else
-        pack_k45(false, w, row_bytes, blk0, n_blk, panel);
+        pack_k45(false, w, row_bytes, blk0, n_blk, panel, false, 0);
 }
 
 static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
@@ -459,56 +630,90 @@ static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     if (n_rows < R)
         cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
     else
-        pack_k45(true, w, row_bytes, blk0, n_blk, panel);
+        pack_k45(true, w, row_bytes, blk0, n_blk, panel, false, 0);
 }
 
-/* Q6_K: per half, quants from two 32-byte columns of ql and one of qh; 16 sub-blocks
- * of 16 with signed 8-bit scales. */
-static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
-                      int64_t n_blk, uint8_t *panel) {
-    if (n_rows < R) {
-        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
-        return;
-    }
-    const int64_t sbb = cpu_sb_bytes(R, 16);
+static void pack_q4_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    pack_k45(false, w, row_bytes, blk0, n_blk, panel, true, row0);
+}
+
+static void pack_q5_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    pack_k45(true, w, row_bytes, blk0, n_blk, panel, true, row0);
+}
+
+/* Q6_K: element 32g + l of half `half` (g < 4, l < 32) is a nibble of ql column g % 2
+ * (bytes 64 half + 32 (g % 2) + l; the high nibble for g >= 2) and bits 2g..2g+1 of qh
+ * byte 32 half + l. Group j of the 4-byte groups of a column, l = 4j..4j+3, is group j
+ * % 4 of sub-block 8 half + 2 g + j / 4; sub-blocks of 16 have signed 8-bit scales. */
+INLINE __m256i q6_u(__m256i l, __m256i h, int g) {
     const __m256i top = _mm256_set1_epi8(0x30);
+    switch (g) {
+    case 0: return _mm256_or_si256(lo4(l), _mm256_and_si256(_mm256_slli_epi16(h, 4), top));
+    case 1: return _mm256_or_si256(lo4(l), _mm256_and_si256(_mm256_slli_epi16(h, 2), top));
+    case 2: return _mm256_or_si256(hi4(l), _mm256_and_si256(h, top));
+    default: return _mm256_or_si256(hi4(l), _mm256_and_si256(_mm256_srli_epi16(h, 2), top));
+    }
+}
+
+/* d: the high half of the 4 bytes at 206 (208 would read past the block); x16 has it
+ * as a field of its own at 208. */
+INLINE __m256 q6_d(const rows8 *rs, int64_t off) {
+    return rs->x16 ? gather_d(rs, off + 208) : gather_f16(gather32(rs, off + 206), 1);
+}
+
+/* dw of sub-block s of the super-block at off. */
+INLINE __m256 q6_dw(const rows8 *rs, int64_t off, __m256 d, int s) {
+    const __m256i sc = gather32(rs, off + 192 + 4 * (s / 4));
+    const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc, 24 - 8 * (s % 4)), 24);
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+}
+
+INLINE void pack_q6(const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t n_blk,
+                    uint8_t *panel, bool x16, int row0) {
+    const int64_t sbb = cpu_sb_bytes(R, 16);
     rows8 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 210);
+    rows_init(&rs, w, row_bytes, blk0 * 210, x16, row0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 210;
-        prefetch_rows(&rs, off, 4);
+        prefetch_rows(&rs, off, 4, 210);
         for (int half = 0; half < 2; half++) {
             __m256i l[8], h[8];
             load_8x32(&rs, off + 128 + 32 * half, h);
-            /* element 32g + l of the half: a nibble of ql column g % 2, and bits
-             * 2g..2g+1 of h moved to 4..5; group j holds l = 4j..4j+3 */
             for (int col = 0; col < 2; col++) {
                 load_8x32(&rs, off + 64 * half + 32 * col, l);
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
-                    const __m256i hl =
-                        col ? _mm256_slli_epi16(h[j], 2) : _mm256_slli_epi16(h[j], 4);
-                    const __m256i hh = col ? _mm256_srli_epi16(h[j], 2) : h[j];
-                    const __m256i u0 = _mm256_or_si256(lo4(l[j]), _mm256_and_si256(hl, top));
-                    const __m256i u1 = _mm256_or_si256(hi4(l[j]), _mm256_and_si256(hh, top));
-                    store_q(panel + (8 * half + 2 * col + j / 4) * sbb, j % 4, u0);
-                    store_q(panel + (8 * half + 2 * (col + 2) + j / 4) * sbb, j % 4, u1);
+                    store_q(panel + (8 * half + 2 * col + j / 4) * sbb, j % 4, q6_u(l[j], h[j], col));
+                    store_q(panel + (8 * half + 2 * (col + 2) + j / 4) * sbb, j % 4,
+                            q6_u(l[j], h[j], col + 2));
                 }
             }
         }
-        /* d is the high half of the 4 bytes at 206 (208 would read past the block) */
-        const __m256 d = gather_f16(gather32(&rs, off + 206), 1);
-        for (int k = 0; k < 4; k++) {
-            const __m256i sc = gather32(&rs, off + 192 + 4 * k);
-#pragma GCC unroll 4
-            for (int b = 0; b < 4; b++) {
-                const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc, 24 - 8 * b), 24);
-                const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
-                store_scales(panel + (4 * k + b) * sbb, 16, dw,
-                             _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f)));
-            }
+        const __m256 d = q6_d(&rs, off);
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++) {
+            const __m256 dw = q6_dw(&rs, off, d, s);
+            store_scales(panel + s * sbb, 16, dw, _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f)));
         }
     }
+}
+
+static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows, int64_t blk0,
+                      int64_t n_blk, uint8_t *panel) {
+    if (n_rows < R)
+        cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);
+    else
+        pack_q6(w, row_bytes, blk0, n_blk, panel, false, 0);
+}
+
+static void pack_q6_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
+                          int64_t blk0, int64_t n_blk, uint8_t *panel) {
+    (void)type;
+    pack_q6(w, row_bytes, blk0, n_blk, panel, true, row0);
 }
 
 /* Q2_K: per half, 2-bit quants in one 32-byte column, bits 2g..2g+1 of byte l being
@@ -521,10 +726,10 @@ static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows8 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 84);
+    rows_init(&rs, w, row_bytes, blk0 * 84, false, 0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 84;
-        prefetch_rows(&rs, off, 2);
+        prefetch_rows(&rs, off, 2, 84);
         for (int half = 0; half < 2; half++) {
             __m256i q[8];
             load_8x32(&rs, off + 16 + 32 * half, q);
@@ -561,10 +766,10 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     }
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows8 rs;
-    rows_init(&rs, w, row_bytes, blk0 * 110);
+    rows_init(&rs, w, row_bytes, blk0 * 110, false, 0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 110;
-        prefetch_rows(&rs, off, 2);
+        prefetch_rows(&rs, off, 2, 110);
         __m256i hm[8];
         load_8x32(&rs, off, hm);
         for (int half = 0; half < 2; half++) {
@@ -609,10 +814,11 @@ INLINE __m256i bcast_group(const uint8_t *x, int g, int t) {
     return _mm256_set1_epi32(load_i32(x + (g * TT + t) * 4));
 }
 
-/* The integer sums of one sub-block of b for nt tokens. With a constant offset they
- * start at the tile's -offset * sum(qa). sgn: the panel holds signed weights. */
-INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
-                      bool sgn, __m256i is[TT]) {
+/* The integer sums of one sub-block of b for nt tokens, the weights' 4-byte groups in
+ * wq. With a constant offset they start at the tile's -offset * sum(qa). sgn: the
+ * weights are signed. */
+INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
+                        bool sgn, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
 #pragma GCC unroll 4
@@ -620,8 +826,7 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
         is[t] = mins ? _mm256_setzero_si256() : _mm256_set1_epi32(zq[t]);
 #pragma GCC unroll 4
     for (int g = 0; g < b / 4; g += 2) {
-        const __m256i w0 = _mm256_load_si256((const __m256i *)(p + 32 * g));
-        const __m256i w1 = _mm256_load_si256((const __m256i *)(p + 32 * g + 32));
+        const __m256i w0 = wq[g], w1 = wq[g + 1];
         if (sgn) {
             /* |w| * (a with w's sign): no int16 pair may saturate */
             const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
@@ -644,6 +849,15 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
             }
         }
     }
+}
+
+INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
+                      bool sgn, __m256i is[TT]) {
+    __m256i wq[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < b / 4; g++)
+        wq[g] = _mm256_load_si256((const __m256i *)(p + 32 * g));
+    mk_q_sums_w(wq, x, nt, b, mins, sgn, is);
 }
 
 /* As mk_q_body in kernels_avx512.c: legacy types acc += isum * (dw * da) (+ m * ds);
@@ -716,7 +930,190 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
         break;                                                                                     \
     }
 
+/* ---- in place: a few tokens over a full panel of an x16 weight -----------------------
+ *
+ * As in kernels_avx512.c: the registers a pack would have stored go straight into the
+ * sums, with mk_q_body's arithmetic to the bit, and no panel is stored and loaded
+ * again. The reads are x16's (rows8): a group's 8 rows of a field are one load. */
+
+INLINE void inplace_start(const cpu_mk_args *a, const int nt, __m256 acc[TT]) {
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = a->first ? _mm256_setzero_ps() : _mm256_loadu_ps(a->out + t * a->ldo);
+}
+
+INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m256 acc[TT]) {
+    const __m256 bias = a->bias ? _mm256_loadu_ps(a->bias) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(a->out + t * a->ldo, a->bias ? _mm256_add_ps(acc[t], bias) : acc[t]);
+}
+
+/* The legacy types (Q8_0 signed, its m zero, as its panel; the others as the fmt's
+ * offset says). */
+INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
+    const bool sgn = kind == Q8_0, mins = sgn || a->mins;
+    rows8 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], true, a->w_x16_row);
+    rs.len = a->n_sb * g_legacy_size[kind];
+    const uint8_t *x = a->act;
+    __m256 acc[TT];
+    inplace_start(a, nt, acc);
+    for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
+        __m256i q[8], is[TT];
+        __m256 dw, m;
+        legacy_block(kind, &rs, i, q, &dw, &m);
+        mk_q_sums_w(q, x, nt, 32, mins, sgn, is);
+        const float *da = (const float *)(x + TT * 32), *aux = da + TT;
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const __m256 fs = _mm256_cvtepi32_ps(is[t]);
+            acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
+            if (mins) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
+        }
+    }
+    inplace_finish(a, nt, acc);
+}
+
+/* Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32). */
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt) {
+    const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
+    rows8 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, true, a->w_x16_row);
+    rs.len = a->n_sb / 8 * t;
+    _Alignas(32) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
+    const uint8_t *x = a->act;
+    __m256 acc[TT];
+    inplace_start(a, nt, acc);
+    for (int64_t i = 0; i < a->n_sb / 8; i++) {
+        const int64_t off = i * t;
+        prefetch_rows(&rs, off, 3, (int)t);
+        k4_scales8(&rs, off, sc);
+        __m256i h[8];
+        if (five) load_8x32(&rs, off + 16, h);
+        const float *da = (const float *)(x + TT * 32);
+        __m256 sacc[TT];
+#pragma GCC unroll 4
+        for (int k = 0; k < nt; k++)
+            sacc[k] = _mm256_setzero_ps();
+        for (int c = 0; c < 4; c++) {
+            __m256i u[2][8];
+            k45_chunk(five, &rs, off, c, h, u[0], u[1]);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
+                const uint8_t *sb = sc + (2 * c + half) * sbb;
+                const __m256 dw = _mm256_load_ps((const float *)(sb + R * 32));
+                const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
+                const float *aux = (const float *)(x + TT * 32) + TT;
+                __m256i is[TT];
+                mk_q_sums_w(u[half], x, nt, 32, true, false, is);
+#pragma GCC unroll 4
+                for (int k = 0; k < nt; k++) {
+                    sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
+                    sacc[k] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[k]), sacc[k]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < nt; k++)
+            acc[k] = _mm256_fmadd_ps(sacc[k], _mm256_set1_ps(da[k]), acc[k]);
+    }
+    inplace_finish(a, nt, acc);
+}
+
+/* Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), sub-block by sub-block: with
+ * x16 each of its 4-byte groups is one load, so no half is held in registers. */
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
+    rows8 rs;
+    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, true, a->w_x16_row);
+    rs.len = a->n_sb / 16 * 210;
+    const uint8_t *x = a->act;
+    __m256 acc[TT];
+    inplace_start(a, nt, acc);
+    for (int64_t i = 0; i < a->n_sb / 16; i++) {
+        const int64_t off = i * 210;
+        prefetch_rows(&rs, off, 4, 210);
+        const __m256 d = q6_d(&rs, off);
+        const float *da = (const float *)(x + TT * 16);
+        __m256 sacc[TT];
+#pragma GCC unroll 4
+        for (int k = 0; k < nt; k++)
+            sacc[k] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; s++, x += TT * (16 + 8)) {
+            /* sub-block s = 8 half + 2 g + jj: groups j = 4 jj + k of column g % 2 */
+            const int half = s / 8, g = s % 8 / 2, jj = s % 2;
+            __m256i wq[4], is[TT];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * jj + k;
+                wq[k] = q6_u(gather32(&rs, off + 64 * half + 32 * (g % 2) + 4 * j),
+                             gather32(&rs, off + 128 + 32 * half + 4 * j), g);
+            }
+            mk_q_sums_w(wq, x, nt, 16, false, false, is);
+            const __m256 dw = q6_dw(&rs, off, d, s);
+#pragma GCC unroll 4
+            for (int k = 0; k < nt; k++)
+                sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < nt; k++)
+            acc[k] = _mm256_fmadd_ps(sacc[k], _mm256_set1_ps(da[k]), acc[k]);
+    }
+    inplace_finish(a, nt, acc);
+}
+
+/* One copy per kernel token count (1 or 2), so that the loops over tokens unroll. */
+#define BY_1_2(CALL)                                                                               \
+    do {                                                                                           \
+        if (a->n_tok == 1)                                                                         \
+            CALL(1);                                                                               \
+        else                                                                                       \
+            CALL(2);                                                                               \
+    } while (0)
+
+static void mk_q_inplace_avx2(const cpu_mk_args *a) {
+    AL_ASSERT(a->n_rows == R && a->n_tok <= 2 && a->w_x16);
+#define Q4_0_(n) mk_q_inplace(a, Q4_0, n)
+#define Q4_1_(n) mk_q_inplace(a, Q4_1, n)
+#define Q5_0_(n) mk_q_inplace(a, Q5_0, n)
+#define Q5_1_(n) mk_q_inplace(a, Q5_1, n)
+#define Q8_0_(n) mk_q_inplace(a, Q8_0, n)
+#define MXFP4_(n) mk_q_inplace(a, MXFP4, n)
+#define Q4_K_(n) mk_q_inplace_k45(a, false, n)
+#define Q5_K_(n) mk_q_inplace_k45(a, true, n)
+#define Q6_K_(n) mk_q_inplace_q6(a, n)
+    switch (a->w_type) {
+    case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
+    case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
+    case AL_TYPE_Q5_0: BY_1_2(Q5_0_); break;
+    case AL_TYPE_Q5_1: BY_1_2(Q5_1_); break;
+    case AL_TYPE_Q4_K: BY_1_2(Q4_K_); break;
+    case AL_TYPE_Q5_K: BY_1_2(Q5_K_); break;
+    case AL_TYPE_Q6_K: BY_1_2(Q6_K_); break;
+    case AL_TYPE_MXFP4: BY_1_2(MXFP4_); break;
+    default:
+        AL_ASSERT(a->w_type == AL_TYPE_Q8_0);
+        BY_1_2(Q8_0_);
+        break;
+    }
+#undef Q4_0_
+#undef Q4_1_
+#undef Q5_0_
+#undef Q5_1_
+#undef Q8_0_
+#undef MXFP4_
+#undef Q4_K_
+#undef Q5_K_
+#undef Q6_K_
+}
+#undef BY_1_2
+
 static void mk_q_avx2(const cpu_mk_args *a) {
+    if (!a->panel) {
+        mk_q_inplace_avx2(a);
+        return;
+    }
 #define LEGACY(t) mk_q_body(a, t, 32, false, false, false)
 #define LEGACY_M(t) mk_q_body(a, t, 32, false, true, false)
 #define SIGNED(t) mk_q_body(a, t, 32, false, true, true)
@@ -1086,6 +1483,19 @@ const cpu_kernels cpu_kernels_avx2 = {
                [AL_TYPE_Q3_K] = pack_q3_k,
                [AL_TYPE_MXFP4] = pack_mxfp4},
     .mk_q = mk_q_avx2,
+    .x16_types = 1ull << AL_TYPE_Q4_0 | 1ull << AL_TYPE_Q4_1 | 1ull << AL_TYPE_Q5_0 |
+                 1ull << AL_TYPE_Q5_1 | 1ull << AL_TYPE_Q8_0 | 1ull << AL_TYPE_Q4_K |
+                 1ull << AL_TYPE_Q5_K | 1ull << AL_TYPE_Q6_K | 1ull << AL_TYPE_MXFP4,
+    .x16_pack = x16_pack_avx2,
+    .pack_x16 = {[AL_TYPE_Q4_0] = pack_q4_0_x16,
+                 [AL_TYPE_Q4_1] = pack_q4_1_x16,
+                 [AL_TYPE_Q5_0] = pack_q5_0_x16,
+                 [AL_TYPE_Q5_1] = pack_q5_1_x16,
+                 [AL_TYPE_Q8_0] = pack_q8_0_x16,
+                 [AL_TYPE_Q4_K] = pack_q4_k_x16,
+                 [AL_TYPE_Q5_K] = pack_q5_k_x16,
+                 [AL_TYPE_Q6_K] = pack_q6_k_x16,
+                 [AL_TYPE_MXFP4] = pack_mxfp4_x16},
     .pack_f = pack_f_avx2,
     .mk_f = mk_f_avx2,
     .attn = attn_avx2,

@@ -426,10 +426,10 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
         else                                                                                       \
             pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, false);                            \
     }                                                                                              \
-    static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,        \
+    static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,          \
                            int64_t blk0, int64_t n_blk, uint8_t *panel) {                          \
         (void)type;                                                                                \
-        AL_ASSERT(n_rows == R);                                                                    \
+        AL_ASSERT(row0 == 0);                                                                      \
         pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, true);                                 \
     }
 PACK_LEGACY(pack_q4_0, 0)
@@ -593,17 +593,17 @@ static void pack_q5_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
         pack_k45(true, w, row_bytes, blk0, n_blk, panel, false);
 }
 
-static void pack_q4_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+static void pack_q4_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
                           int64_t blk0, int64_t n_blk, uint8_t *panel) {
     (void)type;
-    AL_ASSERT(n_rows == R);
+    AL_ASSERT(row0 == 0);
     pack_k45(false, w, row_bytes, blk0, n_blk, panel, true);
 }
 
-static void pack_q5_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+static void pack_q5_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
                           int64_t blk0, int64_t n_blk, uint8_t *panel) {
     (void)type;
-    AL_ASSERT(n_rows == R);
+    AL_ASSERT(row0 == 0);
     pack_k45(true, w, row_bytes, blk0, n_blk, panel, true);
 }
 
@@ -683,10 +683,10 @@ static void pack_q6_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
         pack_q6(w, row_bytes, blk0, n_blk, panel, false);
 }
 
-static void pack_q6_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
+static void pack_q6_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
                           int64_t blk0, int64_t n_blk, uint8_t *panel) {
     (void)type;
-    AL_ASSERT(n_rows == R);
+    AL_ASSERT(row0 == 0);
     pack_q6(w, row_bytes, blk0, n_blk, panel, true);
 }
 

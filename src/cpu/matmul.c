@@ -169,7 +169,7 @@ static void mm_pack(const mm_job *j, int64_t p, const uint8_t *w, int64_t k0, in
     }
     const int64_t blk0 = div_p2(k0, j->qt->block), n_blk = div_p2(nk, j->qt->block);
     if (j->w->layout == AL_LAYOUT_X16) {
-        k->pack_x16[j->w->type](j->w->type, w, rb, n_rows, blk0, n_blk, panel);
+        k->pack_x16[j->w->type](j->w->type, w, rb, (int)(p * r % 16), blk0, n_blk, panel);
         return;
     }
     cpu_pack_q_fn pack = k->pack_q[j->w->type];
@@ -240,6 +240,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
         a.w_blk0 = div_p2(k0, j->qt->block);
         a.w_type = j->w->type;
         a.w_x16 = j->w->layout == AL_LAYOUT_X16;
+        a.w_x16_row = (int)(p * r % 16);
     }
     a.n_sb = div_p2(nk, b);
     a.bsize = b;
@@ -366,6 +367,7 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
         for (; p < full; p++) {
             j->k->mk_q(&a);
             a.w += (uint64_t)r * a.w_row_bytes;
+            a.w_x16_row = (a.w_x16_row + r) % 16;
             a.out += r;
             if (a.bias) a.bias += r;
         }
@@ -455,8 +457,8 @@ void mm_plan(mm_job *j) {
     j->amx = qt && j->cb->amx && j->n_tok > k->tile;
     j->paired = qt && j->passes == 2 && 2 * j->n_tok <= k->tile;
     /* in place: one kernel call per panel chunk of at most 2 slots */
-    j->inplace = qt && (k->inplace_types >> j->w->type & 1) && (j->passes == 1 || j->paired) &&
-                 j->n_tok * j->passes <= 2;
+    const bool reads = (k->inplace_types >> j->w->type & 1) || j->w->layout == AL_LAYOUT_X16;
+    j->inplace = qt && reads && (j->passes == 1 || j->paired) && j->n_tok * j->passes <= 2;
     j->kc = mm_chunk(j);
     if (j->amx) {
         j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(CPU_AMX_TOK, qt->sub);
@@ -501,6 +503,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
         j.grain = n_panels / (8 * cb->n_threads);
         if (j.grain < 1 || j.n_tok > cb->k->tile) j.grain = 1;
+        j.grain = mm_grain_x16(cb->k, j.grain);
         if (j.amx) { /* groups of panels, about 2 per thread at least */
             j.grain = mm_min(AMX_GROUP, n_panels / (2 * cb->n_threads));
             if (j.grain < 1) j.grain = 1;

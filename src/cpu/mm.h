@@ -39,6 +39,14 @@ static inline int64_t mm_min(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
 
+/* A grain of panels rounded up so that, with R = 8, a thread takes both halves of each
+ * group of 16 rows of an x16 weight: they read the same cache lines, and the second
+ * finds them in its own cache (takes start at multiples of the grain). */
+static inline int64_t mm_grain_x16(const cpu_kernels *k, int64_t grain) {
+    const int64_t per = k->x16_types && k->rows < 16 ? 16 / k->rows : 1;
+    return (grain + per - 1) / per * per;
+}
+
 /* Thread ith's scratch: a panel, or a row of floats (fast_tls_bytes). */
 static inline uint8_t *mm_tls(cpu_backend *cb, int ith) {
     return cb->tls + (uint64_t)ith * cb->tls_bytes;

@@ -327,7 +327,7 @@ static void moe_down_part(void *arg, int ith, int nth) {
 /* About 8 takes per thread: few atomics, and still a balanced finish. */
 static int64_t moe_grain(const moe_job *j, int64_t n_items) {
     const int64_t g = n_items / (8 * j->cb->n_threads);
-    return g < 1 ? 1 : g;
+    return mm_grain_x16(j->cb->k, g < 1 ? 1 : g);
 }
 
 bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {

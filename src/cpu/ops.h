@@ -161,6 +161,11 @@ typedef void (*cpu_quant_fn)(const float *x, int64_t n, cpu_act_fmt f, uint8_t *
 typedef void (*cpu_pack_q_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,
                               int64_t blk0, int64_t n_blk, uint8_t *panel);
 
+/* The same from a weight in the x16 layout: w is the panel's row 0, as in the rows
+ * layout, and row0 that row's place in its group of 16 (0, or 8 for a second panel of
+ * R = 8). The panel is full. */
+typedef void (*cpu_pack_x16_fn)(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,
+                                int64_t blk0, int64_t n_blk, uint8_t *panel);
 /* Rewrites groups of 16 rows into the x16 layout (cpu_x16_pack, below). */
 typedef void (*cpu_x16_pack_fn)(uint32_t type, const uint8_t *src, uint8_t *dst,
                                 uint64_t row_bytes, int64_t n_blk, int64_t g0, int64_t g1);
@@ -178,6 +183,7 @@ typedef struct cpu_mk_args {
     int64_t w_blk0;
     uint32_t w_type;
     bool w_x16;        /* in place: w is in the AL_LAYOUT_X16 layout (cpu_x16_pack) */
+    int w_x16_row;     /* in place, x16: the panel's row 0 within its group of 16 */
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
                         * AMX: the tile (AMX layout) at the same sub-block */
     const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
@@ -306,9 +312,10 @@ typedef struct cpu_kernels {
                              * 1 or 2 tokens over a full panel, skipping the pack: few
                              * tokens use each packed panel once, so storing and
                              * reloading it is pure cost */
-    uint64_t x16_types; /* bit t: a type t weight may take AL_LAYOUT_X16 (R must be 16),
-                         * which mk_q reads in place and pack_x16[t] packs */
-    cpu_pack_q_fn pack_x16[AL_TYPE_COUNT];
+    uint64_t x16_types; /* bit t: a type t weight may take AL_LAYOUT_X16 (R 8 or 16),
+                         * which mk_q reads in place (as inplace_types, whatever those
+                         * are) and pack_x16[t] packs */
+    cpu_pack_x16_fn pack_x16[AL_TYPE_COUNT];
     cpu_x16_pack_fn x16_pack; /* the rewrite at load (cpu_x16_pack's bytes) */
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
