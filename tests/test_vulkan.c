@@ -536,7 +536,7 @@ static double compare_host(const al_tensor *t, const float *ref, size_t n, int *
         double d = fabs((double)a[i] - ref[i]) / fmax(fabs((double)ref[i]), 1.0);
         if (max_rel && !(d <= *max_rel)) *max_rel = d; /* a NaN sticks */
     }
-    double e = nmse(a, ref, n);
+    double e = test_nmse(a, ref, n);
     free(a);
     return e;
 }
@@ -607,7 +607,7 @@ static void test_add_rows(void) {
     double rel, e = compare_host(&x.vk, want, (size_t)(cols * rows), &bad, &rel);
     float *got_cpu = malloc((size_t)(cols * rows) * sizeof *got_cpu);
     g_cpu->ops->tensor_read(g_cpu, &x.cpu, got_cpu, (uint64_t)(cols * rows) * sizeof(float));
-    double ec = nmse(got_cpu, want, (size_t)(cols * rows));
+    double ec = test_nmse(got_cpu, want, (size_t)(cols * rows));
     free(got_cpu);
     CHECK_MSG(e <= 1e-12 && bad == 0 && ec <= 1e-12, "add_rows: Vulkan NMSE %g (%d not finite), "
               "CPU NMSE %g", e, bad, ec);
@@ -690,7 +690,7 @@ static void test_rms_norm_heads(void) {
         hc.row_bytes = hv.row_bytes = (uint64_t)hd * sizeof(float);
         g_cpu->ops->rms_norm(g_cpu, &hc, &w.cpu, 1e-6f, &hc);
         g_vk->ops->rms_norm(g_vk, &hv, &w.vk, 1e-6f, &hv);
-        double e = compare(&x), moved = nmse(x.cpu.data, xv, (size_t)(cols * rows));
+        double e = compare(&x), moved = test_nmse(x.cpu.data, xv, (size_t)(cols * rows));
         /* moved: the norm changed the data, so an op that did nothing would fail */
         CHECK_MSG(e <= 1e-6 && moved > 1e-2, "rms_norm heads %lld x %lld x %lld: NMSE %g",
                   (long long)rows, (long long)nh, (long long)hd, e);
@@ -767,7 +767,7 @@ static double ring_error(const ring_case *rc, const pair *cache, const float *hi
         if (p >= 0) memcpy(want + (size_t)r * kvd, hist + (size_t)p * kvd, (size_t)kvd * 4);
         else memcpy(got + (size_t)r * kvd, want + (size_t)r * kvd, (size_t)kvd * 4);
     }
-    double e = nmse(got, want, (size_t)rc->cap * kvd);
+    double e = test_nmse(got, want, (size_t)rc->cap * kvd);
     free(got);
     free(want);
     return e;
@@ -813,13 +813,13 @@ static void one_ring(const ring_case *rc) {
          * is far from attention over everything */
         if (rc->window > 0 && p0 + 1 > rc->window) {
             naive_attention(rc, qv, hk, hv, p0, n, 0, sv, all);
-            double d = nmse(all, want, (size_t)n * qd);
+            double d = test_nmse(all, want, (size_t)n * qd);
             power = d < power ? d : power;
         }
         /* and the sinks' power: without them the result is far from this one */
         if (rc->sinks) {
             naive_attention(rc, qv, hk, hv, p0, n, rc->window, NULL, all);
-            double d = nmse(all, want, (size_t)n * qd);
+            double d = test_nmse(all, want, (size_t)n * qd);
             sink_power = d < sink_power ? d : sink_power;
         }
         free_pair(&q);
@@ -953,7 +953,7 @@ static void decode_model(const char *name, double max_nmse) {
           al_context_create(m, &cp, &c[1]) == AL_OK);
     for (int i = 0; c[1] && i < n; i++)
         CHECK(al_eval(c[0], &tok[i], 1, got + (size_t)i * mi.n_vocab, false) == AL_OK);
-    double e1 = ref ? nmse(got, ref, (size_t)n * mi.n_vocab) : 1;
+    double e1 = ref ? test_nmse(got, ref, (size_t)n * mi.n_vocab) : 1;
     /* two sequences: the first half of the prompt into each, then one step of both per
      * position (both see the same tokens, so both must match the reference) */
     int half = n / 2;
@@ -965,8 +965,8 @@ static void decode_model(const char *name, double max_nmse) {
         for (int i = half; i < n; i++) {
             int32_t two[2] = {tok[i], tok[i]};
             CHECK(al_eval_multi(c, two, 2, got) == AL_OK);
-            double e = nmse(got, ref + (size_t)i * mi.n_vocab, mi.n_vocab) +
-                       nmse(got + mi.n_vocab, ref + (size_t)i * mi.n_vocab, mi.n_vocab);
+            double e = test_nmse(got, ref + (size_t)i * mi.n_vocab, mi.n_vocab) +
+                       test_nmse(got + mi.n_vocab, ref + (size_t)i * mi.n_vocab, mi.n_vocab);
             e2 = e > e2 ? e : e2;
         }
     }
@@ -1022,7 +1022,7 @@ static void test_dispatch_count(void) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
-    double e = nmse(fused, plain, N_VOCAB), eg = nmse(gpu, plain, N_VOCAB);
+    double e = test_nmse(fused, plain, N_VOCAB), eg = test_nmse(gpu, plain, N_VOCAB);
     printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu with the GPU shaders, "
            "%llu plain; logits NMSE %.2e, %.2e\n", (unsigned long long)n_fused,
            (unsigned long long)n_gpu, (unsigned long long)n_plain, e, eg);
@@ -1075,7 +1075,7 @@ static void test_dispatch_count_multi(void) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
-    double e = nmse(fused, plain, N_SEQ * N_VOCAB);
+    double e = test_nmse(fused, plain, N_SEQ * N_VOCAB);
     printf("  al_eval_multi of %d sequences: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
            N_SEQ, (unsigned long long)n_fused, (unsigned long long)n_plain, e);
     CHECK_MSG(n_fused == (7 + N_SEQ) * N_LAYER + 3, "fused: %llu dispatches",
@@ -1230,7 +1230,8 @@ static void test_two_threads(void) {
     for (int t = 0; m && t < 2; t++) {
         CHECK_MSG(jobs[t].st == AL_OK, "thread %d: %s", t, jobs[t].err);
         for (int r = 0; r < MT_ROUNDS; r++) {
-            double a = nmse(got[t] + r * per, alone[t], per), c = nmse(got[t] + r * per, cpu[t], per);
+            double a = test_nmse(got[t] + r * per, alone[t], per);
+            double c = test_nmse(got[t] + r * per, cpu[t], per);
             worst_alone = a > worst_alone ? a : worst_alone;
             worst_cpu = c > worst_cpu ? c : worst_cpu;
         }
