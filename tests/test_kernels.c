@@ -596,6 +596,54 @@ static void test_matmul_x16(void) {
     if (!n_run) TEST_SKIP("this CPU runs none of the kernels that read the x16 layout");
 }
 
+/* Weights at their largest integers (every quant bit set; Q8_0 at -128, MXFP4 at code
+ * 7) times activations that round to 127: the narrow integer sums (AVX2 adds cpu_n16
+ * groups of pmaddubsw products in int16) must not overflow. Each ISA, in the rows and
+ * the x16 layouts, against the portable kernels. */
+static void test_matmul_extreme(void) {
+    static const uint32_t types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
+                                     AL_TYPE_Q8_0, AL_TYPE_MXFP4, AL_TYPE_Q2_K, AL_TYPE_Q3_K,
+                                     AL_TYPE_Q4_K, AL_TYPE_Q5_K, AL_TYPE_Q6_K};
+    const mm_case c0 = {0, 512, 32, 5, false};
+    al_backend *sc = backend_act(CPU_ISA_SCALAR, CPU_ACT_Q8, 1, c0.n_in, 8);
+    float *x = malloc(c0.n_in * c0.n_tok * 4), *o_s = malloc(c0.n_out * c0.n_tok * 4);
+    float *o_r = malloc(c0.n_out * c0.n_tok * 4), *o_x = malloc(c0.n_out * c0.n_tok * 4);
+    for (int64_t i = 0; i < c0.n_in * c0.n_tok; i++)
+        x[i] = 1.0f;
+    for (int isa = CPU_ISA_AVX2; sc && isa < CPU_ISA_COUNT; isa++) {
+        al_backend *be = cpu_isa_available((cpu_isa)isa)
+                             ? backend_act((cpu_isa)isa, CPU_ACT_Q8, 2, c0.n_in, 8) : NULL;
+        for (size_t ti = 0; be && ti < sizeof types / 4; ti++)
+            for (int nt = 1; nt <= c0.n_tok; nt += 1 + (nt > 1) * 2) {
+                const mm_case c = {types[ti], c0.n_in, c0.n_out, nt, false};
+                uint64_t rb;
+                uint8_t *w = random_weights(c.type, c.n_in, c.n_out, &rb), *copy;
+                const int bs = (int)quant_get_traits(c.type)->type_size;
+                int off[2];
+                const int nf = f16_fields(c.type, off);
+                for (uint64_t b = 0; b < rb * c.n_out / bs; b++) {
+                    uint8_t *blk = w + b * bs, keep[4];
+                    for (int k = 0; k < nf; k++) memcpy(keep + 2 * k, blk + off[k], 2);
+                    memset(blk, c.type == AL_TYPE_Q8_0 ? 0x80 : c.type == AL_TYPE_MXFP4 ? 0x77 : 0xFF, bs);
+                    for (int k = 0; k < nf; k++) memcpy(blk + off[k], keep + 2 * k, 2);
+                    if (c.type == AL_TYPE_MXFP4) blk[0] = 127;
+                }
+                run_matmul(sc, x, w, c.type, rb, NULL, &c, 0, nt, o_s);
+                run_matmul(be, x, w, c.type, rb, NULL, &c, 0, nt, o_r);
+                al_tensor wt = packed_copy(be, w, rb, &c, c.n_out, &copy);
+                al_tensor xt = f32_tensor(x, c.n_in, nt), ot = f32_tensor(o_x, c.n_out, nt);
+                be->ops->matmul(be, &xt, &wt, NULL, &ot);
+                const double er = test_nmse(o_r, o_s, c.n_out * nt), ex = test_nmse(o_x, o_s, c.n_out * nt);
+                CHECK_MSG(er < 1e-10 && ex < 1e-10, "%s %s %d tokens: NMSE %.3g (rows), %.3g (x16)",
+                          be->desc, quant_type_name(c.type), nt, er, ex);
+                free(w), free(copy);
+            }
+        if (be) be->ops->destroy(be);
+    }
+    if (sc) sc->ops->destroy(sc);
+    free(x), free(o_s), free(o_r), free(o_x);
+}
+
 /* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
  * for every scale byte 0..255: the subnormal scales (e < 2) and 2^127 (e = 255, whose
  * m = -12 dw is -inf) included, which random matmul weights do not reach. */
@@ -1449,5 +1497,6 @@ int main(void) {
     TEST_RUN(test_matmul_avx512);
     TEST_RUN(test_matmul_amx);
     TEST_RUN(test_matmul_x16);
+    TEST_RUN(test_matmul_extreme);
     return test_finish();
 }

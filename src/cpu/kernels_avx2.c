@@ -4,12 +4,17 @@
  * calls it only when CPUID says the CPU has these extensions.
  *
  * The same algorithms as kernels_avx512.c (see there and ops.h) on 8 lanes: panels of
- * R = 8 rows, activation tiles of TT = 4 tokens, attention tiles of 8 queries. AVX2
- * has no vpdpbusd: vpmaddubsw multiplies unsigned weights by signed activations into
- * pairs of int16, and vpmaddwd against ones widens them to int32. Weights of up to
- * 6 bits (u <= 63) let two such products be added in int16 first (2 * 2 * 63 * 127 <
- * 32768). Q8_0 does not fit that bound, so its panels keep signed weights and the
+ * R = 8 rows, activation tiles of TT = 4 tokens (the attention kernel lives in
+ * attn_avx2.c). AVX2 has no vpdpbusd: vpmaddubsw multiplies unsigned weights by signed
+ * activations into pairs of int16, and vpmaddwd against ones widens them to int32.
+ * The pairs of cpu_n16 groups (8 for 4-bit weights, 4 for 5, 2 for 6) are added in
+ * int16 first. Q8_0 fits no such bound, so its panels keep signed weights and the
  * kernel moves each weight's sign onto the activation (vpsignb) instead.
+ *
+ * Weights in the x16 layout (ops.h) are read as two panels of 8 rows per group of 16,
+ * one after the other by the same thread, and a few tokens read them in place, as on
+ * AVX-512: packing each panel per generated token had been two thirds of a decode's
+ * time on a Zen 2 (bench-1b Q4_0: 20.6 -> 36-37 t/s, 39% -> 71-73% of the roofline).
  */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -22,6 +27,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -41,36 +47,6 @@ INLINE float hmax8(__m256 v) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-/* Lanes with lo <= key <= pos see the key: a mask of all-ones lanes. */
-INLINE __m256 visible(int key, __m256i lo, __m256i pos) {
-    const __m256i k = _mm256_set1_epi32(key);
-    const __m256i hidden = _mm256_or_si256(_mm256_cmpgt_epi32(k, pos), _mm256_cmpgt_epi32(lo, k));
-    return _mm256_castsi256_ps(_mm256_xor_si256(hidden, _mm256_set1_epi32(-1)));
-}
-
-/* ---- exp ---------------------------------------------------------------------------- */
-
-/* e^x to about 1 ulp (Cephes' expf), as exp512 in kernels_avx512.c; 2^n is built in
- * the exponent field, which the clamp keeps in range. */
-INLINE __m256 exp256(__m256 x) {
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)),
-                      _mm256_set1_ps(-87.3365447505531f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 /* ---- activations ----------------------------------------------------------------------- */
@@ -208,12 +184,20 @@ INLINE const uint8_t *x16_at(const rows8 *rs, int64_t off, int unit) {
  * A pack (len 0) prefetches PF_AHEAD ahead in the first half. */
 INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines, int span) {
     if (rs->x16) {
-        const uint8_t *p = rs->len ? rs->pk + 16 * rs->rb + 8 * (rs->half * rs->len + off)
-                                   : rs->pk + 16 * (off + PF_AHEAD);
-        if (!rs->len && rs->half) return;
-        const int64_t n = rs->len ? 8 * span : 16 * span;
-        for (uintptr_t l = (uintptr_t)p & ~(uintptr_t)63; l < (uintptr_t)p + n; l += 64)
-            _mm_prefetch((const char *)l, _MM_HINT_T1);
+        /* a constant count of lines from p, which cover its bytes wherever they start
+         * (a loop over the aligned lines had been ~13 instructions per Q4_0 block, a
+         * fifth of the GEMV's) */
+        if (rs->len) {
+            const uint8_t *p = rs->pk + 16 * rs->rb + 8 * (rs->half * rs->len + off);
+#pragma GCC unroll 32
+            for (int k = 0; k <= 8 * span / 64; k++)
+                _mm_prefetch((const char *)(p + 64 * k), _MM_HINT_T1);
+        } else if (!rs->half) {
+            const uint8_t *p = rs->pk + 16 * (off + PF_AHEAD);
+#pragma GCC unroll 64
+            for (int k = 0; k <= 16 * span / 64; k++)
+                _mm_prefetch((const char *)(p + 64 * k), _MM_HINT_T1);
+        }
         return;
     }
     const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 7 * rs->rb : 0);
@@ -816,18 +800,20 @@ INLINE __m256i bcast_group(const uint8_t *x, int g, int t) {
 
 /* The integer sums of one sub-block of b for nt tokens, the weights' 4-byte groups in
  * wq. With a constant offset they start at the tile's -offset * sum(qa). sgn: the
- * weights are signed. */
+ * weights are signed. Unsigned weights sum the pmaddubsw products of n16 groups in
+ * int16 (cpu_n16) before one pmaddwd widens them: on Zen 2 both multiplies issue on one
+ * port, and for 4-bit weights this takes 9 of them per group of 8 where pairs took 12. */
 INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
-                        bool sgn, __m256i is[TT]) {
+                        bool sgn, int n16, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         is[t] = mins ? _mm256_setzero_si256() : _mm256_set1_epi32(zq[t]);
+    if (sgn) {
 #pragma GCC unroll 4
-    for (int g = 0; g < b / 4; g += 2) {
-        const __m256i w0 = wq[g], w1 = wq[g + 1];
-        if (sgn) {
+        for (int g = 0; g < b / 4; g += 2) {
+            const __m256i w0 = wq[g], w1 = wq[g + 1];
             /* |w| * (a with w's sign): no int16 pair may saturate */
             const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
 #pragma GCC unroll 4
@@ -839,31 +825,34 @@ INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const
                 is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
                                                                  _mm256_madd_epi16(p1, ones)));
             }
-        } else {
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const __m256i p01 =
-                    _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast_group(x, g, t)),
-                                     _mm256_maddubs_epi16(w1, bcast_group(x, g + 1, t)));
-                is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p01, ones));
-            }
         }
+        return;
     }
+#pragma GCC unroll 4
+    for (int g0 = 0; g0 < b / 4; g0 += n16)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m256i p = _mm256_maddubs_epi16(wq[g0], bcast_group(x, g0, t));
+#pragma GCC unroll 8
+            for (int g = g0 + 1; g < g0 + n16; g++)
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wq[g], bcast_group(x, g, t)));
+            is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
+        }
 }
 
 INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
-                      bool sgn, __m256i is[TT]) {
+                      bool sgn, int n16, __m256i is[TT]) {
     __m256i wq[8];
 #pragma GCC unroll 8
     for (int g = 0; g < b / 4; g++)
         wq[g] = _mm256_load_si256((const __m256i *)(p + 32 * g));
-    mk_q_sums_w(wq, x, nt, b, mins, sgn, is);
+    mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, is);
 }
 
 /* As mk_q_body in kernels_avx512.c: legacy types acc += isum * (dw * da) (+ m * ds);
  * K-quants sacc += isum * dw (+ m * sum(qa)) per super-block, then acc += sacc * da. */
 INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
-                      const bool mins, const bool sgn) {
+                      const bool mins, const bool sgn, const int n16) {
     const int per = kq ? 256 / b : 1;
     const uint8_t *p = a->panel, *x = a->act;
     __m256 acc[TT];
@@ -881,7 +870,7 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
             sacc[t] = _mm256_setzero_ps();
         for (int s = 0; s < per; s++) {
             __m256i is[TT];
-            mk_q_sums(p, x, nt, b, mins, sgn, is);
+            mk_q_sums(p, x, nt, b, mins, sgn, n16, is);
             const __m256 dw = _mm256_load_ps((const float *)(p + R * b));
             const __m256 m = _mm256_load_ps((const float *)(p + R * b) + R);
             const float *aux = (const float *)(x + TT * b) + TT;
@@ -953,6 +942,7 @@ INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m256 acc[
  * offset says). */
 INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
     const bool sgn = kind == Q8_0, mins = sgn || a->mins;
+    const int n16 = kind == Q4_0 || kind == Q4_1 ? 8 : 4;
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], true, a->w_x16_row);
     rs.len = a->n_sb * g_legacy_size[kind];
@@ -963,7 +953,7 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
         __m256i q[8], is[TT];
         __m256 dw, m;
         legacy_block(kind, &rs, i, q, &dw, &m);
-        mk_q_sums_w(q, x, nt, 32, mins, sgn, is);
+        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, is);
         const float *da = (const float *)(x + TT * 32), *aux = da + TT;
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
@@ -1006,7 +996,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
                 const float *aux = (const float *)(x + TT * 32) + TT;
                 __m256i is[TT];
-                mk_q_sums_w(u[half], x, nt, 32, true, false, is);
+                mk_q_sums_w(u[half], x, nt, 32, true, false, five ? 4 : 8, is);
 #pragma GCC unroll 4
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
@@ -1050,7 +1040,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
                 wq[k] = q6_u(gather32(&rs, off + 64 * half + 32 * (g % 2) + 4 * j),
                              gather32(&rs, off + 128 + 32 * half + 4 * j), g);
             }
-            mk_q_sums_w(wq, x, nt, 16, false, false, is);
+            mk_q_sums_w(wq, x, nt, 16, false, false, 2, is);
             const __m256 dw = q6_dw(&rs, off, d, s);
 #pragma GCC unroll 4
             for (int k = 0; k < nt; k++)
@@ -1114,34 +1104,73 @@ static void mk_q_avx2(const cpu_mk_args *a) {
         mk_q_inplace_avx2(a);
         return;
     }
-#define LEGACY(t) mk_q_body(a, t, 32, false, false, false)
-#define LEGACY_M(t) mk_q_body(a, t, 32, false, true, false)
-#define SIGNED(t) mk_q_body(a, t, 32, false, true, true)
-#define K16(t) mk_q_body(a, t, 16, true, false, false)
-#define K16_M(t) mk_q_body(a, t, 16, true, true, false)
-#define K32(t) mk_q_body(a, t, 32, true, false, false)
-#define K32_M(t) mk_q_body(a, t, 32, true, true, false)
+    /* n16 as a constant: 8 for 4-bit weights, 4 for 5 (and for Q2_K, Q3_K's 4 groups of
+     * a sub-block of 16), 2 for Q6_K */
+#define LEGACY(t, n) mk_q_body(a, t, 32, false, false, false, n)
+#define LEGACY_M(t, n) mk_q_body(a, t, 32, false, true, false, n)
+#define K16(t, n) mk_q_body(a, t, 16, true, false, false, n)
+#define K16_M(t, n) mk_q_body(a, t, 16, true, true, false, n)
+#define K32(t, n) mk_q_body(a, t, 32, true, false, false, n)
+#define K32_M(t, n) mk_q_body(a, t, 32, true, true, false, n)
+#define SIGNED(t) mk_q_body(a, t, 32, false, true, true, 2)
+#define LEGACY_8(t) LEGACY(t, 8)
+#define LEGACY_4(t) LEGACY(t, 4)
+#define LEGACY_M_8(t) LEGACY_M(t, 8)
+#define LEGACY_M_4(t) LEGACY_M(t, 4)
+#define K16_4(t) K16(t, 4)
+#define K16_2(t) K16(t, 2)
+#define K16_M_4(t) K16_M(t, 4)
+#define K16_M_2(t) K16_M(t, 2)
+#define K32_8(t) K32(t, 8)
+#define K32_4(t) K32(t, 4)
+#define K32_M_8(t) K32_M(t, 8)
+#define K32_M_4(t) K32_M(t, 4)
+    const bool n8 = a->n16 >= 8, n4 = a->n16 >= 4;
     if (a->signed_w)
         BY_TOKENS(a->n_tok, SIGNED)
+    else if (a->group == 32 && !a->mins && n8)
+        BY_TOKENS(a->n_tok, LEGACY_8)
     else if (a->group == 32 && !a->mins)
-        BY_TOKENS(a->n_tok, LEGACY)
+        BY_TOKENS(a->n_tok, LEGACY_4)
+    else if (a->group == 32 && n8)
+        BY_TOKENS(a->n_tok, LEGACY_M_8)
     else if (a->group == 32)
-        BY_TOKENS(a->n_tok, LEGACY_M)
+        BY_TOKENS(a->n_tok, LEGACY_M_4)
+    else if (a->bsize == 16 && !a->mins && n4)
+        BY_TOKENS(a->n_tok, K16_4)
     else if (a->bsize == 16 && !a->mins)
-        BY_TOKENS(a->n_tok, K16)
+        BY_TOKENS(a->n_tok, K16_2)
+    else if (a->bsize == 16 && n4)
+        BY_TOKENS(a->n_tok, K16_M_4)
     else if (a->bsize == 16)
-        BY_TOKENS(a->n_tok, K16_M)
+        BY_TOKENS(a->n_tok, K16_M_2)
+    else if (!a->mins && n8)
+        BY_TOKENS(a->n_tok, K32_8)
     else if (!a->mins)
-        BY_TOKENS(a->n_tok, K32)
+        BY_TOKENS(a->n_tok, K32_4)
+    else if (n8)
+        BY_TOKENS(a->n_tok, K32_M_8)
     else
-        BY_TOKENS(a->n_tok, K32_M)
+        BY_TOKENS(a->n_tok, K32_M_4)
 #undef LEGACY
 #undef LEGACY_M
-#undef SIGNED
 #undef K16
 #undef K16_M
 #undef K32
 #undef K32_M
+#undef SIGNED
+#undef LEGACY_8
+#undef LEGACY_4
+#undef LEGACY_M_8
+#undef LEGACY_M_4
+#undef K16_4
+#undef K16_2
+#undef K16_M_4
+#undef K16_M_2
+#undef K32_8
+#undef K32_4
+#undef K32_M_8
+#undef K32_M_4
 }
 
 /* ---- float weights --------------------------------------------------------------------- */
@@ -1252,106 +1281,6 @@ static void mk_f_avx2(const cpu_mk_args *a) {
 #define MKF(t) mk_f_body(a, t)
     BY_TOKENS(a->n_tok, MKF)
 #undef MKF
-}
-
-/* ---- attention --------------------------------------------------------------------------- */
-/* Steps and masking as ops.h (cpu_attn_fn) describes. */
-
-typedef struct attn_state {
-    __m256i lo, pos; /* first and last visible key per lane */
-    int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
-} attn_state;
-
-/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
-static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
-                          const attn_state *st, float *e) {
-    const int hd = a->head_dim;
-    __m256 mb = _mm256_set1_ps(-INFINITY);
-    for (int i0 = 0; i0 < n; i0 += 4) {
-        const float *kp[4];
-        for (int i = 0; i < 4; i++)
-            kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
-        __m256 s[4];
-        for (int i = 0; i < 4; i++)
-            s[i] = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            const __m256 qd = _mm256_load_ps(qt + d * LANES);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                s[i] = _mm256_fmadd_ps(qd, _mm256_set1_ps(kp[i][d]), s[i]);
-        }
-        for (int i = 0; i < 4 && i0 + i < n; i++) {
-            const __m256 sc = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i],
-                                               visible(kb + i0 + i, st->lo, st->pos));
-            _mm256_store_ps(e + (i0 + i) * LANES, sc);
-            mb = _mm256_max_ps(mb, sc);
-        }
-    }
-    return mb;
-}
-
-/* ot[d] += sum_i e[i] * v_i[d] for 8 dimensions at a time, keys in order. */
-static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, const float *e,
-                        float *ot) {
-    const int hd = a->head_dim;
-    for (int d0 = 0; d0 < hd; d0 += 8) {
-        __m256 acc[8];
-        for (int d = 0; d < 8; d++)
-            acc[d] = _mm256_load_ps(ot + (d0 + d) * LANES);
-        for (int i = 0; i < n; i++) {
-            const float *v = a->v + st->row[i] + d0;
-            const __m256 ei = _mm256_load_ps(e + i * LANES);
-#pragma GCC unroll 8
-            for (int d = 0; d < 8; d++)
-                acc[d] = _mm256_fmadd_ps(ei, _mm256_set1_ps(v[d]), acc[d]);
-        }
-        for (int d = 0; d < 8; d++)
-            _mm256_store_ps(ot + (d0 + d) * LANES, acc[d]);
-    }
-}
-
-static void attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
-    const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
-    float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
-    for (int j = 0; j < LANES; j++) {
-        const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
-        const float *q = a->q + t * a->ldq + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            qt[d * LANES + j] = q[d] * a->scale;
-    }
-    int lo[LANES], pos[LANES], begin;
-    const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
-    attn_state st = {.lo = _mm256_loadu_si256((const __m256i *)lo),
-                     .pos = _mm256_loadu_si256((const __m256i *)pos)};
-    float mx0[LANES], sum0[LANES];
-    cpu_attn_lane_start(a, kvh, q0, nq, LANES, mx0, sum0); /* -FLT_MAX (not -inf) or sinks */
-    __m256 mx = _mm256_loadu_ps(mx0), sum = _mm256_loadu_ps(sum0);
-    memset(ot, 0, (size_t)hd * LANES * sizeof(float));
-    for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
-        const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
-        cpu_attn_key_rows(a, kvh, kb, n, st.row);
-        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, qt, &st, e));
-        const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
-        mx = mn;
-        sum = _mm256_mul_ps(sum, alpha);
-        for (int d = 0; d < hd; d++)
-            _mm256_store_ps(ot + d * LANES, _mm256_mul_ps(_mm256_load_ps(ot + d * LANES), alpha));
-        for (int i = 0; i < n; i++) {
-            const __m256 ei = _mm256_and_ps(visible(kb + i, st.lo, st.pos),
-                                            exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
-            sum = _mm256_add_ps(sum, ei);
-            _mm256_store_ps(e + i * LANES, ei);
-        }
-        attn_values(a, n, &st, e, ot);
-    }
-    float inv[LANES];
-    _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
-    for (int j = 0; j < nq; j++) {
-        const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
-        float *o = a->out + t * a->ldo + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = ot[d * LANES + j] * inv[j];
-    }
 }
 
 /* ---- per-row ops ----------------------------------------------------------------------- */
@@ -1498,7 +1427,7 @@ const cpu_kernels cpu_kernels_avx2 = {
                  [AL_TYPE_MXFP4] = pack_mxfp4_x16},
     .pack_f = pack_f_avx2,
     .mk_f = mk_f_avx2,
-    .attn = attn_avx2,
+    .attn = cpu_attn_avx2,
     .rms_norm = rms_norm_avx2,
     .silu_mul = silu_mul_avx2,
     .gelu_mul = gelu_mul_avx2,

@@ -191,17 +191,17 @@ static void decode_q6_k(const uint8_t *b, uint8_t *u, float *dw, float *m) {
 
 /* block, sub-block, bytes, constant offset (the m the decoder writes) */
 static const cpu_qtype g_qtypes[AL_TYPE_COUNT] = {
-    [AL_TYPE_Q4_0] = {32, 32, 18, 8, decode_q4_0},
-    [AL_TYPE_Q4_1] = {32, 32, 20, 0, decode_q4_1},
-    [AL_TYPE_Q5_0] = {32, 32, 22, 16, decode_q5_0},
-    [AL_TYPE_Q5_1] = {32, 32, 24, 0, decode_q5_1},
-    [AL_TYPE_Q8_0] = {32, 32, 34, 128, decode_q8_0},
-    [AL_TYPE_Q2_K] = {256, 16, 84, 0, decode_q2_k},
-    [AL_TYPE_Q3_K] = {256, 16, 110, 4, decode_q3_k},
-    [AL_TYPE_Q4_K] = {256, 32, 144, 0, decode_q4_k},
-    [AL_TYPE_Q5_K] = {256, 32, 176, 0, decode_q5_k},
-    [AL_TYPE_Q6_K] = {256, 16, 210, 32, decode_q6_k},
-    [AL_TYPE_MXFP4] = {32, 32, 17, 12, decode_mxfp4},
+    [AL_TYPE_Q4_0] = {32, 32, 18, 8, 4, decode_q4_0},
+    [AL_TYPE_Q4_1] = {32, 32, 20, 0, 4, decode_q4_1},
+    [AL_TYPE_Q5_0] = {32, 32, 22, 16, 5, decode_q5_0},
+    [AL_TYPE_Q5_1] = {32, 32, 24, 0, 5, decode_q5_1},
+    [AL_TYPE_Q8_0] = {32, 32, 34, 128, 8, decode_q8_0},
+    [AL_TYPE_Q2_K] = {256, 16, 84, 0, 2, decode_q2_k},
+    [AL_TYPE_Q3_K] = {256, 16, 110, 4, 3, decode_q3_k},
+    [AL_TYPE_Q4_K] = {256, 32, 144, 0, 4, decode_q4_k},
+    [AL_TYPE_Q5_K] = {256, 32, 176, 0, 5, decode_q5_k},
+    [AL_TYPE_Q6_K] = {256, 16, 210, 32, 6, decode_q6_k},
+    [AL_TYPE_MXFP4] = {32, 32, 17, 12, 5, decode_mxfp4},
 };
 
 const cpu_qtype *cpu_qtype_get(uint32_t type) {

@@ -247,6 +247,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
     a.group = j->qt->block;
     a.mins = j->fmt.offset == 0;
     a.signed_w = (k->signed_types >> j->w->type) & 1;
+    a.n16 = cpu_n16(j->qt);
     return a;
 }
 

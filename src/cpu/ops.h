@@ -126,12 +126,24 @@ typedef struct cpu_qtype {
     int sub;       /* B: elements per sub-block with its own dw and m: 16 or 32 */
     int type_size; /* bytes per weight block */
     int offset;    /* m = -offset * dw for every sub-block; 0: m varies (mins) */
+    int bits;      /* u < 2^bits (MXFP4: 5) */
     cpu_decode_fn decode;
 } cpu_qtype;
 
 /* The quantized weight types of the fast path; NULL for the others (F32, F16, BF16,
  * Q8_1, Q8_K and unknown ids). */
 const cpu_qtype *cpu_qtype_get(uint32_t type);
+
+/* How many 4-byte groups of a sub-block of b (a power of two that divides b / 4) have
+ * products, u * qa in pairs, whose sum fits in int16: each group adds at most
+ * 2 (2^bits - 1) 127 per lane (qa >= -127), so 8 for 4-bit weights, 4 for 5, 2 for 6. */
+static inline int cpu_n16(const cpu_qtype *qt) {
+    const int per = 2 * ((1 << qt->bits) - 1) * 127;
+    int n = 1;
+    while (2 * n <= qt->sub / 4 && 2 * n * per <= 32767)
+        n *= 2;
+    return n;
+}
 
 /* GELU's tanh approximation, 0.5 x (1 + tanh(z)) with z = sqrt(2/pi) (x + 0.044715 x^3),
  * is x / (1 + exp(-2z)) (as 1 + tanh(z) = 2 / (1 + exp(-2z))): the fast kernels take
@@ -196,6 +208,8 @@ typedef struct cpu_mk_args {
     int group;         /* quantized: 256 for K-quants (da per super-block), else 32 */
     bool mins;         /* quantized: m varies per sub-block (no constant offset) */
     bool signed_w;     /* quantized: the panel holds signed weights (AVX2 Q8_0), m = 0 */
+    int n16;           /* quantized, unsigned weights: the products of this many 4-byte
+                        * groups fit an int16 sum (cpu_n16; AVX2's pmaddubsw) */
     int n_tok;         /* 1..TT */
     int n_rows;        /* 1..R valid lanes */
     float *out;        /* out[t*ldo + r] */
@@ -340,6 +354,10 @@ typedef struct cpu_kernels {
 extern const cpu_kernels cpu_kernels_scalar;
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
+
+/* The AVX2 attention kernel (attn_avx2.c), for cpu_kernels_avx2: tiles of 8 queries in
+ * the lanes. */
+void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
 
 /* The AVX-512 attention kernels (attn_avx512.c), for cpu_kernels_avx512: queries in
  * the lanes (tiles of up to 16), and keys and dimensions in the lanes (tiles of up to
