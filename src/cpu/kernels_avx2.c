@@ -849,6 +849,14 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
     mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, is);
 }
 
+/* The panel's n_rows lanes of p, the rest zero: a masked load, which leaves acc in a
+ * register (filled lane by lane through its address, it had lived on the stack, a
+ * store and a reload per sub-block and token). */
+INLINE __m256 load_rows(const cpu_mk_args *a, const float *p) {
+    const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(a->n_rows), lane));
+}
+
 /* As mk_q_body in kernels_avx512.c: legacy types acc += isum * (dw * da) (+ m * ds);
  * K-quants sacc += isum * dw (+ m * sum(qa)) per super-block, then acc += sacc * da. */
 INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
@@ -860,8 +868,7 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
         acc[t] = _mm256_setzero_ps();
     if (!a->first)
         for (int t = 0; t < nt; t++)
-            for (int r = 0; r < a->n_rows; r++)
-                ((float *)&acc[t])[r] = a->out[t * a->ldo + r];
+            acc[t] = load_rows(a, a->out + t * a->ldo);
     for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
         const float *da = (const float *)(x + TT * b);
         __m256 sacc[TT];
@@ -1254,8 +1261,7 @@ INLINE void mk_f_body(const cpu_mk_args *a, const int nt) {
         acc[t] = acc2[t] = _mm256_setzero_ps();
     if (!a->first)
         for (int t = 0; t < nt; t++)
-            for (int r = 0; r < a->n_rows; r++)
-                ((float *)&acc[t])[r] = a->out[t * a->ldo + r];
+            acc[t] = load_rows(a, a->out + t * a->ldo);
     int64_t k = 0;
     for (; k + 2 <= a->n_k; k += 2) {
         const __m256 w0 = _mm256_load_ps(p + k * R), w1 = _mm256_load_ps(p + (k + 1) * R);
