@@ -840,6 +840,25 @@ INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const
         }
 }
 
+/* mk_q_sums_w over the low (hi false) or high nibbles of the bytes in g, each group's
+ * quants taken where it is multiplied: the 8 vectors of one nibble held beside those
+ * of the other had spilled to the stack. */
+INLINE void mk_q_sums_nib(const __m256i g[8], bool hi, const uint8_t *x, const int nt, bool mins,
+                          __m256i is[TT]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int32_t *zq = (const int32_t *)(x + TT * 32) + TT;
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        __m256i p = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi ? hi4(g[j]) : lo4(g[j]),
+                                                         bcast_group(x, j, t)));
+        is[t] = _mm256_madd_epi16(p, ones);
+        if (!mins) is[t] = _mm256_add_epi32(is[t], _mm256_set1_epi32(zq[t]));
+    }
+}
+
 INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
                       bool sgn, int n16, __m256i is[TT]) {
     __m256i wq[8];
@@ -994,8 +1013,9 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         for (int k = 0; k < nt; k++)
             sacc[k] = _mm256_setzero_ps();
         for (int c = 0; c < 4; c++) {
-            __m256i u[2][8];
-            k45_chunk(five, &rs, off, c, h, u[0], u[1]);
+            __m256i u[2][8], g[8];
+            if (five) k45_chunk(five, &rs, off, c, h, u[0], u[1]);
+            else load_8x32(&rs, off + 16 + 32 * c, g);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
                 const uint8_t *sb = sc + (2 * c + half) * sbb;
@@ -1003,7 +1023,8 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
                 const float *aux = (const float *)(x + TT * 32) + TT;
                 __m256i is[TT];
-                mk_q_sums_w(u[half], x, nt, 32, true, false, five ? 4 : 8, is);
+                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, is);
+                else mk_q_sums_nib(g, half, x, nt, true, is);
 #pragma GCC unroll 4
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
