@@ -526,6 +526,7 @@ static void x16_pack_avx2(uint32_t type, const uint8_t *src, uint8_t *dst, uint6
 }
 
 INLINE __m256i byte_of(__m256i v, int k) {
+    if (k == 3) return _mm256_srli_epi32(v, 24);
     return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xFF));
 }
 
@@ -535,23 +536,23 @@ INLINE void k4_scales8(const rows8 *rs, int64_t off, uint8_t *pb) {
     const __m256 d = gather_f16(dd, 0), dmin = gather_f16(dd, 1);
     const __m256i s0 = gather32(rs, off + 4), s1 = gather32(rs, off + 8),
                   s2 = gather32(rs, off + 12);
-    const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15);
+    /* all 8 bytes at once: byte k of sc_lo, mn_lo is scale, min k; of sc_hi, mn_hi scale,
+     * min 4 + k (low 4 bits from s2's nibbles, high 2 from the top of s0's, s1's bytes:
+     * the 16-bit shifts move a byte's bits 6..7 to 4..5, and the masks drop what the
+     * next byte shifted in) */
+    const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+    const __m256i sc_lo = _mm256_and_si256(s0, m63), mn_lo = _mm256_and_si256(s1, m63);
+    const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(s2, m15),
+                                          _mm256_and_si256(_mm256_srli_epi16(s0, 2), m48));
+    const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), m15),
+                                          _mm256_and_si256(_mm256_srli_epi16(s1, 2), m48));
+    const __m256 ndmin = _mm256_sub_ps(_mm256_setzero_ps(), dmin);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        __m256i sc, mn;
-        if (j < 4) {
-            sc = _mm256_and_si256(byte_of(s0, j), m63);
-            mn = _mm256_and_si256(byte_of(s1, j), m63);
-        } else {
-            const __m256i b2 = byte_of(s2, j - 4);
-            sc = _mm256_or_si256(_mm256_and_si256(b2, m15),
-                                 _mm256_slli_epi32(_mm256_srli_epi32(byte_of(s0, j - 4), 6), 4));
-            mn = _mm256_or_si256(_mm256_srli_epi32(b2, 4),
-                                 _mm256_slli_epi32(_mm256_srli_epi32(byte_of(s1, j - 4), 6), 4));
-        }
-        store_scales(
-            pb + j * cpu_sb_bytes(R, 32), 32, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
-            _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), dmin), _mm256_cvtepi32_ps(mn)));
+        const __m256i sc = byte_of(j < 4 ? sc_lo : sc_hi, j % 4);
+        const __m256i mn = byte_of(j < 4 ? mn_lo : mn_hi, j % 4);
+        store_scales(pb + j * cpu_sb_bytes(R, 32), 32, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)),
+                     _mm256_mul_ps(ndmin, _mm256_cvtepi32_ps(mn)));
     }
 }
 
@@ -652,7 +653,7 @@ INLINE __m256 q6_d(const rows8 *rs, int64_t off) {
 /* dw of sub-block s of the super-block at off. */
 INLINE __m256 q6_dw(const rows8 *rs, int64_t off, __m256 d, int s) {
     const __m256i sc = gather32(rs, off + 192 + 4 * (s / 4));
-    const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc, 24 - 8 * (s % 4)), 24);
+    const __m256i v = _mm256_srai_epi32(s % 4 == 3 ? sc : _mm256_slli_epi32(sc, 24 - 8 * (s % 4)), 24);
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
 }
 
