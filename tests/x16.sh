@@ -20,7 +20,8 @@ case $("$bin" --version 2>&1) in
 *"cpu (avx512"*) isas="avx512 avx2" ;;
 *"cpu (avx2"*) isas=avx2 ;;
 *)
-    echo "skip: x16 is read by the AVX-512 and AVX2 kernels; this CPU runs $("$bin" --version | grep backends)"
+    echo "skip: x16 is read by the AVX-512 and AVX2 kernels; this CPU runs" \
+        "$("$bin" --version | grep backends)"
     skip=1; finish ;;
 esac
 

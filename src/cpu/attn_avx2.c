@@ -112,8 +112,9 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         for (int d = 0; d < hd; d++)
             _mm256_store_ps(ot + d * LANES, _mm256_mul_ps(_mm256_load_ps(ot + d * LANES), alpha));
         for (int i = 0; i < n; i++) {
-            const __m256 ei = _mm256_and_ps(visible(kb + i, st.lo, st.pos),
-                                            exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
+            const __m256 ei =
+                _mm256_and_ps(visible(kb + i, st.lo, st.pos),
+                              exp256(_mm256_sub_ps(_mm256_load_ps(e + i * LANES), mn)));
             sum = _mm256_add_ps(sum, ei);
             _mm256_store_ps(e + i * LANES, ei);
         }

@@ -473,14 +473,16 @@ INLINE void x16_field_avx2(const rows8 rs[2], int64_t off, const cpu_x16_field *
                 __m256i g[8];
                 load_8x32(&rs[h], off + f->off + k, g);
                 for (int j = 0; j < 8; j++)
-                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h), g[j]);
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h),
+                                        g[j]);
             }
         for (; k + 16 <= f->size; k += 16)
             for (int h = 0; h < 2; h++) {
                 __m256i g[4];
                 load_8x16(&rs[h], off + f->off + k, g);
                 for (int j = 0; j < 4; j++)
-                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h), g[j]);
+                    _mm256_storeu_si256((__m256i *)(dst + 16 * (f->off + k + 4 * j) + 32 * h),
+                                        g[j]);
             }
         for (; k < f->size; k += 4)
             for (int h = 0; h < 2; h++)
@@ -540,7 +542,8 @@ INLINE void k4_scales8(const rows8 *rs, int64_t off, uint8_t *pb) {
      * min 4 + k (low 4 bits from s2's nibbles, high 2 from the top of s0's, s1's bytes:
      * the 16-bit shifts move a byte's bits 6..7 to 4..5, and the masks drop what the
      * next byte shifted in) */
-    const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+    const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15);
+    const __m256i m48 = _mm256_set1_epi8(48);
     const __m256i sc_lo = _mm256_and_si256(s0, m63), mn_lo = _mm256_and_si256(s1, m63);
     const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(s2, m15),
                                           _mm256_and_si256(_mm256_srli_epi16(s0, 2), m48));
@@ -653,7 +656,8 @@ INLINE __m256 q6_d(const rows8 *rs, int64_t off) {
 /* dw of sub-block s of the super-block at off. */
 INLINE __m256 q6_dw(const rows8 *rs, int64_t off, __m256 d, int s) {
     const __m256i sc = gather32(rs, off + 192 + 4 * (s / 4));
-    const __m256i v = _mm256_srai_epi32(s % 4 == 3 ? sc : _mm256_slli_epi32(sc, 24 - 8 * (s % 4)), 24);
+    const __m256i top = s % 4 == 3 ? sc : _mm256_slli_epi32(sc, 24 - 8 * (s % 4));
+    const __m256i v = _mm256_srai_epi32(top, 24);
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
 }
 
@@ -672,7 +676,8 @@ INLINE void pack_q6(const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t 
                 load_8x32(&rs, off + 64 * half + 32 * col, l);
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) {
-                    store_q(panel + (8 * half + 2 * col + j / 4) * sbb, j % 4, q6_u(l[j], h[j], col));
+                    store_q(panel + (8 * half + 2 * col + j / 4) * sbb, j % 4,
+                            q6_u(l[j], h[j], col));
                     store_q(panel + (8 * half + 2 * (col + 2) + j / 4) * sbb, j % 4,
                             q6_u(l[j], h[j], col + 2));
                 }
