@@ -804,13 +804,19 @@ INLINE __m256i bcast_group(const uint8_t *x, int g, int t) {
     return _mm256_set1_epi32(load_i32(x + (g * TT + t) * 4));
 }
 
+/* v, or its low (nib 1) or high (nib 2) nibbles: taken where a group is multiplied, so
+ * that one nibble's 8 vectors are not held beside the other's (they had spilled). */
+INLINE __m256i nibbles(__m256i v, int nib) {
+    return nib == 1 ? lo4(v) : nib == 2 ? hi4(v) : v;
+}
+
 /* The integer sums of one sub-block of b for nt tokens, the weights' 4-byte groups in
- * wq. With a constant offset they start at the tile's -offset * sum(qa). sgn: the
- * weights are signed. Unsigned weights sum the pmaddubsw products of n16 groups in
+ * wq (nib 1: their low nibbles, 2: their high ones). With a constant offset they start
+ * at the tile's -offset * sum(qa). sgn: the weights are signed. Unsigned weights sum the pmaddubsw products of n16 groups in
  * int16 (cpu_n16) before one pmaddwd widens them: on Zen 2 both multiplies issue on one
  * port, and for 4-bit weights this takes 9 of them per group of 8 where pairs took 12. */
 INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
-                        bool sgn, int n16, __m256i is[TT]) {
+                        bool sgn, int n16, int nib, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
 #pragma GCC unroll 4
@@ -838,31 +844,13 @@ INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const
     for (int g0 = 0; g0 < b / 4; g0 += n16)
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m256i p = _mm256_maddubs_epi16(wq[g0], bcast_group(x, g0, t));
+            __m256i p = _mm256_maddubs_epi16(nibbles(wq[g0], nib), bcast_group(x, g0, t));
 #pragma GCC unroll 8
             for (int g = g0 + 1; g < g0 + n16; g++)
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wq[g], bcast_group(x, g, t)));
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(nibbles(wq[g], nib),
+                                                             bcast_group(x, g, t)));
             is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
         }
-}
-
-/* mk_q_sums_w over the low (hi false) or high nibbles of the bytes in g, each group's
- * quants taken where it is multiplied: the 8 vectors of one nibble held beside those
- * of the other had spilled to the stack. */
-INLINE void mk_q_sums_nib(const __m256i g[8], bool hi, const uint8_t *x, const int nt, bool mins,
-                          __m256i is[TT]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int32_t *zq = (const int32_t *)(x + TT * 32) + TT;
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++) {
-        __m256i p = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi ? hi4(g[j]) : lo4(g[j]),
-                                                         bcast_group(x, j, t)));
-        is[t] = _mm256_madd_epi16(p, ones);
-        if (!mins) is[t] = _mm256_add_epi32(is[t], _mm256_set1_epi32(zq[t]));
-    }
 }
 
 INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const int b, bool mins,
@@ -871,7 +859,7 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
 #pragma GCC unroll 8
     for (int g = 0; g < b / 4; g++)
         wq[g] = _mm256_load_si256((const __m256i *)(p + 32 * g));
-    mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, is);
+    mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, 0, is);
 }
 
 /* The panel's n_rows lanes of p, the rest zero: a masked load, which leaves acc in a
@@ -974,7 +962,8 @@ INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m256 acc[
  * offset says). */
 INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
     const bool sgn = kind == Q8_0, mins = sgn || a->mins;
-    const int n16 = kind == Q4_0 || kind == Q4_1 ? 8 : 4;
+    const int n16 = kind == Q4_0 || kind == Q4_1 ? 8 : 4; /* cpu_n16, as a constant */
+    AL_ASSERT(sgn || a->n16 == n16);
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], true, a->w_x16_row);
     rs.len = a->n_sb * g_legacy_size[kind];
@@ -985,7 +974,7 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
         __m256i q[8], is[TT];
         __m256 dw, m;
         legacy_block(kind, &rs, i, q, &dw, &m);
-        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, is);
+        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, is);
         const float *da = (const float *)(x + TT * 32), *aux = da + TT;
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
@@ -1003,6 +992,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, true, a->w_x16_row);
     rs.len = a->n_sb / 8 * t;
+    AL_ASSERT(a->n16 == (five ? 4 : 8));
     _Alignas(32) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
     const uint8_t *x = a->act;
     __m256 acc[TT];
@@ -1029,8 +1019,8 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
                 const float *aux = (const float *)(x + TT * 32) + TT;
                 __m256i is[TT];
-                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, is);
-                else mk_q_sums_nib(g, half, x, nt, true, is);
+                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, 0, is);
+                else mk_q_sums_w(g, x, nt, 32, true, false, 8, 1 + half, is);
 #pragma GCC unroll 4
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
@@ -1051,6 +1041,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, true, a->w_x16_row);
     rs.len = a->n_sb / 16 * 210;
+    AL_ASSERT(a->n16 == 2);
     const uint8_t *x = a->act;
     __m256 acc[TT];
     inplace_start(a, nt, acc);
@@ -1074,7 +1065,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
                 wq[k] = q6_u(gather32(&rs, off + 64 * half + 32 * (g % 2) + 4 * j),
                              gather32(&rs, off + 128 + 32 * half + 4 * j), g);
             }
-            mk_q_sums_w(wq, x, nt, 16, false, false, 2, is);
+            mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, is);
             const __m256 dw = q6_dw(&rs, off, d, s);
 #pragma GCC unroll 4
             for (int k = 0; k < nt; k++)
@@ -1133,78 +1124,50 @@ static void mk_q_inplace_avx2(const cpu_mk_args *a) {
 }
 #undef BY_1_2
 
+/* mk_q_body for unsigned weights with n16 as a constant: b / 4 or b / 8 (cpu_n16 gives
+ * 8 or 4 for sub-blocks of 32, 4 or 2 for sub-blocks of 16). */
+INLINE void mk_q_n16(const cpu_mk_args *a, const int nt, const int b, const bool kq,
+                     const bool mins) {
+    AL_ASSERT(a->n16 >= b / 8);
+    if (a->n16 >= b / 4)
+        mk_q_body(a, nt, b, kq, mins, false, b / 4);
+    else
+        mk_q_body(a, nt, b, kq, mins, false, b / 8);
+}
+
 static void mk_q_avx2(const cpu_mk_args *a) {
     if (!a->panel) {
         mk_q_inplace_avx2(a);
         return;
     }
-    /* n16 as a constant: 8 for 4-bit weights, 4 for 5 (and for Q2_K, Q3_K's 4 groups of
-     * a sub-block of 16), 2 for Q6_K */
-#define LEGACY(t, n) mk_q_body(a, t, 32, false, false, false, n)
-#define LEGACY_M(t, n) mk_q_body(a, t, 32, false, true, false, n)
-#define K16(t, n) mk_q_body(a, t, 16, true, false, false, n)
-#define K16_M(t, n) mk_q_body(a, t, 16, true, true, false, n)
-#define K32(t, n) mk_q_body(a, t, 32, true, false, false, n)
-#define K32_M(t, n) mk_q_body(a, t, 32, true, true, false, n)
+#define LEGACY(t) mk_q_n16(a, t, 32, false, false)
+#define LEGACY_M(t) mk_q_n16(a, t, 32, false, true)
 #define SIGNED(t) mk_q_body(a, t, 32, false, true, true, 2)
-#define LEGACY_8(t) LEGACY(t, 8)
-#define LEGACY_4(t) LEGACY(t, 4)
-#define LEGACY_M_8(t) LEGACY_M(t, 8)
-#define LEGACY_M_4(t) LEGACY_M(t, 4)
-#define K16_4(t) K16(t, 4)
-#define K16_2(t) K16(t, 2)
-#define K16_M_4(t) K16_M(t, 4)
-#define K16_M_2(t) K16_M(t, 2)
-#define K32_8(t) K32(t, 8)
-#define K32_4(t) K32(t, 4)
-#define K32_M_8(t) K32_M(t, 8)
-#define K32_M_4(t) K32_M(t, 4)
-    const bool n8 = a->n16 >= 8, n4 = a->n16 >= 4;
+#define K16(t) mk_q_n16(a, t, 16, true, false)
+#define K16_M(t) mk_q_n16(a, t, 16, true, true)
+#define K32(t) mk_q_n16(a, t, 32, true, false)
+#define K32_M(t) mk_q_n16(a, t, 32, true, true)
     if (a->signed_w)
         BY_TOKENS(a->n_tok, SIGNED)
-    else if (a->group == 32 && !a->mins && n8)
-        BY_TOKENS(a->n_tok, LEGACY_8)
     else if (a->group == 32 && !a->mins)
-        BY_TOKENS(a->n_tok, LEGACY_4)
-    else if (a->group == 32 && n8)
-        BY_TOKENS(a->n_tok, LEGACY_M_8)
+        BY_TOKENS(a->n_tok, LEGACY)
     else if (a->group == 32)
-        BY_TOKENS(a->n_tok, LEGACY_M_4)
-    else if (a->bsize == 16 && !a->mins && n4)
-        BY_TOKENS(a->n_tok, K16_4)
+        BY_TOKENS(a->n_tok, LEGACY_M)
     else if (a->bsize == 16 && !a->mins)
-        BY_TOKENS(a->n_tok, K16_2)
-    else if (a->bsize == 16 && n4)
-        BY_TOKENS(a->n_tok, K16_M_4)
+        BY_TOKENS(a->n_tok, K16)
     else if (a->bsize == 16)
-        BY_TOKENS(a->n_tok, K16_M_2)
-    else if (!a->mins && n8)
-        BY_TOKENS(a->n_tok, K32_8)
+        BY_TOKENS(a->n_tok, K16_M)
     else if (!a->mins)
-        BY_TOKENS(a->n_tok, K32_4)
-    else if (n8)
-        BY_TOKENS(a->n_tok, K32_M_8)
+        BY_TOKENS(a->n_tok, K32)
     else
-        BY_TOKENS(a->n_tok, K32_M_4)
+        BY_TOKENS(a->n_tok, K32_M)
 #undef LEGACY
 #undef LEGACY_M
+#undef SIGNED
 #undef K16
 #undef K16_M
 #undef K32
 #undef K32_M
-#undef SIGNED
-#undef LEGACY_8
-#undef LEGACY_4
-#undef LEGACY_M_8
-#undef LEGACY_M_4
-#undef K16_4
-#undef K16_2
-#undef K16_M_4
-#undef K16_M_2
-#undef K32_8
-#undef K32_4
-#undef K32_M_8
-#undef K32_M_4
 }
 
 /* ---- float weights --------------------------------------------------------------------- */
