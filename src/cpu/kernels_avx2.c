@@ -812,9 +812,10 @@ INLINE __m256i nibbles(__m256i v, int nib) {
 
 /* The integer sums of one sub-block of b for nt tokens, the weights' 4-byte groups in
  * wq (nib 1: their low nibbles, 2: their high ones). With a constant offset they start
- * at the tile's -offset * sum(qa). sgn: the weights are signed. Unsigned weights sum the pmaddubsw products of n16 groups in
- * int16 (cpu_n16) before one pmaddwd widens them: on Zen 2 both multiplies issue on one
- * port, and for 4-bit weights this takes 9 of them per group of 8 where pairs took 12. */
+ * at the tile's -offset * sum(qa). sgn: the weights are signed. Unsigned weights sum
+ * the pmaddubsw products of n16 groups in int16 (cpu_n16) before one pmaddwd widens
+ * them: on Zen 2 both multiplies issue on one port, and for 4-bit weights this takes 9
+ * of them per group of 8 where pairs took 12. */
 INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
                         bool sgn, int n16, int nib, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
