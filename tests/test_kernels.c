@@ -869,6 +869,9 @@ static const ring_case g_ring_cases[] = {
     /* prompts of many tiles per kv head: each thread attends over its own copy of a
      * head's keys and values (matmul.c attn_plan_copy), here in a wrapping ring */
     {16, 4, 64, 100, 200, 0.0f, 300, 120},
+    /* keys over several ranges (matmul.c attn_plan_ranges), generated one at a time */
+    {9, 3, 64, 0, 0, 0.0f, 700, 300},
+    {4, 1, 128, 600, 640, 0.0f, 1000, 100},
 };
 
 static ring_data ring_data_make(const ring_case *c) {
@@ -1014,6 +1017,8 @@ static void attention_fast(const ring_case *cases, size_t n_cases, bool sinks,
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {
         if (!cpu_isa_available((cpu_isa)isa)) continue;
         double worst = 0;
+        uint64_t ranged = 0; /* calls attended in ranges of keys */
+        bool ranges = false; /* the ISA's kernels take them */
         for (size_t ci = 0; ci < n_cases; ci++) {
             const ring_case *c = &cases[ci];
             const int cap = c->cap ? c->cap : c->n_pos;
@@ -1027,7 +1032,10 @@ static void attention_fast(const ring_case *cases, size_t n_cases, bool sinks,
             al_backend *f3 = backend((cpu_isa)isa, 3, d.qd, c->n_pos),
                        *f1 = backend((cpu_isa)isa, 1, d.qd, c->n_pos);
             run_ring(ref, &d, cap, false, o_ref);
+            const uint64_t ranged0 = ((cpu_backend *)f3)->n_attn_ranged;
             run_ring(f3, &d, cap, false, o_fast);
+            ranged += ((cpu_backend *)f3)->n_attn_ranged - ranged0;
+            ranges = ((cpu_backend *)f3)->k->attn_ranges;
             run_ring(f1, &d, cap, true, o_greedy);
             run_ring(f3, &d, c->n_pos, false, o_full);
             if (sinks) run_ring(f3, &plain, cap, false, o_plain);
@@ -1046,8 +1054,11 @@ static void attention_fast(const ring_case *cases, size_t n_cases, bool sinks,
             ring_data_free(&d);
             free(o_ref), free(o_fast), free(o_greedy), free(o_full), free(o_plain);
         }
-        printf("     %-6s %s: worst NMSE %.1e over %zu cases\n", cpu_isa_name((cpu_isa)isa),
-               what, worst, n_cases);
+        printf("     %-6s %s: worst NMSE %.1e over %zu cases, %llu calls in ranges of keys\n",
+               cpu_isa_name((cpu_isa)isa), what, worst, n_cases, (unsigned long long)ranged);
+        /* the kernels that take ranges of keys take them (sinks keep one pass) */
+        CHECK_MSG(sinks || !ranges || ranged > 0, "%s: no call attended in ranges",
+                  cpu_isa_name((cpu_isa)isa));
     }
 }
 

@@ -120,6 +120,12 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         }
         attn_values(a, n, &st, e, ot);
     }
+    if (a->ms) {
+        float m_out[LANES], s_out[LANES];
+        _mm256_storeu_ps(m_out, mx);
+        _mm256_storeu_ps(s_out, sum);
+        cpu_attn_save_ms(a, kvh, q0, nq, m_out, s_out);
+    }
     float inv[LANES];
     _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
     for (int j = 0; j < nq; j++) {

@@ -523,6 +523,7 @@ static void cpu_destroy(al_backend *be) {
     al_aligned_free(cb->act);
     al_aligned_free(cb->tls);
     al_aligned_free(cb->kv_copy);
+    al_aligned_free(cb->attn_part);
     al_free(cb->moe_job);
     al_free(cb);
 }

@@ -1407,6 +1407,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .tile = TT,
     .attn_lanes = LANES,
     .attn_align = 8,
+    .attn_ranges = true,
     .signed_types = 1ull << AL_TYPE_Q8_0,
     .quantize = quantize_avx2,
     .pack_q = {[AL_TYPE_Q4_0] = pack_q4_0,

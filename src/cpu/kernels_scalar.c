@@ -481,6 +481,7 @@ static void attn_scalar(const cpu_attn_args *a, int kvh, int q0, int nq, float *
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
         attn_step_scalar(a, kvh, kb, n, qt, ot, e, &s);
     }
+    if (a->ms) cpu_attn_save_ms(a, kvh, q0, nq, s.mx, s.sum);
     attn_store(a, kvh, q0, nq, LANES, ot, s.sum);
 }
 
@@ -549,6 +550,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .attn_lanes = LANES,
     .quantize = quantize_scalar,
     .attn_align = 1,
+    .attn_ranges = true,
     .mk_q = mk_q_scalar,
     .pack_f = pack_f_scalar,
     .mk_f = mk_f_scalar,

@@ -44,7 +44,14 @@
  * rest), through the ring caches' rows p % cap. For a prompt of many tiles per head,
  * each thread first copies the head's keys and values into rows of their own
  * (attn_plan_copy), which the tiles then read instead of the caches.
+ *
+ * A query whose visible keys span two ranges of ATTN_RANGE positions or more (ranges
+ * at multiples of it) is attended range by range and the ranges' outputs merged
+ * (attn_plan_ranges): the ranges are work items of their own, so that a generated
+ * token's attention keeps every thread busy.
  */
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "mm.h"
@@ -555,7 +562,16 @@ typedef struct attn_job {
     int copy_pos0; /* copy_rows > 0: each thread copies the positions [copy_pos0, */
     int copy_rows; /* copy_pos0 + copy_rows) of a kv head before its first tile */
     int next;      /* the next work item; taken with an atomic add */
+    int range0, n_ranges; /* n_ranges > 0: the keys in ranges r = range0 + i, i <
+                           * n_ranges, positions [r ATTN_RANGE, (r + 1) ATTN_RANGE) */
+    float *part;          /* the ranges' outputs [n_ranges][n_tokens][n_head hd], then
+                           * their running maxima and sums [n_ranges][n_tokens][n_head][2] */
 } attn_job;
+
+enum {
+    ATTN_RANGE = 256,         /* keys per range; a multiple of CPU_ATTN_KEYS */
+    ATTN_PART_MAX = 4u << 20, /* floats of the ranges' outputs of one pass */
+};
 
 /* The attention arguments over a copy of kv head kvh's keys and values at the
  * positions the call visits, rows of head_dim from dst (keys, then values). */
@@ -573,6 +589,26 @@ static cpu_attn_args attn_copy_head(const attn_job *j, int kvh, float *dst) {
     return c;
 }
 
+/* The first key position a query at p sees. */
+static int attn_lo(const cpu_attn_args *a, int p) {
+    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+}
+
+/* Range i of a tile of queries: c with the range's keys, outputs and maxima and sums;
+ * false where no query of the tile sees a key of the range. */
+static bool attn_range_args(const attn_job *j, int i, int q0, int nq, cpu_attn_args *c) {
+    const int g = c->n_head / c->n_head_kv, nh = c->n_head, hd = c->head_dim;
+    const int p_first = c->n_past + q0 / g, p_last = c->n_past + (q0 + nq - 1) / g;
+    c->key_lo = (j->range0 + i) * ATTN_RANGE;
+    c->key_hi = c->key_lo + ATTN_RANGE;
+    if (c->key_lo > p_last || c->key_hi <= attn_lo(c, p_first)) return false;
+    c->out = j->part + (int64_t)i * c->n_tokens * nh * hd;
+    c->ldo = (int64_t)nh * hd;
+    c->ms = j->part + (int64_t)j->n_ranges * c->n_tokens * nh * hd +
+            (int64_t)i * c->n_tokens * nh * 2;
+    return true;
+}
+
 static void attn_part(void *arg, int ith, int nth) {
     (void)nth;
     attn_job *j = arg;
@@ -582,16 +618,20 @@ static void attn_part(void *arg, int ith, int nth) {
     const int n_kv = j->a.n_head_kv, n_q = j->a.n_tokens * (j->a.n_head / n_kv);
     cpu_attn_args c = j->a;
     int copied = -1;
+    const int per_head = j->n_qtiles * (j->n_ranges ? j->n_ranges : 1);
     for (;;) {
         const int it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-        if (it >= j->n_qtiles * n_kv) break;
+        if (it >= per_head * n_kv) break;
         /* kv head by kv head, so that the threads share one head's keys and values in
-         * their caches rather than all heads' at once; within a head the last tokens,
-         * which attend to the most keys, come first */
-        const int kvh = it / j->n_qtiles, qtile = j->n_qtiles - 1 - it % j->n_qtiles;
-        const int q0 = qtile * j->lanes;
+         * their caches rather than all heads' at once; within a head (and a range) the
+         * last tokens, which attend to the most keys, come first */
+        const int kvh = it / per_head, in = it % per_head;
+        const int qtile = j->n_qtiles - 1 - in % j->n_qtiles, q0 = qtile * j->lanes;
+        const int nq = n_q - q0 < j->lanes ? n_q - q0 : j->lanes;
         if (copy && kvh != copied) c = attn_copy_head(j, kvh, copy), copied = kvh;
-        j->fn(&c, kvh, q0, n_q - q0 < j->lanes ? n_q - q0 : j->lanes, scratch);
+        cpu_attn_args cr = c;
+        if (j->n_ranges && !attn_range_args(j, in / j->n_qtiles, q0, nq, &cr)) continue;
+        j->fn(&cr, kvh, q0, nq, scratch);
     }
 }
 
@@ -619,6 +659,85 @@ static void attn_plan_copy(cpu_backend *cb, attn_job *j) {
         cb->kv_copy = p, cb->kv_copy_floats = need;
     }
     j->copy_pos0 = pos0, j->copy_rows = rows;
+}
+
+/* Whether the call attends in ranges of keys (j's range fields): where a query's
+ * visible keys span two ranges or more. A kv head per work item had left threads idle
+ * when generating (3 kv heads on 2 threads, 1 on any number): SmolLM2's attention at
+ * depth 2048 took 25 ms per token on one thread and 17.5 on two. Each query's result
+ * depends on its position and the shape alone (ranges at fixed positions, merged in
+ * order), so a batch and its tokens one at a time agree, on any number of threads.
+ * The kernels without ranges (attn_ranges), and sinks, which count once per query,
+ * keep one pass. */
+static bool attn_plan_ranges(cpu_backend *cb, const cpu_kernels *kern, const al_attn_shape *s,
+                             attn_job *j) {
+    j->n_ranges = 0;
+    const int r0 = attn_lo(&j->a, s->n_past) / ATTN_RANGE;
+    const int n = (s->n_past + s->n_tokens - 1) / ATTN_RANGE - r0 + 1;
+    if (!kern->attn_ranges || s->sinks || n < 2) return false;
+    const uint64_t need =
+        (uint64_t)n * (uint64_t)s->n_tokens * (uint64_t)s->n_head * (uint64_t)(s->head_dim + 2);
+    if (need > cb->attn_part_floats) {
+        float *buf = al_aligned_alloc(64, need * sizeof(float));
+        if (!buf) return false; /* out of memory: one pass, which rounds otherwise */
+        al_aligned_free(cb->attn_part);
+        cb->attn_part = buf, cb->attn_part_floats = need;
+    }
+    j->range0 = r0, j->n_ranges = n, j->part = cb->attn_part;
+    return true;
+}
+
+/* Each query's output from its ranges': a range's output weighted by its share of the
+ * softmax sum, e^(max - M) sum, M the largest maximum, in ascending order of the
+ * ranges; a query that sees one range takes its output as it is. w: n_ranges floats. */
+static void attn_merge(const attn_job *j, float *w) {
+    const cpu_attn_args *a = &j->a;
+    const int hd = a->head_dim, nh = a->n_head, n = j->n_ranges;
+    const int64_t per = (int64_t)a->n_tokens * nh;
+    const float *ms = j->part + (int64_t)n * per * hd;
+    for (int t = 0; t < a->n_tokens; t++) {
+        const int p = a->n_past + t, lo = attn_lo(a, p);
+        const int i0 = lo / ATTN_RANGE - j->range0, i1 = p / ATTN_RANGE - j->range0;
+        for (int h = 0; h < nh; h++) {
+            const int64_t th = (int64_t)t * nh + h;
+            float *o = a->out + t * a->ldo + (int64_t)h * hd;
+            if (i0 == i1) {
+                memcpy(o, j->part + (i0 * per + th) * hd, (size_t)hd * sizeof(float));
+                continue;
+            }
+            float m = -FLT_MAX, total = 0.0f;
+            for (int i = i0; i <= i1; i++)
+                m = fmaxf(m, ms[2 * (i * per + th)]);
+            for (int i = i0; i <= i1; i++) {
+                w[i] = ms[2 * (i * per + th) + 1] * expf(ms[2 * (i * per + th)] - m);
+                total += w[i];
+            }
+            for (int d = 0; d < hd; d++) {
+                float acc = 0.0f;
+                for (int i = i0; i <= i1; i++)
+                    acc += w[i] * j->part[(i * per + th) * hd + d];
+                o[d] = acc / total;
+            }
+        }
+    }
+}
+
+/* One pass of the threads over a batch's tokens (j->a), the lock held. */
+static void attn_pass(cpu_backend *cb, const cpu_kernels *kern, const al_attn_shape *s,
+                      attn_job *j) {
+    const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
+    /* few queries per kv head (token generation): one tile each, on the kernel whose
+     * lanes hold keys, not queries; the same bits either way (ops.h) */
+    if (kern->attn_few && n_q <= kern->attn_few_lanes) {
+        j->fn = kern->attn_few;
+        j->lanes = kern->attn_few_lanes;
+    }
+    j->n_qtiles = (n_q + j->lanes - 1) / j->lanes;
+    const bool ranges = attn_plan_ranges(cb, kern, s, j);
+    attn_plan_copy(cb, j);
+    AL_ASSERT(cb->tls && (uint64_t)cpu_attn_scratch(j->lanes, s->head_dim) * 4 <= cb->tls_bytes);
+    pool_run(cb->pool, attn_part, j);
+    if (ranges) attn_merge(j, (float *)mm_tls(cb, 0)), cb->n_attn_ranged++;
 }
 
 void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
@@ -656,17 +775,22 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
               .scale = cpu_attn_scale(s),
               .sinks = s->sinks ? cpu_f32_row(s->sinks, 0) : NULL},
     };
-    const int n_q = s->n_tokens * (s->n_head / s->n_head_kv);
-    /* few queries per kv head (token generation): one tile each, on the kernel whose
-     * lanes hold keys, not queries; the same bits either way (ops.h) */
-    if (kern->attn_few && n_q <= kern->attn_few_lanes) {
-        j.fn = kern->attn_few;
-        j.lanes = kern->attn_few_lanes;
-    }
-    j.n_qtiles = (n_q + j.lanes - 1) / j.lanes;
+    /* the ranges' outputs of a long batch take memory: it runs in pieces of tokens,
+     * which give the same bits (attn_plan_ranges) */
+    const uint64_t per_tok = (uint64_t)(s->n_past + s->n_tokens) / ATTN_RANGE * 2 *
+                             (uint64_t)s->n_head * (uint64_t)(s->head_dim + 2);
+    int piece = s->n_tokens;
+    while (piece > 1 && per_tok * (uint64_t)piece > ATTN_PART_MAX)
+        piece = (piece + 1) / 2;
     pthread_mutex_lock(&cb->lock);
-    attn_plan_copy(cb, &j);
-    AL_ASSERT(cb->tls && (uint64_t)cpu_attn_scratch(j.lanes, s->head_dim) * 4 <= cb->tls_bytes);
-    pool_run(cb->pool, attn_part, &j);
+    for (int t0 = 0; t0 < s->n_tokens; t0 += piece) {
+        attn_job jp = j;
+        al_attn_shape sp = *s;
+        sp.n_past = s->n_past + t0;
+        sp.n_tokens = s->n_tokens - t0 < piece ? s->n_tokens - t0 : piece;
+        jp.a.q += t0 * jp.a.ldq, jp.a.out += t0 * jp.a.ldo;
+        jp.a.n_past = sp.n_past, jp.a.n_tokens = sp.n_tokens;
+        attn_pass(cb, kern, &sp, &jp);
+    }
     pthread_mutex_unlock(&cb->lock);
 }

@@ -240,6 +240,13 @@ typedef struct cpu_attn_args {
     int window;  /* > 0: a query at p sees p - window + 1 .. p; 0: 0 .. p */
     float scale; /* multiplies q.k: al_attn_shape.scale, or 1 / sqrt(head_dim) */
     const float *sinks; /* [n_head] logits in the denominator only (al_attn_shape), or NULL */
+    /* key_hi > 0: the call sees only the keys in [key_lo, key_hi) (multiples of
+     * CPU_ATTN_KEYS but for key_hi at the query's end) of those the query sees, and
+     * saves each query's running maximum and sum at ms[2 (t n_head + h)] and [+ 1]
+     * (token t, head h), with which fast_attention merges the ranges' outputs. A
+     * query that sees no key of the range saves a sum of 0 (its output unused). */
+    int key_lo, key_hi;
+    float *ms;
 } cpu_attn_args;
 
 /* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
@@ -271,11 +278,26 @@ static inline int cpu_attn_tile_keys(const cpu_attn_args *a, int q0, int nq, int
         const int p = a->n_past + (q0 + (j < nq ? j : nq - 1)) / g;
         pos[j] = p;
         lo[j] = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        if (p + 1 > p_end) p_end = p + 1;
+        if (a->key_hi > 0) { /* a range of the keys (cpu_attn_args) */
+            if (lo[j] < a->key_lo) lo[j] = a->key_lo;
+            if (pos[j] > a->key_hi - 1) pos[j] = a->key_hi - 1;
+        }
+        if (pos[j] + 1 > p_end) p_end = pos[j] + 1;
         if (lo[j] < p_lo) p_lo = lo[j];
     }
     *begin = p_lo / CPU_ATTN_KEYS * CPU_ATTN_KEYS;
     return p_end;
+}
+
+/* A range's running maximum and sum of each query of the tile (cpu_attn_args.ms). */
+static inline void cpu_attn_save_ms(const cpu_attn_args *a, int kvh, int q0, int nq,
+                                    const float *mx, const float *sum) {
+    const int g = a->n_head / a->n_head_kv;
+    for (int j = 0; j < nq; j++) {
+        const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
+        a->ms[2 * (t * a->n_head + h)] = mx[j];
+        a->ms[2 * (t * a->n_head + h) + 1] = sum[j];
+    }
 }
 
 /* The running maximum and sum each lane j of a tile starts from (lanes from nq on
@@ -322,6 +344,7 @@ typedef struct cpu_kernels {
     int tile;              /* TT: tokens per activation tile */
     int attn_lanes;        /* queries per attention tile */
     int attn_align;        /* attn needs head_dim to be a multiple of this */
+    bool attn_ranges;      /* attn takes a range of keys (cpu_attn_args.key_hi) */
     uint64_t signed_types; /* bit t: pack_q[t] writes signed weights, offset 0 */
     cpu_quant_fn quantize;
     cpu_pack_q_fn pack_q[AL_TYPE_COUNT]; /* NULL: cpu_pack_q_generic */
@@ -466,6 +489,9 @@ typedef struct cpu_backend {
     uint64_t tls_bytes;
     float *kv_copy; /* fast attention: [n_threads] one kv head's keys and values */
     uint64_t kv_copy_floats; /* allocated, over all threads */
+    float *attn_part;          /* fast attention: the outputs of its ranges of keys */
+    uint64_t attn_part_floats;
+    uint64_t n_attn_ranged;    /* attention passes run in ranges of keys (tests) */
     struct moe_job *moe_job; /* fast moe_ffn: its plan of a batch's experts (moe.c) */
     bool moe_fuse;   /* moe_ffn fuses where it can (else the plain ops run) */
     bool fuse;       /* matmul_multi, matmul_glu and matmul_add fuse where they can */
