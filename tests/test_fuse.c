@@ -49,19 +49,6 @@ static const fuse_case g_cases[] = {
 };
 enum { N_CASES = sizeof g_cases / sizeof g_cases[0], MAX_TOK = 16 };
 
-static float *random_floats(int64_t n, float scale) {
-    float *x = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = test_frand() * scale;
-    return x;
-}
-
-static al_tensor f32_tensor(float *data, int64_t n_cols, int64_t n_rows) {
-    return (al_tensor){.type = AL_TYPE_F32,
-                       .ne = {n_cols, n_rows},
-                       .data = data,
-                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
-}
-
 /* A case's random weights as a file has them, and their biases. */
 typedef struct fuse_weights {
     uint8_t *w[3];
@@ -80,7 +67,7 @@ static fuse_weights make_weights(const fuse_case *c) {
             CHECK(quant_quantize_row(c->type[i], row, fw.w[i] + fw.rb[i] * (uint64_t)r,
                                      c->n_in) == AL_OK);
         }
-        fw.b[i] = c->bias ? random_floats(c->n_out[i], 0.5f) : NULL;
+        fw.b[i] = c->bias ? test_floats(c->n_out[i], 0.5f) : NULL;
     }
     free(row);
     return fw;
@@ -105,9 +92,9 @@ typedef struct fuse_out {
 static bool run_case(al_backend *be, const fuse_case *c, const al_tensor *w, const al_tensor *b,
                      const al_tensor *x, float *res0, fuse_out *out, bool fused, int n) {
     al_tensor o[3];
-    for (int i = 0; i < c->n; i++) o[i] = f32_tensor(out->o[i], c->n_out[i], n);
+    for (int i = 0; i < c->n; i++) o[i] = test_f32(out->o[i], c->n_out[i], n);
     float *tmp = malloc((size_t)(MAX_TOK * c->n_out[0]) * sizeof(float));
-    al_tensor t = f32_tensor(tmp, c->n_out[0], n);
+    al_tensor t = test_f32(tmp, c->n_out[0], n);
     cpu_backend_set_fuse(be, fused);
     bool took = false;
     switch (c->kind) {
@@ -147,15 +134,15 @@ static void check_case(al_backend *be, const fuse_case *c, const fuse_weights *f
         w[i] = (al_tensor){.type = c->type[i], .ne = {c->n_in, c->n_out[i]}, .data = copy[i],
                            .row_bytes = fw->rb[i]};
         CHECK(be->ops->weight_pack(be, &w[i], c->n_out[i]) == AL_OK);
-        if (c->bias) b[i] = f32_tensor(fw->b[i], c->n_out[i], 1);
+        if (c->bias) b[i] = test_f32(fw->b[i], c->n_out[i], 1);
     }
     static const int n_toks[] = {1, 2, 3, 4, 5, 8, 16};
     const int tile = ((cpu_backend *)be)->k->tile;
     for (size_t k = 0; k < sizeof n_toks / sizeof *n_toks; k++) {
         const int n = n_toks[k];
-        float *xs = random_floats((int64_t)n * c->n_in, 1.0f);
-        float *res0 = random_floats((int64_t)n * c->n_out[0], 1.0f);
-        al_tensor x = f32_tensor(xs, c->n_in, n);
+        float *xs = test_floats((int64_t)n * c->n_in, 1.0f);
+        float *res0 = test_floats((int64_t)n * c->n_out[0], 1.0f);
+        al_tensor x = test_f32(xs, c->n_in, n);
         fuse_out f, p;
         for (int i = 0; i < c->n; i++) {
             f.o[i] = calloc((size_t)(n * c->n_out[i]), sizeof(float));

@@ -129,20 +129,6 @@ static al_backend *backend_act(cpu_isa isa, cpu_act_mode act, int n_threads, int
     return be;
 }
 
-static al_tensor f32_tensor(float *data, int64_t n_cols, int64_t n_rows) {
-    return (al_tensor){.type = AL_TYPE_F32,
-                       .ne = {n_cols, n_rows},
-                       .data = data,
-                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
-}
-
-static float *random_floats(int64_t n, float scale) {
-    float *x = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = test_frand() * scale;
-    return x;
-}
-
 static al_backend *backend(cpu_isa isa, int n_threads, int64_t max_cols, int64_t max_ctx) {
     return backend_act(isa, CPU_ACT_Q8X2, n_threads, max_cols, max_ctx);
 }
@@ -192,11 +178,11 @@ typedef struct mm_worst {
 static void run_matmul(al_backend *be, const float *x, const uint8_t *w, uint32_t type,
                        uint64_t row_bytes, const float *bias, const mm_case *c, int tok0, int n_tok,
                        float *out) {
-    al_tensor xt = f32_tensor((float *)x + tok0 * c->n_in, c->n_in, n_tok);
-    al_tensor ot = f32_tensor(out + tok0 * c->n_out, c->n_out, n_tok);
+    al_tensor xt = test_f32((float *)x + tok0 * c->n_in, c->n_in, n_tok);
+    al_tensor ot = test_f32(out + tok0 * c->n_out, c->n_out, n_tok);
     al_tensor wt = {
         .type = type, .ne = {c->n_in, c->n_out}, .data = (void *)w, .row_bytes = row_bytes};
-    al_tensor bt = f32_tensor((float *)bias, c->n_out, 1);
+    al_tensor bt = test_f32((float *)bias, c->n_out, 1);
     be->ops->matmul(be, &xt, &wt, bias ? &bt : NULL, &ot);
 }
 
@@ -238,8 +224,8 @@ static void check_matmul(cpu_isa isa, cpu_act_mode act, al_backend *fast1, al_ba
                          al_backend *ref, const mm_case *c, mm_worst *worst) {
     uint64_t rb;
     uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb);
-    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
-    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    float *x = test_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? test_floats(c->n_out, 1.0f) : NULL;
     const int64_t n_o = c->n_out * c->n_tok;
     float *o_fast = calloc((size_t)n_o, 4), *o_ref = calloc((size_t)n_o, 4),
           *o_refq = calloc((size_t)n_o, 4);
@@ -381,8 +367,8 @@ static int64_t first_diff(const float *a, const float *b, int64_t n) {
 static bool amx_case(al_backend *vnni, al_backend *amx1, al_backend *amx3, const mm_case *c) {
     uint64_t rb;
     uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb);
-    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
-    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    float *x = test_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? test_floats(c->n_out, 1.0f) : NULL;
     const int64_t n_o = c->n_out * c->n_tok;
     float *o_v = calloc((size_t)n_o, 4), *o_1 = calloc((size_t)n_o, 4),
           *o_3 = calloc((size_t)n_o, 4);
@@ -480,16 +466,16 @@ static al_tensor packed_copy(al_backend *be, const uint8_t *w, uint64_t rb, cons
 static bool x16_case(al_backend *rows, al_backend *x16, const mm_case *c) {
     uint64_t rb;
     uint8_t *w = random_weights(c->type, c->n_in, c->n_out, &rb), *copy;
-    float *x = random_floats(c->n_in * c->n_tok, 1.0f);
-    float *bias = c->bias ? random_floats(c->n_out, 1.0f) : NULL;
+    float *x = test_floats(c->n_in * c->n_tok, 1.0f);
+    float *bias = c->bias ? test_floats(c->n_out, 1.0f) : NULL;
     const int64_t n_o = c->n_out * c->n_tok;
     float *o_r = calloc((size_t)n_o, 4), *o_x = calloc((size_t)n_o, 4);
     run_matmul(rows, x, w, c->type, rb, bias, c, 0, c->n_tok, o_r);
     al_tensor wt = packed_copy(x16, w, rb, c, c->n_out, &copy);
     CHECK_MSG(wt.layout == AL_LAYOUT_X16, "%s: weight_pack left %s [%lld x %lld] in rows",
               x16->desc, quant_type_name(c->type), (long long)c->n_in, (long long)c->n_out);
-    al_tensor xt = f32_tensor(x, c->n_in, c->n_tok), ot = f32_tensor(o_x, c->n_out, c->n_tok);
-    al_tensor bt = f32_tensor(bias, c->n_out, 1);
+    al_tensor xt = test_f32(x, c->n_in, c->n_tok), ot = test_f32(o_x, c->n_out, c->n_tok);
+    al_tensor bt = test_f32(bias, c->n_out, 1);
     x16->ops->matmul(x16, &xt, &wt, bias ? &bt : NULL, &ot);
     const int64_t d = first_diff(o_r, o_x, n_o);
     CHECK_MSG(d < 0, "%s %s n_in %lld n_out %lld n_tok %d: x16 differs from rows at token %lld "
@@ -632,7 +618,7 @@ static void test_matmul_extreme(void) {
                 run_matmul(sc, x, w, c.type, rb, NULL, &c, 0, nt, o_s);
                 run_matmul(be, x, w, c.type, rb, NULL, &c, 0, nt, o_r);
                 al_tensor wt = packed_copy(be, w, rb, &c, c.n_out, &copy);
-                al_tensor xt = f32_tensor(x, c.n_in, nt), ot = f32_tensor(o_x, c.n_out, nt);
+                al_tensor xt = test_f32(x, c.n_in, nt), ot = test_f32(o_x, c.n_out, nt);
                 be->ops->matmul(be, &xt, &wt, NULL, &ot);
                 const double er = test_nmse(o_r, o_s, c.n_out * nt);
                 const double ex = test_nmse(o_x, o_s, c.n_out * nt);
@@ -688,10 +674,10 @@ typedef struct attn_case {
 static void attend(al_backend *be, const attn_case *c, const float *q, const float *k,
                    const float *v, al_tensor *kc, al_tensor *vc, int pos, int n, float *out) {
     const int64_t qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
-    al_tensor qt = f32_tensor((float *)q + pos * qd, qd, n);
-    al_tensor kt = f32_tensor((float *)k + pos * kvd, kvd, n);
-    al_tensor vt = f32_tensor((float *)v + pos * kvd, kvd, n);
-    al_tensor ot = f32_tensor(out, qd, n);
+    al_tensor qt = test_f32((float *)q + pos * qd, qd, n);
+    al_tensor kt = test_f32((float *)k + pos * kvd, kvd, n);
+    al_tensor vt = test_f32((float *)v + pos * kvd, kvd, n);
+    al_tensor ot = test_f32(out, qd, n);
     al_attn_shape s = {.n_head = c->n_head,
                        .n_head_kv = c->n_head_kv,
                        .head_dim = c->head_dim,
@@ -707,7 +693,7 @@ static void run_attention(al_backend *be, const attn_case *c, const float *q, co
     const int64_t n_ctx = c->n_past + c->n_tokens;
     const int64_t qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
     float *kc = calloc((size_t)(n_ctx * kvd), 4), *vc = calloc((size_t)(n_ctx * kvd), 4);
-    al_tensor kct = f32_tensor(kc, kvd, n_ctx), vct = f32_tensor(vc, kvd, n_ctx);
+    al_tensor kct = test_f32(kc, kvd, n_ctx), vct = test_f32(vc, kvd, n_ctx);
     if (c->n_past > 0) {
         float *prefix = malloc((size_t)(c->n_past * qd) * 4);
         attend(be, c, q, k, v, &kct, &vct, 0, c->n_past, prefix);
@@ -740,8 +726,8 @@ static void test_attention(void) {
             const int64_t n_ctx = c->n_past + c->n_tokens;
             const int64_t qd = (int64_t)c->n_head * c->head_dim,
                           kvd = (int64_t)c->n_head_kv * c->head_dim;
-            float *q = random_floats(n_ctx * qd, 2.0f), *k = random_floats(n_ctx * kvd, 2.0f);
-            float *v = random_floats(n_ctx * kvd, 1.0f);
+            float *q = test_floats(n_ctx * qd, 2.0f), *k = test_floats(n_ctx * kvd, 2.0f);
+            float *v = test_floats(n_ctx * kvd, 1.0f);
             const int64_t n_o = c->n_tokens * qd;
             float *o_ref = calloc((size_t)n_o, 4), *o_fast = calloc((size_t)n_o, 4);
             float *o_split = calloc((size_t)n_o, 4);
@@ -800,17 +786,17 @@ static void run_ring(al_backend *be, const ring_data *d, int cap, bool greedy, f
     static const int pieces[] = {1, 3, 1, 1, 6, 2};
     const ring_case *c = d->c;
     float *kc = calloc((size_t)(cap * d->kvd), 4), *vc = calloc((size_t)(cap * d->kvd), 4);
-    al_tensor kct = f32_tensor(kc, d->kvd, cap), vct = f32_tensor(vc, d->kvd, cap);
-    const al_tensor sinks = f32_tensor(d->sinks, c->n_head, 1);
+    al_tensor kct = test_f32(kc, d->kvd, cap), vct = test_f32(vc, d->kvd, cap);
+    const al_tensor sinks = test_f32(d->sinks, c->n_head, 1);
     for (int pos = 0, i = 0; pos < c->n_pos; i++) {
         int n = greedy ? c->n_pos : i == 0 ? c->first : pieces[(i - 1) % 6];
         const int lim = ring_max_batch(c, cap, pos);
         if (n > lim) n = lim;
         if (n > c->n_pos - pos) n = c->n_pos - pos;
-        al_tensor qt = f32_tensor(d->q + pos * d->qd, d->qd, n);
-        al_tensor kt = f32_tensor(d->k + pos * d->kvd, d->kvd, n);
-        al_tensor vt = f32_tensor(d->v + pos * d->kvd, d->kvd, n);
-        al_tensor ot = f32_tensor(out + pos * d->qd, d->qd, n);
+        al_tensor qt = test_f32(d->q + pos * d->qd, d->qd, n);
+        al_tensor kt = test_f32(d->k + pos * d->kvd, d->kvd, n);
+        al_tensor vt = test_f32(d->v + pos * d->kvd, d->kvd, n);
+        al_tensor ot = test_f32(out + pos * d->qd, d->qd, n);
         al_attn_shape s = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
                            .head_dim = c->head_dim, .n_past = pos, .n_tokens = n,
                            .scale = c->scale, .window = c->window,
@@ -878,9 +864,9 @@ static ring_data ring_data_make(const ring_case *c) {
     ring_data d = {.c = c,
                    .qd = (int64_t)c->n_head * c->head_dim,
                    .kvd = (int64_t)c->n_head_kv * c->head_dim};
-    d.q = random_floats(c->n_pos * d.qd, 2.0f);
-    d.k = random_floats(c->n_pos * d.kvd, 2.0f);
-    d.v = random_floats(c->n_pos * d.kvd, 1.0f);
+    d.q = test_floats(c->n_pos * d.qd, 2.0f);
+    d.k = test_floats(c->n_pos * d.kvd, 2.0f);
+    d.v = test_floats(c->n_pos * d.kvd, 1.0f);
     return d;
 }
 
@@ -1105,8 +1091,8 @@ static bool few_case_same(const cpu_kernels *k, int n_head, int n_head_kv, int h
                           const few_case *c) {
     const int cap = c->cap ? c->cap : c->n_past + c->n_tokens;
     const int64_t qd = (int64_t)n_head * hd, kvd = (int64_t)n_head_kv * hd;
-    float *q = random_floats(c->n_tokens * qd, 2.0f), *kc = random_floats(cap * kvd, 2.0f);
-    float *vc = random_floats(cap * kvd, 1.0f), *sinks = malloc((size_t)n_head * 4);
+    float *q = test_floats(c->n_tokens * qd, 2.0f), *kc = test_floats(cap * kvd, 2.0f);
+    float *vc = test_floats(cap * kvd, 1.0f), *sinks = malloc((size_t)n_head * 4);
     for (int h = 0; h < n_head; h++)
         sinks[h] = g_sink_values[(h + c->n_past) % 8];
     if (c->infinities) /* every third key has two infinite elements: as the query's two
@@ -1176,11 +1162,11 @@ static void test_attention_few(void) {
 /* ---- per-row ops ------------------------------------------------------------------------- */
 
 static void check_rows(al_backend *fast, al_backend *ref, int64_t n, int64_t rows, double *worst) {
-    float *x = random_floats(n * rows, 3.0f), *y = random_floats(n * rows, 3.0f);
-    float *w = random_floats(n, 1.0f);
+    float *x = test_floats(n * rows, 3.0f), *y = test_floats(n * rows, 3.0f);
+    float *w = test_floats(n, 1.0f);
     float *a = malloc((size_t)(n * rows) * 4), *b = malloc((size_t)(n * rows) * 4);
-    al_tensor xt = f32_tensor(x, n, rows), yt = f32_tensor(y, n, rows), wt = f32_tensor(w, n, 1);
-    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows);
+    al_tensor xt = test_f32(x, n, rows), yt = test_f32(y, n, rows), wt = test_f32(w, n, 1);
+    al_tensor at = test_f32(a, n, rows), bt = test_f32(b, n, rows);
     double e[4];
     /* rms_norm */
     fast->ops->rms_norm(fast, &xt, &wt, 1e-5f, &at);
@@ -1253,11 +1239,11 @@ static float gelu_input(int64_t i) {
  * relative gelu error where |x| <= 4. */
 static double check_gelu_scale(al_backend *fast, al_backend *ref, int64_t n, int64_t rows) {
     const int64_t m = n * rows;
-    float *x = malloc((size_t)m * 4), *u = random_floats(m, 3.0f);
+    float *x = malloc((size_t)m * 4), *u = test_floats(m, 3.0f);
     float *a = malloc((size_t)m * 4), *b = malloc((size_t)m * 4);
     for (int64_t i = 0; i < m; i++)
         x[i] = gelu_input(i);
-    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows), ut = f32_tensor(u, n, rows);
+    al_tensor at = test_f32(a, n, rows), bt = test_f32(b, n, rows), ut = test_f32(u, n, rows);
     memcpy(a, x, (size_t)m * 4), memcpy(b, x, (size_t)m * 4);
     fast->ops->gelu_mul(fast, &at, &ut);
     ref->ops->gelu_mul(ref, &bt, &ut);
@@ -1290,7 +1276,7 @@ static void check_gelu_values(al_backend *be, double tol, double tol_xu) {
     float g[9], u[9];
     for (int i = 0; i < 9; i++)
         g[i] = xs[i], u[i] = i % 2 ? -2.0f : 1.0f;
-    al_tensor gt = f32_tensor(g, 9, 1), ut = f32_tensor(u, 9, 1);
+    al_tensor gt = test_f32(g, 9, 1), ut = test_f32(u, 9, 1);
     be->ops->gelu_mul(be, &gt, &ut);
     for (int i = 0; i < 9; i++)
         CHECK_MSG(fabs(g[i] - want[i] * u[i]) <=
@@ -1351,7 +1337,7 @@ static double check_swiglu(al_backend *fast, al_backend *ref, int64_t n, int64_t
     float *a = malloc((size_t)m * 4), *b = malloc((size_t)m * 4);
     for (int64_t i = 0; i < m; i++)
         g[i] = swiglu_input(i, limit), u[i] = swiglu_input(i + 3 * (i / 7), limit);
-    al_tensor at = f32_tensor(a, n, rows), bt = f32_tensor(b, n, rows), ut = f32_tensor(u, n, rows);
+    al_tensor at = test_f32(a, n, rows), bt = test_f32(b, n, rows), ut = test_f32(u, n, rows);
     memcpy(a, g, (size_t)m * 4), memcpy(b, g, (size_t)m * 4);
     fast->ops->swiglu_oai(fast, &at, &ut, alpha, limit);
     ref->ops->swiglu_oai(ref, &bt, &ut, alpha, limit);
@@ -1378,7 +1364,7 @@ static double check_swiglu(al_backend *fast, al_backend *ref, int64_t n, int64_t
  * Python) and u = -1 zeroes the output. */
 static void check_swiglu_points(al_backend *be) {
     float g[5] = {7.0f, 100.0f, 2.0f, 2.0f, 3.0f}, u[5] = {7.0f, 50.0f, -7.0f, -1e9f, -1.0f};
-    al_tensor gt = f32_tensor(g, 5, 1), ut = f32_tensor(u, 5, 1);
+    al_tensor gt = test_f32(g, 5, 1), ut = test_f32(u, 5, 1);
     be->ops->swiglu_oai(be, &gt, &ut, 1.702f, 7.0f);
     CHECK_MSG(g[0] == g[1] && g[2] == g[3] && g[4] == 0.0f && fabs(g[0] - 55.9996250) < 4e-5 &&
                   fabs(g[2] + 11.6139517) < 1e-5,
@@ -1416,9 +1402,9 @@ static void test_swiglu_oai(void) {
  * row before the view must stay as it was. Returns the largest error. */
 static double check_norm_view(al_backend *be, int n_tok, int n_head, int hd) {
     const int64_t row = (int64_t)n_head * hd, m = row * (n_tok + 1);
-    float *buf = random_floats(m, 3.0f), *x = malloc((size_t)m * 4), *w = random_floats(hd, 1.5f);
+    float *buf = test_floats(m, 3.0f), *x = malloc((size_t)m * 4), *w = test_floats(hd, 1.5f);
     memcpy(x, buf, (size_t)m * 4);
-    al_tensor wt = f32_tensor(w, hd, 1);
+    al_tensor wt = test_f32(w, hd, 1);
     al_tensor v = {.type = AL_TYPE_F32,
                    .ne = {hd, (int64_t)n_tok * n_head},
                    .data = buf,

@@ -57,12 +57,6 @@ static uint8_t *random_rows(uint32_t type, int64_t n_in, int64_t n_rows, uint64_
     return w;
 }
 
-static float *random_floats(int64_t n, float scale) {
-    float *x = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = test_frand() * scale;
-    return x;
-}
-
 static moe_weights make_weights(const moe_case *c) {
     moe_weights mw = {0};
     const uint32_t types[3] = {c->t_gate, c->t_up, c->t_down};
@@ -70,20 +64,13 @@ static moe_weights make_weights(const moe_case *c) {
     const int64_t n_out[3] = {c->n_ff, c->n_ff, c->n_embd};
     for (int i = 0; i < 3; i++) {
         mw.w[i] = random_rows(types[i], n_in[i], (int64_t)c->n_expert * n_out[i], &mw.rb[i]);
-        if (c->bias) mw.b[i] = random_floats((int64_t)c->n_expert * n_out[i], 0.5f);
+        if (c->bias) mw.b[i] = test_floats((int64_t)c->n_expert * n_out[i], 0.5f);
     }
     return mw;
 }
 
 static void free_weights(moe_weights *mw) {
     for (int i = 0; i < 3; i++) free(mw->w[i]), free(mw->b[i]);
-}
-
-static al_tensor f32_tensor(float *data, int64_t n_cols, int64_t n_rows) {
-    return (al_tensor){.type = AL_TYPE_F32,
-                       .ne = {n_cols, n_rows},
-                       .data = data,
-                       .row_bytes = (uint64_t)n_cols * sizeof(float)};
 }
 
 /* Weight i of a case on a backend: a copy (weight_pack may drop the pages of what it
@@ -131,16 +118,16 @@ typedef struct moe_batch {
 static moe_batch make_batch(const moe_case *c, int n, bool same) {
     const int64_t np = (int64_t)n * c->n_used;
     moe_batch b = {
-        .xb = random_floats((int64_t)n * c->n_embd, 1.0f),
-        .x0 = random_floats((int64_t)n * c->n_embd, 1.0f),
+        .xb = test_floats((int64_t)n * c->n_embd, 1.0f),
+        .x0 = test_floats((int64_t)n * c->n_embd, 1.0f),
         .xe = calloc((size_t)(np * c->n_embd), 4), .ye = calloc((size_t)(np * c->n_embd), 4),
         .he = calloc((size_t)(np * c->n_ff), 4), .he2 = calloc((size_t)(np * c->n_ff), 4),
         .rows_w = calloc((size_t)np, 4), .rows = calloc((size_t)np, 4),
         .sel = calloc((size_t)np, 4), .sel_w = calloc((size_t)np, 4),
     };
     for (int i = 0; i < 3; i++) b.x[i] = malloc((size_t)n * c->n_embd * 4);
-    b.t_xe = f32_tensor(b.xe, c->n_embd, np), b.t_ye = f32_tensor(b.ye, c->n_embd, np);
-    b.t_he = f32_tensor(b.he, c->n_ff, np), b.t_he2 = f32_tensor(b.he2, c->n_ff, np);
+    b.t_xe = test_f32(b.xe, c->n_embd, np), b.t_ye = test_f32(b.ye, c->n_embd, np);
+    b.t_he = test_f32(b.he, c->n_ff, np), b.t_he2 = test_f32(b.he2, c->n_ff, np);
     random_route(n, c->n_expert, c->n_used, same, b.sel, b.sel_w);
     return b;
 }
@@ -162,7 +149,7 @@ typedef struct moe_tally {
 static void check_batch(al_backend *be, bool fast, const moe_case *c, const al_tensor w[6],
                         int n, bool same, moe_tally *tally) {
     moe_batch b = make_batch(c, n, same);
-    al_tensor xb = f32_tensor(b.xb, c->n_embd, n);
+    al_tensor xb = test_f32(b.xb, c->n_embd, n);
     const al_moe moe = {
         .gate = &w[0], .up = &w[1], .down = &w[2],
         .gate_b = c->bias ? &w[3] : NULL, .up_b = c->bias ? &w[4] : NULL,
@@ -177,7 +164,7 @@ static void check_batch(al_backend *be, bool fast, const moe_case *c, const al_t
     al_tensor x[3];
     for (int i = 0; i < 3; i++) {
         memcpy(b.x[i], b.x0, x_bytes);
-        x[i] = f32_tensor(b.x[i], c->n_embd, n);
+        x[i] = test_f32(b.x[i], c->n_embd, n);
     }
     const bool fused = be->ops->moe_ffn(be, &xb, &moe, &x[0]);
     if (!fused) backend_moe_ffn_plain(be, &xb, &moe, &x[0]); /* moe_ffn did nothing */
@@ -226,7 +213,7 @@ static moe_tally run_cases(al_backend *be, bool fast, const moe_weights *mw) {
         for (int i = 0; i < 3; i++) w[i] = weight_on(be, c, &mw[ci], i, &copy[i]);
         for (int i = 0; i < 3; i++) {
             const int64_t n_out = i < 2 ? c->n_ff : c->n_embd;
-            w[3 + i] = f32_tensor(mw[ci].b[i], n_out, c->n_expert);
+            w[3 + i] = test_f32(mw[ci].b[i], n_out, c->n_expert);
         }
         for (int ti = 0; ti < 6; ti++) check_batch(be, fast, c, w, n_toks[ti], false, &tally);
         check_batch(be, fast, c, w, 3, true, &tally);

