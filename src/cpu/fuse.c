@@ -49,56 +49,25 @@ typedef struct fuse_job {
     uint64_t act_used;          /* bytes of cb->act given out */
 } fuse_job;
 
-/* n_bytes of the activation buffer, 64-byte aligned, or NULL where it is full. */
-static uint8_t *fuse_carve(fuse_job *j, uint64_t n_bytes) {
-    const uint64_t n = (n_bytes + 63) & ~(uint64_t)63;
-    if (j->act_used + n > j->cb->act_bytes) return NULL;
-    uint8_t *p = j->cb->act + j->act_used;
-    j->act_used += n;
-    return p;
-}
-
-static bool fuse_type(uint32_t type) {
-    return cpu_qtype_get(type) || type == AL_TYPE_F32 || type == AL_TYPE_F16 ||
-           type == AL_TYPE_BF16;
-}
-
-/* Whether two quantized matmuls of the same tokens quantize them into the same tiles. */
-static bool fuse_same_fmt(const mm_job *a, const mm_job *b) {
-    return a->qt && b->qt && a->fmt.group == b->fmt.group && a->fmt.b == b->fmt.b &&
-           a->fmt.offset == b->fmt.offset && a->passes == b->passes &&
-           a->paired == b->paired && a->tile_bytes == b->tile_bytes;
-}
-
 /* Plans matmul i (x . w + bias into out) and quantizes x for it, or shares the tiles of
  * an earlier matmul that quantizes alike; false where it cannot run fused. */
 static bool fuse_add_matmul(fuse_job *j, int i, const al_tensor *x, const al_tensor *w,
                             const al_tensor *bias, al_tensor *out) {
     cpu_backend *cb = j->cb;
-    if (!fuse_type(w->type) || w->ne[0] != x->ne[0] || w->ne[0] > cb->max_cols ||
+    if (!mm_fast_type(w->type) || w->ne[0] != x->ne[0] || w->ne[0] > cb->max_cols ||
         out->ne[0] != w->ne[1] || out->ne[1] != x->ne[1])
         return false;
     mm_job *m = &j->mm[i];
-    *m = (mm_job){.cb = cb,
-                  .k = cb->k,
-                  .x = x,
-                  .w = w,
-                  .bias = bias,
-                  .out = out,
-                  .qt = cpu_qtype_get(w->type),
-                  .passes = cb->act_passes,
-                  .n_tok = x->ne[1]};
-    if (m->qt) m->fmt = cpu_act_format(cb->k, w->type);
-    mm_plan(m);
+    mm_job_init(m, cb, x, w, bias, out, x->ne[1]);
     if (m->amx) return false;
     j->n_panels[i] = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
     if (!m->qt) return true;
     for (int e = 0; e < i; e++)
-        if (fuse_same_fmt(&j->mm[e], m)) {
+        if (mm_same_tiles(&j->mm[e], m)) {
             m->act = j->mm[e].act;
             return true;
         }
-    if (!(m->act = fuse_carve(j, (uint64_t)mm_act_bytes(m)))) return false;
+    if (!(m->act = mm_act_carve(cb, &j->act_used, (uint64_t)mm_act_bytes(m)))) return false;
     float *rest = (float *)mm_tls(cb, 0); /* the caller is thread 0 */
     for (int64_t t = 0; t < m->n_tok; t++)
         mm_quantize_token(m, cpu_f32_row(x, t), t, rest);
@@ -108,7 +77,8 @@ static bool fuse_add_matmul(fuse_job *j, int i, const al_tensor *x, const al_ten
 /* Scratch for the products of n_tok rows of n_cols floats, from the activation
  * buffer; false where it is full. */
 static bool fuse_scratch(fuse_job *j, int64_t n_cols, int64_t n_tok) {
-    float *p = (float *)fuse_carve(j, (uint64_t)(n_cols * n_tok) * sizeof(float));
+    float *p = (float *)mm_act_carve(j->cb, &j->act_used,
+                                      (uint64_t)(n_cols * n_tok) * sizeof(float));
     if (!p) return false;
     j->tmp = (al_tensor){.type = AL_TYPE_F32,
                          .ne = {n_cols, n_tok},

@@ -497,14 +497,27 @@ void mm_plan(mm_job *j) {
     }
 }
 
+void mm_job_init(mm_job *j, cpu_backend *cb, const al_tensor *x, const al_tensor *w,
+                 const al_tensor *bias, al_tensor *out, int64_t n_tok) {
+    *j = (mm_job){.cb = cb,
+                  .k = cb->k,
+                  .x = x,
+                  .w = w,
+                  .bias = bias,
+                  .out = out,
+                  .qt = cpu_qtype_get(w->type),
+                  .passes = cb->act_passes,
+                  .n_tok = n_tok};
+    if (j->qt) j->fmt = cpu_act_format(cb->k, w->type);
+    mm_plan(j);
+}
+
 void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const al_tensor *bias,
                  al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
     AL_ASSERT(x->ne[0] == w->ne[0] && out->ne[0] == w->ne[1] && out->ne[1] == x->ne[1]);
     const cpu_qtype *qt = cpu_qtype_get(w->type);
-    const bool is_float =
-        w->type == AL_TYPE_F32 || w->type == AL_TYPE_F16 || w->type == AL_TYPE_BF16;
-    if (!qt && !is_float) {
+    if (!mm_fast_type(w->type)) {
         ref_matmul(be, x, w, bias, out); /* e.g. Q8_1 or Q8_K weights */
         return;
     }

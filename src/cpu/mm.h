@@ -56,6 +56,35 @@ static inline uint8_t *mm_tls(cpu_backend *cb, int ith) {
  * (cb, k, w, qt, fmt, passes and n_tok set). */
 void mm_plan(mm_job *j);
 
+/* A job of n_tok rows of x by w (+ bias) into out, planned (mm_plan); its act is the
+ * caller's to give. The fused ops (moe.c, fuse.c) plan their matmuls with it. */
+void mm_job_init(mm_job *j, cpu_backend *cb, const al_tensor *x, const al_tensor *w,
+                 const al_tensor *bias, al_tensor *out, int64_t n_tok);
+
+/* Whether the fast matmul runs a weight type on its own kernels (else it takes the
+ * reference's matmul). */
+static inline bool mm_fast_type(uint32_t type) {
+    return cpu_qtype_get(type) || type == AL_TYPE_F32 || type == AL_TYPE_F16 ||
+           type == AL_TYPE_BF16;
+}
+
+/* Whether two quantized jobs of the same tokens quantize them into the same tiles. */
+static inline bool mm_same_tiles(const mm_job *a, const mm_job *b) {
+    return a->qt && b->qt && a->fmt.group == b->fmt.group && a->fmt.b == b->fmt.b &&
+           a->fmt.offset == b->fmt.offset && a->passes == b->passes &&
+           a->paired == b->paired && a->tile_bytes == b->tile_bytes;
+}
+
+/* n_bytes of cb's activation buffer past *used bytes already given out, 64-byte
+ * aligned, or NULL where it is full. */
+static inline uint8_t *mm_act_carve(const cpu_backend *cb, uint64_t *used, uint64_t n_bytes) {
+    const uint64_t n = (n_bytes + 63) & ~(uint64_t)63;
+    if (*used + n > cb->act_bytes) return NULL;
+    uint8_t *p = cb->act + *used;
+    *used += n;
+    return p;
+}
+
 /* Bytes of the quantized activations of a few tokens' pass (n_tok <= TT, no AMX). */
 static inline int64_t mm_act_bytes(const mm_job *j) {
     return j->qt ? j->passes * j->tile_bytes : 0;

@@ -111,40 +111,19 @@ static bool moe_group(moe_job *j, int n_tok) {
     return true;
 }
 
-/* Whether the fast matmul runs a weight type on its own kernels (else it takes the
- * reference's matmul, which the plain ops then do). */
-static bool moe_fast_type(uint32_t type) {
-    return cpu_qtype_get(type) || type == AL_TYPE_F32 || type == AL_TYPE_F16 ||
-           type == AL_TYPE_BF16;
-}
-
 /* One of expert x's matmuls: rows [e n_out, (e + 1) n_out) of w, row e of bias, input
  * in (the float rows; quantized, the tiles mm_quantize_token writes), output out. */
 static void moe_matmul(const moe_job *j, moe_expert *x, int which, const al_tensor *w,
                        const al_tensor *bias, int64_t n_out, const al_tensor *in, al_tensor *out,
                        mm_job *mm) {
-    cpu_backend *cb = j->cb;
     x->w[which] = al_tensor_rows(w, (int64_t)x->e * n_out, n_out);
-    *mm = (mm_job){.cb = cb,
-                   .k = cb->k,
-                   .x = in,
-                   .w = &x->w[which],
-                   .bias = al_tensor_row_or_null(bias, x->e, &x->b[which]),
-                   .out = out,
-                   .qt = cpu_qtype_get(w->type),
-                   .passes = cb->act_passes,
-                   .n_tok = x->n_tok};
-    if (mm->qt) mm->fmt = cpu_act_format(cb->k, w->type);
-    mm_plan(mm);
+    mm_job_init(mm, j->cb, in, &x->w[which], al_tensor_row_or_null(bias, x->e, &x->b[which]),
+                out, x->n_tok);
 }
 
-/* n_bytes of the activation buffer for one expert's tiles, or NULL where it is full. */
-static uint8_t *moe_carve(moe_job *j, int64_t n_bytes) {
-    const uint64_t n = ((uint64_t)n_bytes + 63) & ~(uint64_t)63;
-    if (j->act_used + n > j->cb->act_bytes) return NULL;
-    uint8_t *p = j->cb->act + j->act_used;
-    j->act_used += n;
-    return p;
+/* The activation buffer's tiles for one expert's matmul, or NULL where it is full. */
+static uint8_t *moe_tiles(moe_job *j, const mm_job *mm) {
+    return mm_act_carve(j->cb, &j->act_used, (uint64_t)mm_act_bytes(mm));
 }
 
 /* The first expert before x with the very tokens of x, whose quantized inputs x can
@@ -156,12 +135,6 @@ static int moe_same_tokens(const moe_job *j, const moe_expert *x) {
             !memcmp(j->tok + y->pair0, j->tok + x->pair0, (size_t)x->n_tok * sizeof *j->tok))
             return (int)(y - j->ex);
     return -1;
-}
-
-/* Whether two quantized matmuls of the same tokens quantize them into the same tiles. */
-static bool same_fmt(const mm_job *a, const mm_job *b) {
-    return a->qt && b->qt && a->fmt.group == b->fmt.group && a->fmt.b == b->fmt.b &&
-           a->fmt.offset == b->fmt.offset && a->tile_bytes == b->tile_bytes;
 }
 
 /* Plans expert x's three matmuls over its rows of the scratch and gives each
@@ -180,10 +153,10 @@ static bool moe_plan_expert(moe_job *j, moe_expert *x) {
      * token, one set of tiles), and up those of gate where they quantize alike */
     x->same = moe_same_tokens(j, x);
     const moe_expert *y = x->same >= 0 ? &j->ex[x->same] : NULL;
-    if (x->gate.qt) x->gate.act = y ? y->gate.act : moe_carve(j, mm_act_bytes(&x->gate));
-    if (same_fmt(&x->gate, &x->up)) x->up.act = x->gate.act;
-    else if (x->up.qt) x->up.act = y ? y->up.act : moe_carve(j, mm_act_bytes(&x->up));
-    if (x->down.qt) x->down.act = moe_carve(j, mm_act_bytes(&x->down));
+    if (x->gate.qt) x->gate.act = y ? y->gate.act : moe_tiles(j, &x->gate);
+    if (mm_same_tiles(&x->gate, &x->up)) x->up.act = x->gate.act;
+    else if (x->up.qt) x->up.act = y ? y->up.act : moe_tiles(j, &x->up);
+    if (x->down.qt) x->down.act = moe_tiles(j, &x->down);
     return (!x->gate.qt || x->gate.act) && (!x->up.qt || x->up.act) &&
            (!x->down.qt || x->down.act);
 }
@@ -211,8 +184,8 @@ static bool moe_plan(moe_job *j) {
     const int n = (int)j->xb->ne[1];
     const int64_t n_embd = j->xb->ne[0];
     if (n < 1 || (int64_t)n * moe->n_used > MOE_MAX_PAIRS || n * moe->n_used > moe->n_scratch ||
-        !moe_fast_type(moe->gate->type) || !moe_fast_type(moe->up->type) ||
-        !moe_fast_type(moe->down->type) || n_embd > cb->max_cols || moe->n_ff > cb->max_cols ||
+        !mm_fast_type(moe->gate->type) || !mm_fast_type(moe->up->type) ||
+        !mm_fast_type(moe->down->type) || n_embd > cb->max_cols || moe->n_ff > cb->max_cols ||
         (n_embd + cb->k->rows - 1) / cb->k->rows > MOE_MAX_PANELS || !cb->act || !moe_group(j, n))
         return false;
     j->act_used = 0;
