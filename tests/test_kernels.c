@@ -276,7 +276,9 @@ static void matmul_cases(cpu_isa isa, cpu_act_mode act) {
                *f3 = backend_act(isa, act, 3, max_cols, 128);
     al_backend *ref = backend(CPU_ISA_REF, 3, max_cols, 128);
     CHECK(f1 && f3 && ref);
-    static const int64_t n_outs[] = {1, 3, 17, 33};
+    /* 48: whole panels, where one token takes a narrow tile (cpu_kernels.narrow), and
+     * the batch split below compares it with the token's results in a batch */
+    static const int64_t n_outs[] = {1, 3, 17, 33, 48};
     static const int n_toks[] = {1, 2, 3, 5, 8, 17, 64};
     const char *mode = act == CPU_ACT_Q8 ? "q8" : "q8x2";
     for (int ti = 0; f1 && f3 && ref && ti < N_TYPES; ti++) {
@@ -284,7 +286,7 @@ static void matmul_cases(cpu_isa isa, cpu_act_mode act) {
         const int64_t blk = quant_get_traits(type)->block_size == 256 ? 256 : 32;
         mm_worst worst = {0};
         int n_cases = 0;
-        for (int oi = 0; oi < 4; oi++)
+        for (int oi = 0; oi < 5; oi++)
             for (int ki = 0; ki < 7; ki++) {
                 /* K: 3 blocks, or a K that is no multiple of 64 (512 for K-quants) */
                 const int64_t n_in = (ki % 2 ? 3 : blk == 256 ? 5 : 13) * (blk == 1 ? 32 : blk);
@@ -306,6 +308,10 @@ static void matmul_cases(cpu_isa isa, cpu_act_mode act) {
         CHECK_MSG(nq <= 1e-10 && worst.n_split_diff == 0, "%s %s %s: NMSE %.2e, %.2e",
                   cpu_isa_name(isa), mode, quant_type_name(type), nq, nf);
     }
+    /* the kernels that read a token's narrow tile got some (in place, one pass) */
+    if (f1 && ((cpu_backend *)f1)->k->narrow && act == CPU_ACT_Q8)
+        CHECK_MSG(((cpu_backend *)f1)->n_narrow > 0, "%s: no matmul took a narrow tile",
+                  cpu_isa_name(isa));
     if (f1) f1->ops->destroy(f1);
     if (f3) f3->ops->destroy(f3);
     if (ref) ref->ops->destroy(ref);

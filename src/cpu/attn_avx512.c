@@ -166,6 +166,12 @@ void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratc
         }
         attn_values(a, n, &st, e, ot);
     }
+    if (a->ms) {
+        float m_out[LANES], s_out[LANES];
+        _mm512_storeu_ps(m_out, st.mx);
+        _mm512_storeu_ps(s_out, st.sum);
+        cpu_attn_save_ms(a, kvh, q0, nq, m_out, s_out);
+    }
     float inv[LANES];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), st.sum));
     float *op[LANES];
@@ -305,7 +311,8 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
  * ~90 ms without this and ~62 ms with it. The values go to L2 only, as they are read
  * after the scores. */
 INLINE void few_prefetch_next(const cpu_attn_args *a, int kvh, int kb) {
-    if (kb + KEYS >= a->n_past + a->n_tokens) return;
+    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
+    if (kb + KEYS >= end) return;
     int r = (kb + KEYS - a->pos0) % a->cap;
     for (int i = 0; i < KEYS; i++) {
         const int64_t off = cpu_attn_row_off(a, kvh, r);
@@ -387,6 +394,7 @@ INLINE void few_tile(const cpu_attn_args *a, int kvh, int q0, float *scratch, co
         const int n = p_end - kb < KEYS ? p_end - kb : KEYS;
         few_step(a, kvh, &st, kb, n, qs, ot, e, nq);
     }
+    if (a->ms) cpu_attn_save_ms(a, kvh, q0, nq, st.mx, st.sum);
     float inv[LANES];
     _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(st.sum)));
     for (int j = 0; j < nq; j++) {

@@ -193,6 +193,20 @@ INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) 
             _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
 }
 
+/* With x16: the stream's span bytes per row PF_AHEAD ahead of off, in a constant count
+ * of lines from the first byte (consecutive calls cover the stream wherever the lines
+ * fall), each an asm statement, which the compiler neither drops nor bunches. Q4_K
+ * and Q5_K issue a quarter of a super-block's at each of its four chunks: a GEMV from
+ * DRAM on a Zen 4 read 29.3 -> 31.3 GB/s (two threads, medians of 400) against the
+ * burst of 36 per super-block from prefetch_rows. Q6_K and the legacy types were as
+ * fast or faster with their bursts (Q6_K: 24 against 12 GB/s on one core). */
+INLINE void prefetch_x16_spread(const rows16 *rs, int64_t off, const int span) {
+    const uint8_t *p = rs->pk + 16 * (off + PF_AHEAD);
+#pragma GCC unroll 16
+    for (int k = 0; k < (16 * span + 63) / 64; k++)
+        __asm__ volatile("prefetcht1 %0" : : "m"(p[64 * k]));
+}
+
 /* The 4 bytes at offset off of every row (with x16, a field of 4-byte units). */
 INLINE __m512i gather32(const rows16 *rs, int64_t off) {
     if (rs->x16) return _mm512_loadu_si512(rs->pk + 16 * off);
@@ -791,10 +805,11 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
  * few blocks in flight. Groups g >= hi16 of wq hold 16 times the quants (the high
  * nibbles masked in place, hi16_of, one op where hi4 takes two): they sum in chains of
  * their own, divided by 16 at the end, exactly (the sum is a multiple of 16). With
- * hi16 = 0 every group does, and mins must hold (no offset term to keep whole). */
+ * hi16 = 0 every group does, and mins must hold (no offset term to keep whole). x is
+ * slot 0 of a tile of tt tokens: TT, or 1 for a narrow tile (cpu_mk_args.narrow). */
 INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins, int hi16,
-                     __m512i is[TT]) {
-    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+                     const int tt, __m512i is[TT]) {
+    const int32_t *zq = (const int32_t *)(x + tt * b) + tt;
     const int n = b / 4;
     __m512i c[4];
     c[0] = mins ? _mm512_setzero_si512() : _mm512_set1_epi32(zq[0]);
@@ -803,7 +818,7 @@ INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins
     for (int g = 0; g < n; g++) {
         /* none or all scaled: any chain; half: 0 and 1 plain, 2 and 3 scaled */
         const int k = hi16 == 0 || hi16 == n ? g & 3 : (g >= hi16) * 2 + (g & 1);
-        c[k] = _mm512_dpbusd_epi32(c[k], wq[g], _mm512_set1_epi32(load_i32(x + g * TT * 4)));
+        c[k] = _mm512_dpbusd_epi32(c[k], wq[g], _mm512_set1_epi32(load_i32(x + g * tt * 4)));
     }
     const __m512i lo = _mm512_add_epi32(c[0], c[1]), hi = _mm512_add_epi32(c[2], c[3]);
     if (hi16 == n) is[0] = _mm512_add_epi32(lo, hi);
@@ -812,10 +827,10 @@ INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins
 }
 
 INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const int b, bool mins,
-                        __m512i is[TT]) {
+                        const int tt, __m512i is[TT]) {
     const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
     if (nt == 1) {
-        mk_sums1(wq, x, b, mins, b / 4, is);
+        mk_sums1(wq, x, b, mins, b / 4, tt, is);
         return;
     }
     __m512i ia[TT], ib[TT];
@@ -848,7 +863,7 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
 #pragma GCC unroll 8
     for (int g = 0; g < b / 4; g++)
         wq[g] = _mm512_load_si512((const __m512i *)(p + 64 * g));
-    mk_q_sums_w(wq, x, nt, b, mins, is);
+    mk_q_sums_w(wq, x, nt, b, mins, TT, is);
 }
 
 /* Legacy types: acc += isum * (dw * da) (+ m * ds). K-quants: sacc += isum * dw
@@ -950,21 +965,21 @@ INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m512 acc[
  * blocks legacy_block would pack go straight into the sums, with the arithmetic of
  * mk_q_body to the bit, and no panel is stored and loaded again. */
 INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const bool mins,
-                         const bool x16) {
+                         const bool x16, const int tt) {
     rows16 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], x16);
     const uint8_t *x = a->act;
     __m512 acc[TT];
     inplace_start(a, nt, acc);
-    for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
+    for (int64_t i = 0; i < a->n_sb; i++, x += tt * (32 + 8)) {
         __m512i q[8], is[TT];
         __m512 dw, m;
         /* one token of Q4_0 or Q4_1: the high quants times 16, one op fewer a vector */
         const bool hi16 = nt == 1 && (kind == Q4_0 || kind == Q4_1);
         legacy_block(kind, &rs, i, q, &dw, &m, hi16);
-        if (hi16) mk_sums1(q, x, 32, mins, 4, is);
-        else mk_q_sums_w(q, x, nt, 32, mins, is);
-        const float *da = (const float *)(x + TT * 32), *aux = da + TT;
+        if (hi16) mk_sums1(q, x, 32, mins, 4, tt, is);
+        else mk_q_sums_w(q, x, nt, 32, mins, tt, is);
+        const float *da = (const float *)(x + tt * 32), *aux = da + tt;
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const __m512 fs = _mm512_cvtepi32_ps(is[t]);
@@ -977,7 +992,8 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
 
 /* The same for Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32), with the
  * arithmetic of mk_q_body's K-quant path to the bit. */
-INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const bool x16) {
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const bool x16,
+                             const int tt) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
     rows16 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, x16);
@@ -987,11 +1003,11 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
     inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 8; i++) {
         const int64_t off = i * t;
-        prefetch_rows(&rs, off, 3, (int)t);
+        if (!x16) prefetch_rows(&rs, off, 3, (int)t);
         k4_scales16(&rs, off, sc);
         __m512i h[8];
         if (five) load_16x32(&rs, off + 16, h);
-        const float *da = (const float *)(x + TT * 32);
+        const float *da = (const float *)(x + tt * 32);
         __m512 sacc[TT];
 #pragma GCC unroll 8
         for (int k = 0; k < nt; k++)
@@ -999,16 +1015,17 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         for (int c = 0; c < 4; c++) {
             __m512i u[2][8];
             const bool hi16 = nt == 1 && !five;
+            if (x16) prefetch_x16_spread(&rs, off + c * t / 4, (int)t / 4);
             k45_chunk(five, &rs, off, c, h, u[0], u[1], hi16);
 #pragma GCC unroll 2
-            for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
+            for (int half = 0; half < 2; half++, x += tt * (32 + 8)) {
                 const uint8_t *sb = sc + (2 * c + half) * sbb;
                 const __m512 dw = _mm512_load_ps((const float *)(sb + R * 32));
                 const __m512 m = _mm512_load_ps((const float *)(sb + R * 32) + R);
-                const float *aux = (const float *)(x + TT * 32) + TT;
+                const float *aux = (const float *)(x + tt * 32) + tt;
                 __m512i is[TT];
-                if (hi16 && half) mk_sums1(u[1], x, 32, true, 0, is);
-                else mk_q_sums_w(u[half], x, nt, 32, true, is);
+                if (hi16 && half) mk_sums1(u[1], x, 32, true, 0, tt, is);
+                else mk_q_sums_w(u[half], x, nt, 32, true, tt, is);
 #pragma GCC unroll 8
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
@@ -1025,7 +1042,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
 
 /* The same for Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), with the
  * arithmetic of mk_q_body's K-quant path to the bit. */
-INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) {
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, const int tt) {
     const int64_t sbb = cpu_sb_bytes(R, 16);
     rows16 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, x16);
@@ -1037,7 +1054,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) 
         const int64_t off = i * 210;
         prefetch_rows(&rs, off, 4, 210);
         q6_scales16(&rs, off, sc);
-        const float *da = (const float *)(x + TT * 16);
+        const float *da = (const float *)(x + tt * 16);
         __m512 sacc[TT];
 #pragma GCC unroll 8
         for (int k = 0; k < nt; k++)
@@ -1048,13 +1065,13 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) 
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++)
 #pragma GCC unroll 2
-                for (int jj = 0; jj < 2; jj++, x += TT * (16 + 8)) {
+                for (int jj = 0; jj < 2; jj++, x += tt * (16 + 8)) {
                     /* sub-block 8 half + 2 g + jj: groups j = 4 jj .. 4 jj + 3 */
                     __m512i wq[4], is[TT];
 #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++)
                         wq[k] = q6_group(l0, l1, h, g, 4 * jj + k);
-                    mk_q_sums_w(wq, x, nt, 16, false, is);
+                    mk_q_sums_w(wq, x, nt, 16, false, tt, is);
                     const __m512 dw =
                         _mm512_load_ps((const float *)(sc + (8 * half + 2 * g + jj) * sbb + R * 16));
 #pragma GCC unroll 8
@@ -1069,32 +1086,37 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16) 
     inplace_finish(a, nt, acc);
 }
 
-/* One copy per kernel token count (1 or 2) and layout, so that the loops over tokens
- * unroll and the layout's reads are fixed. */
+/* One copy per kernel token count (1 or 2), layout and tile width (a single token's
+ * tile may be narrow: cpu_mk_args.narrow), so that the loops over tokens unroll and the
+ * reads are fixed. */
 #define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
-        if (a->n_tok == 1 && x16)                                                                  \
-            CALL(1, true);                                                                         \
+        if (a->n_tok == 1 && a->narrow && x16)                                                     \
+            CALL(1, true, 1);                                                                      \
+        else if (a->n_tok == 1 && a->narrow)                                                       \
+            CALL(1, false, 1);                                                                     \
+        else if (a->n_tok == 1 && x16)                                                             \
+            CALL(1, true, TT);                                                                     \
         else if (a->n_tok == 1)                                                                    \
-            CALL(1, false);                                                                        \
+            CALL(1, false, TT);                                                                    \
         else if (x16)                                                                              \
-            CALL(2, true);                                                                         \
+            CALL(2, true, TT);                                                                     \
         else                                                                                       \
-            CALL(2, false);                                                                        \
+            CALL(2, false, TT);                                                                    \
     } while (0)
 
 static void mk_q_inplace_512(const cpu_mk_args *a) {
     AL_ASSERT(a->n_rows == R && a->n_tok <= 2);
     const bool x16 = a->w_x16;
-#define Q4_0_(n, x) mk_q_inplace(a, Q4_0, n, false, x)
-#define Q4_1_(n, x) mk_q_inplace(a, Q4_1, n, true, x)
-#define Q5_0_(n, x) mk_q_inplace(a, Q5_0, n, false, x)
-#define Q5_1_(n, x) mk_q_inplace(a, Q5_1, n, true, x)
-#define Q8_0_(n, x) mk_q_inplace(a, Q8_0, n, false, x)
-#define MXFP4_(n, x) mk_q_inplace(a, MXFP4, n, false, x)
-#define Q4_K_(n, x) mk_q_inplace_k45(a, false, n, x)
-#define Q5_K_(n, x) mk_q_inplace_k45(a, true, n, x)
-#define Q6_K_(n, x) mk_q_inplace_q6(a, n, x)
+#define Q4_0_(n, x, t) mk_q_inplace(a, Q4_0, n, false, x, t)
+#define Q4_1_(n, x, t) mk_q_inplace(a, Q4_1, n, true, x, t)
+#define Q5_0_(n, x, t) mk_q_inplace(a, Q5_0, n, false, x, t)
+#define Q5_1_(n, x, t) mk_q_inplace(a, Q5_1, n, true, x, t)
+#define Q8_0_(n, x, t) mk_q_inplace(a, Q8_0, n, false, x, t)
+#define MXFP4_(n, x, t) mk_q_inplace(a, MXFP4, n, false, x, t)
+#define Q4_K_(n, x, t) mk_q_inplace_k45(a, false, n, x, t)
+#define Q5_K_(n, x, t) mk_q_inplace_k45(a, true, n, x, t)
+#define Q6_K_(n, x, t) mk_q_inplace_q6(a, n, x, t)
     switch (a->w_type) {
     case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
     case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
@@ -1353,8 +1375,10 @@ const cpu_kernels cpu_kernels_avx512 = {
     .isa = CPU_ISA_AVX512,
     .rows = R,
     .tile = TT,
+    .narrow = true,
     .attn_lanes = LANES,
     .attn_align = 16,
+    .attn_ranges = true,
     .quantize = quantize_512,
     .pack_q = {[AL_TYPE_Q4_0] = pack_q4_0,
                [AL_TYPE_Q4_1] = pack_q4_1,

@@ -96,7 +96,7 @@ uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
 
 /* Tokens per activation tile. */
 static inline int mm_tt(const mm_job *j) {
-    return j->amx ? CPU_AMX_TOK : j->k->tile;
+    return j->amx ? CPU_AMX_TOK : j->narrow ? 1 : j->k->tile;
 }
 
 /* AMX: token `slot` of a tile in the AMX layout (ops.h) from its quantized row (the TT =
@@ -119,7 +119,7 @@ void mm_quantize_token(const mm_job *j, const float *x, int64_t t, float *rest) 
     uint8_t *row = (uint8_t *)(rest + ((n + 15) & ~(int64_t)15));
     uint8_t *amx_tile = j->act + (t / CPU_AMX_TOK) * j->passes * j->tile_bytes;
     uint8_t *tile, *lo_tile;
-    int slot, lo_slot, tt = j->k->tile;
+    int slot, lo_slot, tt = mm_tt(j);
     if (j->amx) {
         tile = lo_tile = row;
         slot = lo_slot = 0, tt = 1;
@@ -226,6 +226,7 @@ static cpu_mk_args mm_args(const mm_job *j, const void *panel, int64_t p, int64_
     cpu_mk_args a = {
         .panel = panel,
         .n_tok = nt,
+        .narrow = j->narrow,
         .n_rows = (int)mm_min(r, j->w->ne[1] - p * r),
         .out = cpu_f32_row(j->out, j->tok0 + t0) + p * r,
         .ldo = (int64_t)(j->out->row_bytes / sizeof(float)),
@@ -489,12 +490,15 @@ void mm_plan(mm_job *j) {
     /* in place: one kernel call per panel chunk of at most 2 slots */
     const bool reads = (k->inplace_types >> j->w->type & 1) || j->w->layout == AL_LAYOUT_X16;
     j->inplace = qt && reads && (j->passes == 1 || j->paired) && j->n_tok * j->passes <= 2;
+    /* one token over whole panels in place: a tile of that token alone. In a tile of TT
+     * its 4-byte groups lie TT * 4 bytes apart, and on AVX-512 a token of K = 2048 had
+     * spread over 20 KiB, which with the panel's 18 KiB of weights outgrew L1: the
+     * activations came from L2 for every panel, and a GEMV from DRAM ran at 18 GB/s on
+     * one core of a Zen 4 (AVX2, with 10 KiB: 29) */
+    j->narrow = k->narrow && j->inplace && j->n_tok == 1 && j->passes == 1 &&
+                j->w->ne[1] % k->rows == 0;
     j->kc = mm_chunk(j);
-    if (j->amx) {
-        j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(CPU_AMX_TOK, qt->sub);
-    } else if (qt) {
-        j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(k->tile, qt->sub);
-    }
+    if (qt) j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(mm_tt(j), qt->sub);
 }
 
 void mm_job_init(mm_job *j, cpu_backend *cb, const al_tensor *x, const al_tensor *w,
@@ -537,6 +541,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
         j.tok0 = done;
         j.n_tok = mm_min(x->ne[1] - done, cb->act_tok);
         mm_plan(&j);
+        cb->n_narrow += j.narrow;
         mm_zero_pad(&j);
         if (qt && j.n_tok <= 2 * cb->k->tile)
             mm_quantize_part(&j, 0, 1);

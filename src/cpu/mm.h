@@ -25,6 +25,7 @@ typedef struct mm_job {
                           * 2t + 1 of one tile; else the lo tile follows the hi tile */
     bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
     bool amx;            /* a batch on AMX: tiles of CPU_AMX_TOK tokens, the AMX layout */
+    bool narrow;         /* one token, in place: a tile of it alone (cpu_kernels.narrow) */
     uint8_t *act;        /* the quantized activations of this pass: cb->act, or the
                           * tiles of one expert (moe.c) */
     int64_t tok0, n_tok; /* the tokens of this pass */
@@ -52,7 +53,7 @@ static inline uint8_t *mm_tls(cpu_backend *cb, int ith) {
     return cb->tls + (uint64_t)ith * cb->tls_bytes;
 }
 
-/* Sets a job's amx, paired, inplace, kc and tile_bytes for its n_tok tokens
+/* Sets a job's amx, paired, inplace, narrow, kc and tile_bytes for its n_tok tokens
  * (cb, k, w, qt, fmt, passes and n_tok set). */
 void mm_plan(mm_job *j);
 
@@ -72,7 +73,7 @@ static inline bool mm_fast_type(uint32_t type) {
 static inline bool mm_same_tiles(const mm_job *a, const mm_job *b) {
     return a->qt && b->qt && a->fmt.group == b->fmt.group && a->fmt.b == b->fmt.b &&
            a->fmt.offset == b->fmt.offset && a->passes == b->passes &&
-           a->paired == b->paired && a->tile_bytes == b->tile_bytes;
+           a->paired == b->paired && a->narrow == b->narrow && a->tile_bytes == b->tile_bytes;
 }
 
 /* n_bytes of cb's activation buffer past *used bytes already given out, 64-byte

@@ -215,6 +215,8 @@ typedef struct cpu_mk_args {
     int n16;           /* quantized, unsigned weights: the products of this many 4-byte
                         * groups fit an int16 sum (cpu_n16; AVX2's pmaddubsw) */
     int n_tok;         /* 1..TT */
+    bool narrow;       /* in place, one token: act is a tile of that token alone, the
+                        * layout of TT = 1 (cpu_kernels.narrow) */
     int n_rows;        /* 1..R valid lanes */
     float *out;        /* out[t*ldo + r] */
     int64_t ldo;
@@ -342,6 +344,8 @@ typedef struct cpu_kernels {
     cpu_isa isa;
     int rows;              /* R: panel rows (lanes of the matmul kernels) */
     int tile;              /* TT: tokens per activation tile */
+    bool narrow;           /* mk_q reads a single token's tile of the TT = 1 layout in
+                            * place (cpu_mk_args.narrow) */
     int attn_lanes;        /* queries per attention tile */
     int attn_align;        /* attn needs head_dim to be a multiple of this */
     bool attn_ranges;      /* attn takes a range of keys (cpu_attn_args.key_hi) */
@@ -492,6 +496,7 @@ typedef struct cpu_backend {
     float *attn_part;          /* fast attention: the outputs of its ranges of keys */
     uint64_t attn_part_floats;
     uint64_t n_attn_ranged;    /* attention passes run in ranges of keys (tests) */
+    uint64_t n_narrow;         /* matmuls of one token on a narrow tile (tests) */
     struct moe_job *moe_job; /* fast moe_ffn: its plan of a batch's experts (moe.c) */
     bool moe_fuse;   /* moe_ffn fuses where it can (else the plain ops run) */
     bool fuse;       /* matmul_multi, matmul_glu and matmul_add fuse where they can */
