@@ -809,8 +809,8 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
 
 /* ---- quantized microkernel ------------------------------------------------------------- */
 
-INLINE __m256i bcast_group(const uint8_t *x, int g, int t) {
-    return _mm256_set1_epi32(load_i32(x + (g * TT + t) * 4));
+INLINE __m256i bcast_group(const uint8_t *x, int g, int t, const int tt) {
+    return _mm256_set1_epi32(load_i32(x + (g * tt + t) * 4));
 }
 
 /* v, or its low (nib 1) or high (nib 2) nibbles: taken where a group is multiplied, so
@@ -824,11 +824,12 @@ INLINE __m256i nibbles(__m256i v, int nib) {
  * at the tile's -offset * sum(qa). sgn: the weights are signed. Unsigned weights sum
  * the pmaddubsw products of n16 groups in int16 (cpu_n16) before one pmaddwd widens
  * them: on Zen 2 both multiplies issue on one port, and for 4-bit weights this takes 9
- * of them per group of 8 where pairs took 12. */
+ * of them per group of 8 where pairs took 12. x is slot 0 of a tile of tt tokens: TT,
+ * or 1 for one token's narrow tile (cpu_mk_args.narrow). */
 INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
-                        bool sgn, int n16, int nib, __m256i is[TT]) {
+                        bool sgn, int n16, int nib, const int tt, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+    const int32_t *zq = (const int32_t *)(x + tt * b) + tt;
 #pragma GCC unroll 4
     for (int t = 0; t < nt; t++)
         is[t] = mins ? _mm256_setzero_si256() : _mm256_set1_epi32(zq[t]);
@@ -841,9 +842,9 @@ INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const __m256i p0 =
-                    _mm256_maddubs_epi16(a0, _mm256_sign_epi8(bcast_group(x, g, t), w0));
+                    _mm256_maddubs_epi16(a0, _mm256_sign_epi8(bcast_group(x, g, t, tt), w0));
                 const __m256i p1 =
-                    _mm256_maddubs_epi16(a1, _mm256_sign_epi8(bcast_group(x, g + 1, t), w1));
+                    _mm256_maddubs_epi16(a1, _mm256_sign_epi8(bcast_group(x, g + 1, t, tt), w1));
                 is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(p0, ones),
                                                                  _mm256_madd_epi16(p1, ones)));
             }
@@ -854,11 +855,11 @@ INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const
     for (int g0 = 0; g0 < b / 4; g0 += n16)
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m256i p = _mm256_maddubs_epi16(nibbles(wq[g0], nib), bcast_group(x, g0, t));
+            __m256i p = _mm256_maddubs_epi16(nibbles(wq[g0], nib), bcast_group(x, g0, t, tt));
 #pragma GCC unroll 8
             for (int g = g0 + 1; g < g0 + n16; g++)
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(nibbles(wq[g], nib),
-                                                             bcast_group(x, g, t)));
+                                                             bcast_group(x, g, t, tt)));
             is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(p, ones));
         }
 }
@@ -869,7 +870,7 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
 #pragma GCC unroll 8
     for (int g = 0; g < b / 4; g++)
         wq[g] = _mm256_load_si256((const __m256i *)(p + 32 * g));
-    mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, 0, is);
+    mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, 0, TT, is);
 }
 
 /* The panel's n_rows lanes of p, the rest zero: a masked load, which leaves acc in a
@@ -970,7 +971,7 @@ INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m256 acc[
 
 /* The legacy types (Q8_0 signed, its m zero, as its panel; the others as the fmt's
  * offset says). */
-INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
+INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const int tt) {
     const bool sgn = kind == Q8_0, mins = sgn || a->mins;
     const int n16 = kind == Q4_0 || kind == Q4_1 ? 8 : 4; /* cpu_n16, as a constant */
     AL_ASSERT(sgn || a->n16 == n16);
@@ -980,12 +981,12 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
     const uint8_t *x = a->act;
     __m256 acc[TT];
     inplace_start(a, nt, acc);
-    for (int64_t i = 0; i < a->n_sb; i++, x += TT * (32 + 8)) {
+    for (int64_t i = 0; i < a->n_sb; i++, x += tt * (32 + 8)) {
         __m256i q[8], is[TT];
         __m256 dw, m;
         legacy_block(kind, &rs, i, q, &dw, &m);
-        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, is);
-        const float *da = (const float *)(x + TT * 32), *aux = da + TT;
+        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, tt, is);
+        const float *da = (const float *)(x + tt * 32), *aux = da + tt;
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             const __m256 fs = _mm256_cvtepi32_ps(is[t]);
@@ -997,7 +998,7 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt) {
 }
 
 /* Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32). */
-INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt) {
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const int tt) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, true, a->w_x16_row);
@@ -1012,7 +1013,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         k4_scales8(&rs, off, sc);
         __m256i h[8];
         if (five) load_8x32(&rs, off + 16, h);
-        const float *da = (const float *)(x + TT * 32);
+        const float *da = (const float *)(x + tt * 32);
         __m256 sacc[TT];
 #pragma GCC unroll 4
         for (int k = 0; k < nt; k++)
@@ -1026,14 +1027,14 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
             if (five) k45_chunk(five, &rs, off, c, h, u[0], u[1]);
             else load_8x32(&rs, off + 16 + 32 * c, g);
 #pragma GCC unroll 2
-            for (int half = 0; half < 2; half++, x += TT * (32 + 8)) {
+            for (int half = 0; half < 2; half++, x += tt * (32 + 8)) {
                 const uint8_t *sb = sc + (2 * c + half) * sbb;
                 const __m256 dw = _mm256_load_ps((const float *)(sb + R * 32));
                 const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
-                const float *aux = (const float *)(x + TT * 32) + TT;
+                const float *aux = (const float *)(x + tt * 32) + tt;
                 __m256i is[TT];
-                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, 0, is);
-                else mk_q_sums_w(g, x, nt, 32, true, false, 8, 1 + half, is);
+                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, 0, tt, is);
+                else mk_q_sums_w(g, x, nt, 32, true, false, 8, 1 + half, tt, is);
 #pragma GCC unroll 4
                 for (int k = 0; k < nt; k++) {
                     sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
@@ -1050,7 +1051,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
 
 /* Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), sub-block by sub-block: with
  * x16 each of its 4-byte groups is one load, so no half is held in registers. */
-INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt) {
     rows8 rs;
     rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, true, a->w_x16_row);
     rs.len = a->n_sb / 16 * 210;
@@ -1061,13 +1062,13 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
     for (int64_t i = 0; i < a->n_sb / 16; i++) {
         const int64_t off = i * 210;
         const __m256 d = q6_d(&rs, off);
-        const float *da = (const float *)(x + TT * 16);
+        const float *da = (const float *)(x + tt * 16);
         __m256 sacc[TT];
 #pragma GCC unroll 4
         for (int k = 0; k < nt; k++)
             sacc[k] = _mm256_setzero_ps();
 #pragma GCC unroll 16
-        for (int s = 0; s < 16; s++, x += TT * (16 + 8)) {
+        for (int s = 0; s < 16; s++, x += tt * (16 + 8)) {
             /* sub-block s = 8 half + 2 g + jj: groups j = 4 jj + k of column g % 2 */
             const int half = s / 8, g = s % 8 / 2, jj = s % 2;
             if (s % 4 == 0) prefetch_rows(&rs, off + 52 * (s / 4), 1, s == 12 ? 54 : 52);
@@ -1078,7 +1079,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
                 wq[k] = q6_u(gather32(&rs, off + 64 * half + 32 * (g % 2) + 4 * j),
                              gather32(&rs, off + 128 + 32 * half + 4 * j), g);
             }
-            mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, is);
+            mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, tt, is);
             const __m256 dw = q6_dw(&rs, off, d, s);
 #pragma GCC unroll 4
             for (int k = 0; k < nt; k++)
@@ -1091,26 +1092,29 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt) {
     inplace_finish(a, nt, acc);
 }
 
-/* One copy per kernel token count (1 or 2), so that the loops over tokens unroll. */
+/* One copy per kernel token count (1 or 2) and tile width (a single token's tile may
+ * be narrow: cpu_mk_args.narrow), so that the loops over tokens unroll. */
 #define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
-        if (a->n_tok == 1)                                                                         \
-            CALL(1);                                                                               \
+        if (a->n_tok == 1 && a->narrow)                                                            \
+            CALL(1, 1);                                                                            \
+        else if (a->n_tok == 1)                                                                    \
+            CALL(1, TT);                                                                           \
         else                                                                                       \
-            CALL(2);                                                                               \
+            CALL(2, TT);                                                                           \
     } while (0)
 
 static void mk_q_inplace_avx2(const cpu_mk_args *a) {
     AL_ASSERT(a->n_rows == R && a->n_tok <= 2 && a->w_x16);
-#define Q4_0_(n) mk_q_inplace(a, Q4_0, n)
-#define Q4_1_(n) mk_q_inplace(a, Q4_1, n)
-#define Q5_0_(n) mk_q_inplace(a, Q5_0, n)
-#define Q5_1_(n) mk_q_inplace(a, Q5_1, n)
-#define Q8_0_(n) mk_q_inplace(a, Q8_0, n)
-#define MXFP4_(n) mk_q_inplace(a, MXFP4, n)
-#define Q4_K_(n) mk_q_inplace_k45(a, false, n)
-#define Q5_K_(n) mk_q_inplace_k45(a, true, n)
-#define Q6_K_(n) mk_q_inplace_q6(a, n)
+#define Q4_0_(n, t) mk_q_inplace(a, Q4_0, n, t)
+#define Q4_1_(n, t) mk_q_inplace(a, Q4_1, n, t)
+#define Q5_0_(n, t) mk_q_inplace(a, Q5_0, n, t)
+#define Q5_1_(n, t) mk_q_inplace(a, Q5_1, n, t)
+#define Q8_0_(n, t) mk_q_inplace(a, Q8_0, n, t)
+#define MXFP4_(n, t) mk_q_inplace(a, MXFP4, n, t)
+#define Q4_K_(n, t) mk_q_inplace_k45(a, false, n, t)
+#define Q5_K_(n, t) mk_q_inplace_k45(a, true, n, t)
+#define Q6_K_(n, t) mk_q_inplace_q6(a, n, t)
     switch (a->w_type) {
     case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
     case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
@@ -1405,6 +1409,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .isa = CPU_ISA_AVX2,
     .rows = R,
     .tile = TT,
+    .narrow = true,
     .attn_lanes = LANES,
     .attn_align = 8,
     .attn_ranges = true,
