@@ -843,7 +843,7 @@ INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins
 
 INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const int b, bool mins,
                         const int tt, __m512i is[TT]) {
-    const int32_t *zq = (const int32_t *)(x + TT * b) + TT;
+    const int32_t *zq = (const int32_t *)(x + tt * b) + tt;
     if (nt == 1) {
         mk_sums1(wq, x, b, mins, b / 4, tt, is);
         return;
@@ -860,7 +860,7 @@ INLINE void mk_q_sums_w(const __m512i *wq, const uint8_t *x, const int nt, const
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             /* two chains for few tokens: vpdpbusd has a latency of 5 */
-            const uint8_t *xg = x + (g * TT + t) * 4;
+            const uint8_t *xg = x + (g * tt + t) * 4;
             if (nt <= 2 && (g & 1))
                 ib[t] = dpbusd_x(ib[t], wv, xg);
             else
