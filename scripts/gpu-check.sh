@@ -6,7 +6,8 @@
 # 1. the Vulkan devices (anyllm devices), the loader brought in from .gl/*.deb when the
 #    machine has none (see the device machine's notes), NVIDIA's driver file when the
 #    loader finds no driver
-# 2. the op tests against the CPU reference (build/test_vulkan)
+# 2. the op tests against the CPU reference (build/test_vulkan, build/test_vkattn: the
+#    decode attention with its rope and cache stores)
 # 3. the reference logits with --backend vulkan (llama, qwen2, qwen3, qwen3moe, gpt-oss,
 #    also in pieces through the KV cache), and the no-Vulkan
 #    fall-back (tests/vulkan.sh); Gemma 3 270M too when ANYLLM_GEMMA3 names the file
@@ -21,12 +22,12 @@
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
 #
-# Uses $BUILD/anyllm, test_vulkan and test_ref when they exist (build them elsewhere and
-# carry them: a GPU machine may lack glslc), else runs make. Environment: BUILD (build),
-# SHARED (../shared, else ./shared), MODELS ($BUILD/models), PP and TG (512, 128), REPS
-# (3), BENCH_MODEL (a model file instead of bench-1b Q4_0), ANYLLM_LIBS (a folder of
-# carried shared libraries for LD_LIBRARY_PATH). The last line says "gpu-check: N
-# passed, M failed".
+# Uses $BUILD/anyllm, test_vulkan, test_vkattn and test_ref when they exist (build them
+# elsewhere and carry them: a GPU machine may lack glslc), else runs make. Environment:
+# BUILD (build), SHARED (../shared, else ./shared), MODELS ($BUILD/models), PP and TG
+# (512, 128), REPS (3), BENCH_MODEL (a model file instead of bench-1b Q4_0), ANYLLM_LIBS
+# (a folder of carried shared libraries for LD_LIBRARY_PATH). The last line says
+# "gpu-check: N passed, M failed".
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -63,11 +64,13 @@ if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$nv_icd" ] &&
 fi
 
 step "build"
-if [ -x "$bin" ] && [ -x "$BUILD/test_vulkan" ] && [ -x "$BUILD/test_ref" ]; then
+if [ -x "$bin" ] && [ -x "$BUILD/test_vulkan" ] && [ -x "$BUILD/test_vkattn" ] &&
+    [ -x "$BUILD/test_ref" ]; then
     echo "using the binaries in $BUILD"
 else
     make -j"$(nproc 2>/dev/null || echo 4)" BUILD="$BUILD" "$bin" "$BUILD/test_vulkan" \
-        "$BUILD/test_ref" || { echo "gpu-check: 0 passed, 1 failed (build)"; exit 1; }
+        "$BUILD/test_vkattn" "$BUILD/test_ref" ||
+        { echo "gpu-check: 0 passed, 1 failed (build)"; exit 1; }
 fi
 
 step "devices"
@@ -83,6 +86,10 @@ step "op tests against the CPU reference"
 SHARED=$SHARED "$BUILD/test_vulkan" >"$BUILD/gpu-check-ops.log" 2>&1
 rc=$?
 grep -E '^(ok|FAIL|SKIP|skip|note|--)|passed|FAIL' "$BUILD/gpu-check-ops.log"
+result $rc
+SHARED=$SHARED "$BUILD/test_vkattn" >"$BUILD/gpu-check-attn.log" 2>&1
+rc=$?
+grep -E '^(ok|FAIL|SKIP|skip|note|--)|passed|FAIL' "$BUILD/gpu-check-attn.log"
 result $rc
 
 step "reference logits with --backend vulkan"

@@ -97,6 +97,26 @@ void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k
     }
 }
 
+void backend_attention_rows(al_backend *be, al_tensor *q, al_tensor *k, const al_tensor *v,
+                            al_tensor *const *k_cache, al_tensor *const *v_cache,
+                            const int32_t *pos, const al_rope *rope,
+                            const al_attn_shape *shape, al_tensor *out) {
+    if (be->ops->attention_rows &&
+        be->ops->attention_rows(be, q, k, v, k_cache, v_cache, pos, rope, shape, out))
+        return;
+    if (rope)
+        backend_rope_qk_rows(be, q, shape->n_head, k, shape->n_head_kv, shape->head_dim, pos,
+                             rope);
+    al_attn_shape one = *shape;
+    one.n_tokens = 1;
+    for (int64_t i = 0; i < q->ne[1]; i++) {
+        al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
+        al_tensor vi = al_tensor_rows(v, i, 1), oi = al_tensor_rows(out, i, 1);
+        one.n_past = pos[i];
+        be->ops->attention(be, &qi, &ki, &vi, k_cache[i], v_cache[i], &one, &oi);
+    }
+}
+
 void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,
                              const al_tensor *wg, const al_tensor *wu, al_glu act, al_tensor *xn,
                              al_tensor *tmp, al_tensor *out) {

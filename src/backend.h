@@ -244,6 +244,16 @@ typedef struct al_backend_ops {
      * q->ne[1] entries): the next tokens of several sequences (al_eval_multi). */
     bool (*rope_qk_rows)(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                          int head_dim, const int32_t *pos, const al_rope *rope);
+    /* Decoding: attention of one token per sequence. Row i of q, k and v is the next
+     * position, pos[i], of its own sequence, whose caches are k_cache[i] and
+     * v_cache[i] (distinct per row). Where rope is not NULL, rope_qk_rows of q and k
+     * first (q and k then hold what they may: rotated or not). Then n = q->ne[1] calls
+     * of attention with one token each, shape->n_past = pos[i] (shape->n_tokens and
+     * n_past are not read). One token of one sequence, or of several (al_eval_multi). */
+    bool (*attention_rows)(al_backend *be, al_tensor *q, al_tensor *k, const al_tensor *v,
+                           al_tensor *const *k_cache, al_tensor *const *v_cache,
+                           const int32_t *pos, const al_rope *rope, const al_attn_shape *shape,
+                           al_tensor *out);
     /* The routed experts of a mixture of experts for the n = xb->ne[1] rows of xb: for
      * each expert e in ascending order, over the rows routed to it (moe->sel), get_rows
      * of xb, matmul by its gate and its up projection (with their biases), silu_mul or
@@ -289,6 +299,12 @@ void backend_rope_qk(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int
 /* rope_qk_rows, or backend_rope_qk row by row. */
 void backend_rope_qk_rows(al_backend *be, al_tensor *q, int n_head, al_tensor *k, int n_head_kv,
                           int head_dim, const int32_t *pos, const al_rope *rope);
+/* attention_rows, or backend_rope_qk_rows (where rope is not NULL), then attention
+ * row by row. */
+void backend_attention_rows(al_backend *be, al_tensor *q, al_tensor *k, const al_tensor *v,
+                            al_tensor *const *k_cache, al_tensor *const *v_cache,
+                            const int32_t *pos, const al_rope *rope,
+                            const al_attn_shape *shape, al_tensor *out);
 /* norm_matmul_glu, or what it stands for: rms_norm into xn (x's shape), then
  * backend_matmul_glu of xn (tmp: out's shape). */
 void backend_norm_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *norm, float eps,

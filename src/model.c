@@ -99,6 +99,7 @@ struct al_context {
     al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
     al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
     int32_t *seq_pos;      /* [n_batch] al_eval_multi: the position of each row's sequence */
+    al_tensor **seq_kc, **seq_vc; /* [n_batch] al_eval_multi: its caches of one layer */
     /* ARCH_MOE: router logits [n_batch][n_expert]; the experts' scratch (al_moe) of
      * moe_rows rows: rows routed to an expert [moe_rows][n_embd] and its output, its
      * gate and up [moe_rows][n_ff_exp]; on the host the router's logits and each
@@ -851,7 +852,10 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
-    if (!(c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos)))
+    c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
+    c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
+    c->seq_vc = al_malloc((size_t)nb * sizeof *c->seq_vc);
+    if (!c->seq_pos || !c->seq_kc || !c->seq_vc)
         return al_error(AL_ERR_NOMEM, "out of memory for the batch's positions");
     int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
     if (qd > max_cols) max_cols = qd;
@@ -929,6 +933,8 @@ void al_context_destroy(al_context *c) {
     al_free(c->rows);
     al_free(c->rows_w);
     al_free(c->seq_pos);
+    al_free(c->seq_kc);
+    al_free(c->seq_vc);
     backend_context_release(c->m->be, c->be);
     al_free(c);
 }
@@ -984,23 +990,21 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
                            .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n,
                            .scale = m->attn_scale, .window = swa ? m->swa_window : 0,
                            .sinks = opt(&m->layers[il].t[L_SINKS])};
-    if (!seqs) {
+    if (!seqs && n > 1) {
         backend_rope_qk(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->n_past, rope);
         op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
         return;
     }
-    /* the rope of every row at its sequence's position at once; attention per sequence,
-     * each over its own cache */
-    for (int i = 0; i < n; i++) c->seq_pos[i] = seqs[i]->n_past;
-    backend_rope_qk_rows(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->seq_pos, rope);
+    /* decoding, one sequence or several: each row's rope at its sequence's position,
+     * its key and value stored, and its attention over its sequence's caches (on a
+     * GPU, one dispatch for all of it) */
     for (int i = 0; i < n; i++) {
-        al_context *s = seqs[i];
-        al_tensor qi = al_tensor_rows(q, i, 1), ki = al_tensor_rows(k, i, 1);
-        al_tensor vi = al_tensor_rows(v, i, 1), ai = al_tensor_rows(att, i, 1);
-        shape.n_past = s->n_past;
-        shape.n_tokens = 1;
-        op->attention(be, &qi, &ki, &vi, &s->k_cache[il], &s->v_cache[il], &shape, &ai);
+        al_context *s = seqs ? seqs[i] : c;
+        c->seq_pos[i] = s->n_past;
+        c->seq_kc[i] = &s->k_cache[il];
+        c->seq_vc[i] = &s->v_cache[il];
     }
+    backend_attention_rows(be, q, k, v, c->seq_kc, c->seq_vc, c->seq_pos, rope, &shape, att);
 }
 
 

@@ -982,7 +982,8 @@ static void decode_model(const char *name, double max_nmse) {
 
 /* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
  * when the model cannot be run. */
-static bool decode_step(const char *tune, uint64_t *n_disp, float *logits, int n_vocab) {
+static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits,
+                        int n_vocab) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
     setenv("ANYLLM_VK_TUNE", tune, 1);
@@ -1001,24 +1002,26 @@ static bool decode_step(const char *tune, uint64_t *n_disp, float *logits, int n
          al_eval(c, tok + 1, 1, logits, false) == AL_OK &&
          vk_backend_get_stats(model_backend(m), &s1);
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
+    *n_kv = ok ? s1.n_kv_copies - s0.n_kv_copies : 0;
     al_context_destroy(c);
     al_model_destroy(m);
     (void)n_vocab;
     return ok;
 }
 
-/* Op fusion, measured: a llama decode step on a GPU takes 6 dispatches per layer (norm +
- * q.k.v, rope of q and k, attention, output projection + residual, norm + gate.up +
- * SiLU, down projection + residual) and 3 more (embedding, final norm, logits); 8 on a
- * CPU device, which runs the two norms alone; the plain ops took 15 per layer
- * (ANYLLM_VK_TUNE=fuse=0). The logits stay those of the plain ops. */
+/* Op fusion, measured: a llama decode step on a GPU takes 5 dispatches per layer (norm +
+ * q.k.v, rope of q and k + attention + its cache stores, output projection + residual,
+ * norm + gate.up + SiLU, down projection + residual) and 3 more (embedding, final
+ * norm, logits); 7 on a CPU device, which runs the two norms alone; the plain ops
+ * took 15 per layer (ANYLLM_VK_TUNE=fuse=0) and two copies into the caches. The
+ * logits stay those of the plain ops. */
 static void test_dispatch_count(void) {
     enum { N_VOCAB = 1024, N_LAYER = 4 };
     static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB];
-    uint64_t n_fused = 0, n_gpu = 0, n_plain = 0;
-    if (!decode_step("fuse=1", &n_fused, fused, N_VOCAB) ||
-        !decode_step("fuse=1,cpu_rows=0", &n_gpu, gpu, N_VOCAB) ||
-        !decode_step("fuse=0", &n_plain, plain, N_VOCAB)) {
+    uint64_t n_fused = 0, n_gpu = 0, n_plain = 0, kv_fused = 0, kv_gpu = 0, kv_plain = 0;
+    if (!decode_step("fuse=1", &n_fused, &kv_fused, fused, N_VOCAB) ||
+        !decode_step("fuse=1,cpu_rows=0", &n_gpu, &kv_gpu, gpu, N_VOCAB) ||
+        !decode_step("fuse=0", &n_plain, &kv_plain, plain, N_VOCAB)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
@@ -1026,19 +1029,23 @@ static void test_dispatch_count(void) {
     printf("  decode step of ref-llama-Q4_0: %llu dispatches fused, %llu with the GPU shaders, "
            "%llu plain; logits NMSE %.2e, %.2e\n", (unsigned long long)n_fused,
            (unsigned long long)n_gpu, (unsigned long long)n_plain, e, eg);
-    CHECK_MSG(n_fused == 8 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
-    CHECK_MSG(n_gpu == 6 * N_LAYER + 3, "GPU shaders: %llu dispatches", (unsigned long long)n_gpu);
+    CHECK_MSG(n_fused == 7 * N_LAYER + 3, "fused: %llu dispatches", (unsigned long long)n_fused);
+    CHECK_MSG(n_gpu == 5 * N_LAYER + 3, "GPU shaders: %llu dispatches", (unsigned long long)n_gpu);
     CHECK_MSG(n_plain == 15 * N_LAYER + 3, "plain: %llu dispatches", (unsigned long long)n_plain);
+    CHECK_MSG(kv_fused == 0 && kv_gpu == 0 && kv_plain == 2 * N_LAYER,
+              "copies into the caches: %llu fused, %llu GPU shaders, %llu plain",
+              (unsigned long long)kv_fused, (unsigned long long)kv_gpu,
+              (unsigned long long)kv_plain);
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
     /* the GPU shaders' norm sums its squares in another order: rounding, no more */
     CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
 }
 
 /* Dispatches of one al_eval_multi step of N_SEQ sequences of ref-llama-Q4_0 at
- * different positions (1, 2 and 3 tokens in), with the fused ops on or off, and the
- * step's logits; false when the model cannot be run. */
-enum { N_SEQ = 3 };
-static bool multi_step(const char *tune, uint64_t *n_disp, float *logits) {
+ * different positions (1, 2, ... N_SEQ tokens in), with the fused ops on or off, and
+ * the step's logits; false when the model cannot be run. */
+enum { N_SEQ = VK_SEQ_ROWS + 2 };
+static bool multi_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
     setenv("ANYLLM_VK_TUNE", tune, 1);
@@ -1047,10 +1054,11 @@ static bool multi_step(const char *tune, uint64_t *n_disp, float *logits) {
     al_model *m = NULL;
     al_context *c[N_SEQ] = {0};
     al_context_params cp = al_context_default_params();
-    cp.n_ctx = 8;
+    cp.n_ctx = N_SEQ + 2;
     bool ok = al_model_load(path, &mp, &m) == AL_OK;
     unsetenv("ANYLLM_VK_TUNE");
-    int32_t tok[4] = {1, 334, 12, 99};
+    int32_t tok[N_SEQ + 1];
+    for (int i = 0; i <= N_SEQ; i++) tok[i] = 1 + 97 * i % 200;
     for (int i = 0; i < N_SEQ && ok; i++)
         ok = al_context_create(m, &cp, &c[i]) == AL_OK && al_eval(c[i], tok, i + 1, NULL, false) == AL_OK;
     vk_backend_stats s0, s1;
@@ -1058,30 +1066,37 @@ static bool multi_step(const char *tune, uint64_t *n_disp, float *logits) {
          al_eval_multi(c, tok + 1, N_SEQ, logits) == AL_OK &&
          vk_backend_get_stats(model_backend(m), &s1);
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
+    *n_kv = ok ? s1.n_kv_copies - s0.n_kv_copies : 0;
     for (int i = 0; i < N_SEQ; i++) al_context_destroy(c[i]);
     al_model_destroy(m);
     return ok;
 }
 
-/* al_eval_multi: the rope of every sequence's row in one dispatch per layer (the
- * attention stays one per sequence: each has its own cache): 7 + N_SEQ per layer on
- * a CPU device (6 + 2 N_SEQ with a rope per sequence), against 12 + 3 N_SEQ with the
- * plain ops; the same logits. */
+/* al_eval_multi: the rope and attention of VK_SEQ_ROWS sequences in one dispatch per
+ * layer (each over its own caches, which the shader writes): 6 + ceil(N_SEQ /
+ * VK_SEQ_ROWS) per layer on a CPU device and no copies, against 12 + 3 N_SEQ with the
+ * plain ops (a rope of q and of k and an attention per sequence) and 2 N_SEQ copies
+ * into the caches; the same logits. */
 static void test_dispatch_count_multi(void) {
     enum { N_VOCAB = 1024, N_LAYER = 4 };
     static float fused[N_SEQ * N_VOCAB], plain[N_SEQ * N_VOCAB];
-    uint64_t n_fused = 0, n_plain = 0;
-    if (!multi_step("fuse=1", &n_fused, fused) || !multi_step("fuse=0", &n_plain, plain)) {
+    uint64_t n_fused = 0, n_plain = 0, kv_fused = 0, kv_plain = 0;
+    if (!multi_step("fuse=1", &n_fused, &kv_fused, fused) ||
+        !multi_step("fuse=0", &n_plain, &kv_plain, plain)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
     double e = test_nmse(fused, plain, N_SEQ * N_VOCAB);
     printf("  al_eval_multi of %d sequences: %llu dispatches fused, %llu plain; logits NMSE %.2e\n",
            N_SEQ, (unsigned long long)n_fused, (unsigned long long)n_plain, e);
-    CHECK_MSG(n_fused == (7 + N_SEQ) * N_LAYER + 3, "fused: %llu dispatches",
+    const int n_attn = (N_SEQ + VK_SEQ_ROWS - 1) / VK_SEQ_ROWS;
+    CHECK_MSG(n_fused == (uint64_t)(6 + n_attn) * N_LAYER + 3, "fused: %llu dispatches",
               (unsigned long long)n_fused);
     CHECK_MSG(n_plain == (12 + 3 * N_SEQ) * N_LAYER + 3, "plain: %llu dispatches",
               (unsigned long long)n_plain);
+    CHECK_MSG(kv_fused == 0 && kv_plain == 2 * N_SEQ * N_LAYER,
+              "copies into the caches: %llu fused, %llu plain", (unsigned long long)kv_fused,
+              (unsigned long long)kv_plain);
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
 }
 

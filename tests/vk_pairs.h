@@ -1,8 +1,9 @@
 /* vk_pairs.h: the tensors and random data of test_vulkan.c, the Vulkan op tests: a
  * tensor on both backends (pair: the CPU reference's and the Vulkan backend's, filled
  * with the same floats), NMSE between them, and random weights of every type with
- * small finite scales. Included once, by test_vulkan.c, after the Vulkan headers:
- * the globals and helpers are its own (static).
+ * small finite scales. Included once per test program (test_vulkan.c,
+ * test_vkattn.c), after the Vulkan headers: the globals and helpers are its own
+ * (static; the weight helpers inline, as a program may not use them).
  */
 #ifndef AL_TEST_VK_PAIRS_H
 #define AL_TEST_VK_PAIRS_H
@@ -48,7 +49,8 @@ typedef struct pair {
 } pair;
 
 /* A weight (any type) from host bytes, loaded on both backends. */
-static void weight_pair(uint32_t type, int64_t cols, int64_t rows, const void *bytes, pair *p) {
+static inline void weight_pair(uint32_t type, int64_t cols, int64_t rows, const void *bytes,
+                               pair *p) {
     uint64_t rb = quant_row_bytes(type, cols);
     al_tensor w = {.type = type, .ne = {cols, rows}, .data = (void *)bytes, .row_bytes = rb};
     p->cpu = p->vk = w;
@@ -114,7 +116,7 @@ static void put_f16(uint8_t *p, float v) {
 /* Random blocks: random quant bytes, small finite scales where the layout has them.
  * MXFP4's 17-byte blocks make rows of 7 blocks start at odd bytes, and tensors of an odd
  * number of rows end at one. */
-static void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
+static inline void *random_weight(uint32_t type, int64_t cols, int64_t rows) {
     uint64_t rb = quant_row_bytes(type, cols), n = rb * (uint64_t)rows;
     uint8_t *b = keep_alloc(n);
     if (type == AL_TYPE_F32) {
@@ -170,7 +172,7 @@ static const uint32_t g_types[] = {
 enum { N_TYPES = sizeof g_types / sizeof *g_types };
 
 /* An awkward row length for a type: a few blocks, or an odd length for floats. */
-static int64_t awkward_cols(uint32_t type) {
+static inline int64_t awkward_cols(uint32_t type) {
     uint32_t bs = quant_get_traits(type)->block_size;
     return bs == 1 ? 203 : bs == 32 ? 32 * 7 : 256 * 2;
 }

@@ -311,6 +311,9 @@ void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c) {
                           (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->max_ubo_range = lim->maxUniformBufferRange;
     c->dyn_index = f2.features.shaderStorageBufferArrayDynamicIndexing;
+    c->max_ssbo = lim->maxPerStageDescriptorStorageBuffers < lim->maxDescriptorSetStorageBuffers
+                      ? lim->maxPerStageDescriptorStorageBuffers
+                      : lim->maxDescriptorSetStorageBuffers;
     c->storage16 = s16.storageBuffer16BitAccess;
     c->fp16 = v12 && f16i8.shaderFloat16;
     c->int8 = v12 && f16i8.shaderInt8;

@@ -734,11 +734,15 @@ static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int6
         }
         if (m == 64) {
             be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+            vk_count_kv_copy(be);
             m = 0;
         }
         regions[m++] = (VkBufferCopy){.srcOffset = so, .dstOffset = d0, .size = kv_bytes};
     }
-    if (m) be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+    if (m) {
+        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+        vk_count_kv_copy(be);
+    }
 }
 
 /* Whether every position a query of the batch sees is still in a ring of cap rows once
@@ -747,6 +751,19 @@ static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int6
 static bool ring_holds(const al_attn_shape *s, int64_t cap) {
     int64_t n = s->n_tokens;
     return (int64_t)s->n_past + n <= cap || (s->window > 0 && (int64_t)s->window - 1 + n <= cap);
+}
+
+/* Binding 4 of both attention builds: the sinks, or (NULL) binding 0 again, since a
+ * binding must be valid even where the shader skips it. Returns has_sink. */
+static uint32_t bind_sinks(const vk_backend *be, VkDescriptorBufferInfo *info,
+                           const al_tensor *sinks, uint32_t *s_off) {
+    uint32_t s_stride;
+    if (!sinks) {
+        info[4] = info[0];
+        return 0;
+    }
+    *s_off = bind_f32(be, &info[4], sinks, &s_stride);
+    return 1;
 }
 
 void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
@@ -791,12 +808,97 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
     pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
     pc.o_off = bind_f32(be, &info[3], &ov, &pc.o_stride);
-    uint32_t s_stride;
-    if (s->sinks) {
-        pc.s_off = bind_f32(be, &info[4], s->sinks, &s_stride);
-        pc.has_sink = 1;
-    } else {
-        info[4] = info[0]; /* a binding must be valid even where the shader skips it */
-    }
+    pc.has_sink = bind_sinks(be, info, s->sinks, &pc.s_off);
     dispatch(be, VK_OP_ATTENTION, 0, 0, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
+}
+
+/* ---- attention_rows ---------------------------------------------------------------------- */
+
+/* Whether row i's cache takes its one new position: the ring holds what it sees. */
+static bool row_fits(const al_attn_shape *s, int32_t pos, const al_tensor *kc,
+                     const al_tensor *vc) {
+    al_attn_shape one = *s;
+    one.n_past = pos;
+    one.n_tokens = 1;
+    return pos >= 0 && vc->ne[1] == kc->ne[1] && ring_holds(&one, kc->ne[1]);
+}
+
+/* One dispatch of attention.comp's ROWS build: rows r0 .. r0 + nr - 1 (nr <= VK_SEQ),
+ * rotated where half > 0 (rope's pairs per head). */
+static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tensor *k,
+                          const al_tensor *v, al_tensor *const *k_cache,
+                          al_tensor *const *v_cache, const int32_t *pos, const al_rope *rope,
+                          int half, const al_attn_shape *s, al_tensor *out, int r0, int nr) {
+    const uint64_t cs_bytes = (uint64_t)nr * (uint64_t)half * 2 * sizeof(float);
+    if (!vk_begin(be, 1, 6 * VK_SEQ * sizeof(uint32_t) + cs_bytes)) return;
+    vk_hazard(be, q->data, false);
+    vk_hazard(be, k->data, false);
+    vk_hazard(be, v->data, false);
+    if (s->sinks) vk_hazard(be, s->sinks->data, false);
+    for (int i = r0; i < r0 + nr; i++) {
+        vk_hazard(be, k_cache[i]->data, true);
+        vk_hazard(be, v_cache[i]->data, true);
+    }
+    vk_hazard(be, out->data, true);
+    VkDescriptorBufferInfo info[VK_ROWS_DESCRIPTORS];
+    uint32_t tb[6 * VK_SEQ];
+    for (int i = 0; i < VK_SEQ; i++) { /* slots past nr repeat row r0: never read */
+        int j = r0 + (i < nr ? i : 0);
+        uint32_t *e = &tb[6 * i];
+        e[0] = (uint32_t)pos[j];
+        e[1] = (uint32_t)k_cache[j]->ne[1];
+        e[2] = bind_f32(be, &info[6 + i], k_cache[j], &e[3]);
+        e[4] = bind_f32(be, &info[6 + VK_SEQ + i], v_cache[j], &e[5]);
+    }
+    vk_pc_attention_rows pc = {
+        .n_head = (uint32_t)s->n_head, .n_head_kv = (uint32_t)s->n_head_kv,
+        .head_dim = (uint32_t)s->head_dim, .n_tok = (uint32_t)nr,
+        .scale = s->scale != 0 ? s->scale : 1.0f / sqrtf((float)s->head_dim),
+        .window = (uint32_t)s->window};
+    al_tensor qv = al_tensor_rows(q, r0, nr), kv = al_tensor_rows(k, r0, nr);
+    al_tensor vv = al_tensor_rows(v, r0, nr), ov = al_tensor_rows(out, r0, nr);
+    pc.q_off = bind_f32(be, &info[0], &qv, &pc.q_stride);
+    pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
+    pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
+    pc.o_off = bind_f32(be, &info[3], &ov, &pc.o_stride);
+    pc.has_sink = bind_sinks(be, info, s->sinks, &pc.s_off);
+    const uint64_t t_bytes = (uint64_t)nr * 6 * sizeof(uint32_t);
+    pc.t_off = bind(be, &info[5], be->s.upload, upload(be, tb, t_bytes), t_bytes) /
+               (uint32_t)sizeof(uint32_t);
+    if (half > 0) { /* the table of these rows' positions: shared by every layer */
+        uint64_t cs_off = rope_table(be, 0, pos + r0, nr, rope);
+        pc.cs_off = bind(be, &info[6 + 2 * VK_SEQ], be->s.upload, cs_off, cs_bytes) /
+                    (uint32_t)sizeof(float);
+        pc.rope_half = (uint32_t)half;
+        pc.neox = rope->neox;
+    } else {
+        info[6 + 2 * VK_SEQ] = info[0]; /* a valid binding the shader skips */
+    }
+    dispatch(be, VK_OP_ATTENTION_ROWS, 0, 0, info, &pc, sizeof pc, pc.n_head, (uint32_t)nr);
+}
+
+/* attention.comp's ROWS build, VK_SEQ rows a dispatch: the shader rotates q and k and
+ * writes each row's new key and value into its caches itself. Declines where fusion
+ * is off, the device has no room for the cache arrays, or a row does not fit its
+ * cache (the plain op then reports it). */
+bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al_tensor *v,
+                          al_tensor *const *k_cache, al_tensor *const *v_cache,
+                          const int32_t *pos, const al_rope *rope, const al_attn_shape *s,
+                          al_tensor *out) {
+    vk_backend *be = (vk_backend *)base;
+    const vk_pipelines *pl = &be->sh->pl;
+    const int n = (int)q->ne[1];
+    AL_ASSERT(s->n_head % s->n_head_kv == 0 && k->ne[1] >= n && v->ne[1] >= n);
+    AL_ASSERT(!s->sinks || (s->sinks->type == AL_TYPE_F32 && s->sinks->ne[0] >= s->n_head));
+    AL_ASSERT(!rope || rope->n_rot <= s->head_dim);
+    if (!pl->tune.fuse || !pl->layout[VK_OP_ATTENTION_ROWS] ||
+        (uint32_t)s->head_dim > pl->tune.attn_max_hd)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!row_fits(s, pos[i], k_cache[i], v_cache[i])) return false;
+    const int half = rope ? rope->n_rot / 2 : 0;
+    for (int r0 = 0; r0 < n; r0 += VK_SEQ)
+        attn_rows_dispatch(be, q, k, v, k_cache, v_cache, pos, rope, half, s, out, r0,
+                           n - r0 < VK_SEQ ? n - r0 : VK_SEQ);
+    return true;
 }

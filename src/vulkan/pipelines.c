@@ -48,6 +48,8 @@ static const struct {
     [VK_OP_RMS_NORM] = {"rms_norm", 3, 0, true, false, 0},
     [VK_OP_ROPE] = {"rope", 3, 0, false, false, 0},
     [VK_OP_ATTENTION] = {"attention", 5, 0, true, false, 0},
+    /* q, k, v, out, sinks, the table, the key caches[], the value caches[], the rope's */
+    [VK_OP_ATTENTION_ROWS] = {"attention_rows", 9, 0, true, false, 0xC0u},
     [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true, 0},
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true, 0},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true, 0},
@@ -71,7 +73,8 @@ VkDescriptorType vk_binding_type(vk_op op, int i) {
 }
 
 uint32_t vk_binding_count(vk_op op, int i) {
-    return g_ops[op].array_mask & (1u << i) ? VK_MULTI : 1;
+    if (!(g_ops[op].array_mask & (1u << i))) return 1;
+    return op == VK_OP_ATTENTION_ROWS ? VK_SEQ : VK_MULTI;
 }
 
 /* Weight types with shaders, by the suffix the Makefile gives their builds. */
@@ -190,6 +193,11 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
     pl->use_subgroup = d->caps.subgroup_arith && !(no_sg && *no_sg && strcmp(no_sg, "0"));
     for (int op = 0; op < VK_OP_COUNT; op++) {
         int n = g_ops[op].n_bindings;
+        /* without room for its arrays (or a way to index them) attention_rows has no
+         * layout, and declines */
+        if (op == VK_OP_ATTENTION_ROWS &&
+            (!d->caps.dyn_index || d->caps.max_ssbo < VK_ROWS_DESCRIPTORS))
+            continue;
         VkDescriptorSetLayoutBinding b[VK_MAX_BINDINGS];
         for (int i = 0; i < n; i++)
             b[i] = (VkDescriptorSetLayoutBinding){
@@ -234,7 +242,7 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
     case VK_OP_RMS_NORM: v[0] = t->norm_wg; *wg = v[0]; return 1;
     case VK_OP_ROPE: v[0] = t->rope_wg; *wg = v[0]; return 1;
     case VK_OP_GET_ROWS: v[0] = t->rows_wg; *wg = v[0]; return 1;
-    case VK_OP_ATTENTION:
+    case VK_OP_ATTENTION: case VK_OP_ATTENTION_ROWS:
         v[0] = t->attn_wg, v[1] = t->attn_max_hd;
         *wg = v[0];
         return 2;

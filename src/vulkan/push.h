@@ -163,6 +163,27 @@ typedef struct vk_pc_attention {
 _Static_assert(sizeof(vk_pc_attention) == 72, "mirror of attention.comp");
 _Static_assert(sizeof(vk_pc_attention) <= 128, "the push-constant range every device offers");
 
+/* attention.comp's ROWS build (attention_rows): one token of each of n_tok <= VK_SEQ
+ * sequences, row t's caches buffer t of bindings 6 (keys) and 7 (values). Row t of q,
+ * k (binding 1: the new keys), v (2) and out; the table (binding 5, from uint t_off)
+ * gives row t's position, ring rows, and the offset and stride of both caches, in
+ * floats; binding 8 the rope's cos and sin (as vk_pc_rope's), or a dummy. The rest as
+ * vk_pc_attention. */
+typedef struct vk_pc_attention_rows {
+    uint32_t n_head, n_head_kv, head_dim, n_tok;
+    uint32_t q_off, q_stride;
+    uint32_t k_off, k_stride;
+    uint32_t v_off, v_stride;
+    uint32_t o_off, o_stride;
+    float scale;
+    uint32_t window;
+    uint32_t s_off, has_sink;
+    uint32_t t_off;
+    uint32_t rope_half, neox; /* rope: pairs per head (0: q and k come rotated) */
+    uint32_t cs_off;          /* rope: cos and sin of row 0's pairs (binding 8), in floats */
+} vk_pc_attention_rows;
+_Static_assert(sizeof(vk_pc_attention_rows) == 80, "mirror of attention.comp");
+
 /* copy.comp: n 16-byte words (bandwidth measurement). */
 typedef struct vk_pc_copy {
     uint32_t n;

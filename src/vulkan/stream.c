@@ -207,3 +207,7 @@ al_status vk_submit_wait(vk_backend *be) {
 void vk_count_dispatch(vk_backend *be) {
     atomic_fetch_add_explicit(&be->sh->n_dispatches, 1, memory_order_relaxed);
 }
+
+void vk_count_kv_copy(vk_backend *be) {
+    atomic_fetch_add_explicit(&be->sh->n_kv_copies, 1, memory_order_relaxed);
+}

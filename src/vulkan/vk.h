@@ -45,6 +45,7 @@
 
 #include "backend.h"
 #include "quant.h"
+#include "vk_backend.h"
 
 /* ---- entry points ----------------------------------------------------------------- */
 
@@ -110,6 +111,7 @@ typedef struct vk_caps {
     bool subgroup_arith;       /* subgroup add/max in compute shaders */
     bool subgroup_shuffle;     /* subgroupShuffle in compute shaders */
     bool dyn_index;            /* shaderStorageBufferArrayDynamicIndexing: the MULTI builds */
+    uint32_t max_ssbo;         /* storage buffers a set and a stage may have (the lower) */
     uint32_t max_ubo_range;    /* maxUniformBufferRange */
     bool storage16;            /* storageBuffer16BitAccess: needed by every weight read */
     bool fp16, int8, int8_dot; /* shaderFloat16, shaderInt8, accelerated 4x8-bit dot */
@@ -179,7 +181,8 @@ void vk_buf_destroy(vk_device *d, vk_buf *b);
 
 typedef enum vk_op {
     VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
-    VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL, VK_OP_MATMUL_ROWS,
+    VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_ATTENTION_ROWS, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL,
+    VK_OP_MATMUL_ROWS,
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
     VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
     VK_OP_COPY,
@@ -187,10 +190,13 @@ typedef enum vk_op {
     VK_OP_COUNT
 } vk_op;
 
-enum { VK_MAX_BINDINGS = 7, VK_PUSH_BYTES = 128 }; /* moe_mm's GLU build: 7 */
+enum { VK_MAX_BINDINGS = 9, VK_PUSH_BYTES = 128 }; /* attention_rows: 9 */
 /* A binding of a MULTI build is an array of VK_MULTI buffers (weights, biases, outputs:
- * one per weight of matmul_multi), so a set holds up to VK_MAX_DESCRIPTORS. */
-enum { VK_MULTI = AL_MULTI_MAX, VK_MAX_DESCRIPTORS = 1 + 3 * VK_MULTI + 1 };
+ * one per weight of matmul_multi); attention_rows binds the caches of VK_SEQ sequences
+ * (attention.comp says it again) as two arrays. A set holds up to VK_MAX_DESCRIPTORS. */
+enum { VK_MULTI = AL_MULTI_MAX, VK_SEQ = VK_SEQ_ROWS, VK_ROWS_DESCRIPTORS = 7 + 2 * VK_SEQ };
+enum { VK_MAX_DESCRIPTORS = VK_ROWS_DESCRIPTORS > 1 + 3 * VK_MULTI + 1 ? VK_ROWS_DESCRIPTORS
+                                                                        : 1 + 3 * VK_MULTI + 1 };
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
@@ -238,7 +244,8 @@ al_status vk_pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t typ
                           const vk_pipeline **out);
 /* The descriptor type of binding i of op's shader (a few are uniform buffers). */
 VkDescriptorType vk_binding_type(vk_op op, int i);
-/* The descriptors binding i of op's shader holds: VK_MULTI for the arrays, else 1. */
+/* The descriptors binding i of op's shader holds: VK_MULTI or VK_SEQ for the arrays,
+ * else 1. */
 uint32_t vk_binding_count(vk_op op, int i);
 /* true if the weight ops have shaders for this type */
 bool vk_type_supported(uint32_t type);
@@ -272,6 +279,7 @@ typedef struct vk_shared {
     uint64_t bytes_imported;   /* copied bytes: the model backend's base.n_bytes_copied */
     double load_s;
     _Atomic uint64_t n_submits, n_dispatches; /* over every stream */
+    _Atomic uint64_t n_kv_copies;              /* copy commands into the KV caches */
 } vk_shared;
 
 enum { VK_MAX_HAZARDS = 16 };
@@ -347,8 +355,9 @@ al_status vk_submit_wait(vk_backend *be);
 /* Declares that the next command reads (write = false) or writes buf, inserting a
  * barrier first if an earlier command since the last barrier conflicts. */
 void vk_hazard(vk_backend *be, const vk_buf *buf, bool write);
-/* Counts a recorded dispatch, for reports. */
+/* Count a recorded dispatch, a copy into a KV cache, for reports. */
 void vk_count_dispatch(vk_backend *be);
+void vk_count_kv_copy(vk_backend *be);
 
 /* ---- recording (ops.c) ------------------------------------------------------------ */
 
@@ -366,6 +375,10 @@ void vk_op_rope(al_backend *be, al_tensor *x, int n_head, int head_dim, int pos0
 void vk_op_attention(al_backend *be, const al_tensor *q, const al_tensor *k,
                      const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
                      const al_attn_shape *shape, al_tensor *out);
+bool vk_op_attention_rows(al_backend *be, al_tensor *q, al_tensor *k, const al_tensor *v,
+                          al_tensor *const *k_cache, al_tensor *const *v_cache,
+                          const int32_t *pos, const al_rope *rope, const al_attn_shape *shape,
+                          al_tensor *out);
 void vk_op_silu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void vk_op_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void vk_op_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);

@@ -103,6 +103,7 @@ static const al_backend_ops vk_ops_table = {
     .matmul_multi = vk_op_matmul_multi,
     .norm_matmul_glu = vk_op_norm_matmul_glu,
     .rope_qk_rows = vk_op_rope_qk_rows,
+    .attention_rows = vk_op_attention_rows,
     .moe_ffn = vk_op_moe_ffn,
 };
 
@@ -191,6 +192,7 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     atomic_init(&be->sh->in_flight, false);
     atomic_init(&be->sh->n_submits, 0);
     atomic_init(&be->sh->n_dispatches, 0);
+    atomic_init(&be->sh->n_kv_copies, 0);
     al_status st = open_backend(be, device_index);
     if (st != AL_OK) {
         char msg[512];
@@ -293,6 +295,7 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
         .load_s = be->sh->load_s,
         .n_submits = atomic_load(&be->sh->n_submits),
         .n_dispatches = atomic_load(&be->sh->n_dispatches),
+        .n_kv_copies = atomic_load(&be->sh->n_kv_copies),
         .n_validation = atomic_load(&be->sh->d.n_validation),
     };
     return true;

@@ -28,6 +28,10 @@ int vk_list_devices(FILE *out); /* out NULL: only counts them */
  * there is no such device. */
 int vk_device_name(int index, char *buf, size_t size);
 
+/* Rows of attention_rows one dispatch takes: al_eval_multi's step of n sequences is
+ * ceil(n / VK_SEQ_ROWS) attention dispatches per layer. */
+enum { VK_SEQ_ROWS = 8 };
+
 /* What a backend did, for reports. */
 typedef struct vk_backend_stats {
     const char *weight_path;  /* "import", "host copy" or "staging copy" */
@@ -35,6 +39,7 @@ typedef struct vk_backend_stats {
     uint64_t bytes_copied;    /* weight bytes copied to the device or host-visible memory */
     double load_s;            /* seconds spent in weight_load */
     uint64_t n_submits, n_dispatches;
+    uint64_t n_kv_copies;     /* copy commands that stored keys or values in a cache */
     int n_validation;         /* validation messages (ANYLLM_VK_VALIDATION=1) */
 } vk_backend_stats;
 

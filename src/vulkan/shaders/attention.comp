@@ -11,6 +11,17 @@
 // j % cap. ops.c wrote this batch's keys and values before, and checked that the
 // visible positions of every query are still in the ring.
 //
+// The ROWS build (attention_rows: decoding, al_eval_multi) takes one token of each
+// of n_tok sequences: row t attends over its own caches, buffer t of the arrays kc
+// and vc, and its position, ring size and cache offsets come from the table tb
+// (binding 5, six uints per row). With rope_half > 0 the workgroup first rotates its
+// query head and the new key as rope.comp does (cos and sin of row t's pairs at cs,
+// binding 8), in shared memory: q and k stay as they were. The new key and value are
+// taken from the inputs rather than the caches, and the first query head of each kv
+// head writes them into the caches: no copy before the dispatch, and no other
+// workgroup reads that cache row (the new position comes from the inputs; the one it
+// replaces in a ring is out of sight).
+//
 // Sinks (gpt-oss, has_sink = 1): head h's logit sinks[h] joins the denominator with
 // no value. It is taken as a position already seen: the running maximum starts at it
 // and the running sum at e^(sink - sink) = 1 (acc stays 0), so the rescaling below
@@ -23,6 +34,36 @@
 layout(constant_id = 1) const uint MAX_HD = 256; // head_dim at most; ops.c checks
 const uint ND = (MAX_HD + WG - 1) / WG;
 
+#ifdef ROWS
+#define VK_SEQ 8 // push.h: the rows (sequences) of one dispatch
+layout(push_constant) uniform Push { // vk_pc_attention_rows in push.h
+    uint n_head, n_head_kv, head_dim, n_tok;
+    uint q_off, q_stride;
+    uint k_off, k_stride;
+    uint v_off, v_stride;
+    uint o_off, o_stride;
+    float scale;
+    uint window;
+    uint s_off, has_sink;
+    uint t_off;            // the table's first row, in uints
+    uint rope_half, neox;  // rope: pairs per head (0: no rope), neox pairing
+    uint cs_off;           // rope: row 0's cos and sin, in floats
+} p;
+
+layout(binding = 0, std430) readonly buffer Q { float q[]; };
+layout(binding = 1, std430) readonly buffer K { float k[]; };  // the new keys, a row per token
+layout(binding = 2, std430) readonly buffer V { float v[]; };
+layout(binding = 3, std430) writeonly buffer O { float o[]; };
+layout(binding = 4, std430) readonly buffer S { float sinks[]; };
+// per row: position, ring rows, key cache offset and stride, value cache offset and stride
+layout(binding = 5, std430) readonly buffer T { uint tb[]; };
+layout(binding = 6, std430) buffer KC { float d[]; } kc[VK_SEQ];
+layout(binding = 7, std430) buffer VC { float d[]; } vc[VK_SEQ];
+layout(binding = 8, std430) readonly buffer CS { vec2 cs[]; };
+shared float ks[MAX_HD]; // the new key, rotated
+#define KEY(i) kc[t].d[i]
+#define VAL(i) vc[t].d[i]
+#else
 layout(push_constant) uniform Push { // vk_pc_attention in push.h
     uint n_head, n_head_kv, head_dim, n_past, n_tok;
     uint q_off, q_stride;
@@ -39,6 +80,9 @@ layout(binding = 1, std430) readonly buffer K { float k[]; };
 layout(binding = 2, std430) readonly buffer V { float v[]; };
 layout(binding = 3, std430) writeonly buffer O { float o[]; };
 layout(binding = 4, std430) readonly buffer S { float sinks[]; }; // [n_head]
+#define KEY(i) k[i]
+#define VAL(i) v[i]
+#endif
 
 shared float qs[MAX_HD];
 shared float ps[WG]; // exp(score - max) of the current positions
@@ -47,46 +91,93 @@ const float NEG = -1e30; // not -inf: -inf - -inf would be NaN
 
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
-    uint kvh = h / (p.n_head / p.n_head_kv), hd = p.head_dim;
-    uint pos = p.n_past + t;
+    uint group = p.n_head / p.n_head_kv, kvh = h / group, hd = p.head_dim;
+#ifdef ROWS
+    uint tr = p.t_off + 6 * t, pos = tb[tr], cap = tb[tr + 1];
+    uint k_off = tb[tr + 2], k_stride = tb[tr + 3], v_off = tb[tr + 4], v_stride = tb[tr + 5];
+    uint kn = p.k_off + t * p.k_stride + kvh * hd, vn = p.v_off + t * p.v_stride + kvh * hd;
+    for (uint d = tid; d < hd; d += WG) {
+        qs[d] = q[p.q_off + t * p.q_stride + h * hd + d];
+        ks[d] = k[kn + d];
+    }
+    barrier();
+    if (p.rope_half != 0) {
+        for (uint i = tid; i < p.rope_half; i += WG) {
+            vec2 c = cs[p.cs_off / 2 + t * p.rope_half + i];
+            uint a = p.neox != 0 ? i : 2 * i, b = p.neox != 0 ? i + p.rope_half : 2 * i + 1;
+            float x0 = qs[a], x1 = qs[b], y0 = ks[a], y1 = ks[b];
+            qs[a] = x0 * c.x - x1 * c.y;
+            qs[b] = x0 * c.y + x1 * c.x;
+            ks[a] = y0 * c.x - y1 * c.y;
+            ks[b] = y0 * c.y + y1 * c.x;
+        }
+        barrier();
+    }
+    if (h % group == 0) // this kv head's new row, into the caches
+        for (uint d = tid; d < hd; d += WG) {
+            kc[t].d[k_off + (pos % cap) * k_stride + kvh * hd + d] = ks[d];
+            vc[t].d[v_off + (pos % cap) * v_stride + kvh * hd + d] = v[vn + d];
+        }
+#else
+    uint pos = p.n_past + t, cap = p.cap;
+    uint k_off = p.k_off, k_stride = p.k_stride, v_off = p.v_off, v_stride = p.v_stride;
+#endif
     uint lo = p.window > 0 && pos >= p.window ? pos + 1 - p.window : 0;
-    uint n_vis = pos + 1 - lo, row_lo = lo % p.cap; // visible positions lo .. pos
+    uint n_vis = pos + 1 - lo, row_lo = lo % cap; // visible positions lo .. pos
+#ifdef ROWS
+    uint n_cached = n_vis - 1; // the last one is the new row
+#else
+    uint n_cached = n_vis;
     for (uint d = tid; d < hd; d += WG) qs[d] = q[p.q_off + t * p.q_stride + h * hd + d];
     barrier();
+#endif
 
     // max with NEG: m stays finite, as with the scores, even for a sink of -inf
     float m = p.has_sink != 0 ? max(sinks[p.s_off + h], NEG) : NEG;
     float l = p.has_sink != 0 ? 1.0 : 0.0, acc[ND];
     [[unroll]] for (uint j = 0; j < ND; j++) acc[j] = 0.0;
-    for (uint c0 = 0; c0 < n_vis; c0 += WG) {
+    for (uint c0 = 0; c0 < n_cached; c0 += WG) {
         uint i = c0 + tid; // this invocation's position is lo + i
         float s = NEG;
-        if (i < n_vis) {
-            uint kb = p.k_off + ((row_lo + i) % p.cap) * p.k_stride + kvh * hd;
+        if (i < n_cached) {
+            uint kb = k_off + ((row_lo + i) % cap) * k_stride + kvh * hd;
             s = 0.0;
-            for (uint d = 0; d < hd; d++) s += qs[d] * k[kb + d];
+            for (uint d = 0; d < hd; d++) s += qs[d] * KEY(kb + d);
             s *= p.scale;
         }
         float m_new = max(m, wg_max(s));
-        float e = i < n_vis ? exp(s - m_new) : 0.0;
+        float e = i < n_cached ? exp(s - m_new) : 0.0;
         ps[tid] = e;
         float corr = exp(m - m_new);
         l = l * corr + wg_sum(e); // its barriers also publish ps
         m = m_new;
-        uint n_c = min(WG, n_vis - c0), row_c0 = (row_lo + c0) % p.cap;
+        uint n_c = min(WG, n_cached - c0), row_c0 = (row_lo + c0) % cap;
         [[unroll]] for (uint j = 0; j < ND; j++) {
             uint d = tid + j * WG;
             if (d >= hd) break;
             float a = acc[j] * corr;
-            uint vd = p.v_off + kvh * hd + d, row = row_c0;
+            uint vd = v_off + kvh * hd + d, row = row_c0;
             for (uint i2 = 0; i2 < n_c; i2++) {
-                a += ps[i2] * v[vd + row * p.v_stride];
-                row = row + 1 == p.cap ? 0 : row + 1; // the ring wraps to row 0
+                a += ps[i2] * VAL(vd + row * v_stride);
+                row = row + 1 == cap ? 0 : row + 1; // the ring wraps to row 0
             }
             acc[j] = a;
         }
         barrier(); // ps is rewritten by the next positions
     }
+#ifdef ROWS
+    { // the new position, from the inputs: every invocation scores it (hd products)
+        float s = 0.0;
+        for (uint d = 0; d < hd; d++) s += qs[d] * ks[d];
+        s *= p.scale;
+        float m_new = max(m, s), corr = exp(m - m_new), e = exp(s - m_new);
+        l = l * corr + e;
+        [[unroll]] for (uint j = 0; j < ND; j++) {
+            uint d = tid + j * WG;
+            if (d < hd) acc[j] = acc[j] * corr + e * v[vn + d];
+        }
+    }
+#endif
     float inv = 1.0 / l;
     [[unroll]] for (uint j = 0; j < ND; j++) {
         uint d = tid + j * WG;

@@ -1,0 +1,252 @@
+/* test_vkattn.c: the Vulkan backend's attention_rows (one token of each of several
+ * sequences, each over its own caches, in one dispatch per VK_SEQ rows: attention.comp's
+ * ROWS build, with the rope of q and k before it) against the reference CPU backend's
+ * rope_qk_rows and attention called row by row, which is what backend_attention_rows
+ * runs where a backend has no attention_rows.
+ *
+ * Each case gives every sequence its own pair of caches, filled with random history
+ * (rows no position has reached are never read), and takes two steps: the second
+ * reads the rows the first wrote, so a new key or value the shader scored but did not
+ * store (or stored in the wrong row) shows. Per step: the outputs (NMSE <= 1e-6, the
+ * tolerance of test_vulkan's f32 ops: the shader takes the new position last, the
+ * reference in order) and every cache row (the new rows are copies: equal).
+ *
+ * The cases: grouped-query heads over eleven sequences (two dispatches, 8 + 3), from
+ * an empty cache to more positions than a workgroup step (64), with caches of
+ * different sizes; a sliding window over rings that have wrapped, neox rope; head size
+ * 40 with sinks (gpt-oss); one sequence with a partial rope (32 of 64 dimensions) and
+ * frequency factors; two sequences without rope. The op must decline, changing
+ * nothing, where a row's position does not fit its cache. The validation layer is on
+ * where it is installed and must stay silent.
+ *
+ * Without a Vulkan build or device, the program prints why and skips.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "test.h"
+#include "util.h"
+
+#ifdef AL_HAVE_VULKAN
+#include "vulkan/vk_backend.h"
+
+#include "vk_pairs.h" /* g_cpu, g_vk, pair, random data */
+
+enum { MAX_SEQ = 11 };
+
+typedef struct attn_case {
+    const char *name;
+    int n_head, n_head_kv, head_dim, window;
+    bool sinks;
+    int n_rot; /* 0: no rope */
+    bool neox, factors;
+    int n_seq;
+    int pos[MAX_SEQ], cap[MAX_SEQ]; /* each sequence's first position and cache rows */
+} attn_case;
+
+static const attn_case g_cases[] = {
+    {"grouped-query, 11 sequences", 8, 2, 64, 0, false, 64, false, false, 11,
+     {0, 1, 5, 63, 64, 65, 70, 2, 9, 30, 99}, {8, 4, 16, 80, 80, 96, 100, 4, 12, 40, 101}},
+    {"window 16 over rings of 16 and 20 rows, neox", 4, 2, 32, 16, false, 32, true, false, 4,
+     {3, 40, 17, 99}, {16, 16, 20, 20}},
+    {"head size 40 with sinks", 4, 4, 40, 0, true, 40, true, false, 3, {0, 7, 66}, {4, 10, 70}},
+    {"one sequence, rope of 32 of 64 with factors", 6, 3, 64, 0, false, 32, false, true, 1,
+     {12}, {20}},
+    {"two sequences without rope", 2, 1, 48, 0, false, 0, false, false, 2, {5, 0}, {8, 8}},
+};
+static const float g_factors[16] = {1.0f, 1.0f, 1.5f, 2.0f, 1.0f, 3.0f, 4.0f, 1.0f,
+                                    8.0f, 1.0f, 2.5f, 1.0f, 16.0f, 1.0f, 1.0f, 32.0f};
+
+/* Copies of one row of the CPU tensor and the Vulkan tensor: equal bits? */
+static bool rows_equal(const pair *p, int64_t row) {
+    size_t n = (size_t)p->cols;
+    float *a = malloc(n * sizeof *a);
+    al_tensor v = al_tensor_rows(&p->vk, row, 1), c = al_tensor_rows(&p->cpu, row, 1);
+    g_vk->ops->tensor_read(g_vk, &v, a, n * sizeof(float));
+    bool same = !memcmp(a, (const char *)c.data + c.offset, n * sizeof(float));
+    free(a);
+    return same;
+}
+
+typedef struct seqs {
+    pair kc[MAX_SEQ], vc[MAX_SEQ];
+    al_tensor *kcpu[MAX_SEQ], *vcpu[MAX_SEQ], *kvk[MAX_SEQ], *vvk[MAX_SEQ];
+} seqs;
+
+/* One step of every sequence at pos[i]; false where the Vulkan op declined. */
+static bool step(const attn_case *ac, seqs *s, const int32_t *pos, const pair *sinks) {
+    int n = ac->n_seq, qd = ac->n_head * ac->head_dim, kvd = ac->n_head_kv * ac->head_dim;
+    float *qv = random_floats((size_t)(n * qd), 2.0f), *kv = random_floats((size_t)(n * kvd), 2.0f);
+    float *vv = random_floats((size_t)(n * kvd), 1.0f);
+    pair q, k, v, out;
+    act_pair(qd, n, qv, &q);
+    act_pair(kvd, n, kv, &k);
+    act_pair(kvd, n, vv, &v);
+    act_pair(qd, n, NULL, &out);
+    al_attn_shape shape = {.n_head = ac->n_head, .n_head_kv = ac->n_head_kv,
+                           .head_dim = ac->head_dim, .window = ac->window,
+                           .sinks = sinks ? &sinks->cpu : NULL};
+    al_rope rope = {.n_rot = ac->n_rot, .neox = ac->neox, .freq_base = 10000.0f,
+                    .freq_scale = 1.0f, .freq_factors = ac->factors ? g_factors : NULL};
+    const al_rope *rp = ac->n_rot ? &rope : NULL;
+    vk_backend_stats s0, s1;
+    CHECK(vk_backend_get_stats(g_vk, &s0));
+    backend_attention_rows(g_cpu, &q.cpu, &k.cpu, &v.cpu, s->kcpu, s->vcpu, pos, rp, &shape,
+                           &out.cpu);
+    shape.sinks = sinks ? &sinks->vk : NULL;
+    bool took = g_vk->ops->attention_rows(g_vk, &q.vk, &k.vk, &v.vk, s->kvk, s->vvk, pos, rp,
+                                          &shape, &out.vk);
+    if (took) {
+        CHECK(vk_backend_get_stats(g_vk, &s1));
+        uint64_t want = (uint64_t)(n + VK_SEQ_ROWS - 1) / VK_SEQ_ROWS;
+        double e = compare(&out);
+        bool caches = true;
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < ac->cap[i]; r++)
+                caches &= rows_equal(&s->kc[i], r) && rows_equal(&s->vc[i], r);
+        CHECK_MSG(e <= 1e-6 && caches, "%s: NMSE %g against the reference, caches %s", ac->name,
+                  e, caches ? "equal" : "differ");
+        CHECK_MSG(s1.n_dispatches - s0.n_dispatches == want, "%s: %llu dispatches, not %llu",
+                  ac->name, (unsigned long long)(s1.n_dispatches - s0.n_dispatches),
+                  (unsigned long long)want);
+        printf("  %s, positions %d..: NMSE %.2e, %llu dispatches\n", ac->name, pos[0], e,
+               (unsigned long long)(s1.n_dispatches - s0.n_dispatches));
+    }
+    free_pair(&q);
+    free_pair(&k);
+    free_pair(&v);
+    free_pair(&out);
+    free(qv);
+    free(kv);
+    free(vv);
+    return took;
+}
+
+static void one_case(const attn_case *ac) {
+    int kvd = ac->n_head_kv * ac->head_dim;
+    seqs s;
+    for (int i = 0; i < ac->n_seq; i++) {
+        float *h = random_floats((size_t)(ac->cap[i] * kvd), 2.0f);
+        act_pair(kvd, ac->cap[i], h, &s.kc[i]);
+        free(h);
+        h = random_floats((size_t)(ac->cap[i] * kvd), 1.0f);
+        act_pair(kvd, ac->cap[i], h, &s.vc[i]);
+        free(h);
+        s.kcpu[i] = &s.kc[i].cpu, s.vcpu[i] = &s.vc[i].cpu;
+        s.kvk[i] = &s.kc[i].vk, s.vvk[i] = &s.vc[i].vk;
+    }
+    pair sinks;
+    if (ac->sinks) {
+        float *sv = random_floats((size_t)ac->n_head, 3.0f);
+        sv[0] = -20.0f; /* a head that all but ignores its sink */
+        act_pair(ac->n_head, 1, sv, &sinks);
+        free(sv);
+    }
+    int32_t pos[MAX_SEQ];
+    for (int st = 0; st < 2; st++) {
+        for (int i = 0; i < ac->n_seq; i++) pos[i] = ac->pos[i] + st;
+        CHECK_MSG(step(ac, &s, pos, ac->sinks ? &sinks : NULL), "%s: attention_rows declined",
+                  ac->name);
+    }
+    if (ac->sinks) free_pair(&sinks);
+    for (int i = 0; i < ac->n_seq; i++) {
+        free_pair(&s.kc[i]);
+        free_pair(&s.vc[i]);
+    }
+}
+
+static void test_attention_rows(void) {
+    for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++) one_case(&g_cases[i]);
+}
+
+/* A position past a cache without a window: the op declines and writes nothing. */
+static void test_declines(void) {
+    int kvd = 2 * 16, qd = 2 * 16;
+    float *h = random_floats((size_t)(4 * kvd), 1.0f);
+    pair kc, vc, q, k, v, out;
+    act_pair(kvd, 4, h, &kc);
+    act_pair(kvd, 4, h, &vc);
+    act_pair(qd, 1, h, &q);
+    act_pair(kvd, 1, h + kvd, &k);
+    act_pair(kvd, 1, h + kvd, &v);
+    act_pair(qd, 1, NULL, &out);
+    al_attn_shape shape = {.n_head = 2, .n_head_kv = 2, .head_dim = 16};
+    al_tensor *kp = &kc.vk, *vp = &vc.vk;
+    int32_t pos = 4; /* the cache holds positions 0..3 */
+    vk_backend_stats s0, s1;
+    CHECK(vk_backend_get_stats(g_vk, &s0));
+    CHECK(!g_vk->ops->attention_rows(g_vk, &q.vk, &k.vk, &v.vk, &kp, &vp, &pos, NULL, &shape,
+                                     &out.vk));
+    CHECK(vk_backend_get_stats(g_vk, &s1));
+    CHECK(s1.n_dispatches == s0.n_dispatches);
+    bool same = true;
+    for (int r = 0; r < 4; r++) same &= rows_equal(&kc, r) && rows_equal(&vc, r);
+    CHECK_MSG(same, "a declined attention_rows changed the caches");
+    free_pair(&kc);
+    free_pair(&vc);
+    free_pair(&q);
+    free_pair(&k);
+    free_pair(&v);
+    free_pair(&out);
+    free(h);
+}
+
+static void check_validation(void) {
+    vk_backend_stats s;
+    CHECK(vk_backend_get_stats(g_vk, &s));
+    CHECK_MSG(s.n_validation == 0, "%d validation messages", s.n_validation);
+}
+
+static bool create_vk(void) {
+    al_status st = vk_backend_create(0, &g_vk);
+    if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 4096, 256);
+    if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
+    return st == AL_OK;
+}
+
+int main(void) {
+    setenv("ANYLLM_ISA", "ref", 1);
+    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
+        printf("cpu backend: %s\n", al_last_error());
+        return 1;
+    }
+    setenv("ANYLLM_VK_VALIDATION", "1", 1);
+    if (!create_vk()) {
+        unsetenv("ANYLLM_VK_VALIDATION"); /* the layer may be missing: run without it */
+        if (!create_vk()) {
+            printf("skip: no usable Vulkan device\n");
+            g_cpu->ops->destroy(g_cpu);
+            printf("0 passed, 0 failed, 1 skipped\n");
+            return 0;
+        }
+    }
+    printf("-- %s\n", g_vk->desc);
+    TEST_RUN(test_attention_rows);
+    TEST_RUN(test_declines);
+    TEST_RUN(check_validation);
+    g_vk->ops->destroy(g_vk);
+    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* the build without subgroup arithmetic */
+    if (create_vk()) {
+        printf("-- without subgroup arithmetic: %s\n", g_vk->desc);
+        TEST_RUN(test_attention_rows);
+        TEST_RUN(check_validation);
+        g_vk->ops->destroy(g_vk);
+    }
+    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    for (int i = 0; i < g_n_keep; i++) al_aligned_free(g_keep[i]);
+    g_cpu->ops->destroy(g_cpu);
+    return test_finish();
+}
+
+#else /* !AL_HAVE_VULKAN */
+
+static void test_vulkan_built(void) {
+    TEST_SKIP("this build has no Vulkan backend (glslc or the Vulkan headers were missing)");
+}
+
+int main(void) {
+    TEST_RUN(test_vulkan_built);
+    return test_finish();
+}
+#endif
