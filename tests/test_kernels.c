@@ -308,10 +308,9 @@ static void matmul_cases(cpu_isa isa, cpu_act_mode act) {
         CHECK_MSG(nq <= 1e-10 && worst.n_split_diff == 0, "%s %s %s: NMSE %.2e, %.2e",
                   cpu_isa_name(isa), mode, quant_type_name(type), nq, nf);
     }
-    /* the kernels that read a token's narrow tile in place from rows got some (one pass;
-     * x16_cases checks those that read it from x16 only) */
-    if (f1 && ((cpu_backend *)f1)->k->narrow && ((cpu_backend *)f1)->k->inplace_types &&
-        act == CPU_ACT_Q8)
+    /* the kernels that read a token's narrow tile in place from rows got some (one pass,
+     * or both in one tile of 2; x16_cases checks those that read it from x16 only) */
+    if (f1 && ((cpu_backend *)f1)->k->narrow && ((cpu_backend *)f1)->k->inplace_types)
         CHECK_MSG(((cpu_backend *)f1)->n_narrow > 0, "%s: no matmul took a narrow tile",
                   cpu_isa_name(isa));
     if (f1) f1->ops->destroy(f1);
@@ -518,7 +517,7 @@ static void x16_cases(cpu_isa isa, cpu_act_mode act, bool amx, int n_threads) {
     }
     /* one token took its narrow tile (cpu_kernels.narrow) where the kernels read it:
      * the rows backend, which packs its panels, gave the bits compared with */
-    if (rows && x16 && ((cpu_backend *)x16)->k->narrow && act == CPU_ACT_Q8 && !amx)
+    if (rows && x16 && ((cpu_backend *)x16)->k->narrow && !amx)
         CHECK_MSG(((cpu_backend *)x16)->n_narrow > 0, "%s: no matmul took a narrow tile",
                   x16->desc);
     if (rows) rows->ops->destroy(rows);

@@ -825,7 +825,7 @@ INLINE __m256i nibbles(__m256i v, int nib) {
  * the pmaddubsw products of n16 groups in int16 (cpu_n16) before one pmaddwd widens
  * them: on Zen 2 both multiplies issue on one port, and for 4-bit weights this takes 9
  * of them per group of 8 where pairs took 12. x is slot 0 of a tile of tt tokens: TT,
- * or 1 for one token's narrow tile (cpu_mk_args.narrow). */
+ * or 1 or 2 for one token's narrow tile (cpu_mk_args.narrow). */
 INLINE void mk_q_sums_w(const __m256i *wq, const uint8_t *x, const int nt, const int b, bool mins,
                         bool sgn, int n16, int nib, const int tt, __m256i is[TT]) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -1093,11 +1093,14 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt) {
 }
 
 /* One copy per kernel token count (1 or 2) and tile width (a single token's tile may
- * be narrow: cpu_mk_args.narrow), so that the loops over tokens unroll. */
+ * be narrow, 1 wide or 2 with its two passes: cpu_mk_args.narrow), so that the loops
+ * over tokens unroll. */
 #define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
         if (a->n_tok == 1 && a->narrow)                                                            \
             CALL(1, 1);                                                                            \
+        else if (a->narrow)                                                                        \
+            CALL(2, 2);                                                                            \
         else if (a->n_tok == 1)                                                                    \
             CALL(1, TT);                                                                           \
         else                                                                                       \

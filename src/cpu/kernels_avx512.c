@@ -821,7 +821,7 @@ INLINE __m512i dpbusd_x(__m512i acc, __m512i w, const uint8_t *x) {
  * nibbles masked in place, hi16_of, one op where hi4 takes two): they sum in chains of
  * their own, divided by 16 at the end, exactly (the sum is a multiple of 16). With
  * hi16 = 0 every group does, and mins must hold (no offset term to keep whole). x is
- * slot 0 of a tile of tt tokens: TT, or 1 for a narrow tile (cpu_mk_args.narrow). */
+ * slot 0 of a tile of tt tokens: TT, or 1 or 2 for a narrow tile (cpu_mk_args.narrow). */
 INLINE void mk_sums1(const __m512i *wq, const uint8_t *x, const int b, bool mins, int hi16,
                      const int tt, __m512i is[TT]) {
     const int32_t *zq = (const int32_t *)(x + tt * b) + tt;
@@ -1102,14 +1102,18 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, 
 }
 
 /* One copy per kernel token count (1 or 2), layout and tile width (a single token's
- * tile may be narrow: cpu_mk_args.narrow), so that the loops over tokens unroll and the
- * reads are fixed. */
+ * tile may be narrow, 1 wide or 2 with its two passes: cpu_mk_args.narrow), so that
+ * the loops over tokens unroll and the reads are fixed. */
 #define BY_1_2(CALL)                                                                               \
     do {                                                                                           \
         if (a->n_tok == 1 && a->narrow && x16)                                                     \
             CALL(1, true, 1);                                                                      \
         else if (a->n_tok == 1 && a->narrow)                                                       \
             CALL(1, false, 1);                                                                     \
+        else if (a->narrow && x16)                                                                 \
+            CALL(2, true, 2);                                                                      \
+        else if (a->narrow)                                                                        \
+            CALL(2, false, 2);                                                                     \
         else if (a->n_tok == 1 && x16)                                                             \
             CALL(1, true, TT);                                                                     \
         else if (a->n_tok == 1)                                                                    \

@@ -94,9 +94,9 @@ uint64_t fast_tls_bytes(const cpu_kernels *k, int64_t max_cols) {
 
 /* ---- matmul -------------------------------------------------------------------------- */
 
-/* Tokens per activation tile. */
+/* Tokens per activation tile (a narrow tile: one token's, or its hi and lo). */
 static inline int mm_tt(const mm_job *j) {
-    return j->amx ? CPU_AMX_TOK : j->narrow ? 1 : j->k->tile;
+    return j->amx ? CPU_AMX_TOK : j->narrow ? j->passes : j->k->tile;
 }
 
 /* AMX: token `slot` of a tile in the AMX layout (ops.h) from its quantized row (the TT =
@@ -494,9 +494,9 @@ void mm_plan(mm_job *j) {
      * its 4-byte groups lie TT * 4 bytes apart, and on AVX-512 a token of K = 2048 had
      * spread over 20 KiB, which with the panel's 18 KiB of weights outgrew L1: the
      * activations came from L2 for every panel, and a GEMV from DRAM ran at 18 GB/s on
-     * one core of a Zen 4 (AVX2, with 10 KiB: 29) */
-    j->narrow = k->narrow && j->inplace && j->n_tok == 1 && j->passes == 1 &&
-                j->w->ne[1] % k->rows == 0;
+     * one core of a Zen 4 (AVX2, with 10 KiB: 29). Paired passes make it a tile of 2,
+     * the token's hi and lo */
+    j->narrow = k->narrow && j->inplace && j->n_tok == 1 && j->w->ne[1] % k->rows == 0;
     j->kc = mm_chunk(j);
     if (qt) j->tile_bytes = (j->w->ne[0] / qt->sub) * cpu_sb_bytes(mm_tt(j), qt->sub);
 }

@@ -25,7 +25,8 @@ typedef struct mm_job {
                           * 2t + 1 of one tile; else the lo tile follows the hi tile */
     bool inplace;        /* few tokens: full panels skip the pack (inplace_types) */
     bool amx;            /* a batch on AMX: tiles of CPU_AMX_TOK tokens, the AMX layout */
-    bool narrow;         /* one token, in place: a tile of it alone (cpu_kernels.narrow) */
+    bool narrow;         /* one token, in place: a tile of it alone, 1 wide, or 2 (hi, lo)
+                          * with paired passes (cpu_kernels.narrow) */
     uint8_t *act;        /* the quantized activations of this pass: cb->act, or the
                           * tiles of one expert (moe.c) */
     int64_t tok0, n_tok; /* the tokens of this pass */

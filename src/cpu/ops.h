@@ -216,7 +216,7 @@ typedef struct cpu_mk_args {
                         * groups fit an int16 sum (cpu_n16; AVX2's pmaddubsw) */
     int n_tok;         /* 1..TT */
     bool narrow;       /* in place, one token: act is a tile of that token alone, the
-                        * layout of TT = 1 (cpu_kernels.narrow) */
+                        * layout of TT = n_tok (1; 2: its hi and lo, cpu_kernels.narrow) */
     int n_rows;        /* 1..R valid lanes */
     float *out;        /* out[t*ldo + r] */
     int64_t ldo;
@@ -344,8 +344,8 @@ typedef struct cpu_kernels {
     cpu_isa isa;
     int rows;              /* R: panel rows (lanes of the matmul kernels) */
     int tile;              /* TT: tokens per activation tile */
-    bool narrow;           /* mk_q reads a single token's tile of the TT = 1 layout in
-                            * place (cpu_mk_args.narrow) */
+    bool narrow;           /* mk_q reads a single token's tile of the TT = 1 layout (2:
+                            * its two passes) in place (cpu_mk_args.narrow) */
     int attn_lanes;        /* queries per attention tile */
     int attn_align;        /* attn needs head_dim to be a multiple of this */
     bool attn_ranges;      /* attn takes a range of keys (cpu_attn_args.key_hi) */
