@@ -17,7 +17,8 @@
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
 #    device-to-device copy (anyllm devices --bandwidth); dispatches per token, and
 #    generation with the fused ops turned off, which says what the fusions are worth,
-#    and with only the norm fusion off (fuse_norm=0)
+#    and with only the norm fusion off (fuse_norm=0), or only the decode attention's
+#    (fuse_attn=0: rope, cache stores and attention in one dispatch)
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -141,6 +142,12 @@ if [ -n "$model" ]; then
         dptn=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-nonorm.json" |
             field vk_dispatches_per_token)
         echo "with ANYLLM_VK_TUNE=fuse_norm=0: ${dptn:-?} dispatches per token, tg$TG ${tgn:-?} t/s"
+        ANYLLM_VK_TUNE=fuse_attn=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
+            --backend vulkan -o json >"$BUILD/gpu-check-noattn.json" 2>>"$BUILD/gpu-check-bench.err"
+        tga=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-noattn.json" | field avg_ts)
+        dpta=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-noattn.json" |
+            field vk_dispatches_per_token)
+        echo "with ANYLLM_VK_TUNE=fuse_attn=0: ${dpta:-?} dispatches per token, tg$TG ${tga:-?} t/s"
         if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
             awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
                 bound = bw * 1e9 / bpt

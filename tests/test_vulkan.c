@@ -1013,15 +1013,18 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
  * q.k.v, rope of q and k + attention + its cache stores, output projection + residual,
  * norm + gate.up + SiLU, down projection + residual) and 3 more (embedding, final
  * norm, logits); 7 on a CPU device, which runs the two norms alone; the plain ops
- * took 15 per layer (ANYLLM_VK_TUNE=fuse=0) and two copies into the caches. The
+ * took 15 per layer (ANYLLM_VK_TUNE=fuse=0) and two copies into the caches. With
+ * only the attention's fusion off (fuse_attn=0): 8 per layer and the two copies. The
  * logits stay those of the plain ops. */
 static void test_dispatch_count(void) {
     enum { N_VOCAB = 1024, N_LAYER = 4 };
-    static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB];
+    static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB], no_attn[N_VOCAB];
     uint64_t n_fused = 0, n_gpu = 0, n_plain = 0, kv_fused = 0, kv_gpu = 0, kv_plain = 0;
+    uint64_t n_na = 0, kv_na = 0;
     if (!decode_step("fuse=1", &n_fused, &kv_fused, fused, N_VOCAB) ||
         !decode_step("fuse=1,cpu_rows=0", &n_gpu, &kv_gpu, gpu, N_VOCAB) ||
-        !decode_step("fuse=0", &n_plain, &kv_plain, plain, N_VOCAB)) {
+        !decode_step("fuse=0", &n_plain, &kv_plain, plain, N_VOCAB) ||
+        !decode_step("fuse_attn=0", &n_na, &kv_na, no_attn, N_VOCAB)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
@@ -1036,6 +1039,10 @@ static void test_dispatch_count(void) {
               "copies into the caches: %llu fused, %llu GPU shaders, %llu plain",
               (unsigned long long)kv_fused, (unsigned long long)kv_gpu,
               (unsigned long long)kv_plain);
+    const double ena = test_nmse(no_attn, plain, N_VOCAB);
+    CHECK_MSG(n_na == 8 * N_LAYER + 3 && kv_na == 2 * N_LAYER && ena <= 1e-10,
+              "fuse_attn=0: %llu dispatches, %llu copies, logits NMSE %g against the plain ops",
+              (unsigned long long)n_na, (unsigned long long)kv_na, ena);
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
     /* the GPU shaders' norm sums its squares in another order: rounding, no more */
     CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);

@@ -879,8 +879,8 @@ static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tens
 
 /* attention.comp's ROWS build, VK_SEQ rows a dispatch: the shader rotates q and k and
  * writes each row's new key and value into its caches itself. Declines where fusion
- * is off, the device has no room for the cache arrays, or a row does not fit its
- * cache (the plain op then reports it). */
+ * is off (fuse=0, fuse_attn=0), the device has no room for the cache arrays, or a row
+ * does not fit its cache (the plain op then reports it). */
 bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al_tensor *v,
                           al_tensor *const *k_cache, al_tensor *const *v_cache,
                           const int32_t *pos, const al_rope *rope, const al_attn_shape *s,
@@ -891,7 +891,7 @@ bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al
     AL_ASSERT(s->n_head % s->n_head_kv == 0 && k->ne[1] >= n && v->ne[1] >= n);
     AL_ASSERT(!s->sinks || (s->sinks->type == AL_TYPE_F32 && s->sinks->ne[0] >= s->n_head));
     AL_ASSERT(!rope || rope->n_rot <= s->head_dim);
-    if (!pl->tune.fuse || !pl->layout[VK_OP_ATTENTION_ROWS] ||
+    if (!pl->tune.fuse || !pl->tune.fuse_attn || !pl->layout[VK_OP_ATTENTION_ROWS] ||
         (uint32_t)s->head_dim > pl->tune.attn_max_hd)
         return false;
     for (int i = 0; i < n; i++)

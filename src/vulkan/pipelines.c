@@ -116,7 +116,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
-        .fuse = 1, .fuse_norm = 1,
+        .fuse = 1, .fuse_norm = 1, .fuse_attn = 1,
     };
     /* CPU devices take matmul_rows.comp, which needs subgroup shuffles, subgroups of 4
      * or more and 64 KiB uniform buffers */
@@ -138,10 +138,12 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"rope_wg", offsetof(vk_tuning, rope_wg)}, {"rows_wg", offsetof(vk_tuning, rows_wg)},
         {"attn_wg", offsetof(vk_tuning, attn_wg)}, {"mv_wg", offsetof(vk_tuning, mv_wg)},
         {"mv_nr", offsetof(vk_tuning, mv_nr)},     {"cpu_rows", offsetof(vk_tuning, cpu_rows)},
-        {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},     {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
+        {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},
+        {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
         {"mm_bm", offsetof(vk_tuning, mm_bm)},     {"mm_bn", offsetof(vk_tuning, mm_bn)},
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
         {"fuse", offsetof(vk_tuning, fuse)},       {"fuse_norm", offsetof(vk_tuning, fuse_norm)},
+        {"fuse_attn", offsetof(vk_tuning, fuse_attn)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');

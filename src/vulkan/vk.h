@@ -222,6 +222,7 @@ typedef struct vk_tuning {
     uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
     uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
     uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */
+    uint32_t fuse_attn;                   /* 0: attention_rows declines (A/B of that fusion) */
 } vk_tuning;
 
 typedef struct vk_pipelines {
