@@ -9,7 +9,8 @@
  * reads the rows the first wrote, so a new key or value the shader scored but did not
  * store (or stored in the wrong row) shows. Per step: the outputs (NMSE <= 1e-6, the
  * tolerance of test_vulkan's f32 ops: the shader takes the new position last, the
- * reference in order) and every cache row (the new rows are copies: equal).
+ * reference in order) and every cache row (NMSE <= 1e-10 per row: the values are
+ * copies, the keys rotated as the reference rotates them, rounding aside).
  *
  * The cases: grouped-query heads over eleven sequences (two dispatches, 8 + 3), from
  * an empty cache to more positions than a workgroup step (64), with caches of
@@ -101,12 +102,17 @@ static bool step(const attn_case *ac, seqs *s, const int32_t *pos, const pair *s
         CHECK(vk_backend_get_stats(g_vk, &s1));
         uint64_t want = (uint64_t)(n + VK_SEQ_ROWS - 1) / VK_SEQ_ROWS;
         double e = compare(&out);
-        bool caches = true;
+        /* row by row: a new key or value stored in the wrong row, or not at all, is an
+         * error of order 1 in its row */
+        double ec = 0;
         for (int i = 0; i < n; i++)
-            for (int r = 0; r < ac->cap[i]; r++)
-                caches &= rows_equal(&s->kc[i], r) && rows_equal(&s->vc[i], r);
-        CHECK_MSG(e <= 1e-6 && caches, "%s: NMSE %g against the reference, caches %s", ac->name,
-                  e, caches ? "equal" : "differ");
+            for (int r = 0; r < ac->cap[i]; r++) {
+                double ek = compare_rows(&s->kc[i], r, 1), ev = compare_rows(&s->vc[i], r, 1);
+                ec = ek > ec ? ek : ec;
+                ec = ev > ec ? ev : ec;
+            }
+        CHECK_MSG(e <= 1e-6 && ec <= 1e-10, "%s: NMSE %g against the reference, cache rows "
+                  "up to %g", ac->name, e, ec);
         CHECK_MSG(s1.n_dispatches - s0.n_dispatches == want, "%s: %llu dispatches, not %llu",
                   ac->name, (unsigned long long)(s1.n_dispatches - s0.n_dispatches),
                   (unsigned long long)want);

@@ -283,7 +283,10 @@ typedef struct vk_shared {
     _Atomic uint64_t n_kv_copies;              /* copy commands into the KV caches */
 } vk_shared;
 
-enum { VK_MAX_HAZARDS = 16 };
+/* Buffers one barrier interval tracks: more than any command declares (attention_rows:
+ * 4 reads, 17 writes), since a full list forces a barrier that forgets the command's
+ * own earlier entries */
+enum { VK_MAX_HAZARDS = 32 };
 
 /* A command stream (stream.c): everything needed to record and submit work, owned by
  * one backend object, so that two contexts on two threads never touch the same
