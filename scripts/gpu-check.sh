@@ -126,28 +126,19 @@ if [ -n "$model" ]; then
         echo "pp$PP: $pp t/s"
         echo "tg$TG: $tg t/s"
         dpt=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field vk_dispatches_per_token)
-        # what the fused ops (issue 16) are worth here: decode again with them off
-        ANYLLM_VK_TUNE=fuse=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" --backend vulkan \
-            -o json >"$BUILD/gpu-check-unfused.json" 2>>"$BUILD/gpu-check-bench.err"
-        tg0=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-unfused.json" | field avg_ts)
-        dpt0=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-unfused.json" |
-            field vk_dispatches_per_token)
-        echo "dispatches per token: ${dpt:-?} fused, ${dpt0:-?} with ANYLLM_VK_TUNE=fuse=0" \
-            "(tg$TG ${tg0:-?} t/s)"
-        # the norm fused into the matvecs re-reads each workgroup's input: whether that
-        # pays on this GPU (unmeasured where it was written, on lavapipe it did not)
-        ANYLLM_VK_TUNE=fuse_norm=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
-            --backend vulkan -o json >"$BUILD/gpu-check-nonorm.json" 2>>"$BUILD/gpu-check-bench.err"
-        tgn=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-nonorm.json" | field avg_ts)
-        dptn=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-nonorm.json" |
-            field vk_dispatches_per_token)
-        echo "with ANYLLM_VK_TUNE=fuse_norm=0: ${dptn:-?} dispatches per token, tg$TG ${tgn:-?} t/s"
-        ANYLLM_VK_TUNE=fuse_attn=0 "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
-            --backend vulkan -o json >"$BUILD/gpu-check-noattn.json" 2>>"$BUILD/gpu-check-bench.err"
-        tga=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-noattn.json" | field avg_ts)
-        dpta=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-noattn.json" |
-            field vk_dispatches_per_token)
-        echo "with ANYLLM_VK_TUNE=fuse_attn=0: ${dpta:-?} dispatches per token, tg$TG ${tga:-?} t/s"
+        echo "dispatches per token: ${dpt:-?} fused"
+        # decode again with fusions off, which says what they are worth here: all of them
+        # (fuse=0); the norm inside the matvecs, which re-reads each workgroup's input
+        # (fuse_norm=0; on lavapipe it did not pay); the decode attention's rope, cache
+        # stores and attention in one dispatch (fuse_attn=0)
+        for tune in fuse=0 fuse_norm=0 fuse_attn=0; do
+            out="$BUILD/gpu-check-$(echo "$tune" | tr -d '=').json"
+            ANYLLM_VK_TUNE=$tune "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
+                --backend vulkan -o json >"$out" 2>>"$BUILD/gpu-check-bench.err"
+            tgx=$(grep "\"n_gen\": $TG," "$out" | field avg_ts)
+            dptx=$(grep "\"n_gen\": $TG," "$out" | field vk_dispatches_per_token)
+            echo "with ANYLLM_VK_TUNE=$tune: ${dptx:-?} dispatches per token, tg$TG ${tgx:-?} t/s"
+        done
         if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
             awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
                 bound = bw * 1e9 / bpt
