@@ -8,7 +8,8 @@
  * loader and the device. Optional: VK_EXT_external_memory_host (zero-copy weights on
  * unified memory), VK_EXT_debug_utils (counting validation messages).
  *
- * With ANYLLM_VK_VALIDATION=1 the Khronos validation layer is enabled and a
+ * With ANYLLM_VK_VALIDATION=1 the Khronos validation layer is enabled, with its
+ * synchronization validation (missing barriers) where it offers that, and a
  * debug-utils messenger prints and counts every warning and error it reports; tests
  * assert the count is zero.
  */
@@ -69,15 +70,20 @@ static al_status load_library(vk_device *d) {
     return AL_OK;
 }
 
-static bool has_instance_extension(vk_device *d, const char *name) {
+/* Whether the loader (layer NULL) or that layer offers the instance extension. */
+static bool layer_has_extension(vk_device *d, const char *layer, const char *name) {
     uint32_t n = 0;
-    if (d->fn.vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS) return false;
+    if (d->fn.vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS) return false;
     VkExtensionProperties *p = al_calloc(n ? n : 1, sizeof *p);
     bool found = false;
-    if (p && d->fn.vkEnumerateInstanceExtensionProperties(NULL, &n, p) == VK_SUCCESS)
+    if (p && d->fn.vkEnumerateInstanceExtensionProperties(layer, &n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(p[i].extensionName, name);
     al_free(p);
     return found;
+}
+
+static bool has_instance_extension(vk_device *d, const char *name) {
+    return layer_has_extension(d, NULL, name);
 }
 
 static bool has_layer(vk_device *d, const char *name) {
@@ -117,7 +123,7 @@ al_status vk_instance_create(vk_device *d) {
     al_status st = load_library(d);
     if (st != AL_OK) return st;
     bool validate = validation_wanted();
-    const char *exts[4];
+    const char *exts[5];
     const char *layers[1];
     uint32_t n_ext = 0, n_layer = 0;
     VkInstanceCreateFlags flags = 0;
@@ -129,6 +135,16 @@ al_status vk_instance_create(vk_device *d) {
         exts[n_ext++] = "VK_EXT_debug_utils";
         d->caps.debug_utils = true;
     }
+    /* synchronization validation too, where the layer offers it: a missing barrier is
+     * a race on a GPU that a CPU driver, running dispatches in turn, never shows */
+    const VkValidationFeatureEnableEXT sync =
+        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                  .enabledValidationFeatureCount = 1,
+                                  .pEnabledValidationFeatures = &sync};
+    bool sync_validation =
+        validate && layer_has_extension(d, VALIDATION_LAYER, "VK_EXT_validation_features");
+    if (sync_validation) exts[n_ext++] = "VK_EXT_validation_features";
     /* MoltenVK-style drivers are listed only when the application asks for them */
     if (has_instance_extension(d, "VK_KHR_portability_enumeration")) {
         exts[n_ext++] = "VK_KHR_portability_enumeration";
@@ -142,6 +158,7 @@ al_status vk_instance_create(vk_device *d) {
                        VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT,
         .pfnUserCallback = on_validation,
         .pUserData = &d->n_validation,
+        .pNext = sync_validation ? &vf : NULL,
     };
     VkApplicationInfo app = {
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,

@@ -218,6 +218,7 @@ al_status vk_tensor_alloc(al_backend *base, int64_t n_cols, int64_t n_rows, al_t
         }
         vk_hazard(be, b, true);
         be->sh->d.fn.vkCmdFillBuffer(be->s.cmd, b->buffer, 0, VK_WHOLE_SIZE, 0);
+        vk_recorded(be);
     }
     *out = (al_tensor){.type = AL_TYPE_F32, .ne = {n_cols, n_rows}, .data = b,
                        .row_bytes = (uint64_t)n_cols * sizeof(float)};
@@ -255,6 +256,7 @@ void vk_tensor_read(al_backend *base, const al_tensor *t, void *dst, uint64_t n_
         vk_hazard(be, be->s.staging, true);
         VkBufferCopy region = {.srcOffset = t->offset + done, .dstOffset = 0, .size = n};
         be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, b->buffer, be->s.staging->buffer, 1, &region);
+        vk_recorded(be);
         if ((st = vk_submit_wait(be)) == AL_OK)
             memcpy((char *)dst + done, be->s.staging->mapped, n);
     }
@@ -367,6 +369,7 @@ static al_status upload(vk_backend *be, vk_buf *b, uint64_t dst, const char *hos
         vk_hazard(be, b, true);
         VkBufferCopy region = {.srcOffset = 0, .dstOffset = dst + done, .size = len};
         be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, be->s.staging->buffer, b->buffer, 1, &region);
+        vk_recorded(be);
         st = vk_submit_wait(be);
     }
     return st;

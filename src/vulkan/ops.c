@@ -108,6 +108,7 @@ static void dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
     d->fn.vkCmdPushConstants(be->s.cmd, be->sh->pl.layout[op], VK_SHADER_STAGE_COMPUTE_BIT, 0,
                              push_bytes, push);
     d->fn.vkCmdDispatch(be->s.cmd, gx, groups_y, 1);
+    vk_recorded(be);
     vk_count_dispatch(be);
 }
 
@@ -303,6 +304,7 @@ static void pack_inputs(vk_backend *be, const al_tensor *x, int64_t t0, int64_t 
             if (m == 64 || (s + 1 == n_slices && t + 1 == n)) {
                 be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, ((const vk_buf *)x->data)->buffer,
                                              be->s.scratch->buffer, m, regions);
+                vk_recorded(be);
                 m = 0;
             }
         }
@@ -332,7 +334,11 @@ static void rows_dispatch(vk_backend *be, vk_pc_matmul_rows pc, const al_tensor 
                                        .range = UBO_BYTES};
     pc.w_off = bind(be, &info[1], w->data, w->offset + (uint64_t)r0 * w->row_bytes,
                     (uint64_t)(r1 - r0) * w->row_bytes);
-    pc.b_off = bind_f32(be, &info[2], bias ? bias : ob, &b_stride);
+    /* without a bias the weights stand in (the shader skips it), not out, which other
+     * dispatches of this matmul write: synchronization validation takes every binding
+     * as accessed */
+    pc.b_off = bias ? bind_f32(be, &info[2], bias, &b_stride) : 0;
+    if (!bias) info[2] = info[1];
     pc.o_off = bind_f32(be, &info[3], ob, &pc.o_stride);
     if (f->wu)
         pc.u_off = bind(be, &info[4], f->wu->data, f->wu->offset + (uint64_t)r0 * w->row_bytes,
@@ -373,12 +379,15 @@ static bool matmul_rows(vk_backend *be, const al_tensor *x, const al_tensor *w,
         vk_hazard(be, x->data, false);
         vk_hazard(be, be->s.scratch, true);
         pack_inputs(be, x, t0, n, nt, ks, n_slices);
-        vk_hazard(be, be->s.scratch, false);
-        vk_hazard(be, w->data, false);
-        if (f->wu) vk_hazard(be, f->wu->data, false);
-        if (bias) vk_hazard(be, bias->data, false);
         for (uint32_t s = 0; s < n_slices; s++) {
-            vk_hazard(be, out->data, true); /* slice s adds to what slice s - 1 wrote */
+            /* each slice's dispatches declare what they touch: a barrier (slice s adds
+             * to what slice s - 1 wrote) leaves only the next command's entries, and the
+             * next pass's pack must wait for these scratch reads */
+            vk_hazard(be, be->s.scratch, false);
+            vk_hazard(be, w->data, false);
+            if (f->wu) vk_hazard(be, f->wu->data, false);
+            if (bias) vk_hazard(be, bias->data, false);
+            vk_hazard(be, out->data, true);
             for (int64_t r0 = 0; r0 < n_out; r0 += per) {
                 int64_t r1 = r0 + per < n_out ? r0 + per : n_out;
                 for (uint64_t b = 0; b < n_blocks; b++) {
@@ -734,6 +743,7 @@ static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int6
         }
         if (m == 64) {
             be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+            vk_recorded(be);
             vk_count_kv_copy(be);
             m = 0;
         }
@@ -741,6 +751,7 @@ static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int6
     }
     if (m) {
         be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
+        vk_recorded(be);
         vk_count_kv_copy(be);
     }
 }

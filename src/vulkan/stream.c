@@ -109,7 +109,7 @@ static void full_barrier(vk_backend *be, VkPipelineStageFlags dst_stage, VkAcces
     be->sh->d.fn.vkCmdPipelineBarrier(
         be->s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage,
         0, 1, &mb, 0, NULL, 0, NULL);
-    be->s.n_reads = be->s.n_writes = 0;
+    be->s.n_reads = be->s.n_writes = be->s.cmd_reads = be->s.cmd_writes = 0;
 }
 
 static void barrier(vk_backend *be) {
@@ -124,14 +124,39 @@ static bool listed(const VkBuffer *list, int n, VkBuffer b) {
     return false;
 }
 
+/* A barrier between the commands recorded so far and the next one, whose declarations
+ * so far stay listed: it runs after the barrier (forgetting them had let a later
+ * command skip the barrier it needed against this one). */
+static void hazard_barrier(vk_backend *be) {
+    vk_stream *s = &be->s;
+    const int nr = s->n_reads - s->cmd_reads, nw = s->n_writes - s->cmd_writes;
+    VkBuffer r[VK_MAX_HAZARDS], w[VK_MAX_HAZARDS];
+    memcpy(r, s->reads + s->cmd_reads, (size_t)nr * sizeof *r);
+    memcpy(w, s->writes + s->cmd_writes, (size_t)nw * sizeof *w);
+    barrier(be);
+    memcpy(s->reads, r, (size_t)nr * sizeof *r);
+    memcpy(s->writes, w, (size_t)nw * sizeof *w);
+    s->n_reads = nr;
+    s->n_writes = nw;
+}
+
 void vk_hazard(vk_backend *be, const vk_buf *buf, bool write) {
+    vk_stream *s = &be->s;
     VkBuffer b = buf->buffer;
-    /* read after write, write after write, write after read */
-    if (listed(be->s.writes, be->s.n_writes, b) || (write && listed(be->s.reads, be->s.n_reads, b)))
-        barrier(be);
-    if (be->s.n_reads == VK_MAX_HAZARDS || be->s.n_writes == VK_MAX_HAZARDS) barrier(be);
-    if (write) be->s.writes[be->s.n_writes++] = b;
-    else be->s.reads[be->s.n_reads++] = b;
+    /* read after write, write after write, write after read, against the commands
+     * recorded since the last barrier: one command's own accesses need none */
+    if (listed(s->writes, s->cmd_writes, b) || (write && listed(s->reads, s->cmd_reads, b)))
+        hazard_barrier(be);
+    AL_ASSERT(s->n_reads - s->cmd_reads < VK_MAX_HAZARDS &&
+              s->n_writes - s->cmd_writes < VK_MAX_HAZARDS);
+    if (s->n_reads == VK_MAX_HAZARDS || s->n_writes == VK_MAX_HAZARDS) hazard_barrier(be);
+    if (write) s->writes[s->n_writes++] = b;
+    else s->reads[s->n_reads++] = b;
+}
+
+void vk_recorded(vk_backend *be) {
+    be->s.cmd_reads = be->s.n_reads;
+    be->s.cmd_writes = be->s.n_writes;
 }
 
 bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
@@ -161,7 +186,7 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
     be->s.n_sets = 0;
     be->s.upload_used = 0;
     be->s.rope_cache.valid = false;
-    be->s.n_reads = be->s.n_writes = 0;
+    be->s.n_reads = be->s.n_writes = be->s.cmd_reads = be->s.cmd_writes = 0;
     return true;
 }
 

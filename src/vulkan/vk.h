@@ -284,8 +284,7 @@ typedef struct vk_shared {
 } vk_shared;
 
 /* Buffers one barrier interval tracks: more than any command declares (attention_rows:
- * 4 reads, 17 writes), since a full list forces a barrier that forgets the command's
- * own earlier entries */
+ * 4 reads, 17 writes) */
 enum { VK_MAX_HAZARDS = 32 };
 
 /* A command stream (stream.c): everything needed to record and submit work, owned by
@@ -313,9 +312,10 @@ typedef struct vk_stream {
     bool recording;
     bool in_flight;               /* a submission timed out: its resources stay alive */
     uint64_t timeout_ns;          /* fence waits give up after this */
-    /* buffers read / written since the last barrier (see stream.c: hazards) */
+    /* buffers read / written since the last barrier (see stream.c: hazards); those from
+     * cmd_reads / cmd_writes on belong to the command not yet recorded */
     VkBuffer reads[VK_MAX_HAZARDS], writes[VK_MAX_HAZARDS];
-    int n_reads, n_writes;
+    int n_reads, n_writes, cmd_reads, cmd_writes;
 
     /* host-visible arena for small per-op inputs (token ids, rope tables), reset at
      * each submit */
@@ -357,8 +357,12 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes);
 /* Ends, submits and waits for the command buffer, if one is recording. */
 al_status vk_submit_wait(vk_backend *be);
 /* Declares that the next command reads (write = false) or writes buf, inserting a
- * barrier first if an earlier command since the last barrier conflicts. */
+ * barrier first if an earlier command since the last barrier conflicts. Every command
+ * declares what it touches, and vk_recorded follows its recording. */
 void vk_hazard(vk_backend *be, const vk_buf *buf, bool write);
+/* The command whose hazards were declared is recorded: later declarations are the next
+ * command's. */
+void vk_recorded(vk_backend *be);
 /* Count a recorded dispatch, a copy into a KV cache, for reports. */
 void vk_count_dispatch(vk_backend *be);
 void vk_count_kv_copy(vk_backend *be);

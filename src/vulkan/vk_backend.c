@@ -314,6 +314,7 @@ static al_status time_copies(vk_backend *be, vk_buf *a, vk_buf *b, int n, bool s
             VkBufferCopy region = {.srcOffset = 0, .dstOffset = 0, .size = a->size};
             be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, (i % 2 ? b : a)->buffer, (i % 2 ? a : b)->buffer, 1,
                                      &region);
+            vk_recorded(be);
         }
     double t0 = al_time_s();
     al_status st = vk_submit_wait(be);
