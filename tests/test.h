@@ -116,4 +116,15 @@ static inline int test_finish(void) {
     return test_n_fail ? 1 : 0;
 }
 
+/* A program whose subject this build lacks: one skip, saying why (main returns this). */
+static inline int test_skip_program(const char *why) {
+    test_cur_failed = 0;
+    TEST_SKIP("%s", why);
+    test_n_skip += test_cur_skipped;
+    return test_finish();
+}
+
+#define TEST_NO_VULKAN                                                                \
+    "this build has no Vulkan backend (glslc or the Vulkan headers were missing)"
+
 #endif /* AL_TEST_H */

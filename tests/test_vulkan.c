@@ -1497,13 +1497,5 @@ int main(void) {
 }
 
 #else /* !AL_HAVE_VULKAN */
-
-static void test_vulkan_built(void) {
-    TEST_SKIP("this build has no Vulkan backend (glslc or the Vulkan headers were missing)");
-}
-
-int main(void) {
-    TEST_RUN(test_vulkan_built);
-    return test_finish();
-}
+int main(void) { return test_skip_program(TEST_NO_VULKAN); }
 #endif

@@ -837,9 +837,10 @@ static bool row_fits(const al_attn_shape *s, int32_t pos, const al_tensor *kc,
 /* One dispatch of attention.comp's ROWS build: rows r0 .. r0 + nr - 1 (nr <= VK_SEQ),
  * rotated where half > 0 (rope's pairs per head). */
 static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tensor *k,
-                          const al_tensor *v, al_tensor *const *k_cache,
-                          al_tensor *const *v_cache, const int32_t *pos, const al_rope *rope,
-                          int half, const al_attn_shape *s, al_tensor *out, int r0, int nr) {
+                               const al_tensor *v, al_tensor *const *k_cache,
+                               al_tensor *const *v_cache, const int32_t *pos,
+                               const al_rope *rope, int half, const al_attn_shape *s,
+                               al_tensor *out, int r0, int nr) {
     const uint64_t cs_bytes = (uint64_t)nr * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, 6 * VK_SEQ * sizeof(uint32_t) + cs_bytes)) return;
     vk_hazard(be, q->data, false);
