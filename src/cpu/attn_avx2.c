@@ -20,7 +20,9 @@
 #include "avx2.h"
 #include "ops.h"
 
-enum { LANES = 8 };
+/* LANES queries per tile; scores SCORE_KEYS keys at a time; values for VALUE_Q
+ * queries by VALUE_B vectors of dimensions (values_tile) */
+enum { LANES = 8, SCORE_KEYS = 8, VALUE_Q = 3, VALUE_B = 4 };
 
 /* Lanes with lo <= key <= pos see the key: a mask of all-ones lanes. */
 static inline __attribute__((always_inline)) __m256 visible(int key, __m256i lo, __m256i pos) {
@@ -42,20 +44,20 @@ static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt
                           const attn_state *st, float *e) {
     const int hd = a->head_dim;
     __m256 mb = _mm256_set1_ps(-INFINITY);
-    for (int i0 = 0; i0 < n; i0 += 4) {
-        const float *kp[4];
-        for (int i = 0; i < 4; i++)
+    for (int i0 = 0; i0 < n; i0 += SCORE_KEYS) {
+        const float *kp[SCORE_KEYS];
+        for (int i = 0; i < SCORE_KEYS; i++)
             kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
-        __m256 s[4];
-        for (int i = 0; i < 4; i++)
+        __m256 s[SCORE_KEYS];
+        for (int i = 0; i < SCORE_KEYS; i++)
             s[i] = _mm256_setzero_ps();
         for (int d = 0; d < hd; d++) {
             const __m256 qd = _mm256_load_ps(qt + d * LANES);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
+#pragma GCC unroll 8
+            for (int i = 0; i < SCORE_KEYS; i++)
                 s[i] = _mm256_fmadd_ps(qd, _mm256_set1_ps(kp[i][d]), s[i]);
         }
-        for (int i = 0; i < 4 && i0 + i < n; i++) {
+        for (int i = 0; i < SCORE_KEYS && i0 + i < n; i++) {
             const __m256 sc = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i],
                                                visible(kb + i0 + i, st->lo, st->pos));
             _mm256_store_ps(e + (i0 + i) * LANES, sc);
@@ -65,23 +67,63 @@ static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt
     return mb;
 }
 
-/* ot[d] += sum_i e[i] * v_i[d] for 8 dimensions at a time, keys in order. */
-static void attn_values(const cpu_attn_args *a, int n, const attn_state *st, const float *e,
-                        float *ot) {
+/* Query j's output row ot + j hd, dimensions [d0, d0 + 8 nb), for the queries [j0, j0 +
+ * nj): += sum_i e[i][j] v_i, keys in order. Each value vector is loaded once for nj
+ * queries and each weight broadcast once for nb vectors: 12 accumulators, 7 loads per
+ * 12 FMAs, where queries in the lanes (a broadcast per dimension) took 9 per 8 and
+ * waited on their FMAs' latency. Each output is the same sum as that way, in the same
+ * order: the same bits. */
+static inline __attribute__((always_inline)) void values_tile(const cpu_attn_args *a, int n,
+                                                              const attn_state *st,
+                                                              const float *e, float *ot,
+                                                              int j0, const int nj, int d0,
+                                                              const int nb) {
     const int hd = a->head_dim;
-    for (int d0 = 0; d0 < hd; d0 += 8) {
-        __m256 acc[8];
-        for (int d = 0; d < 8; d++)
-            acc[d] = _mm256_load_ps(ot + (d0 + d) * LANES);
-        for (int i = 0; i < n; i++) {
-            const float *v = a->v + st->row[i] + d0;
-            const __m256 ei = _mm256_load_ps(e + i * LANES);
-#pragma GCC unroll 8
-            for (int d = 0; d < 8; d++)
-                acc[d] = _mm256_fmadd_ps(ei, _mm256_set1_ps(v[d]), acc[d]);
+    __m256 acc[VALUE_Q][VALUE_B];
+#pragma GCC unroll 4
+    for (int j = 0; j < nj; j++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++)
+            acc[j][b] = _mm256_load_ps(ot + (j0 + j) * hd + d0 + 8 * b);
+    for (int i = 0; i < n; i++) {
+        const float *v = a->v + st->row[i] + d0;
+        __m256 vb[VALUE_B];
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++)
+            vb[b] = _mm256_loadu_ps(v + 8 * b);
+#pragma GCC unroll 4
+        for (int j = 0; j < nj; j++) {
+            const __m256 ej = _mm256_set1_ps(e[i * LANES + j0 + j]);
+#pragma GCC unroll 4
+            for (int b = 0; b < nb; b++)
+                acc[j][b] = _mm256_fmadd_ps(ej, vb[b], acc[j][b]);
         }
-        for (int d = 0; d < 8; d++)
-            _mm256_store_ps(ot + (d0 + d) * LANES, acc[d]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < nj; j++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++)
+            _mm256_store_ps(ot + (j0 + j) * hd + d0 + 8 * b, acc[j][b]);
+}
+
+/* ot[j] += sum_i e[i][j] v_i for the tile's nq queries (the lanes beyond repeat the
+ * last query, and no one reads them). */
+static void attn_values(const cpu_attn_args *a, int n, int nq, const attn_state *st,
+                        const float *e, float *ot) {
+    const int hd = a->head_dim;
+    for (int j0 = 0; j0 < nq; j0 += VALUE_Q) {
+        const int nj = nq - j0 < VALUE_Q ? nq - j0 : VALUE_Q;
+        int d0 = 0;
+        for (; d0 + 8 * VALUE_B <= hd; d0 += 8 * VALUE_B) {
+            if (nj == 3) values_tile(a, n, st, e, ot, j0, 3, d0, VALUE_B);
+            else if (nj == 2) values_tile(a, n, st, e, ot, j0, 2, d0, VALUE_B);
+            else values_tile(a, n, st, e, ot, j0, 1, d0, VALUE_B);
+        }
+        for (; d0 < hd; d0 += 8) {
+            if (nj == 3) values_tile(a, n, st, e, ot, j0, 3, d0, 1);
+            else if (nj == 2) values_tile(a, n, st, e, ot, j0, 2, d0, 1);
+            else values_tile(a, n, st, e, ot, j0, 1, d0, 1);
+        }
     }
 }
 
@@ -109,8 +151,13 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
         mx = mn;
         sum = _mm256_mul_ps(sum, alpha);
-        for (int d = 0; d < hd; d++)
-            _mm256_store_ps(ot + d * LANES, _mm256_mul_ps(_mm256_load_ps(ot + d * LANES), alpha));
+        float al[LANES];
+        _mm256_storeu_ps(al, alpha);
+        for (int j = 0; j < nq; j++)
+            for (int d = 0; d < hd; d += 8) {
+                float *o = ot + j * hd + d;
+                _mm256_store_ps(o, _mm256_mul_ps(_mm256_load_ps(o), _mm256_set1_ps(al[j])));
+            }
         for (int i = 0; i < n; i++) {
             const __m256 ei =
                 _mm256_and_ps(visible(kb + i, st.lo, st.pos),
@@ -118,7 +165,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
             sum = _mm256_add_ps(sum, ei);
             _mm256_store_ps(e + i * LANES, ei);
         }
-        attn_values(a, n, &st, e, ot);
+        attn_values(a, n, nq, &st, e, ot);
     }
     if (a->ms) {
         float m_out[LANES], s_out[LANES];
@@ -132,7 +179,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         const int qi = q0 + j, t = qi / g, h = kvh * g + qi % g;
         float *o = a->out + t * a->ldo + (int64_t)h * hd;
         for (int d = 0; d < hd; d++)
-            o[d] = ot[d * LANES + j] * inv[j];
+            o[d] = ot[j * hd + d] * inv[j];
     }
 }
 
