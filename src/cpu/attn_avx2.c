@@ -39,26 +39,52 @@ typedef struct attn_state {
     int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
 } attn_state;
 
-/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max. */
-static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, const float *qt,
+/* Two dimensions of 8 keys at once: the lanes of the pair's key p of query j are 2 j +
+ * p (qt's layout, cpu_attn_avx2), and each key's pair arrives in one 8-byte broadcast. A
+ * query's score is the sum of its even dimensions plus the sum of its odd ones, on
+ * every tile alike. One half of a tile (4 queries) per pass: where a token's queries
+ * are 4 or fewer (bench-1b and Llama 3 have 4 per kv head, SmolLM2 3), the lanes that
+ * held a query per dimension had been half idle. */
+static void scores_half(const cpu_attn_args *a, int i0, int n, const float *qh,
+                        const attn_state *st, __m128 out[SCORE_KEYS]) {
+    const int hd = a->head_dim;
+    const float *kp[SCORE_KEYS];
+    for (int i = 0; i < SCORE_KEYS; i++)
+        kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
+    __m256 s[SCORE_KEYS];
+    for (int i = 0; i < SCORE_KEYS; i++)
+        s[i] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 2) {
+        const __m256 qd = _mm256_load_ps(qh + d * 4);
+#pragma GCC unroll 8
+        for (int i = 0; i < SCORE_KEYS; i++) {
+            int64_t pair;
+            memcpy(&pair, kp[i] + d, sizeof pair);
+            const __m256 kd = _mm256_castsi256_ps(_mm256_set1_epi64x(pair));
+            s[i] = _mm256_fmadd_ps(qd, kd, s[i]);
+        }
+    }
+    for (int i = 0; i < SCORE_KEYS; i++) {
+        /* (q0 q1 q0 q1 | q2 q3 q2 q3), each the sum of its two lanes */
+        const __m256 h = _mm256_hadd_ps(s[i], s[i]);
+        out[i] = _mm_shuffle_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1),
+                                _MM_SHUFFLE(1, 0, 1, 0));
+    }
+}
+
+/* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max.
+ * With nq <= 4 the upper lanes repeat the lower ones. */
+static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, int nq, const float *qt,
                           const attn_state *st, float *e) {
     const int hd = a->head_dim;
     __m256 mb = _mm256_set1_ps(-INFINITY);
     for (int i0 = 0; i0 < n; i0 += SCORE_KEYS) {
-        const float *kp[SCORE_KEYS];
-        for (int i = 0; i < SCORE_KEYS; i++)
-            kp[i] = a->k + st->row[i0 + (i0 + i < n ? i : 0)];
-        __m256 s[SCORE_KEYS];
-        for (int i = 0; i < SCORE_KEYS; i++)
-            s[i] = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d++) {
-            const __m256 qd = _mm256_load_ps(qt + d * LANES);
-#pragma GCC unroll 8
-            for (int i = 0; i < SCORE_KEYS; i++)
-                s[i] = _mm256_fmadd_ps(qd, _mm256_set1_ps(kp[i][d]), s[i]);
-        }
+        __m128 lo[SCORE_KEYS], hi[SCORE_KEYS];
+        scores_half(a, i0, n, qt, st, lo);
+        if (nq > 4) scores_half(a, i0, n, qt + 4 * hd, st, hi);
         for (int i = 0; i < SCORE_KEYS && i0 + i < n; i++) {
-            const __m256 sc = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s[i],
+            const __m256 si = _mm256_set_m128(nq > 4 ? hi[i] : lo[i], lo[i]);
+            const __m256 sc = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), si,
                                                visible(kb + i0 + i, st->lo, st->pos));
             _mm256_store_ps(e + (i0 + i) * LANES, sc);
             mb = _mm256_max_ps(mb, sc);
@@ -130,11 +156,13 @@ static void attn_values(const cpu_attn_args *a, int n, int nq, const attn_state 
 void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch) {
     const int hd = a->head_dim, g = a->n_head / a->n_head_kv;
     float *qt = scratch, *ot = qt + hd * LANES, *e = ot + hd * LANES;
+    /* half j / 4 of the tile, pair d / 2, lane 2 (j % 4) + d % 2 (scores_half) */
     for (int j = 0; j < LANES; j++) {
         const int qi = q0 + (j < nq ? j : nq - 1), t = qi / g, h = kvh * g + qi % g;
         const float *q = a->q + t * a->ldq + (int64_t)h * hd;
+        float *qh = qt + j / 4 * 4 * hd + 2 * (j % 4);
         for (int d = 0; d < hd; d++)
-            qt[d * LANES + j] = q[d] * a->scale;
+            qh[d / 2 * LANES + d % 2] = q[d] * a->scale;
     }
     int lo[LANES], pos[LANES], begin;
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, lo, pos, &begin);
@@ -147,7 +175,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
         cpu_attn_key_rows(a, kvh, kb, n, st.row);
-        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, qt, &st, e));
+        const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, nq, qt, &st, e));
         const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
         mx = mn;
         sum = _mm256_mul_ps(sum, alpha);
