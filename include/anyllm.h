@@ -119,6 +119,12 @@ typedef struct al_context_params {
  * one (al_context_create refuses one the CPU backend's memory cannot hold). */
 uint64_t al_model_kv_bytes(const al_model *m, int n_ctx);
 
+/* Bytes of keys and values the token at position pos reads: every layer's keys up to
+ * pos, or its window's (a sliding-window layer). A decode step reads these beside
+ * al_model_info.n_bytes_per_token, and at depth they are no longer small (bench-1b at
+ * position 2048: 88 MiB, against 574 MiB of weights). */
+uint64_t al_model_kv_read_bytes(const al_model *m, int pos);
+
 /* The context a size of 0 gives: the model's training context, or less where its KV
  * cache would take more than half the memory available now (the CPU backend, which
  * keeps it in host memory); on a GPU backend at most 4096 positions. */

@@ -868,6 +868,16 @@ uint64_t al_model_kv_bytes(const al_model *m, int n_ctx) {
     return m && n_ctx > 0 ? model_kv_bytes(m, n_ctx) : 0;
 }
 
+uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
+    if (!m || pos < 0) return 0;
+    uint64_t rows = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
+        rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
+    }
+    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
+}
+
 int al_model_default_n_ctx(const al_model *m) {
     int n = m->n_ctx_train > 0 ? m->n_ctx_train : 4096;
     if (strcmp(m->be->ops->name, "cpu") != 0) return n < 4096 ? n : 4096;

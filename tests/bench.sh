@@ -11,7 +11,11 @@ n_backends=$("$bin" devices 2>/dev/null | grep -c '^vulkan:[0-9]')
 n_backends=$((n_backends + 1))
 "$bin" bench -m "$m" -p 8,16 -n 4 -d 0,32 -r 1 -t 1 --backend all -o json --plot "$tmp/b.svg" \
     >"$tmp/b.json" 2>"$tmp/err"; rc=$?
-python3 - "$tmp/b.json" "$tmp/b.svg" "$n_backends" >"$tmp/check" 2>&1 <<'PY'
+# keys and values per position, from info: 2 (k, v) x layers x kv heads x dim x 4 bytes
+kv_pos=$("$bin" info -m "$m" 2>/dev/null |
+    sed -n 's/^architecture.*: \([0-9]*\) layers,.*(\([0-9]*\) kv, dim \([0-9]*\)).*/\1 \2 \3/p' |
+    awk '{print 2 * $1 * $2 * $3 * 4}')
+python3 - "$tmp/b.json" "$tmp/b.svg" "$n_backends" "${kv_pos:-0}" >"$tmp/check" 2>&1 <<'PY'
 import json, sys, xml.etree.ElementTree as ET
 rows = json.load(open(sys.argv[1]))
 n_backends = int(sys.argv[3])
@@ -27,6 +31,13 @@ for f in ("build_commit", "model_filename", "model_size", "model_n_params", "avg
 tg = [r for r in rows if r["n_gen"] > 0]
 assert all(r["bandwidth_gbs"] > 0 and r["roofline_pct"] > 0 for r in tg), "tg without a roofline"
 assert all(r["roofline_pct"] == 0 for r in rows if r["n_prompt"] > 0), "pp with a roofline"
+# a token reads the keys and values before it too: 32 positions deeper, 32 positions more
+kv_pos = int(sys.argv[4])
+assert kv_pos > 0, "no kv size from anyllm info"
+by = {(r["backends"], r["n_depth"]): r["bytes_per_token"] for r in tg}
+for (b, d), v in by.items():
+    if d == 32:
+        assert v - by[(b, 0)] == 32 * kv_pos, f"{b}: read/token {by[(b, 0)]} at d0, {v} at d32"
 svg = ET.parse(sys.argv[2]).getroot()
 lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
 # a line per backend and test: pp8, pp16 and tg4, each over the two depths

@@ -83,6 +83,27 @@ if [ $rc -eq 0 ] && [ -s "$tmp/chat" ] && ! grep -q "template" "$tmp/err"; then
 else
     bad "chat: exit $rc: $(cat "$tmp/err" | head -n 3)"
 fi
+# bench's read per token counts the keys and values a token reads: on a sliding layer
+# only the window's. From depth 0 to 600 (tokens 600 and 601), 3 full layers read 600
+# rows more each and 15 sliding ones 512 - 1.5 more (their window of 512, against rows
+# 1 and 2), in units of 2 x kv heads x dim x 4 bytes.
+"$bin" info -m "$M" >"$tmp/info" 2>&1
+"$bin" bench -m "$M" -p 0 -n 2 -d 0,600 -r 1 -t 2 -o json >"$tmp/bench.json" 2>"$tmp/err"; rc=$?
+res=$(python3 - "$tmp/info" "$tmp/bench.json" 2>&1 <<'PY'
+import json, re, sys
+info = open(sys.argv[1]).read()
+layers, kv, dim = map(int, re.search(r"(\d+) layers,.*\((\d+) kv, dim (\d+)\)", info).groups())
+win, n_swa = map(int, re.search(r"sliding window (\d+) on (\d+) of", info).groups())
+unit = 2 * kv * dim * 4
+want = unit * ((layers - n_swa) * 600 + n_swa * (win - 1.5))
+by = {r["n_depth"]: r["bytes_per_token"] for r in json.load(open(sys.argv[2]))}
+got = by[600] - by[0]
+assert got == want, f"read/token grew by {got} bytes from depth 0 to 600, want {want:.0f}"
+print(f"read/token grew by {got} bytes from depth 0 to 600 ({n_swa} of {layers} layers slide)")
+PY
+)
+if [ $rc -eq 0 ] && echo "$res" | grep -q "^read/token grew"; then ok "bench: $res"
+else bad "bench at depth: exit $rc: $res $(head -n 3 "$tmp/err")"; fi
 if "$bin" info -m "$M" | grep -q '^chat template *gemma (built in for gemma3'; then
     ok "info: $("$bin" info -m "$M" | grep '^chat template')"
 else

@@ -8,8 +8,8 @@
  * deviation of tokens/s are reported. Lists (-p 128,512) run each value. Field names
  * of the JSON and CSV output follow llama-bench's where the meaning is the same.
  *
- * The roofline column: generation reads every weight once per token, so its speed is
- * bounded by memory bandwidth / bytes read per token. The bandwidth is measured by a
+ * The roofline column: generation reads every weight once per token, and the keys and
+ * values before it, so its speed is bounded by memory bandwidth / bytes read per token. The bandwidth is measured by a
  * multi-threaded read of a buffer much larger than the caches, at start and right
  * before and after each tg repetition (bw_probe).
  */
@@ -73,6 +73,8 @@ typedef struct bench_result {
     double mean_ts, sd_ts, mean_ms;
     double dispatches;   /* Vulkan: compute dispatches recorded per token, mean of the
                             timed repetitions; < 0 on other backends */
+    uint64_t bytes_per_token; /* tg: the weights a token reads and its keys and values,
+                                 the mean over the tokens generated */
     double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
     double roof_pct;     /* tg: the mean over repetitions of its share of the roofline
                             of the bandwidth measured right before and after it */
@@ -301,12 +303,22 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
             double gbs = (bw[i] + bw[i + 1]) / 2;
             all &= bw[i] > 0 && bw[i + 1] > 0;
             bw_sum += gbs;
-            roof_sum += 100.0 * r->ts[i] * (double)r->info.n_bytes_per_token / (gbs * 1e9);
+            roof_sum += 100.0 * r->ts[i] * (double)r->bytes_per_token / (gbs * 1e9);
         }
         r->bw_gbs = all ? bw_sum / o->reps : 0;
         r->roof_pct = all ? roof_sum / o->reps : 0;
     }
     return 0;
+}
+
+/* Bytes a generated token reads, on average over tokens depth .. depth + n - 1: the
+ * weights it uses and the keys and values before it, which at depth 2048 are a seventh
+ * of bench-1b's reads. */
+static uint64_t tg_bytes_per_token(const al_model *m, const al_model_info *info, int depth,
+                                   int n) {
+    uint64_t kv = 0;
+    for (int i = 0; i < n; i++) kv += al_model_kv_read_bytes(m, depth + i);
+    return info->n_bytes_per_token + (n > 0 ? kv / (uint64_t)n : 0);
 }
 
 static uint64_t file_size(const char *path) {
@@ -365,6 +377,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
                             .n_depth = o->depth[k / n_tests],
                             .file_bytes = file_size(o->models[mi])};
         r->n_tokens = r->is_pp ? o->pp[k % n_tests] : o->tg[k % n_tests - o->n_pp];
+        r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens);
         snprintf(r->arch, sizeof r->arch, "%s", info.arch);
         snprintf(r->backend, sizeof r->backend, "%s", info.backend);
         r->info.arch = r->arch; /* the model's own strings die with it */
@@ -398,7 +411,7 @@ static double roofline_pct(const bench_result *r, double gbs) {
     if (r->is_pp) return 0;
     if (r->roof_pct > 0) return r->roof_pct;
     if (gbs <= 0) return 0;
-    double bound_ts = gbs * 1e9 / (double)r->info.n_bytes_per_token;
+    double bound_ts = gbs * 1e9 / (double)r->bytes_per_token;
     return 100.0 * r->mean_ts / bound_ts;
 }
 
@@ -416,10 +429,10 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
         char ttft[32] = "", roof[32] = "", bpt[32] = "", gbs[32] = "";
         if (r->is_pp) snprintf(ttft, sizeof ttft, "%.1f", r->mean_ms);
         else {
-            /* decoding reads the weights a token uses once per token: the roofline is
-             * the measured bandwidth over these bytes */
+            /* decoding reads the weights a token uses and the keys and values before it
+             * once per token: the roofline is the measured bandwidth over these bytes */
             snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
-            snprintf(bpt, sizeof bpt, "%.1f MiB", r->info.n_bytes_per_token / 1048576.0);
+            snprintf(bpt, sizeof bpt, "%.1f MiB", r->bytes_per_token / 1048576.0);
             snprintf(gbs, sizeof gbs, "%.1f", row_gbs(r, env->bandwidth_gbs));
         }
         char test[48];
@@ -450,7 +463,7 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
-               r->info.n_bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
+               r->is_pp ? 0 : r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
         if (r->dispatches >= 0) printf(", \"vk_dispatches_per_token\": %.2f", r->dispatches);
