@@ -9,9 +9,9 @@
  * of the JSON and CSV output follow llama-bench's where the meaning is the same.
  *
  * The roofline column: generation reads every weight once per token, and the keys and
- * values before it, so its speed is bounded by memory bandwidth / bytes read per token. The bandwidth is measured by a
- * multi-threaded read of a buffer much larger than the caches, at start and right
- * before and after each tg repetition (bw_probe).
+ * values before it, so its speed is bounded by memory bandwidth / bytes read per token.
+ * The bandwidth is measured by a multi-threaded read of a buffer much larger than the
+ * caches, at start and right before and after each tg repetition (bw_probe).
  */
 #include <errno.h>
 #include <inttypes.h>
