@@ -156,8 +156,12 @@ if [ "$(status "$tmp/c")" = "exit 0" ]; then ok "/exit exits 0"; else bad "/exit
 # recall question would hang on how this 135M model weighs a near-tie.
 SECRET="The user's secret number is 7423."
 too_long=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "hello "; }')
+# 90 words that fit alone but make the conversation outgrow -c 256 with its reply
+# reserve of 64 whatever the replies' lengths (short replies had kept it within)
+long=$(awk 'BEGIN { printf "Count these words:"; for (i = 0; i < 90; i++) printf " word"; }')
 steps="line $too_long
 line Name the capital of France.
+line $long
 line Write a poem about the sea.
 line Name the capital of Germany.
 line Tell me about cats.
