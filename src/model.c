@@ -711,10 +711,15 @@ static int layer_cap(const al_model *m, int il, int n_ctx) {
     return cap < n_ctx ? (int)cap : n_ctx;
 }
 
+/* Bytes of keys and values in rows cache rows (summed over the layers). */
+static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows) {
+    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
+}
+
 uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
-    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
+    return kv_rows_bytes(m, rows);
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -875,7 +880,7 @@ uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
         const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
         rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
     }
-    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
+    return kv_rows_bytes(m, rows);
 }
 
 int al_model_default_n_ctx(const al_model *m) {

@@ -74,7 +74,7 @@ typedef struct bench_result {
     double dispatches;   /* Vulkan: compute dispatches recorded per token, mean of the
                             timed repetitions; < 0 on other backends */
     uint64_t bytes_per_token; /* tg: the weights a token reads and its keys and values,
-                                 the mean over the tokens generated */
+                                 the mean over the tokens generated; pp: 0 */
     double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
     double roof_pct;     /* tg: the mean over repetitions of its share of the roofline
                             of the bandwidth measured right before and after it */
@@ -377,7 +377,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
                             .n_depth = o->depth[k / n_tests],
                             .file_bytes = file_size(o->models[mi])};
         r->n_tokens = r->is_pp ? o->pp[k % n_tests] : o->tg[k % n_tests - o->n_pp];
-        r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens);
+        if (!r->is_pp) r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens);
         snprintf(r->arch, sizeof r->arch, "%s", info.arch);
         snprintf(r->backend, sizeof r->backend, "%s", info.backend);
         r->info.arch = r->arch; /* the model's own strings die with it */
@@ -463,7 +463,7 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                r->info.n_params, r->n_threads, r->is_pp ? r->n_tokens : 0,
                r->is_pp ? 0 : r->n_tokens, r->n_depth, r->mean_ms * 1e6, r->mean_ts, r->sd_ts,
                r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
-               r->is_pp ? 0 : r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
+               r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
         if (r->dispatches >= 0) printf(", \"vk_dispatches_per_token\": %.2f", r->dispatches);
