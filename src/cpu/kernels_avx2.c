@@ -954,170 +954,228 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
  *
  * As in kernels_avx512.c: the registers a pack would have stored go straight into the
  * sums, with mk_q_body's arithmetic to the bit, and no panel is stored and loaded
- * again. The reads are x16's (rows8): a group's 8 rows of a field are one load. */
+ * again. The reads are x16's (rows8): a group's 8 rows of a field are one load.
+ *
+ * A call takes nh halves of a group: 1, the panel's, or 2, the whole group
+ * (cpu_mk_args.x16_group), block by block. A group's 16 units of a field share a cache
+ * line, so with both halves each line is read once, in one stream; a half alone reads
+ * half of every line and leaves the other half to the next call. On two Zen 2 cores a
+ * GEMV from DRAM (2048 x 8192) took 80% of the measured bandwidth that way, 89% this
+ * way (Q4_0; Q8_0 78 -> 86%); from L3 one core ran Q4_0 at 15-19 GB/s against 22-24.
+ * Each row's sum is the same either way. */
 
-INLINE void inplace_start(const cpu_mk_args *a, const int nt, __m256 acc[TT]) {
+typedef struct inplace {
+    rows8 rs[2];           /* half h: rows 8 h.. of the group, or the panel's */
+    __m256 acc[2][TT];
+} inplace;
+
+/* skip: the bytes of a row before the chunk; len: the chunk's bytes per row. */
+INLINE void inplace_start(const cpu_mk_args *a, const int nt, const int nh, int64_t skip,
+                          int64_t len, inplace *ip) {
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++) {
+        const int row0 = nh == 2 ? R * h : a->w_x16_row;
+        rows_init(&ip->rs[h], a->w + (int64_t)(row0 - a->w_x16_row) * a->w_row_bytes,
+                  a->w_row_bytes, skip, true, row0);
+        ip->rs[h].len = len;
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        acc[t] = a->first ? _mm256_setzero_ps() : _mm256_loadu_ps(a->out + t * a->ldo);
+        for (int t = 0; t < nt; t++)
+            ip->acc[h][t] =
+                a->first ? _mm256_setzero_ps() : _mm256_loadu_ps(a->out + t * a->ldo + R * h);
+    }
 }
 
-INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const __m256 acc[TT]) {
-    const __m256 bias = a->bias ? _mm256_loadu_ps(a->bias) : _mm256_setzero_ps();
+INLINE void inplace_finish(const cpu_mk_args *a, const int nt, const int nh, const inplace *ip) {
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++) {
+        const __m256 bias = a->bias ? _mm256_loadu_ps(a->bias + R * h) : _mm256_setzero_ps();
 #pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        _mm256_storeu_ps(a->out + t * a->ldo, a->bias ? _mm256_add_ps(acc[t], bias) : acc[t]);
+        for (int t = 0; t < nt; t++)
+            _mm256_storeu_ps(a->out + t * a->ldo + R * h,
+                             a->bias ? _mm256_add_ps(ip->acc[h][t], bias) : ip->acc[h][t]);
+    }
 }
 
 /* The legacy types (Q8_0 signed, its m zero, as its panel; the others as the fmt's
  * offset says). */
-INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const int tt) {
+INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, const int tt,
+                         const int nh) {
     const bool sgn = kind == Q8_0, mins = sgn || a->mins;
     const int n16 = kind == Q4_0 || kind == Q4_1 ? 8 : 4; /* cpu_n16, as a constant */
     AL_ASSERT(sgn || a->n16 == n16);
-    rows8 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * g_legacy_size[kind], true, a->w_x16_row);
-    rs.len = a->n_sb * g_legacy_size[kind];
+    inplace ip;
+    inplace_start(a, nt, nh, a->w_blk0 * g_legacy_size[kind], a->n_sb * g_legacy_size[kind], &ip);
     const uint8_t *x = a->act;
-    __m256 acc[TT];
-    inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb; i++, x += tt * (32 + 8)) {
-        __m256i q[8], is[TT];
-        __m256 dw, m;
-        legacy_block(kind, &rs, i, q, &dw, &m);
-        mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, tt, is);
         const float *da = (const float *)(x + tt * 32), *aux = da + tt;
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            __m256i q[8], is[TT];
+            __m256 dw, m;
+            legacy_block(kind, &ip.rs[h], i, q, &dw, &m);
+            mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, tt, is);
+            __m256 *acc = ip.acc[h];
 #pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            const __m256 fs = _mm256_cvtepi32_ps(is[t]);
-            acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
-            if (mins) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
+            for (int t = 0; t < nt; t++) {
+                const __m256 fs = _mm256_cvtepi32_ps(is[t]);
+                acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
+                if (mins) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
+            }
         }
     }
-    inplace_finish(a, nt, acc);
+    inplace_finish(a, nt, nh, &ip);
 }
 
-/* Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32). */
-INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const int tt) {
+/* Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32). Both halves of a group go
+ * chunk by chunk (2 sub-blocks), as Q6_K's sub-blocks do: a Q4_K GEMV from DRAM on two
+ * Zen 2 cores took 84-91% of the bandwidth super-block by super-block, 89-94% this way.
+ * Q5_K's fifth bits, 8 registers a half, are loaded per chunk when there are two. */
+INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const int tt,
+                             const int nh) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
-    rows8 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * t, true, a->w_x16_row);
-    rs.len = a->n_sb / 8 * t;
     AL_ASSERT(a->n16 == (five ? 4 : 8));
-    _Alignas(32) uint8_t sc[8 * R * (32 + 8)]; /* dw and m where a panel has them */
+    inplace ip;
+    inplace_start(a, nt, nh, a->w_blk0 * t, a->n_sb / 8 * t, &ip);
+    _Alignas(32) uint8_t sc[2][8 * R * (32 + 8)]; /* dw and m where a panel has them */
     const uint8_t *x = a->act;
-    __m256 acc[TT];
-    inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 8; i++) {
         const int64_t off = i * t;
-        k4_scales8(&rs, off, sc);
         __m256i h[8];
-        if (five) load_8x32(&rs, off + 16, h);
-        const float *da = (const float *)(x + tt * 32);
-        __m256 sacc[TT];
-#pragma GCC unroll 4
-        for (int k = 0; k < nt; k++)
-            sacc[k] = _mm256_setzero_ps();
-        for (int c = 0; c < 4; c++) {
-            /* a quarter of the super-block's prefetches per chunk: all 19 at its start
-             * streamed a Q4_K GEMV from DRAM at 18 GB/s on two Zen 2 cores, spread
-             * out at 21 (Q6_K likewise, per 4 sub-blocks) */
-            prefetch_rows(&rs, off + (int64_t)t / 4 * c, 1, (int)t / 4);
-            __m256i u[2][8], g[8];
-            if (five) k45_chunk(five, &rs, off, c, h, u[0], u[1]);
-            else load_8x32(&rs, off + 16 + 32 * c, g);
 #pragma GCC unroll 2
-            for (int half = 0; half < 2; half++, x += tt * (32 + 8)) {
-                const uint8_t *sb = sc + (2 * c + half) * sbb;
-                const __m256 dw = _mm256_load_ps((const float *)(sb + R * 32));
-                const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
-                const float *aux = (const float *)(x + tt * 32) + tt;
-                __m256i is[TT];
-                if (five) mk_q_sums_w(u[half], x, nt, 32, true, false, 4, 0, tt, is);
-                else mk_q_sums_w(g, x, nt, 32, true, false, 8, 1 + half, tt, is);
+        for (int hf = 0; hf < nh; hf++)
+            k4_scales8(&ip.rs[hf], off, sc[hf]);
+        if (five && nh == 1) load_8x32(&ip.rs[0], off + 16, h);
+        const float *da = (const float *)(x + tt * 32);
+        __m256 sacc[2][TT];
+#pragma GCC unroll 2
+        for (int hf = 0; hf < nh; hf++)
 #pragma GCC unroll 4
-                for (int k = 0; k < nt; k++) {
-                    sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
-                    sacc[k] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[k]), sacc[k]);
+            for (int k = 0; k < nt; k++)
+                sacc[hf][k] = _mm256_setzero_ps();
+        for (int c = 0; c < 4; c++, x += 2 * tt * (32 + 8)) {
+#pragma GCC unroll 2
+            for (int hf = 0; hf < nh; hf++) {
+                const rows8 *rs = &ip.rs[hf];
+                /* a quarter of the super-block's prefetches per chunk: all 19 at its
+                 * start streamed a Q4_K GEMV from DRAM at 18 GB/s on two Zen 2 cores,
+                 * spread out at 21 (Q6_K likewise, per 4 sub-blocks) */
+                prefetch_rows(rs, off + t / 4 * c, 1, (int)t / 4);
+                __m256i u[2][8], g[8];
+                if (five && nh == 2) load_8x32(rs, off + 16, h);
+                if (five) k45_chunk(five, rs, off, c, h, u[0], u[1]);
+                else load_8x32(rs, off + 16 + 32 * c, g);
+                const uint8_t *xs = x;
+#pragma GCC unroll 2
+                for (int half = 0; half < 2; half++, xs += tt * (32 + 8)) {
+                    const uint8_t *sb = sc[hf] + (2 * c + half) * sbb;
+                    const __m256 dw = _mm256_load_ps((const float *)(sb + R * 32));
+                    const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
+                    const float *aux = (const float *)(xs + tt * 32) + tt;
+                    __m256i is[TT];
+                    if (five) mk_q_sums_w(u[half], xs, nt, 32, true, false, 4, 0, tt, is);
+                    else mk_q_sums_w(g, xs, nt, 32, true, false, 8, 1 + half, tt, is);
+#pragma GCC unroll 4
+                    for (int k = 0; k < nt; k++) {
+                        sacc[hf][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[hf][k]);
+                        sacc[hf][k] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[k]), sacc[hf][k]);
+                    }
                 }
             }
         }
+#pragma GCC unroll 2
+        for (int hf = 0; hf < nh; hf++)
 #pragma GCC unroll 4
-        for (int k = 0; k < nt; k++)
-            acc[k] = _mm256_fmadd_ps(sacc[k], _mm256_set1_ps(da[k]), acc[k]);
+            for (int k = 0; k < nt; k++)
+                ip.acc[hf][k] = _mm256_fmadd_ps(sacc[hf][k], _mm256_set1_ps(da[k]), ip.acc[hf][k]);
     }
-    inplace_finish(a, nt, acc);
+    inplace_finish(a, nt, nh, &ip);
 }
 
 /* Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), sub-block by sub-block: with
- * x16 each of its 4-byte groups is one load, so no half is held in registers. */
-INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt) {
-    rows8 rs;
-    rows_init(&rs, a->w, a->w_row_bytes, a->w_blk0 * 210, true, a->w_x16_row);
-    rs.len = a->n_sb / 16 * 210;
+ * x16 each of its 4-byte groups is one load, so no half is held in registers. Both
+ * halves of a group go sub-block by sub-block: super-block by super-block, a Q6_K GEMV
+ * from L3 had run at 14 GB/s on one Zen 2 core, slower than a half alone (16-20); this
+ * way 19-23. */
+INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt, const int nh) {
     AL_ASSERT(a->n16 == 2);
+    inplace ip;
+    inplace_start(a, nt, nh, a->w_blk0 * 210, a->n_sb / 16 * 210, &ip);
     const uint8_t *x = a->act;
-    __m256 acc[TT];
-    inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 16; i++) {
         const int64_t off = i * 210;
-        const __m256 d = q6_d(&rs, off);
         const float *da = (const float *)(x + tt * 16);
-        __m256 sacc[TT];
+        __m256 d[2], sacc[2][TT];
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            d[h] = q6_d(&ip.rs[h], off);
 #pragma GCC unroll 4
-        for (int k = 0; k < nt; k++)
-            sacc[k] = _mm256_setzero_ps();
+            for (int k = 0; k < nt; k++)
+                sacc[h][k] = _mm256_setzero_ps();
+        }
 #pragma GCC unroll 16
         for (int s = 0; s < 16; s++, x += tt * (16 + 8)) {
             /* sub-block s = 8 half + 2 g + jj: groups j = 4 jj + k of column g % 2 */
             const int half = s / 8, g = s % 8 / 2, jj = s % 2;
-            if (s % 4 == 0) prefetch_rows(&rs, off + 52 * (s / 4), 1, s == 12 ? 54 : 52);
-            __m256i wq[4], is[TT];
+#pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                const rows8 *rs = &ip.rs[h];
+                if (s % 4 == 0) prefetch_rows(rs, off + 52 * (s / 4), 1, s == 12 ? 54 : 52);
+                __m256i wq[4], is[TT];
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const int j = 4 * jj + k;
-                wq[k] = q6_u(gather32(&rs, off + 64 * half + 32 * (g % 2) + 4 * j),
-                             gather32(&rs, off + 128 + 32 * half + 4 * j), g);
+                for (int k = 0; k < 4; k++) {
+                    const int j = 4 * jj + k;
+                    wq[k] = q6_u(gather32(rs, off + 64 * half + 32 * (g % 2) + 4 * j),
+                                 gather32(rs, off + 128 + 32 * half + 4 * j), g);
+                }
+                mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, tt, is);
+                const __m256 dw = q6_dw(rs, off, d[h], s);
+#pragma GCC unroll 4
+                for (int k = 0; k < nt; k++)
+                    sacc[h][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[h][k]);
             }
-            mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, tt, is);
-            const __m256 dw = q6_dw(&rs, off, d, s);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
 #pragma GCC unroll 4
             for (int k = 0; k < nt; k++)
-                sacc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[k]);
-        }
-#pragma GCC unroll 4
-        for (int k = 0; k < nt; k++)
-            acc[k] = _mm256_fmadd_ps(sacc[k], _mm256_set1_ps(da[k]), acc[k]);
+                ip.acc[h][k] = _mm256_fmadd_ps(sacc[h][k], _mm256_set1_ps(da[k]), ip.acc[h][k]);
     }
-    inplace_finish(a, nt, acc);
+    inplace_finish(a, nt, nh, &ip);
 }
 
 /* One copy per kernel token count (1 or 2) and tile width (a single token's tile may
  * be narrow, 1 wide or 2 with its two passes: cpu_mk_args.narrow), so that the loops
  * over tokens unroll. */
-#define BY_1_2(CALL)                                                                               \
+#define BY_1_2_NH(CALL, nh)                                                                        \
     do {                                                                                           \
         if (a->n_tok == 1 && a->narrow)                                                            \
-            CALL(1, 1);                                                                            \
+            CALL(1, 1, nh);                                                                        \
         else if (a->narrow)                                                                        \
-            CALL(2, 2);                                                                            \
+            CALL(2, 2, nh);                                                                        \
         else if (a->n_tok == 1)                                                                    \
-            CALL(1, TT);                                                                           \
+            CALL(1, TT, nh);                                                                       \
         else                                                                                       \
-            CALL(2, TT);                                                                           \
+            CALL(2, TT, nh);                                                                       \
+    } while (0)
+#define BY_1_2(CALL)                                                                               \
+    do {                                                                                           \
+        if (a->x16_group)                                                                          \
+            BY_1_2_NH(CALL, 2);                                                                    \
+        else                                                                                       \
+            BY_1_2_NH(CALL, 1);                                                                    \
     } while (0)
 
 static void mk_q_inplace_avx2(const cpu_mk_args *a) {
-    AL_ASSERT(a->n_rows == R && a->n_tok <= 2 && a->w_x16);
-#define Q4_0_(n, t) mk_q_inplace(a, Q4_0, n, t)
-#define Q4_1_(n, t) mk_q_inplace(a, Q4_1, n, t)
-#define Q5_0_(n, t) mk_q_inplace(a, Q5_0, n, t)
-#define Q5_1_(n, t) mk_q_inplace(a, Q5_1, n, t)
-#define Q8_0_(n, t) mk_q_inplace(a, Q8_0, n, t)
-#define MXFP4_(n, t) mk_q_inplace(a, MXFP4, n, t)
-#define Q4_K_(n, t) mk_q_inplace_k45(a, false, n, t)
-#define Q5_K_(n, t) mk_q_inplace_k45(a, true, n, t)
-#define Q6_K_(n, t) mk_q_inplace_q6(a, n, t)
+    AL_ASSERT(a->n_rows == R && a->n_tok <= 2 && a->w_x16 && (!a->x16_group || !a->w_x16_row));
+#define Q4_0_(n, t, h) mk_q_inplace(a, Q4_0, n, t, h)
+#define Q4_1_(n, t, h) mk_q_inplace(a, Q4_1, n, t, h)
+#define Q5_0_(n, t, h) mk_q_inplace(a, Q5_0, n, t, h)
+#define Q5_1_(n, t, h) mk_q_inplace(a, Q5_1, n, t, h)
+#define Q8_0_(n, t, h) mk_q_inplace(a, Q8_0, n, t, h)
+#define MXFP4_(n, t, h) mk_q_inplace(a, MXFP4, n, t, h)
+#define Q4_K_(n, t, h) mk_q_inplace_k45(a, false, n, t, h)
+#define Q5_K_(n, t, h) mk_q_inplace_k45(a, true, n, t, h)
+#define Q6_K_(n, t, h) mk_q_inplace_q6(a, n, t, h)
     switch (a->w_type) {
     case AL_TYPE_Q4_0: BY_1_2(Q4_0_); break;
     case AL_TYPE_Q4_1: BY_1_2(Q4_1_); break;
@@ -1143,6 +1201,7 @@ static void mk_q_inplace_avx2(const cpu_mk_args *a) {
 #undef Q6_K_
 }
 #undef BY_1_2
+#undef BY_1_2_NH
 
 /* mk_q_body for unsigned weights with n16 as a constant: b / 4 or b / 8 (cpu_n16 gives
  * 8 or 4 for sub-blocks of 32, 4 or 2 for sub-blocks of 16). */
@@ -1413,6 +1472,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .rows = R,
     .tile = TT,
     .narrow = true,
+    .x16_group = true,
     .attn_lanes = LANES,
     .attn_align = 8,
     .attn_ranges = true,

@@ -388,15 +388,19 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
     const int64_t n_in = j->w->ne[0], full = mm_min(p1, j->w->ne[1] / r);
     int64_t p = p0;
     /* one pass in place takes K whole (mm_chunk): the arguments of one full panel
-     * become the next's by moving the pointers, without mm_args and mm_tile per panel */
+     * become the next's by moving the pointers, without mm_args and mm_tile per panel;
+     * a kernel that can takes an x16 group's two panels in one call */
     if (j->inplace && j->passes == 1 && j->kc >= n_in && p < full) {
         cpu_mk_args a = mm_args(j, NULL, p, 0, n_in, 0, (int)j->n_tok);
-        for (; p < full; p++) {
+        while (p < full) {
+            a.x16_group = j->k->x16_group && a.w_x16 && a.w_x16_row == 0 && p + 1 < full;
             j->k->mk_q(&a);
-            a.w += (uint64_t)r * a.w_row_bytes;
-            a.w_x16_row = (a.w_x16_row + r) % 16;
-            a.out += r;
-            if (a.bias) a.bias += r;
+            const int n = a.x16_group ? 2 * r : r;
+            p += n / r;
+            a.w += (uint64_t)n * a.w_row_bytes;
+            a.w_x16_row = (a.w_x16_row + n) % 16;
+            a.out += n;
+            if (a.bias) a.bias += n;
         }
     }
     for (; p < p1; p++)

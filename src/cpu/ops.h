@@ -200,6 +200,8 @@ typedef struct cpu_mk_args {
     uint32_t w_type;
     bool w_x16;        /* in place: w is in the AL_LAYOUT_X16 layout (cpu_x16_pack) */
     int w_x16_row;     /* in place, x16: the panel's row 0 within its group of 16 */
+    bool x16_group;    /* in place, x16, w_x16_row 0, R 8: the call takes the whole group,
+                        * rows 0..15 of out (cpu_kernels.x16_group) */
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
                         * AMX: the tile (AMX layout) at the same sub-block */
     const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
@@ -362,6 +364,10 @@ typedef struct cpu_kernels {
                          * are) and pack_x16[t] packs */
     cpu_pack_x16_fn pack_x16[AL_TYPE_COUNT];
     cpu_x16_pack_fn x16_pack; /* the rewrite at load (cpu_x16_pack's bytes) */
+    /* mk_q in place takes a whole x16 group of 16 rows where asked (cpu_mk_args): one
+     * pass reads each of the group's cache lines once, where a panel of 8 rows reads
+     * half of every line and the other panel reads them again from cache */
+    bool x16_group;
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
