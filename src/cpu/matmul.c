@@ -206,7 +206,7 @@ static inline void sum_passes(float *restrict o, const float *restrict h, const 
  * out continues from its partial sum, in the same order for every layout. */
 static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
                           int step, int nt, bool first) {
-    const int r = j->k->rows, n = a->n_rows;
+    const int g = a->x16_group ? 2 : 1, r = g * j->k->rows, n = g * a->n_rows;
     for (int t = 0; t < nt; t++) {
         float *o = a->out + t * a->ldo;
         const float *h = part + (hi + t * step) * r, *l = part + (lo + t * step) * r;
@@ -278,7 +278,7 @@ static void mm_tile_run(const mm_job *j, const cpu_mk_args *ap) {
     m.first = true;
     m.bias = NULL;
     m.out = part;
-    m.ldo = r;
+    m.ldo = a.x16_group ? 2 * r : r;
     if (j->paired) { /* hi and lo of token t: slots 2t, 2t + 1 */
         m.n_tok = 2 * nt;
         k->mk_q(&m);
@@ -290,14 +290,6 @@ static void mm_tile_run(const mm_job *j, const cpu_mk_args *ap) {
     m.out = part + CPU_MAX_TILE * r;
     k->mk_q(&m);
     mm_add_passes(j, &a, part, 0, CPU_MAX_TILE, 1, nt, a.first);
-}
-
-/* Runs the microkernel for tokens [t0, t0 + nt) (nt <= TT, t0 a multiple of TT; with
- * paired passes nt <= TT / 2 and t0 = 0) of panel p over the chunk [k0, k0 + nk). */
-static void mm_tile(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk,
-                    int64_t t0, int nt) {
-    const cpu_mk_args a = mm_args(j, panel, p, k0, nk, t0, nt);
-    mm_tile_run(j, &a);
 }
 
 /* The arguments of the next tile of tokens from those of a tile (the same panel and
@@ -368,8 +360,9 @@ static bool mm_take(mm_job *j, int64_t n_panels, int64_t *p0, int64_t *p1) {
     return *p0 < n_panels;
 }
 
-/* Panel p of a few tokens' pass, K chunk by chunk. */
-static void mm_gemv_panel(const mm_job *j, int64_t p, void *panel) {
+/* Panel p of a few tokens' pass, K chunk by chunk; with group, panels p and p + 1, an
+ * x16 group read in place (cpu_mk_args.x16_group). */
+static void mm_gemv_panel(const mm_job *j, int64_t p, bool group, void *panel) {
     const int r = j->k->rows;
     const int64_t n_in = j->w->ne[0];
     const bool inplace = j->inplace && (p + 1) * r <= j->w->ne[1];
@@ -379,8 +372,16 @@ static void mm_gemv_panel(const mm_job *j, int64_t p, void *panel) {
     for (int64_t k0 = 0; k0 < n_in; k0 += kc) {
         const int64_t nk = mm_min(kc, n_in - k0);
         if (!inplace) mm_pack(j, p, cpu_raw_row(j->w, p * r), k0, nk, panel);
-        mm_tile(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
+        cpu_mk_args a = mm_args(j, inplace ? NULL : panel, p, k0, nk, 0, (int)j->n_tok);
+        a.x16_group = group;
+        mm_tile_run(j, &a);
     }
+}
+
+/* Whether the kernel takes panels p and p + 1 (< full) as one x16 group in place. */
+static bool mm_group_at(const mm_job *j, int64_t p, int64_t full) {
+    return j->inplace && j->k->x16_group && j->w->layout == AL_LAYOUT_X16 &&
+           p * j->k->rows % 16 == 0 && p + 1 < full;
 }
 
 void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
@@ -393,7 +394,7 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
     if (j->inplace && j->passes == 1 && j->kc >= n_in && p < full) {
         cpu_mk_args a = mm_args(j, NULL, p, 0, n_in, 0, (int)j->n_tok);
         while (p < full) {
-            a.x16_group = j->k->x16_group && a.w_x16 && a.w_x16_row == 0 && p + 1 < full;
+            a.x16_group = mm_group_at(j, p, full);
             j->k->mk_q(&a);
             const int n = a.x16_group ? 2 * r : r;
             p += n / r;
@@ -403,8 +404,11 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
             if (a.bias) a.bias += n;
         }
     }
-    for (; p < p1; p++)
-        mm_gemv_panel(j, p, panel);
+    while (p < p1) {
+        const bool group = mm_group_at(j, p, full);
+        mm_gemv_panel(j, p, group, panel);
+        p += group ? 2 : 1;
+    }
 }
 
 /* A few tokens: each panel's rows stream once from memory, chunk by chunk. */
