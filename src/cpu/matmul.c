@@ -201,12 +201,17 @@ static inline void sum_passes(float *restrict o, const float *restrict h, const 
             o[i] += b[i];
 }
 
+/* Output rows a kernel call computes: its panel's, or an x16 group's two panels'. */
+static inline int mm_call_rows(const mm_job *j, const cpu_mk_args *a) {
+    return a->x16_group ? 2 * j->k->rows : j->k->rows;
+}
+
 /* Two passes: the microkernel has summed each token's hi and lo over the chunk from
  * zero, hi of token t at part[hi + t * step], lo at part[lo + t * step] (rows of R);
  * out continues from its partial sum, in the same order for every layout. */
 static void mm_add_passes(const mm_job *j, const cpu_mk_args *a, const float *part, int hi, int lo,
                           int step, int nt, bool first) {
-    const int g = a->x16_group ? 2 : 1, r = g * j->k->rows, n = g * a->n_rows;
+    const int r = mm_call_rows(j, a), n = a->x16_group ? r : a->n_rows;
     for (int t = 0; t < nt; t++) {
         float *o = a->out + t * a->ldo;
         const float *h = part + (hi + t * step) * r, *l = part + (lo + t * step) * r;
@@ -278,7 +283,7 @@ static void mm_tile_run(const mm_job *j, const cpu_mk_args *ap) {
     m.first = true;
     m.bias = NULL;
     m.out = part;
-    m.ldo = a.x16_group ? 2 * r : r;
+    m.ldo = mm_call_rows(j, &a);
     if (j->paired) { /* hi and lo of token t: slots 2t, 2t + 1 */
         m.n_tok = 2 * nt;
         k->mk_q(&m);
@@ -396,7 +401,7 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
         while (p < full) {
             a.x16_group = mm_group_at(j, p, full);
             j->k->mk_q(&a);
-            const int n = a.x16_group ? 2 * r : r;
+            const int n = mm_call_rows(j, &a);
             p += n / r;
             a.w += (uint64_t)n * a.w_row_bytes;
             a.w_x16_row = (a.w_x16_row + n) % 16;
