@@ -76,9 +76,10 @@ static void scores_half(const cpu_attn_args *a, int i0, int n, const float *qh,
  * where the ring wraps, lines no one reads, and a prefetch never faults), in the caches
  * themselves: a thread's copy of one head (one_head, a prompt's) is one stream, which
  * the hardware follows. In the caches a kv head's rows lie a row of every kv head apart,
- * a stride the hardware prefetchers did not follow: the kernel alone over 2048 positions of bench-1b's shape, from DRAM on one
- * Zen 2 core, took 22.8-23.0 ms per token without these and 19.6-19.8 with them (to L2
- * instead: 19.8-20.2; two steps ahead: 20.0-20.8). */
+ * a stride the hardware prefetchers did not follow: the kernel alone over 2048
+ * positions of bench-1b's shape, from DRAM on one Zen 2 core, took 22.8-23.0 ms per
+ * token without these and 19.6-19.8 with them (to L2 instead: 19.8-20.2; two steps
+ * ahead: 20.0-20.8). */
 static inline __attribute__((always_inline)) void prefetch_next_step(const cpu_attn_args *a,
                                                                      const attn_state *st,
                                                                      int i0, int n) {
