@@ -103,12 +103,11 @@ static void fuse_epilogue(const fuse_job *j, int64_t p0, int64_t p1) {
 /* Work item i: panel i of the matmuls in turn (multi), or panel i of gate and of up
  * (glu), or of the one matmul (add); a take runs matmul by matmul. */
 static void fuse_part(void *arg, int ith, int nth) {
-    (void)nth;
     fuse_job *j = arg;
     void *panel = mm_tls(j->cb, ith);
-    int64_t i0;
-    while ((i0 = __atomic_fetch_add(&j->next, j->grain, __ATOMIC_RELAXED)) < j->n_items) {
-        const int64_t i1 = mm_min(i0 + j->grain, j->n_items);
+    const int64_t per = mm_grain_x16(j->cb->k, 1);
+    int64_t i0, i1;
+    while (mm_take_guided(&j->next, j->n_items, per, per, nth, &i0, &i1)) {
         if (j->kind != FUSE_MULTI) {
             for (int s = 0; s < j->n; s++)
                 mm_gemv_panels(&j->mm[s], i0, i1, panel);

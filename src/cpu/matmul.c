@@ -418,12 +418,12 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
 
 /* A few tokens: each panel's rows stream once from memory, chunk by chunk. */
 static void mm_gemv_part(void *arg, int ith, int nth) {
-    (void)nth;
     mm_job *j = arg;
     const int64_t n_panels = (j->w->ne[1] + j->k->rows - 1) / j->k->rows;
     void *panel = mm_tls(j->cb, ith);
+    const int64_t per = mm_grain_x16(j->k, 1);
     int64_t p0, p1;
-    while (mm_take(j, n_panels, &p0, &p1))
+    while (mm_take_guided(&j->next, n_panels, per, per, nth, &p0, &p1))
         mm_gemv_panels(j, p0, p1, panel);
 }
 
