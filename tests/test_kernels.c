@@ -1236,6 +1236,43 @@ static void test_row_ops(void) {
     }
 }
 
+/* A decoded token's rope angles are kept between calls (cpu.c: rope_memo): each call,
+ * a hit or a miss, must still match the reference bit for bit, including a call with
+ * the same factor array changed in place and bases that alternate as Gemma 3's. */
+static void test_rope_memo(void) {
+    al_backend *fast = backend(CPU_ISA_SCALAR, 2, 256, 64), *ref = backend(CPU_ISA_REF, 1, 256, 64);
+    float factors[32], x[256], a[256], b[256];
+    for (int i = 0; i < 256; i++)
+        x[i] = sinf((float)i * 0.37f) + 0.1f;
+    for (int i = 0; i < 32; i++)
+        factors[i] = 1.0f + (float)i / 8;
+    const struct {
+        int pos;
+        float base;
+        bool factors;
+        float factor0; /* factors[0] before the call */
+    } calls[] = {{5, 10000.0f, false, 1.0f},  {5, 10000.0f, false, 1.0f},
+                 {5, 1000000.0f, false, 1.0f}, {5, 10000.0f, false, 1.0f},
+                 {6, 10000.0f, false, 1.0f},  {6, 10000.0f, true, 1.0f},
+                 {6, 10000.0f, true, 4.0f},   {6, 10000.0f, true, 4.0f},
+                 {5, 1000000.0f, false, 1.0f}};
+    for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+        factors[0] = calls[c].factor0;
+        const al_rope rp = {.n_rot = 64,
+                            .freq_base = calls[c].base,
+                            .freq_scale = 1.0f,
+                            .freq_factors = calls[c].factors ? factors : NULL};
+        memcpy(a, x, sizeof a), memcpy(b, x, sizeof b);
+        al_tensor at = test_f32(a, 256, 1), bt = test_f32(b, 256, 1);
+        fast->ops->rope(fast, &at, 4, 64, calls[c].pos, &rp);
+        ref->ops->rope(ref, &bt, 4, 64, calls[c].pos, &rp);
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "call %zu (pos %d, base %g, factors %d, %g): "
+                  "the rope differs from the reference", c, calls[c].pos, calls[c].base,
+                  calls[c].factors, calls[c].factor0);
+    }
+    fast->ops->destroy(fast), ref->ops->destroy(ref);
+}
+
 /* ---- gelu_mul, scale, rms_norm in place ------------------------------------------------ */
 
 /* Inputs for gelu: mostly |x| < 4, where GELU bends, with every fifth element far out
@@ -1492,6 +1529,7 @@ int main(void) {
     TEST_RUN(test_isa_choice);
     TEST_RUN(test_sum_u64);
     TEST_RUN(test_row_ops);
+    TEST_RUN(test_rope_memo);
     TEST_RUN(test_gelu_scale);
     TEST_RUN(test_swiglu_oai);
     TEST_RUN(test_rms_norm_views);

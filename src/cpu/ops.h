@@ -481,6 +481,17 @@ cpu_act_fmt cpu_act_format(const cpu_kernels *k, uint32_t type);
 
 /* ---- the backend object ------------------------------------------------------------- */
 
+enum { CPU_ROPE_MEMO = 2, CPU_ROPE_MAX_HALF = 128 };
+
+/* A decoded position's rope angles under one al_rope (cpu.c: rope_memo). */
+typedef struct cpu_rope_memo {
+    bool valid, has_factors;
+    int pos, n_rot;
+    float freq_base, freq_scale;
+    float factors[CPU_ROPE_MAX_HALF];
+    float cs[CPU_ROPE_MAX_HALF], sn[CPU_ROPE_MAX_HALF];
+} cpu_rope_memo;
+
 typedef struct cpu_backend {
     al_backend base;
     al_pool *pool;
@@ -509,6 +520,8 @@ typedef struct cpu_backend {
     bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
     void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
     int n_x16;
+    cpu_rope_memo rope_memo[CPU_ROPE_MEMO]; /* a decoded token's cos/sin; under lock */
+    int rope_memo_next;                     /* the entry to replace next */
 } cpu_backend;
 
 static inline float *cpu_f32_row(const al_tensor *t, int64_t row) {
