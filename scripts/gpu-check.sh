@@ -17,6 +17,7 @@
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
 #    device-to-device copy (anyllm devices --bandwidth); dispatches per token, and
 #    generation with the fused ops turned off, which says what the fusions are worth,
+#    where a token's time goes (the host's recording, the wait, the device's own time),
 #    and with only the norm fusion off (fuse_norm=0), or only the decode attention's
 #    (fuse_attn=0: rope, cache stores and attention in one dispatch)
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
@@ -127,6 +128,12 @@ if [ -n "$model" ]; then
         echo "tg$TG: $tg t/s"
         dpt=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field vk_dispatches_per_token)
         echo "dispatches per token: ${dpt:-?} fused"
+        # where a token's time goes: what replaying a recorded command buffer could save
+        # (the recording) against what the device itself spends (its timestamps)
+        tgl=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json")
+        echo "per token: $(echo "$tgl" | field vk_record_ms_per_token) ms recording on the" \
+            "host, $(echo "$tgl" | field vk_wait_ms_per_token) ms waiting for the device," \
+            "$(echo "$tgl" | field vk_gpu_ms_per_token) ms of device time (timestamps)"
         # decode again with fusions off, which says what they are worth here: all of them
         # (fuse=0); the norm inside the matvecs, which re-reads each workgroup's input
         # (fuse_norm=0; on lavapipe it did not pay); the decode attention's rope, cache

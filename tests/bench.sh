@@ -38,6 +38,18 @@ by = {(r["backends"], r["n_depth"]): r["bytes_per_token"] for r in tg}
 for (b, d), v in by.items():
     if d == 32:
         assert v - by[(b, 0)] == 32 * kv_pos, f"{b}: read/token {by[(b, 0)]} at d0, {v} at d32"
+# Vulkan tg rows: where a token's time went; the host's recording and its wait are
+# parts of the token's time, and the device's time (timestamps) a part of the wait
+for r in tg:
+    if "vk_dispatches_per_token" not in r:
+        continue
+    tok_ms = r["avg_ns"] / 1e6 / r["n_gen"]
+    rec, wait = r["vk_record_ms_per_token"], r["vk_wait_ms_per_token"]
+    assert rec > 0 and wait > 0, f"{r['backends']}: recording {rec} ms, waiting {wait} ms"
+    assert rec + wait <= tok_ms * 1.02 + 0.05, f"recording {rec} + waiting {wait} > {tok_ms} ms"
+    gpu = r.get("vk_gpu_ms_per_token")
+    assert gpu is not None or "llvmpipe" not in r["backends"], "lavapipe has timestamps"
+    assert gpu is None or 0 < gpu <= wait * 1.02 + 0.05, f"device {gpu} ms, waited {wait} ms"
 svg = ET.parse(sys.argv[2]).getroot()
 lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
 # a line per backend and test: pp8, pp16 and tg4, each over the two depths

@@ -73,6 +73,9 @@ typedef struct bench_result {
     double mean_ts, sd_ts, mean_ms;
     double dispatches;   /* Vulkan: compute dispatches recorded per token, mean of the
                             timed repetitions; < 0 on other backends */
+    double record_ms, wait_ms; /* Vulkan, per token, means: the host's recording, the */
+    double gpu_ms;             /* wait for the fence, the device's time (timestamps; < 0
+                                  where the queue has none) */
     uint64_t bytes_per_token; /* tg: the weights a token reads and its keys and values,
                                  the mean over the tokens generated; pp: 0 */
     double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
@@ -235,24 +238,33 @@ static al_status fill_depth(al_context *c, const int32_t *ids, int depth) {
     return st;
 }
 
-/* Compute dispatches the Vulkan backend of m has recorded so far; -1 on other backends. */
-static double vk_dispatches(const al_model *m) {
+/* What the Vulkan backend of m has done so far: dispatches recorded, and seconds of
+ * recording, waiting and device time (vk_backend_stats); dispatches < 0 on other
+ * backends. */
+typedef struct vk_cost {
+    double dispatches, record_s, wait_s, gpu_s, n_timed;
+} vk_cost;
+
+static vk_cost vk_cost_now(const al_model *m) {
 #ifdef AL_HAVE_VULKAN
     vk_backend_stats vs;
-    if (vk_backend_get_stats(model_backend(m), &vs)) return (double)vs.n_dispatches;
+    if (vk_backend_get_stats(model_backend(m), &vs))
+        return (vk_cost){(double)vs.n_dispatches, vs.record_s, vs.wait_s, vs.gpu_s,
+                         (double)vs.n_timed};
 #endif
     (void)m;
-    return -1;
+    return (vk_cost){.dispatches = -1};
 }
 
 /* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
- * returns seconds, or a negative value on failure. *n_disp: the Vulkan dispatches of
- * the timed part (-1 elsewhere). */
+ * returns seconds, or a negative value on failure. *vk: the Vulkan work of the timed
+ * part (dispatches -1 elsewhere). */
 static double run_once(const al_model *m, al_context *c, const int32_t *all_ids, int depth, int n,
-                       bool is_pp, float *logits, double *n_disp) {
+                       bool is_pp, float *logits, vk_cost *vk) {
     if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
     const int32_t *ids = all_ids + depth;
-    double d0 = vk_dispatches(m), t0 = al_time_s();
+    const vk_cost v0 = vk_cost_now(m);
+    double t0 = al_time_s();
     if (is_pp) {
         if (al_eval(c, ids, n, logits, false) != AL_OK) return -1;
     } else {
@@ -260,7 +272,10 @@ static double run_once(const al_model *m, al_context *c, const int32_t *all_ids,
             if (al_eval(c, ids + i, 1, logits, false) != AL_OK) return -1;
     }
     double dt = al_time_s() - t0;
-    *n_disp = d0 < 0 ? -1 : vk_dispatches(m) - d0;
+    const vk_cost v1 = vk_cost_now(m);
+    *vk = (vk_cost){v0.dispatches < 0 ? -1 : v1.dispatches - v0.dispatches,
+                    v1.record_s - v0.record_s, v1.wait_s - v0.wait_s, v1.gpu_s - v0.gpu_s,
+                    v1.n_timed - v0.n_timed};
     return dt;
 }
 
@@ -275,8 +290,9 @@ enum { BW_PASSES_REP = 2 };
 static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32_t *ids,
                     float *logits, bench_result *r, int model_i, bw_probe *probe) {
     const char *kind = r->is_pp ? "pp" : "tg";
-    double n_disp = 0, bw[MAX_REPS + 1] = {0};
-    r->dispatches = 0;
+    double bw[MAX_REPS + 1] = {0};
+    vk_cost vk = {0};
+    r->dispatches = r->record_ms = r->wait_ms = r->gpu_ms = 0;
     for (int rep = -1; rep < o->reps; rep++) { /* rep -1 is the warm-up */
         if (isatty(2)) /* a progress line is for a person watching, not for a log */
             fprintf(stderr, "\rbench: model %d/%d, %s, %s%d @ d%d, t=%d, %s %d/%d   ",
@@ -284,10 +300,20 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
                     r->n_threads, rep < 0 ? "warm-up" : "rep", rep < 0 ? 1 : rep + 1,
                     rep < 0 ? 1 : o->reps);
         if (!r->is_pp && rep >= 0) bw[rep] = bw_probe_measure(probe, BW_PASSES_REP);
-        double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &n_disp);
+        double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &vk);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
-        if (rep >= 0) r->ts[rep] = r->n_tokens / dt;
-        if (rep >= 0) r->dispatches = n_disp < 0 ? -1 : r->dispatches + n_disp / r->n_tokens / o->reps;
+        if (rep < 0) continue;
+        r->ts[rep] = r->n_tokens / dt;
+        if (vk.dispatches < 0) {
+            r->dispatches = -1;
+            continue;
+        }
+        const double per = 1.0 / r->n_tokens / o->reps; /* a token's share of the mean */
+        r->dispatches += vk.dispatches * per;
+        r->record_ms += 1e3 * vk.record_s * per;
+        r->wait_ms += 1e3 * vk.wait_s * per;
+        /* timestamps on every submission, or none counted */
+        r->gpu_ms = r->gpu_ms < 0 || vk.n_timed <= 0 ? -1 : r->gpu_ms + 1e3 * vk.gpu_s * per;
     }
     double sum = 0, sq = 0;
     for (int i = 0; i < o->reps; i++) sum += r->ts[i];
@@ -420,6 +446,23 @@ static double row_gbs(const bench_result *r, double start_gbs) {
     return r->bw_gbs > 0 ? r->bw_gbs : start_gbs;
 }
 
+/* Where a Vulkan token's time goes: replaying a recorded command buffer could save at
+ * most the recording, and the device's own time bounds what fusion can. */
+static void print_vk_costs(const bench_result *res, int n) {
+    bool first = true;
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        if (r->is_pp || r->dispatches < 0) continue;
+        char gpu[64] = "";
+        if (r->gpu_ms >= 0)
+            snprintf(gpu, sizeof gpu, ", of which the device ran %.3f ms", r->gpu_ms);
+        printf("%s%s tg%d @ d%d, per token: %.1f dispatches, %.3f ms recording them, %.3f ms "
+               "waiting%s\n", first ? "\n" : "", r->info.backend, r->n_tokens, r->n_depth,
+               r->dispatches, r->record_ms, r->wait_ms, gpu);
+        first = false;
+    }
+}
+
 static void print_md(const bench_result *res, int n, const bench_env *env) {
     printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms "
            "| read/token | GB/s | roofline |\n");
@@ -443,6 +486,7 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
                r->info.backend, r->n_threads, test, r->mean_ts, r->sd_ts, ttft, r->load_ms, bpt,
                gbs, roof);
     }
+    print_vk_costs(res, n);
     printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured at start; a tg row's "
            "GB/s and roofline: measured around its repetitions) | peak RSS %.0f MiB\n",
            AL_BUILD, env->cpu, env->bandwidth_gbs, env->peak_rss_kib / 1024.0);
@@ -466,7 +510,11 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
-        if (r->dispatches >= 0) printf(", \"vk_dispatches_per_token\": %.2f", r->dispatches);
+        if (r->dispatches >= 0)
+            printf(", \"vk_dispatches_per_token\": %.2f, \"vk_record_ms_per_token\": %.4f, "
+                   "\"vk_wait_ms_per_token\": %.4f", r->dispatches, r->record_ms, r->wait_ms);
+        if (r->dispatches >= 0 && r->gpu_ms >= 0)
+            printf(", \"vk_gpu_ms_per_token\": %.4f", r->gpu_ms);
         printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("]\n");

@@ -320,6 +320,7 @@ void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c) {
     for (int i = 0; i < 3; i++) c->max_groups[i] = lim->maxComputeWorkGroupCount[i];
     c->max_wg = lim->maxComputeWorkGroupInvocations;
     c->shared_bytes = lim->maxComputeSharedMemorySize;
+    c->ts_period = lim->timestampPeriod;
     c->subgroup_size = sg.subgroupSize;
     c->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
@@ -363,6 +364,7 @@ al_status vk_device_open(vk_device *d) {
     if (fam == UINT32_MAX)
         return al_error(AL_ERR_UNSUPPORTED, "%s has no compute queue", c->name);
     d->queue_family = fam;
+    d->ts_bits = fams[fam].timestampValidBits;
 
     float priority = 1.0f;
     VkDeviceQueueCreateInfo qci = {

@@ -19,6 +19,12 @@
  * them. Tracking is per buffer, not per range: conservative, never wrong. It is per
  * stream: two streams only share buffers that are read-only while they run (weights)
  * or that one thread hands to another between evaluations, after a submit and wait.
+ *
+ * Timing: a submission's time is the host's recording (its first command to the
+ * submit), then the wait for the fence; where the queue has timestamps, the first and
+ * last command write one each, and their difference is the device's own share of the
+ * wait. Recording the buffer once and replaying it (issue: GPU decode) can save at most
+ * the recording; these say, per device, how much that is (bench: vk_*_ms_per_token).
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -79,6 +85,14 @@ al_status vk_stream_init(vk_backend *be) {
     };
     if ((r = d->fn.vkCreateDescriptorPool(d->dev, &dci, NULL, &be->s.desc_pool)) != VK_SUCCESS)
         goto fail;
+    if (d->ts_bits && d->caps.ts_period > 0) {
+        VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                     .queryCount = 2};
+        /* without it only the device's share goes unmeasured */
+        if (d->fn.vkCreateQueryPool(d->dev, &qci, NULL, &be->s.ts_pool) != VK_SUCCESS)
+            be->s.ts_pool = VK_NULL_HANDLE;
+    }
     return vk_buf_create(d, UPLOAD_BYTES, VK_BUF_HOST, &be->s.upload);
 fail:
     return al_error(AL_ERR_DEVICE, "creating command objects on %s failed (%s)", d->caps.name,
@@ -93,9 +107,11 @@ void vk_stream_destroy(vk_backend *be) {
     vk_buf_destroy(d, be->s.scratch);
     be->s.upload = be->s.staging = be->s.scratch = NULL;
     if (be->s.desc_pool) d->fn.vkDestroyDescriptorPool(d->dev, be->s.desc_pool, NULL);
+    if (be->s.ts_pool) d->fn.vkDestroyQueryPool(d->dev, be->s.ts_pool, NULL);
     if (be->s.fence) d->fn.vkDestroyFence(d->dev, be->s.fence, NULL);
     if (be->s.cmd_pool) d->fn.vkDestroyCommandPool(d->dev, be->s.cmd_pool, NULL);
     be->s.desc_pool = VK_NULL_HANDLE;
+    be->s.ts_pool = VK_NULL_HANDLE;
     be->s.fence = VK_NULL_HANDLE;
     be->s.cmd_pool = VK_NULL_HANDLE;
 }
@@ -182,6 +198,11 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
         vk_fail(be, AL_ERR_DEVICE, "vkBeginCommandBuffer failed (%s)", vk_result_str(r));
         return false;
     }
+    if (be->s.ts_pool) {
+        d->fn.vkCmdResetQueryPool(be->s.cmd, be->s.ts_pool, 0, 2);
+        d->fn.vkCmdWriteTimestamp(be->s.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, be->s.ts_pool, 0);
+    }
+    be->s.t_begin = al_time_s();
     be->s.recording = true;
     be->s.n_sets = 0;
     be->s.upload_used = 0;
@@ -190,12 +211,34 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
     return true;
 }
 
+static uint64_t elapsed_ns(double t0, double t1) {
+    return t1 > t0 ? (uint64_t)((t1 - t0) * 1e9) : 0;
+}
+
+/* Adds the finished submission's device time, from its two timestamps. */
+static void count_device_time(vk_backend *be) {
+    vk_device *d = &be->sh->d;
+    uint64_t ts[2];
+    if (!be->s.ts_pool ||
+        d->fn.vkGetQueryPoolResults(d->dev, be->s.ts_pool, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                    VK_QUERY_RESULT_64_BIT) != VK_SUCCESS)
+        return;
+    const uint64_t mask = d->ts_bits >= 64 ? ~0ull : (1ull << d->ts_bits) - 1;
+    const uint64_t ticks = (ts[1] - ts[0]) & mask; /* the counter may wrap between them */
+    atomic_fetch_add_explicit(&be->sh->gpu_ns, (uint64_t)((double)ticks * d->caps.ts_period),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&be->sh->n_timed, 1, memory_order_relaxed);
+}
+
 al_status vk_submit_wait(vk_backend *be) {
     if (be->s.failed) return be->s.failed;
     if (!be->s.recording) return AL_OK;
     vk_device *d = &be->sh->d;
     /* results become visible to the host once the fence signals */
     full_barrier(be, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    if (be->s.ts_pool)
+        d->fn.vkCmdWriteTimestamp(be->s.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, be->s.ts_pool,
+                                  1);
     be->s.recording = false;
     VkResult r = d->fn.vkEndCommandBuffer(be->s.cmd);
     if (r != VK_SUCCESS)
@@ -205,6 +248,9 @@ al_status vk_submit_wait(vk_backend *be) {
         .commandBufferCount = 1,
         .pCommandBuffers = &be->s.cmd,
     };
+    const double t_submit = al_time_s();
+    atomic_fetch_add_explicit(&be->sh->record_ns, elapsed_ns(be->s.t_begin, t_submit),
+                              memory_order_relaxed);
     pthread_mutex_lock(&d->queue_lock);
     r = d->fn.vkQueueSubmit(d->queue, 1, &si, be->s.fence);
     pthread_mutex_unlock(&d->queue_lock);
@@ -223,6 +269,9 @@ al_status vk_submit_wait(vk_backend *be) {
     if (r != VK_SUCCESS)
         return vk_fail(be, AL_ERR_DEVICE, "waiting for %s failed (%s)", d->caps.name,
                        vk_result_str(r));
+    atomic_fetch_add_explicit(&be->sh->wait_ns, elapsed_ns(t_submit, al_time_s()),
+                              memory_order_relaxed);
+    count_device_time(be);
     d->fn.vkResetFences(d->dev, 1, &be->s.fence);
     d->fn.vkResetCommandBuffer(be->s.cmd, 0);
     return AL_OK;

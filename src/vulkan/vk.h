@@ -77,7 +77,9 @@
     X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) X(vkCmdPushConstants)                 \
     X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer)        \
     X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences)                \
-    X(vkGetFenceStatus) X(vkQueueSubmit)
+    X(vkGetFenceStatus) X(vkQueueSubmit)                                                  \
+    X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool)                     \
+    X(vkCmdWriteTimestamp) X(vkGetQueryPoolResults)
 
 /* from VK_EXT_external_memory_host: NULL when not enabled */
 #define VK_HOST_IMPORT_FNS(X) X(vkGetMemoryHostPointerPropertiesEXT)
@@ -119,6 +121,7 @@ typedef struct vk_caps {
     bool host_import;          /* VK_EXT_external_memory_host */
     uint64_t import_align;     /* minImportedHostPointerAlignment */
     bool debug_utils;          /* the instance has VK_EXT_debug_utils */
+    float ts_period;           /* timestampPeriod: nanoseconds per timestamp tick */
     VkPhysicalDeviceMemoryProperties mem;
 } vk_caps;
 
@@ -133,6 +136,7 @@ typedef struct vk_device {
     VkDevice dev;
     VkQueue queue;
     uint32_t queue_family;
+    uint32_t ts_bits;          /* the queue's timestampValidBits; 0: no timestamps */
     pthread_mutex_t queue_lock; /* held around vkQueueSubmit: streams of many threads */
     bool has_queue_lock;
 } vk_device;
@@ -281,6 +285,12 @@ typedef struct vk_shared {
     double load_s;
     _Atomic uint64_t n_submits, n_dispatches; /* over every stream */
     _Atomic uint64_t n_kv_copies;              /* copy commands into the KV caches */
+    /* where a submission's time goes (stream.c: vk_submit_wait), over every stream */
+    _Atomic uint64_t record_ns;  /* host: from the first command recorded to the submit */
+    _Atomic uint64_t wait_ns;    /* host: from the submit to the fence */
+    _Atomic uint64_t gpu_ns;     /* device: from the first command to the last, by the
+                                  * queue's timestamps, where it has them */
+    _Atomic uint64_t n_timed;    /* submissions with gpu_ns */
 } vk_shared;
 
 /* Buffers one barrier interval tracks: more than any command declares (attention_rows:
@@ -308,6 +318,8 @@ typedef struct vk_stream {
     VkCommandBuffer cmd;
     VkFence fence;
     VkDescriptorPool desc_pool;
+    VkQueryPool ts_pool;          /* two timestamps per submission; VK_NULL_HANDLE: none */
+    double t_begin;               /* al_time_s() when the recording began */
     uint32_t n_sets;              /* descriptor sets taken from desc_pool */
     bool recording;
     bool in_flight;               /* a submission timed out: its resources stay alive */

@@ -193,6 +193,10 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     atomic_init(&be->sh->n_submits, 0);
     atomic_init(&be->sh->n_dispatches, 0);
     atomic_init(&be->sh->n_kv_copies, 0);
+    atomic_init(&be->sh->record_ns, 0);
+    atomic_init(&be->sh->wait_ns, 0);
+    atomic_init(&be->sh->gpu_ns, 0);
+    atomic_init(&be->sh->n_timed, 0);
     al_status st = open_backend(be, device_index);
     if (st != AL_OK) {
         char msg[512];
@@ -296,6 +300,10 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
         .n_submits = atomic_load(&be->sh->n_submits),
         .n_dispatches = atomic_load(&be->sh->n_dispatches),
         .n_kv_copies = atomic_load(&be->sh->n_kv_copies),
+        .record_s = (double)atomic_load(&be->sh->record_ns) * 1e-9,
+        .wait_s = (double)atomic_load(&be->sh->wait_ns) * 1e-9,
+        .gpu_s = (double)atomic_load(&be->sh->gpu_ns) * 1e-9,
+        .n_timed = atomic_load(&be->sh->n_timed),
         .n_validation = atomic_load(&be->sh->d.n_validation),
     };
     return true;

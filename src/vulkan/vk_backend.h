@@ -41,6 +41,11 @@ typedef struct vk_backend_stats {
     uint64_t n_submits, n_dispatches;
     uint64_t n_kv_copies;     /* copy commands that stored keys or values in a cache */
     int n_validation;         /* validation messages (ANYLLM_VK_VALIDATION=1) */
+    /* seconds over every submission: recording on the host (from the first command to
+     * the submit), waiting for the fence, and the device's own time from the first
+     * command to the last (timestamps; n_timed submissions had them) */
+    double record_s, wait_s, gpu_s;
+    uint64_t n_timed;
 } vk_backend_stats;
 
 /* Fills *out and returns true if be is a Vulkan backend; false otherwise. */
