@@ -423,7 +423,7 @@ static void mm_gemv_part(void *arg, int ith, int nth) {
     void *panel = mm_tls(j->cb, ith);
     const int64_t per = mm_grain_x16(j->k, 1);
     int64_t p0, p1;
-    while (mm_take_guided(&j->next, n_panels, per, per, nth, &p0, &p1))
+    while (mm_take_guided(&j->next, n_panels, per, nth, &p0, &p1))
         mm_gemv_panels(j, p0, p1, panel);
 }
 
@@ -560,11 +560,10 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
             mm_quantize_part(&j, 0, 1);
         else if (qt)
             pool_run(cb->pool, mm_quantize_part, &j);
-        /* about 8 takes per thread: few atomics, and still a balanced finish */
+        /* a GEMV's takes are guided (mm_gemv_part); a batch's are single panels (x16
+         * groups), or groups of panels on AMX */
         const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
-        j.grain = n_panels / (8 * cb->n_threads);
-        if (j.grain < 1 || j.n_tok > cb->k->tile) j.grain = 1;
-        j.grain = mm_grain_x16(cb->k, j.grain);
+        j.grain = mm_grain_x16(cb->k, 1);
         if (j.amx) { /* groups of panels, about 2 per thread at least */
             j.grain = mm_min(AMX_GROUP, n_panels / (2 * cb->n_threads));
             if (j.grain < 1) j.grain = 1;

@@ -50,18 +50,17 @@ static inline int64_t mm_grain_x16(const cpu_kernels *k, int64_t grain) {
 }
 
 /* The next take [*i0, *i1) of n items shared by nth threads through the atomic *next;
- * false when none is left. Guided: a take is a 2 nth-th of what remains, at least
- * min_take and a multiple of per, so that the takes shrink toward the end and the
+ * false when none is left. Guided: a take is a 2 nth-th of what remains, rounded up to
+ * a multiple of per (mm_grain_x16's), so that the takes shrink toward the end and the
  * threads finish within a small take of each other (equal takes of an eighth of a
  * thread's share had left one thread idle for half a take, on average, per op). */
-static inline bool mm_take_guided(int64_t *next, int64_t n, int64_t min_take, int64_t per,
-                                  int nth, int64_t *i0, int64_t *i1) {
+static inline bool mm_take_guided(int64_t *next, int64_t n, int64_t per, int nth, int64_t *i0,
+                                  int64_t *i1) {
     int64_t cur = __atomic_load_n(next, __ATOMIC_RELAXED);
     for (;;) {
         if (cur >= n) return false;
         int64_t t = (n - cur) / (2 * nth);
-        if (t < min_take) t = min_take;
-        t = (t + per - 1) / per * per;
+        t = t < per ? per : (t + per - 1) / per * per;
         if (__atomic_compare_exchange_n(next, &cur, cur + t, false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED)) {
             *i0 = cur;

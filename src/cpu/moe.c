@@ -70,7 +70,7 @@ typedef struct moe_job {
     moe_expert ex[MOE_MAX_EXPERTS];
     uint64_t act_used;            /* bytes of cb->act given to the experts' tiles */
     int64_t n_panels_ff, n_panels_embd;
-    int64_t grain, next;          /* work items taken at a time, and the next one */
+    int64_t next;                 /* the next work item (mm_take_guided) */
     int panel_done[MOE_MAX_PANELS]; /* run 2: experts done with each output panel; atomic */
 } moe_job;
 
@@ -206,11 +206,10 @@ static bool moe_plan(moe_job *j) {
 
 /* ---- the two runs ----------------------------------------------------------------------- */
 
-/* The next grain of work items [*i0, *i1) of n; false when none is left. */
-static bool moe_take(moe_job *j, int64_t n, int64_t *i0, int64_t *i1) {
-    *i0 = __atomic_fetch_add(&j->next, j->grain, __ATOMIC_RELAXED);
-    *i1 = mm_min(*i0 + j->grain, n);
-    return *i0 < n;
+/* The next take of work items [*i0, *i1) of n (mm_take_guided); false when none is
+ * left. */
+static bool moe_take(moe_job *j, int64_t n, int nth, int64_t *i0, int64_t *i1) {
+    return mm_take_guided(&j->next, n, mm_grain_x16(j->cb->k, 1), nth, i0, i1);
 }
 
 /* Panels [p0, p1) of expert x's gate and up projections, each a run of its rows,
@@ -240,12 +239,11 @@ static void moe_up_panels(moe_job *j, moe_expert *x, int64_t p0, int64_t p1, voi
 /* Run 1: work item i is panel i % n_panels_ff of expert i / n_panels_ff; a take runs
  * expert by expert over its panels. */
 static void moe_up_part(void *arg, int ith, int nth) {
-    (void)nth;
     moe_job *j = arg;
     const int64_t np = j->n_panels_ff;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, j->n_exp * np, &i0, &i1))
+    while (moe_take(j, j->n_exp * np, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             moe_up_panels(j, &j->ex[s], i - s * np, end - s * np, panel);
@@ -272,12 +270,11 @@ static void moe_add_panels(const moe_job *j, int64_t p0, int64_t p1) {
  * each starting where nothing was prefetched). The thread that finishes the last
  * expert of an output panel adds the experts' outputs there, in ascending order. */
 static void moe_down_part(void *arg, int ith, int nth) {
-    (void)nth;
     moe_job *j = arg;
     const int64_t np = j->n_panels_embd;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, j->n_exp * np, &i0, &i1))
+    while (moe_take(j, j->n_exp * np, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             const int64_t p0 = i - s * np, p1 = end - s * np;
@@ -297,12 +294,6 @@ static void moe_down_part(void *arg, int ith, int nth) {
         }
 }
 
-/* About 8 takes per thread: few atomics, and still a balanced finish. */
-static int64_t moe_grain(const moe_job *j, int64_t n_items) {
-    const int64_t g = n_items / (8 * j->cb->n_threads);
-    return mm_grain_x16(j->cb->k, g < 1 ? 1 : g);
-}
-
 bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tensor *x) {
     cpu_backend *cb = (cpu_backend *)be;
     AL_ASSERT(x->ne[0] == xb->ne[0] && x->ne[1] >= xb->ne[1]);
@@ -314,10 +305,8 @@ bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_ten
         fused = moe_plan(j);
     }
     if (fused) {
-        j->grain = moe_grain(j, j->n_exp * j->n_panels_ff);
         j->next = 0;
         pool_run(cb->pool, moe_up_part, j);
-        j->grain = moe_grain(j, j->n_exp * j->n_panels_embd);
         j->next = 0;
         pool_run(cb->pool, moe_down_part, j);
     }
