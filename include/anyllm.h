@@ -102,6 +102,30 @@ typedef struct al_model_info {
 
 void al_model_get_info(const al_model *m, al_model_info *out);
 
+/* What a model's backend has done since it was created, for reports (anyllm bench):
+ * counters that only grow, so a caller takes their difference around the work it
+ * measures. A backend that runs on the host (the CPU) has no submissions: gpu is false
+ * and the rest 0. */
+typedef struct al_backend_stats {
+    bool gpu;              /* the backend records work for a device and submits it */
+    uint64_t n_submits;    /* submissions (command buffers) */
+    uint64_t n_dispatches; /* compute dispatches recorded */
+    double record_s;       /* host seconds recording, from a submission's first command
+                              to its submit: what replaying a recording could save */
+    double wait_s;         /* host seconds waiting for submissions to finish */
+    double gpu_s;          /* the device's own seconds, first command to last, over the
+                              n_timed submissions whose queue had timestamps */
+    uint64_t n_timed;
+} al_backend_stats;
+
+void al_model_get_backend_stats(const al_model *m, al_backend_stats *out);
+
+/* Reads n_bytes at buf with this CPU's widest vector loads and returns a sum of what it
+ * read (the 64-bit words of its 64-byte-aligned middle, the bytes of its edges), which
+ * keeps the read from being optimized away: the read a memory bandwidth probe times
+ * (anyllm bench). A plain C loop reads narrower and measured ~25% less. */
+uint64_t al_memory_read_sum(const void *buf, size_t n_bytes);
+
 typedef struct al_context_params {
     int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx, or with
                     kv_shared_with that context's size */

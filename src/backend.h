@@ -121,6 +121,8 @@ enum { AL_MULTI_MAX = 3 };
 typedef struct al_backend_ops {
     const char *name;
     void (*destroy)(al_backend *be);
+    /* NULL, or the counters of al_model_get_backend_stats (anyllm.h) */
+    void (*stats)(const al_backend *be, al_backend_stats *out);
 
     /* Storage for activations and caches, zero-filled: ne[1] rows of ne[0] f32. */
     al_status (*tensor_alloc)(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);

@@ -700,6 +700,11 @@ const gguf_file *model_file(const al_model *m) { return m->file; }
 
 al_backend *model_backend(const al_model *m) { return m->be; }
 
+void al_model_get_backend_stats(const al_model *m, al_backend_stats *out) {
+    *out = (al_backend_stats){0};
+    if (m->be->ops->stats) m->be->ops->stats(m->be, out);
+}
+
 /* Rows of layer il's KV cache in a context of n_ctx positions: all of them, or for a
  * sliding layer its window plus one batch, as a ring (backend.h: al_attn_shape). The
  * batch's worth beyond the window also lets a context be cut back by up to a batch

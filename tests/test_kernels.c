@@ -1511,6 +1511,37 @@ static void test_sum_u64(void) {
     free(p);
 }
 
+/* al_memory_read_sum (anyllm.h) on buffers of any address and length: each byte it is
+ * given changes the result when it changes (a byte of the middle moves its word's sum
+ * by 2^(8 k), never 0 mod 2^64), so every byte is read, and ASan's build catches a read
+ * past either end. */
+static void test_memory_read_sum(void) {
+    enum { CAP = 1024 };
+    uint8_t *buf = aligned_alloc(64, CAP);
+    for (int i = 0; i < CAP; i++)
+        buf[i] = (uint8_t)test_rnd();
+    static const int offs[] = {0, 1, 7, 8, 63, 64, 65}, lens[] = {0, 1, 63, 127, 128, 129, 300,
+                                                                  511, 640, 900};
+    int n_bad = 0, n_cases = 0;
+    for (size_t oi = 0; oi < sizeof offs / sizeof *offs; oi++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int off = offs[oi], len = lens[li];
+            if (off + len > CAP) continue;
+            n_cases++;
+            const uint64_t base = al_memory_read_sum(buf + off, (size_t)len);
+            for (int i = 0; i < len; i++) {
+                buf[off + i] ^= 1;
+                if (al_memory_read_sum(buf + off, (size_t)len) == base) n_bad++;
+                buf[off + i] ^= 1;
+            }
+            CHECK_MSG(al_memory_read_sum(buf + off, (size_t)len) == base,
+                      "offset %d length %d: not the same sum twice", off, len);
+        }
+    CHECK_MSG(n_bad == 0, "%d bytes changed without changing the sum", n_bad);
+    printf("     al_memory_read_sum: %d (address, length) cases, each byte flipped\n", n_cases);
+    free(buf);
+}
+
 static void test_isa_choice(void) {
     const cpu_isa best = cpu_isa_best();
     printf("     best instruction set here: %s\n", cpu_isa_name(best));
@@ -1528,6 +1559,7 @@ static void test_isa_choice(void) {
 int main(void) {
     TEST_RUN(test_isa_choice);
     TEST_RUN(test_sum_u64);
+    TEST_RUN(test_memory_read_sum);
     TEST_RUN(test_row_ops);
     TEST_RUN(test_rope_memo);
     TEST_RUN(test_gelu_scale);

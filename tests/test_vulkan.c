@@ -1001,6 +1001,15 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
          vk_backend_get_stats(model_backend(m), &s0) &&
          al_eval(c, tok + 1, 1, logits, false) == AL_OK &&
          vk_backend_get_stats(model_backend(m), &s1);
+    /* the public counters (al_model_get_backend_stats, which anyllm bench reads) are
+     * the backend's own */
+    al_backend_stats bs;
+    if (ok) al_model_get_backend_stats(m, &bs);
+    CHECK_MSG(!ok || (bs.gpu && bs.n_dispatches == s1.n_dispatches &&
+                      bs.n_submits == s1.n_submits && bs.record_s == s1.record_s &&
+                      bs.wait_s == s1.wait_s && bs.gpu_s == s1.gpu_s && bs.n_timed == s1.n_timed),
+              "al_model_get_backend_stats: %llu dispatches, the backend %llu",
+              (unsigned long long)bs.n_dispatches, (unsigned long long)s1.n_dispatches);
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
     *n_kv = ok ? s1.n_kv_copies - s0.n_kv_copies : 0;
     al_context_destroy(c);

@@ -30,12 +30,6 @@
 #include "cli.h"
 #include "plot.h"
 #include "profile.h"
-#include "cpu/ops.h"
-#include "model.h"
-#include "util.h"
-#ifdef AL_HAVE_VULKAN
-#include "vulkan/vk_backend.h"
-#endif
 
 #ifndef AL_BUILD
 #define AL_BUILD "unknown"
@@ -91,11 +85,11 @@ typedef struct bw_arg {
     uint64_t sum;
 } bw_arg;
 
-/* Reads at the widest vector width the CPU has (the kernels' own sum_u64): a plain
- * C loop reads narrower and measured ~25% less on this machine. */
+/* Reads at the widest vector width the CPU has (al_memory_read_sum): a plain C loop
+ * reads narrower and measured ~25% less on this machine. */
 static void *bw_read(void *varg) {
     bw_arg *a = varg;
-    a->sum = cpu_sum_u64(a->p, (int64_t)a->n);
+    a->sum = al_memory_read_sum(a->p, a->n * sizeof *a->p);
     return NULL;
 }
 
@@ -120,7 +114,7 @@ static double bandwidth_pass(const uint64_t *buf, size_t n_bytes, int n_threads,
     if (n_threads > (int)(sizeof th / sizeof *th)) n_threads = (int)(sizeof th / sizeof *th);
     uint64_t sink = 0;
     for (int rep = 0; rep < n_passes; rep++) {
-        double t0 = al_time_s();
+        double t0 = cli_now_s();
         size_t per = n / (size_t)n_threads & ~(size_t)15; /* whole cache lines */
         for (int t = 0; t < n_threads; t++) {
             args[t] = (bw_arg){.p = buf + per * (size_t)t, .n = per};
@@ -128,7 +122,7 @@ static double bandwidth_pass(const uint64_t *buf, size_t n_bytes, int n_threads,
         }
         bw_read(&args[0]);
         for (int t = 1; t < n_threads; t++) pthread_join(th[t], NULL);
-        double dt = al_time_s() - t0;
+        double dt = cli_now_s() - t0;
         for (int t = 0; t < n_threads; t++) sink += args[t].sum;
         if (n_bytes / dt / 1e9 > best) best = (double)n_bytes / dt / 1e9;
     }
@@ -238,23 +232,21 @@ static al_status fill_depth(al_context *c, const int32_t *ids, int depth) {
     return st;
 }
 
-/* What the Vulkan backend of m has done so far: dispatches recorded, and seconds of
- * recording, waiting and device time (vk_backend_stats); dispatches < 0 on other
- * backends. */
+/* What the GPU backend of m has done so far: dispatches recorded, and seconds of
+ * recording, waiting and device time (al_backend_stats); dispatches < 0 on a backend
+ * that runs on the host. */
 typedef struct vk_cost {
     double dispatches, record_s, wait_s, gpu_s, n_timed;
 } vk_cost;
 
 static vk_cost vk_cost_now(const al_model *m) {
-#ifdef AL_HAVE_VULKAN
-    vk_backend_stats vs;
-    if (vk_backend_get_stats(model_backend(m), &vs))
-        return (vk_cost){(double)vs.n_dispatches, vs.record_s, vs.wait_s, vs.gpu_s,
-                         (double)vs.n_timed};
-#endif
-    (void)m;
-    return (vk_cost){.dispatches = -1};
+    al_backend_stats bs;
+    al_model_get_backend_stats(m, &bs);
+    if (!bs.gpu) return (vk_cost){.dispatches = -1};
+    return (vk_cost){(double)bs.n_dispatches, bs.record_s, bs.wait_s, bs.gpu_s,
+                     (double)bs.n_timed};
 }
+
 
 /* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
  * returns seconds, or a negative value on failure. *vk: the Vulkan work of the timed
@@ -264,14 +256,14 @@ static double run_once(const al_model *m, al_context *c, const int32_t *all_ids,
     if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
     const int32_t *ids = all_ids + depth;
     const vk_cost v0 = vk_cost_now(m);
-    double t0 = al_time_s();
+    double t0 = cli_now_s();
     if (is_pp) {
         if (al_eval(c, ids, n, logits, false) != AL_OK) return -1;
     } else {
         for (int i = 0; i < n; i++)
             if (al_eval(c, ids + i, 1, logits, false) != AL_OK) return -1;
     }
-    double dt = al_time_s() - t0;
+    double dt = cli_now_s() - t0;
     const vk_cost v1 = vk_cost_now(m);
     *vk = (vk_cost){v0.dispatches < 0 ? -1 : v1.dispatches - v0.dispatches,
                     v1.record_s - v0.record_s, v1.wait_s - v0.wait_s, v1.gpu_s - v0.gpu_s,
@@ -369,7 +361,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     mp.backend = backend;
     al_model *m = NULL;
     al_context *c = NULL;
-    double t0 = al_time_s();
+    double t0 = cli_now_s();
     al_status st = al_model_load(o->models[mi], &mp, &m);
     al_context_params cp = al_context_default_params();
     cp.n_ctx = max_depth + max_tokens;
@@ -385,7 +377,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         }
         st = al_context_create(m, &cp, &c);
     }
-    double load_ms = 1000 * (al_time_s() - t0);
+    double load_ms = 1000 * (cli_now_s() - t0);
     if (st != AL_OK) {
         al_model_destroy(m);
         clear_line();

@@ -9,7 +9,6 @@
 #include "gen.h"
 #include "progress.h"
 #include "split.h"
-#include "util.h"
 
 /* ---- tokenize ------------------------------------------------------------------------ */
 
@@ -168,7 +167,7 @@ int cmd_perplexity(const cli_opts *o) {
         goto done;
     }
     fprintf(stderr, "perplexity: %d tokens, %d windows of %d\n", n, n_chunks, n_ctx);
-    double sum = 0, t0 = al_time_s();
+    double sum = 0, t0 = cli_now_s();
     int scored = 0;
     progress pr;
     progress_start(&pr, "perplexity", "tokens", (long)n_chunks * n_ctx);
@@ -181,7 +180,7 @@ int cmd_perplexity(const cli_opts *o) {
     }
     if (!rc)
         printf("perplexity: %.4f over %d scored tokens (%d windows of %d tokens, %.1f s)\n",
-               exp(sum / scored), scored, n_chunks, n_ctx, al_time_s() - t0);
+               exp(sum / scored), scored, n_chunks, n_ctx, cli_now_s() - t0);
 done:
     free(logits);
     al_free_tokens(ids);

@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "progress.h"
-#include "util.h"
 
 volatile sig_atomic_t cli_interrupted;
 
@@ -160,11 +159,11 @@ static int32_t *eog_ids(const al_vocab *v, int n_vocab, int *n) {
 
 /* Hands the sequence from src to dst, timed, and notes how (gen_stats). */
 static int hand_over(al_context *dst, al_context *src, gen_stats *gs) {
-    double t0 = al_time_s();
+    double t0 = cli_now_s();
     al_context_info before, after, from;
     al_context_get_info(dst, &before);
     al_status st = al_context_handoff(dst, src);
-    gs->t_handoff += al_time_s() - t0;
+    gs->t_handoff += cli_now_s() - t0;
     al_context_get_info(dst, &after);
     al_context_get_info(src, &from);
     gs->prefill_on = from.backend;
@@ -189,9 +188,9 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
     }
     *gs = (gen_stats){.n_prompt = n_prompt, .end = GEN_LIMIT};
     for (int i = 0; i < n_prompt; i++) al_sampler_accept(smp, prompt[i]);
-    double t0 = al_time_s();
+    double t0 = cli_now_s();
     int rc = eval_prompt(c, prompt, n_prompt, logits, gs);
-    gs->t_prompt = al_time_s() - t0;
+    gs->t_prompt = cli_now_s() - t0;
     al_context *dc = gp->decode ? gp->decode : c; /* where the tokens are evaluated */
     if (!rc && gp->decode) rc = hand_over(dc, c, gs);
     long n_max = gp->n_max < 0 ? -1 : gp->n_max;
@@ -202,7 +201,7 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
         }
         for (int i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
         int32_t tok = al_sampler_sample(smp, logits);
-        if (gs->n_gen == 0) gs->t_first = al_time_s() - t0;
+        if (gs->n_gen == 0) gs->t_first = cli_now_s() - t0;
         if (al_vocab_is_eog(v, tok)) {
             gs->end = GEN_EOG;
             break;
@@ -221,9 +220,9 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
                 fprintf(stderr, "\n[context full at %d tokens]\n", al_context_n_ctx(dc));
             break;
         }
-        double t1 = al_time_s();
+        double t1 = cli_now_s();
         st = al_eval(dc, &tok, 1, logits, false);
-        gs->t_gen += al_time_s() - t1;
+        gs->t_gen += cli_now_s() - t1;
     }
     if (cli_interrupted && gs->n_prompt_done < n_prompt) gs->end = GEN_INTERRUPTED;
     if (gp->decode && gp->hand_back && al_context_n_past(dc) > 0) {

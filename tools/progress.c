@@ -1,11 +1,11 @@
 /* progress.c: see progress.h. */
 #include "progress.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "util.h"
 
 /* Seconds before the line appears: 1, or ANYLLM_PROGRESS_AFTER (tests set 0, so that
  * the line shows however fast the machine reads their prompt). */
@@ -17,14 +17,14 @@ static double show_after(void) {
 }
 
 void progress_start(progress *p, const char *what, const char *unit, long total) {
-    double now = al_time_s();
+    double now = cli_now_s();
     *p = (progress){.what = what, .unit = unit, .total = total, .t0 = now, .last = now,
                     .after = show_after(), .tty = isatty(2) == 1};
 }
 
 void progress_update(progress *p, long done) {
     if (!p->tty) return;
-    double now = al_time_s(), el = now - p->t0;
+    double now = cli_now_s(), el = now - p->t0;
     if (el < p->after || el <= 0 || (p->shown && now - p->last < 0.25)) return;
     double rate = done / el;
     double eta = rate > 0 && p->total > done ? (p->total - done) / rate : 0;

@@ -185,6 +185,21 @@ uint64_t cpu_sum_u64(const uint64_t *p, int64_t n) {
     return kernels_for(cpu_isa_best())->sum_u64(p, n);
 }
 
+/* The kernels read whole vectors from 64-byte boundaries, 128 bytes at a time: the
+ * buffer's middle goes to them, its ragged edges are summed byte by byte. */
+uint64_t al_memory_read_sum(const void *buf, size_t n_bytes) {
+    const uint8_t *p = buf, *end = p + n_bytes;
+    const uint8_t *lo = (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    if (lo > end) lo = end;
+    const size_t mid = (size_t)(end - lo) / 128 * 128;
+    uint64_t sum = mid ? cpu_sum_u64((const uint64_t *)lo, (int64_t)(mid / 8)) : 0;
+    for (const uint8_t *q = p; q < lo; q++)
+        sum += *q;
+    for (const uint8_t *q = lo + mid; q < end; q++)
+        sum += *q;
+    return sum;
+}
+
 /* ---- scratch ------------------------------------------------------------------------ */
 
 /* Grows an aligned buffer to n_bytes; the contents are not kept. */

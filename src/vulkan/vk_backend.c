@@ -71,10 +71,12 @@ static al_status vk_sync(al_backend *base) {
 
 static al_status vk_context_backend(al_backend *base, al_backend **out);
 static al_status vk_supports(al_backend *base, const al_model_shape *shape);
+static void vk_stats(const al_backend *base, al_backend_stats *out);
 
 static const al_backend_ops vk_ops_table = {
     .name = "vulkan",
     .destroy = vk_destroy,
+    .stats = vk_stats,
     .tensor_alloc = vk_tensor_alloc,
     .tensor_free = vk_tensor_free,
     .tensor_read = vk_tensor_read,
@@ -286,6 +288,19 @@ static al_status vk_supports(al_backend *base, const al_model_shape *m) {
 
 void vk_backend_set_timeout(al_backend *base, uint64_t ns) {
     if (base && base->ops == &vk_ops_table) ((vk_backend *)base)->s.timeout_ns = ns;
+}
+
+/* The public counters (al_model_get_backend_stats): vk_backend_get_stats' own. */
+static void vk_stats(const al_backend *base, al_backend_stats *out) {
+    vk_backend_stats vs;
+    if (!vk_backend_get_stats(base, &vs)) return;
+    *out = (al_backend_stats){.gpu = true,
+                              .n_submits = vs.n_submits,
+                              .n_dispatches = vs.n_dispatches,
+                              .record_s = vs.record_s,
+                              .wait_s = vs.wait_s,
+                              .gpu_s = vs.gpu_s,
+                              .n_timed = vs.n_timed};
 }
 
 bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
