@@ -50,6 +50,18 @@ int al_backend_list(const char **names, int max);
  * terminated): "cpu avx2" (its instruction set), or a Vulkan device's name. AL_ERR_ARG
  * for a name that is not one of this machine's backends. */
 al_status al_backend_describe(const char *name, char *buf, size_t size);
+/* How many GPUs the Vulkan backend sees (the vulkan:N of al_backend_list), or -1 where
+ * this build has no Vulkan backend or it cannot start (al_last_error says why: no
+ * loader, no instance). */
+int al_gpu_count(void);
+/* What a GPU backend (vulkan:N) is and can do, over several lines into buf (size bytes,
+ * NUL-terminated, cut short where it does not fit): device type and unified memory,
+ * driver, memory heaps, subgroup size, fp16 / int8 support, binding and allocation
+ * limits, host import. AL_ERR_ARG for a name that is not one of this machine's GPUs. */
+al_status al_gpu_details(const char *name, char *buf, size_t size);
+/* The copy bandwidth of GPU backend name in GB/s (1e9 B/s; bytes read plus written):
+ * the best of a few runs of a copy shader over a large buffer. */
+al_status al_gpu_bandwidth(const char *name, double *gbs);
 
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */

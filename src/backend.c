@@ -18,6 +18,8 @@
 al_status vk_backend_create(int device_index, al_backend **out);
 int vk_list_devices(FILE *out);
 int vk_device_name(int index, char *buf, size_t size);
+int vk_device_details(int index, char *buf, size_t size);
+al_status vk_measure_bandwidth(int device_index, double *gbs);
 #endif
 
 /* Parses "vulkan" or "vulkan:N"; -1 if spec names no Vulkan device. */
@@ -223,6 +225,49 @@ int al_backend_list(const char **names, int max) {
         if (n < max) names[n] = vk[i];
 #endif
     return n;
+}
+
+int al_gpu_count(void) {
+#ifdef AL_HAVE_VULKAN
+    return vk_list_devices(NULL);
+#else
+    al_error(AL_ERR_UNSUPPORTED, "this build has no Vulkan backend");
+    return -1;
+#endif
+}
+
+/* The device index of a GPU backend name of this machine ("vulkan:N"), or -1 with an
+ * error naming it (fn: the caller, for the message). */
+static int gpu_index(const char *fn, const char *name) {
+    const int dev = name ? vulkan_device_index(name) : -1;
+    const int n = dev >= 0 ? al_gpu_count() : -1;
+    if (dev >= 0 && dev < n) return dev;
+    al_error(AL_ERR_ARG, "%s: '%s' is not a GPU of this machine (al_backend_list names them)",
+             fn, name ? name : "(null)");
+    return -1;
+}
+
+al_status al_gpu_details(const char *name, char *buf, size_t size) {
+    if (!buf || size == 0) return al_error(AL_ERR_ARG, "al_gpu_details: no buffer");
+    buf[0] = 0;
+    const int dev = gpu_index("al_gpu_details", name);
+    if (dev < 0) return AL_ERR_ARG;
+#ifdef AL_HAVE_VULKAN
+    if (vk_device_details(dev, buf, size) == 0) return AL_OK;
+#endif
+    return al_error(AL_ERR_ARG, "al_gpu_details: '%s' could not be read", name);
+}
+
+al_status al_gpu_bandwidth(const char *name, double *gbs) {
+    if (!gbs) return al_error(AL_ERR_ARG, "al_gpu_bandwidth: no output");
+    *gbs = 0;
+    const int dev = gpu_index("al_gpu_bandwidth", name);
+    if (dev < 0) return AL_ERR_ARG;
+#ifdef AL_HAVE_VULKAN
+    return vk_measure_bandwidth(dev, gbs);
+#else
+    return AL_ERR_ARG;
+#endif
 }
 
 al_status al_backend_describe(const char *name, char *buf, size_t size) {

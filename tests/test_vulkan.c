@@ -1342,6 +1342,41 @@ static void test_no_loader(void) {
     unsetenv("ANYLLM_VK_LOADER");
 }
 
+/* The public device calls `anyllm devices` is built on (anyllm.h): the count matches
+ * al_backend_list, details start with the device's al_backend_describe name and cut
+ * short into a small buffer, a name that is no GPU is an argument error, and with no
+ * loader the count is -1 with the reason. */
+static void test_gpu_public(void) {
+    const int n = al_gpu_count();
+    const char *names[16];
+    const int n_list = al_backend_list(names, 16);
+    int n_vk = 0;
+    for (int i = 0; i < n_list && i < 16; i++)
+        n_vk += !strncmp(names[i], "vulkan:", 7);
+    CHECK_MSG(n >= 1 && n == n_vk, "al_gpu_count %d, al_backend_list %d GPUs", n, n_vk);
+    char name[256], want[300], buf[4096];
+    CHECK(al_backend_describe("vulkan:0", name, sizeof name) == AL_OK);
+    snprintf(want, sizeof want, "vulkan:0  %s\n", name);
+    CHECK(al_gpu_details("vulkan:0", buf, sizeof buf) == AL_OK);
+    CHECK_MSG(!strncmp(buf, want, strlen(want)) && strstr(buf, "\n  driver "),
+              "details: %.80s", buf);
+    char small[12];
+    CHECK(al_gpu_details("vulkan:0", small, sizeof small) == AL_OK);
+    CHECK(strlen(small) == sizeof small - 1 && !strncmp(small, want, sizeof small - 1));
+    CHECK(al_gpu_details("cpu", buf, sizeof buf) == AL_ERR_ARG && buf[0] == 0);
+    CHECK(strstr(al_last_error(), "'cpu'") != NULL);
+    CHECK(al_gpu_details("vulkan:99", buf, sizeof buf) == AL_ERR_ARG);
+    CHECK(al_gpu_details("vulkan:0", NULL, 8) == AL_ERR_ARG);
+    double gbs = -1;
+    CHECK(al_gpu_bandwidth("vulkan:99", &gbs) == AL_ERR_ARG && gbs == 0);
+    CHECK(al_gpu_bandwidth("vulkan:0", NULL) == AL_ERR_ARG);
+    CHECK(al_gpu_bandwidth("vulkan:0", &gbs) == AL_OK && gbs > 0);
+    setenv("ANYLLM_VK_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    CHECK(al_gpu_count() == -1 && strstr(al_last_error(), "/nonexistent") != NULL);
+    unsetenv("ANYLLM_VK_LOADER");
+    printf("  %d GPU(s); vulkan:0 copies at %.1f GB/s\n", n, gbs);
+}
+
 static void test_bad_index(void) {
     al_backend *be = NULL;
     al_status st = vk_backend_create(200, &be);
@@ -1452,6 +1487,7 @@ int main(void) {
     TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);
     TEST_RUN(test_no_loader);
+    TEST_RUN(test_gpu_public);
     TEST_RUN(test_bad_index);
     TEST_RUN(test_auto_skips_software);
     destroy_vk();

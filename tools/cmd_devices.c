@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "cli.h"
-#ifdef AL_HAVE_VULKAN
-#include "vulkan/vk_backend.h"
-#endif
+
+/* Every line of the listing: up to 16 memory heaps of a line each, and the rest. */
+enum { DETAILS_BYTES = 4096 };
 
 int cmd_devices(int argc, char **argv) {
     bool bandwidth = false;
@@ -26,21 +26,28 @@ int cmd_devices(int argc, char **argv) {
         }
     }
     printf("cpu       the CPU backend (always available)\n");
-#ifdef AL_HAVE_VULKAN
-    int n = vk_list_devices(stdout);
+    if (!strstr(al_backends(), "vulkan")) {
+        printf("(this build of anyllm has no Vulkan backend: glslc or the Vulkan headers were "
+               "missing when it was built)\n");
+        return 0;
+    }
+    const int n = al_gpu_count();
     if (n < 0) return cli_fail("no Vulkan: %s", al_last_error());
     if (n == 0) printf("(no Vulkan devices)\n");
+    for (int i = 0; i < n; i++) {
+        char name[32], details[DETAILS_BYTES];
+        snprintf(name, sizeof name, "vulkan:%d", i);
+        al_status st = al_gpu_details(name, details, sizeof details);
+        if (st != AL_OK) return cli_fail_status(st);
+        fputs(details, stdout);
+    }
     for (int i = 0; bandwidth && i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "vulkan:%d", i);
         double gbs;
-        al_status st = vk_measure_bandwidth(i, &gbs);
+        al_status st = al_gpu_bandwidth(name, &gbs);
         if (st != AL_OK) return cli_fail_status(st);
         printf("vulkan:%d  copy bandwidth %.1f GB/s (read + write, measured)\n", i, gbs);
     }
     return 0;
-#else
-    (void)bandwidth;
-    printf("(this build of anyllm has no Vulkan backend: glslc or the Vulkan headers were "
-           "missing when it was built)\n");
-    return 0;
-#endif
 }

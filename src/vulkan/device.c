@@ -490,6 +490,29 @@ done:
     return n_listed;
 }
 
+int vk_device_details(int index, char *buf, size_t size) {
+    vk_device d = {0};
+    int rc = -1;
+    uint32_t n = 16;
+    VkPhysicalDevice devs[16];
+    if (index >= 0 && size > 0 && vk_instance_create(&d) == AL_OK &&
+        vk_physical_devices(&d, devs, &n) == AL_OK && (uint32_t)index < n) {
+        vk_caps c = {0};
+        vk_read_caps(&d, devs[index], &c);
+        /* the listing's own lines (print_device), into the caller's buffer; fclose
+         * reports the lines that did not fit, which are cut by design */
+        FILE *f = fmemopen(buf, size, "w");
+        if (f) {
+            print_device(f, (uint32_t)index, &c);
+            fclose(f);
+            buf[size - 1] = 0;
+            rc = 0;
+        }
+    }
+    vk_device_close(&d);
+    return rc;
+}
+
 int vk_device_name(int index, char *buf, size_t size) {
     vk_device d = {0};
     int rc = -1;

@@ -28,6 +28,10 @@ int vk_list_devices(FILE *out); /* out NULL: only counts them */
  * there is no such device. */
 int vk_device_name(int index, char *buf, size_t size);
 
+/* vk_list_devices' lines on device index into buf (NUL-terminated, cut short where they
+ * do not fit); 0, or -1 when there is no such device. */
+int vk_device_details(int index, char *buf, size_t size);
+
 /* Rows of attention_rows one dispatch takes: al_eval_multi's step of n sequences is
  * ceil(n / VK_SEQ_ROWS) attention dispatches per layer. */
 enum { VK_SEQ_ROWS = 8 };
