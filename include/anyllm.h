@@ -128,6 +128,11 @@ typedef struct al_backend_stats {
     double gpu_s;          /* the device's own seconds, first command to last, over the
                               n_timed submissions whose queue had timestamps */
     uint64_t n_timed;
+    /* how the weights reached the device: "import" (used in place), "host copy" or
+     * "staging copy"; NULL on the host */
+    const char *weight_path;
+    uint64_t bytes_imported, bytes_copied; /* weight bytes used in place, copied */
+    double load_s;                         /* seconds loading weights onto the device */
 } al_backend_stats;
 
 void al_model_get_backend_stats(const al_model *m, al_backend_stats *out);
@@ -137,6 +142,43 @@ void al_model_get_backend_stats(const al_model *m, al_backend_stats *out);
  * keeps the read from being optimized away: the read a memory bandwidth probe times
  * (anyllm bench). A plain C loop reads narrower and measured ~25% less. */
 uint64_t al_memory_read_sum(const void *buf, size_t n_bytes);
+
+/* ---- a GGUF file's header, without loading its model (anyllm info) ---------------- */
+
+typedef struct al_gguf al_gguf; /* an open file: its metadata and its table of tensors */
+
+/* Maps path and validates its header as al_model_load does, binding no model: files
+ * the engine cannot run (a vocabulary alone) open too. */
+al_status al_gguf_open(const char *path, al_gguf **out);
+void al_gguf_close(al_gguf *g); /* NULL is a no-op */
+
+typedef struct al_gguf_info {
+    uint32_t version;
+    uint64_t file_size, alignment;
+    uint64_t n_kv, n_tensors;
+} al_gguf_info;
+
+void al_gguf_get_info(const al_gguf *g, al_gguf_info *out);
+
+/* Metadata entry i (< n_kv): its key into key (cut to key_size - 1 bytes), its type's
+ * name into *type ("u32", "f32", "string", "array", ...) and its value as text into
+ * value: a number, true or false, a string with line breaks and tabs as spaces, an
+ * array as "[TYPE x N]"; *cut says whether the value was cut to value_size - 1 bytes.
+ * AL_ERR_ARG for an i out of range or a missing buffer. */
+al_status al_gguf_kv(const al_gguf *g, uint64_t i, char *key, size_t key_size, const char **type,
+                     char *value, size_t value_size, bool *cut);
+
+typedef struct al_gguf_tensor {
+    const char *type; /* "F32", "Q4_K", ... */
+    int n_dims;       /* 1..4 */
+    int64_t ne[4];    /* ne[0] is the contiguous dimension; unused ones are 1 */
+    uint64_t n_elem, n_bytes;
+} al_gguf_tensor;
+
+/* Tensor i (< n_tensors): its name into name (cut to name_size - 1 bytes) and its
+ * shape and storage into *out. AL_ERR_ARG for an i out of range or a missing buffer. */
+al_status al_gguf_tensor_info(const al_gguf *g, uint64_t i, char *name, size_t name_size,
+                              al_gguf_tensor *out);
 
 typedef struct al_context_params {
     int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx, or with

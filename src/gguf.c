@@ -31,6 +31,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -841,4 +842,86 @@ bool gguf_str_eq(gguf_str s, const char *c) {
     if (c == NULL) return false;
     size_t n = strlen(c);
     return s.n == n && (n == 0 || memcmp(s.s, c, n) == 0);
+}
+
+/* ---- the public view of a file's header (anyllm.h al_gguf) ------------------------------ */
+
+struct al_gguf {
+    gguf_file *f;
+};
+
+al_status al_gguf_open(const char *path, al_gguf **out) {
+    if (!out) return al_error(AL_ERR_ARG, "al_gguf_open: no output");
+    *out = NULL;
+    al_gguf *g = al_calloc(1, sizeof *g);
+    if (!g) return al_error(AL_ERR_NOMEM, "out of memory opening %s", path ? path : "(null)");
+    al_status st = gguf_open(path, &g->f);
+    if (st != AL_OK) {
+        al_free(g);
+        return st;
+    }
+    *out = g;
+    return AL_OK;
+}
+
+void al_gguf_close(al_gguf *g) {
+    if (!g) return;
+    gguf_close(g->f);
+    al_free(g);
+}
+
+void al_gguf_get_info(const al_gguf *g, al_gguf_info *out) {
+    const gguf_file *f = g->f;
+    *out = (al_gguf_info){.version = f->version, .file_size = f->size,
+                          .alignment = f->alignment, .n_kv = f->n_kv,
+                          .n_tensors = f->n_tensors};
+}
+
+al_status al_gguf_kv(const al_gguf *g, uint64_t i, char *key, size_t key_size, const char **type,
+                     char *value, size_t value_size, bool *cut) {
+    if (!g || !key || key_size == 0 || !type || !value || value_size == 0 || !cut)
+        return al_error(AL_ERR_ARG, "al_gguf_kv: a missing argument");
+    if (i >= g->f->n_kv)
+        return al_error(AL_ERR_ARG, "al_gguf_kv: entry %" PRIu64 " of %" PRIu64, i, g->f->n_kv);
+    const gguf_kv *kv = &g->f->kv[i];
+    gguf_str_copy(kv->key, key, key_size);
+    *type = gguf_vtype_name(kv->type);
+    *cut = false;
+    switch (kv->type) {
+    case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64:
+        snprintf(value, value_size, "%" PRIu64, kv->v.u);
+        break;
+    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64:
+        snprintf(value, value_size, "%" PRId64, kv->v.i);
+        break;
+    case GGUF_VT_F32: case GGUF_VT_F64: snprintf(value, value_size, "%g", kv->v.f); break;
+    case GGUF_VT_BOOL: snprintf(value, value_size, "%s", kv->v.u ? "true" : "false"); break;
+    case GGUF_VT_STRING:
+        gguf_str_copy(kv->v.str, value, value_size);
+        for (char *p = value; *p; p++)
+            if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+        *cut = kv->v.str.n > value_size - 1;
+        break;
+    case GGUF_VT_ARRAY:
+        snprintf(value, value_size, "[%s x %" PRIu64 "]", gguf_vtype_name(kv->v.arr.type),
+                 kv->v.arr.n);
+        break;
+    default: snprintf(value, value_size, "?"); break;
+    }
+    return AL_OK;
+}
+
+al_status al_gguf_tensor_info(const al_gguf *g, uint64_t i, char *name, size_t name_size,
+                              al_gguf_tensor *out) {
+    if (!g || !name || name_size == 0 || !out)
+        return al_error(AL_ERR_ARG, "al_gguf_tensor_info: a missing argument");
+    if (i >= g->f->n_tensors)
+        return al_error(AL_ERR_ARG, "al_gguf_tensor_info: tensor %" PRIu64 " of %" PRIu64, i,
+                        g->f->n_tensors);
+    const gguf_tensor *t = &g->f->tensors[i];
+    gguf_str_copy(t->name, name, name_size);
+    *out = (al_gguf_tensor){.type = quant_type_name(t->type), .n_dims = (int)t->n_dims,
+                            .n_elem = t->n_elem, .n_bytes = t->n_bytes};
+    memcpy(out->ne, t->ne, sizeof out->ne);
+    return AL_OK;
 }

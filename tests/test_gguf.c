@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1007,8 +1008,76 @@ static void test_shared_files(void) {
     CHECK(n_ref > 0 && n_vocab > 0 && n_fail == 0);
 }
 
+/* The public view of a header (anyllm.h al_gguf), against the parser's own structs on
+ * a real file: every key, type and tensor, known values as text, a string cut short,
+ * and the argument errors. */
+static void test_public_view(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/llama-2-tiny-random.gguf", test_shared_dir());
+    gguf_file *f = NULL;
+    al_gguf *g = NULL;
+    if (gguf_open(path, &f) != AL_OK || al_gguf_open(path, &g) != AL_OK) {
+        TEST_SKIP("%s: %s", path, al_last_error());
+        gguf_close(f);
+        return;
+    }
+    al_gguf_info gi;
+    al_gguf_get_info(g, &gi);
+    CHECK(gi.version == f->version && gi.file_size == f->size && gi.alignment == f->alignment &&
+          gi.n_kv == f->n_kv && gi.n_tensors == f->n_tensors);
+    char key[256], want[256], value[64];
+    const char *type;
+    bool cut;
+    int n_bad = 0;
+    for (uint64_t i = 0; i < gi.n_kv; i++) {
+        CHECK(al_gguf_kv(g, i, key, sizeof key, &type, value, sizeof value, &cut) == AL_OK);
+        gguf_str_copy(f->kv[i].key, want, sizeof want);
+        n_bad += strcmp(key, want) != 0 || strcmp(type, gguf_vtype_name(f->kv[i].type)) != 0;
+        if (!strcmp(key, "general.architecture"))
+            CHECK(!strcmp(value, "llama") && !strcmp(type, "string") && !cut);
+        if (!strcmp(key, "tokenizer.ggml.tokens"))
+            CHECK_MSG(!strcmp(value, "[string x 32000]"), "tokens: %s", value);
+        if (!strcmp(key, "llama.block_count"))
+            CHECK_MSG(f->kv[i].v.u > 0 && atoi(value) == (int)f->kv[i].v.u, "%s", value);
+    }
+    CHECK_MSG(n_bad == 0, "%d keys or types differ from the parser's", n_bad);
+    char tiny[4]; /* "llama" cut to 3 bytes */
+    for (uint64_t i = 0; i < gi.n_kv; i++)
+        if (gguf_str_eq(f->kv[i].key, "general.architecture"))
+            CHECK(al_gguf_kv(g, i, key, sizeof key, &type, tiny, sizeof tiny, &cut) == AL_OK &&
+                  !strcmp(tiny, "lla") && cut);
+    uint64_t bytes = 0, want_bytes = 0;
+    for (uint64_t i = 0; i < gi.n_tensors; i++) {
+        al_gguf_tensor t;
+        CHECK(al_gguf_tensor_info(g, i, key, sizeof key, &t) == AL_OK);
+        const gguf_tensor *ft = &f->tensors[i];
+        gguf_str_copy(ft->name, want, sizeof want);
+        CHECK(!strcmp(key, want) && t.n_dims == (int)ft->n_dims && t.ne[0] == ft->ne[0] &&
+              t.ne[3] == ft->ne[3] && t.n_elem == ft->n_elem &&
+              !strcmp(t.type, quant_type_name(ft->type)));
+        bytes += t.n_bytes, want_bytes += ft->n_bytes;
+    }
+    CHECK(bytes == want_bytes && bytes > 0);
+    al_gguf_tensor t;
+    CHECK(al_gguf_kv(g, gi.n_kv, key, sizeof key, &type, value, sizeof value, &cut) == AL_ERR_ARG);
+    CHECK(al_gguf_kv(g, 0, NULL, 8, &type, value, sizeof value, &cut) == AL_ERR_ARG);
+    CHECK(al_gguf_tensor_info(g, gi.n_tensors, key, sizeof key, &t) == AL_ERR_ARG);
+    CHECK(al_gguf_tensor_info(g, 0, key, 0, &t) == AL_ERR_ARG);
+    al_gguf_close(g);
+    gguf_close(f);
+    al_gguf_close(NULL);
+    g = (al_gguf *)&g; /* anything: a failed open sets it to NULL */
+    CHECK(al_gguf_open("/nonexistent/x.gguf", &g) == AL_ERR_IO && g == NULL);
+    al_alloc_fail_after(1);
+    CHECK(al_gguf_open(path, &g) == AL_ERR_NOMEM && g == NULL);
+    al_alloc_fail_after(0);
+    printf("  al_gguf: %" PRIu64 " keys and %" PRIu64 " tensors as the parser reads them\n",
+           gi.n_kv, gi.n_tensors);
+}
+
 int main(void) {
     TEST_RUN(test_helpers);
+    TEST_RUN(test_public_view);
     TEST_RUN(test_valid_file);
     TEST_RUN(test_valid_alignment_64);
     TEST_RUN(test_vocab_only);

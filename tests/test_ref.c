@@ -212,7 +212,8 @@ static void test_eval_errors(void) {
     /* the CPU runs on the host: no submissions to count (al_backend_stats) */
     al_backend_stats bs = {.gpu = true, .n_dispatches = 1};
     al_model_get_backend_stats(m, &bs);
-    CHECK(!bs.gpu && bs.n_submits == 0 && bs.n_dispatches == 0 && bs.wait_s == 0);
+    CHECK(!bs.gpu && bs.n_submits == 0 && bs.n_dispatches == 0 && bs.wait_s == 0 &&
+          !bs.weight_path);
     al_context_destroy(c);
     al_model_destroy(m);
     al_context_destroy(NULL);

@@ -1007,7 +1007,10 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
     if (ok) al_model_get_backend_stats(m, &bs);
     CHECK_MSG(!ok || (bs.gpu && bs.n_dispatches == s1.n_dispatches &&
                       bs.n_submits == s1.n_submits && bs.record_s == s1.record_s &&
-                      bs.wait_s == s1.wait_s && bs.gpu_s == s1.gpu_s && bs.n_timed == s1.n_timed),
+                      bs.wait_s == s1.wait_s && bs.gpu_s == s1.gpu_s && bs.n_timed == s1.n_timed &&
+                      bs.weight_path && !strcmp(bs.weight_path, s1.weight_path) &&
+                      bs.bytes_imported == s1.bytes_imported &&
+                      bs.bytes_copied == s1.bytes_copied && bs.load_s == s1.load_s),
               "al_model_get_backend_stats: %llu dispatches, the backend %llu",
               (unsigned long long)bs.n_dispatches, (unsigned long long)s1.n_dispatches);
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;

@@ -1,6 +1,6 @@
 /* cmd_info.c: `anyllm info` and `anyllm logits`.
  *
- * `info` reads the GGUF container directly (gguf.h), so it also describes files the
+ * `info` reads the GGUF header directly (al_gguf), so it also describes files the
  * engine cannot run, such as vocabulary-only files; when the file is runnable it adds
  * the hyper-parameters and the memory a context needs.
  */
@@ -11,81 +11,59 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
-#include "util.h"
-#ifdef AL_HAVE_VULKAN
-#include "vulkan/vk_backend.h"
-#endif
 
 /* ---- info ------------------------------------------------------------------------------ */
-
-static void print_value(const gguf_kv *kv) {
-    char buf[96];
-    switch (kv->type) {
-    case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64:
-        printf("%" PRIu64, kv->v.u);
-        break;
-    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64:
-        printf("%" PRId64, kv->v.i);
-        break;
-    case GGUF_VT_F32: case GGUF_VT_F64: printf("%g", kv->v.f); break;
-    case GGUF_VT_BOOL: printf("%s", kv->v.u ? "true" : "false"); break;
-    case GGUF_VT_STRING: {
-        gguf_str_copy(kv->v.str, buf, sizeof buf);
-        for (char *p = buf; *p; p++)
-            if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
-        printf("\"%s\"%s", buf, kv->v.str.n >= sizeof buf ? "..." : "");
-        break;
-    }
-    case GGUF_VT_ARRAY:
-        printf("[%s x %" PRIu64 "]", gguf_vtype_name(kv->v.arr.type), kv->v.arr.n);
-        break;
-    default: printf("?"); break;
-    }
-}
 
 static void print_size(const char *label, uint64_t n_bytes) {
     printf("%-22s %" PRIu64 " bytes (%.2f MiB)\n", label, n_bytes, (double)n_bytes / 1048576.0);
 }
 
-int cmd_info(const cli_opts *o) {
-    gguf_file *f;
-    al_status st = gguf_open(o->model, &f);
-    if (st != AL_OK) return cli_fail_status(st);
-    char key[256];
-    printf("file                   %s\n", o->model);
-    printf("gguf version           %u\n", f->version);
-    print_size("file size", f->size);
-    printf("alignment              %" PRIu64 "\n\n", f->alignment);
-    printf("metadata (%" PRIu64 " keys):\n", f->n_kv);
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        printf("  %-44s %-7s ", gguf_str_copy(f->kv[i].key, key, sizeof key),
-               gguf_vtype_name(f->kv[i].type));
-        print_value(&f->kv[i]);
-        printf("\n");
+/* The header: metadata and tensors (al_gguf); returns the count of tensors, or -1 with
+ * the status in *st. */
+static int64_t print_header(const char *path, al_status *st) {
+    al_gguf *g;
+    if ((*st = al_gguf_open(path, &g)) != AL_OK) return -1;
+    al_gguf_info gi;
+    al_gguf_get_info(g, &gi);
+    char key[256], value[96];
+    printf("file                   %s\n", path);
+    printf("gguf version           %u\n", gi.version);
+    print_size("file size", gi.file_size);
+    printf("alignment              %" PRIu64 "\n\n", gi.alignment);
+    printf("metadata (%" PRIu64 " keys):\n", gi.n_kv);
+    for (uint64_t i = 0; i < gi.n_kv; i++) {
+        const char *type;
+        bool cut;
+        al_gguf_kv(g, i, key, sizeof key, &type, value, sizeof value, &cut);
+        const bool str = !strcmp(type, "string");
+        printf("  %-44s %-7s %s%s%s%s\n", key, type, str ? "\"" : "", value, str ? "\"" : "",
+               cut ? "..." : "");
     }
     uint64_t n_params = 0, n_bytes = 0;
-    printf("\ntensors (%" PRIu64 "):\n", f->n_tensors);
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
+    printf("\ntensors (%" PRIu64 "):\n", gi.n_tensors);
+    for (uint64_t i = 0; i < gi.n_tensors; i++) {
+        al_gguf_tensor t;
+        al_gguf_tensor_info(g, i, key, sizeof key, &t);
         char shape[128];
         int len = snprintf(shape, sizeof shape, "[");
-        for (uint32_t d = 0; d < t->n_dims; d++)
+        for (int d = 0; d < t.n_dims; d++)
             len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%" PRId64, d ? ", " : "",
-                            t->ne[d]);
+                            t.ne[d]);
         snprintf(shape + len, sizeof shape - (size_t)len, "]");
-        printf("  %-36s %-6s %-24s %12" PRIu64 " bytes\n", gguf_str_copy(t->name, key, sizeof key),
-               quant_type_name(t->type), shape, t->n_bytes);
-        n_params += t->n_elem;
-        n_bytes += t->n_bytes;
+        printf("  %-36s %-6s %-24s %12" PRIu64 " bytes\n", key, t.type, shape, t.n_bytes);
+        n_params += t.n_elem;
+        n_bytes += t.n_bytes;
     }
     printf("\nparameters             %" PRIu64 " (%.3f M)\n", n_params, (double)n_params / 1e6);
     print_size("tensor data", n_bytes);
-    uint64_t n_tensors = f->n_tensors;
-    gguf_close(f);
+    al_gguf_close(g);
+    return (int64_t)gi.n_tensors;
+}
 
+int cmd_info(const cli_opts *o) {
+    al_status st;
+    const int64_t n_tensors = print_header(o->model, &st);
+    if (n_tensors < 0) return cli_fail_status(st);
     if (n_tensors == 0) {
         printf("(vocabulary-only file: no weights to run)\n");
         return 0;
@@ -94,22 +72,21 @@ int cmd_info(const cli_opts *o) {
     al_model_params mp = al_model_default_params();
     mp.n_threads = 1;
     mp.backend = o->backend;
-    double t0 = al_time_s();
+    double t0 = cli_now_s();
     st = al_model_load(o->model, &mp, &m);
     if (st != AL_OK) {
         printf("runnable               no: %s\n", al_last_error());
         return 0;
     }
-    double load_s = al_time_s() - t0;
+    double load_s = cli_now_s() - t0;
     al_model_info mi;
     al_model_get_info(m, &mi);
     printf("backend                %s, loaded in %.3f s\n", mi.backend, load_s);
-#ifdef AL_HAVE_VULKAN
-    vk_backend_stats vs;
-    if (vk_backend_get_stats(model_backend(m), &vs))
+    al_backend_stats bs;
+    al_model_get_backend_stats(m, &bs);
+    if (bs.weight_path)
         printf("vulkan weights         %s: %" PRIu64 " bytes used in place, %" PRIu64 " bytes "
-               "copied, %.3f s\n", vs.weight_path, vs.bytes_imported, vs.bytes_copied, vs.load_s);
-#endif
+               "copied, %.3f s\n", bs.weight_path, bs.bytes_imported, bs.bytes_copied, bs.load_s);
     int n_ctx = al_model_default_n_ctx(m);
     printf("architecture           %s: %d layers, n_embd %d, %d heads (%d kv, dim %d), ffn %d, "
            "vocab %d, trained ctx %d\n", mi.arch, mi.n_layer, mi.n_embd, mi.n_head, mi.n_head_kv,

@@ -300,7 +300,11 @@ static void vk_stats(const al_backend *base, al_backend_stats *out) {
                               .record_s = vs.record_s,
                               .wait_s = vs.wait_s,
                               .gpu_s = vs.gpu_s,
-                              .n_timed = vs.n_timed};
+                              .n_timed = vs.n_timed,
+                              .weight_path = vs.weight_path,
+                              .bytes_imported = vs.bytes_imported,
+                              .bytes_copied = vs.bytes_copied,
+                              .load_s = vs.load_s};
 }
 
 bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
