@@ -1,11 +1,11 @@
 /* progress.c: see progress.h. */
 #include "progress.h"
-#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cli.h"
 
 /* Seconds before the line appears: 1, or ANYLLM_PROGRESS_AFTER (tests set 0, so that
  * the line shows however fast the machine reads their prompt). */
