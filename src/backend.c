@@ -236,15 +236,15 @@ int al_gpu_count(void) {
 #endif
 }
 
-/* The device index of a GPU backend name of this machine ("vulkan:N"), or -1 with an
- * error naming it (fn: the caller, for the message). */
+/* The device index a GPU backend name gives ("vulkan:N"), or -1 with an error naming
+ * it (fn: the caller). Whether the machine has that device, the Vulkan calls say: each
+ * enumeration creates an instance, and one per call is enough. */
 static int gpu_index(const char *fn, const char *name) {
     const int dev = name ? vulkan_device_index(name) : -1;
-    const int n = dev >= 0 ? al_gpu_count() : -1;
-    if (dev >= 0 && dev < n) return dev;
-    al_error(AL_ERR_ARG, "%s: '%s' is not a GPU of this machine (al_backend_list names them)",
-             fn, name ? name : "(null)");
-    return -1;
+    if (dev < 0)
+        al_error(AL_ERR_ARG, "%s: '%s' is not a GPU of this machine (al_backend_list names them)",
+                 fn, name ? name : "(null)");
+    return dev;
 }
 
 al_status al_gpu_details(const char *name, char *buf, size_t size) {
@@ -255,7 +255,8 @@ al_status al_gpu_details(const char *name, char *buf, size_t size) {
 #ifdef AL_HAVE_VULKAN
     if (vk_device_details(dev, buf, size) == 0) return AL_OK;
 #endif
-    return al_error(AL_ERR_ARG, "al_gpu_details: '%s' could not be read", name);
+    return al_error(AL_ERR_ARG, "al_gpu_details: '%s' is not a GPU of this machine "
+                    "(al_backend_list names them)", name);
 }
 
 al_status al_gpu_bandwidth(const char *name, double *gbs) {
