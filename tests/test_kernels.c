@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/mm.h"
 #include "cpu/ops.h"
 #include "quant.h"
 #include "test.h"
@@ -1542,6 +1543,51 @@ static void test_memory_read_sum(void) {
     free(buf);
 }
 
+/* mm_share_take (the GEMV's work sharing) under random interleavings of owners and
+ * thieves: every item taken exactly once, in takes whose bounds are multiples of per
+ * (or n), and the first take of the job at the front of its taker's share. */
+static void test_mm_share(void) {
+    enum { MAX_TH = 8, MAX_N = 3000 };
+    static uint8_t seen[MAX_N];
+    mm_share sh[MAX_TH];
+    uint32_t rng = 12345;
+    int bad = 0, n_cases = 0;
+    for (int c = 0; c < 400 && !bad; c++, n_cases++) {
+        rng = rng * 1103515245u + 12345u;
+        const int nth = 1 + (int)(rng >> 16) % MAX_TH;
+        rng = rng * 1103515245u + 12345u;
+        const int64_t n = (int64_t)(rng >> 16) % MAX_N, per = 1 + (int64_t)(c % 7);
+        mm_share_init(sh, nth, n, per);
+        memset(seen, 0, (size_t)n);
+        bool done[MAX_TH] = {0}, first = true;
+        const int64_t each = ((n + nth - 1) / nth + per - 1) / per * per;
+        for (int left = nth; left > 0;) {
+            rng = rng * 1103515245u + 12345u;
+            const int ith = (int)(rng >> 16) % nth;
+            if (done[ith]) continue;
+            int64_t i0, i1;
+            if (!mm_share_take(sh, ith, nth, per, &i0, &i1)) {
+                done[ith] = true, left--;
+                continue;
+            }
+            bad |= !(0 <= i0 && i0 < i1 && i1 <= n && i0 % per == 0 && (i1 % per == 0 || i1 == n));
+            if (first && ith * each < n) bad |= i0 != ith * each;
+            first = false;
+            for (int64_t i = i0; i < i1 && !bad; i++) bad |= seen[i]++ != 0;
+            if (bad) printf("  case %d: n %lld, %d threads, per %lld: take [%lld, %lld) by %d\n", c,
+                            (long long)n, nth, (long long)per, (long long)i0, (long long)i1, ith);
+        }
+        for (int64_t i = 0; i < n && !bad; i++)
+            if (seen[i] != 1) {
+                bad = 1;
+                printf("  case %d: n %lld, %d threads, per %lld: item %lld never taken\n", c,
+                       (long long)n, nth, (long long)per, (long long)i);
+            }
+    }
+    CHECK_MSG(!bad, "mm_share_take dealt the items wrongly");
+    printf("  %d random cases: every item taken once, takes aligned to per\n", n_cases);
+}
+
 static void test_isa_choice(void) {
     const cpu_isa best = cpu_isa_best();
     printf("     best instruction set here: %s\n", cpu_isa_name(best));
@@ -1559,6 +1605,7 @@ static void test_isa_choice(void) {
 int main(void) {
     TEST_RUN(test_isa_choice);
     TEST_RUN(test_sum_u64);
+    TEST_RUN(test_mm_share);
     TEST_RUN(test_memory_read_sum);
     TEST_RUN(test_row_ops);
     TEST_RUN(test_rope_memo);

@@ -44,6 +44,7 @@
 #include <unistd.h>
 #endif
 
+#include "mm.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -585,6 +586,7 @@ static void cpu_destroy(al_backend *be) {
     pthread_mutex_destroy(&cb->lock);
     al_aligned_free(cb->work);
     al_aligned_free(cb->act);
+    al_aligned_free(cb->shares);
     al_aligned_free(cb->tls);
     al_aligned_free(cb->kv_copy);
     al_aligned_free(cb->attn_part);
@@ -706,6 +708,10 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
         return st;
     }
     cb->n_threads = pool_size(cb->pool);
+    if (cb->k && !(cb->shares = al_aligned_alloc(64, (size_t)cb->n_threads * sizeof(mm_share)))) {
+        cpu_destroy(&cb->base);
+        return al_error(AL_ERR_NOMEM, "out of memory creating the CPU backend");
+    }
     *out = &cb->base;
     return AL_OK;
 }

@@ -45,7 +45,7 @@ typedef struct fuse_job {
     al_tensor *dst;             /* glu: the gate product's rows; add: the residual */
     al_glu act;
     int64_t n_panels[FUSE_MAX]; /* panels of each matmul */
-    int64_t n_items, next;      /* work items, and the next (mm_take_guided) */
+    int64_t n_items;            /* work items, dealt out in shares (mm_share_take) */
     uint64_t act_used;          /* bytes of cb->act given out */
 } fuse_job;
 
@@ -107,7 +107,7 @@ static void fuse_part(void *arg, int ith, int nth) {
     void *panel = mm_tls(j->cb, ith);
     const int64_t per = mm_grain_x16(j->cb->k, 1);
     int64_t i0, i1;
-    while (mm_take_guided(&j->next, j->n_items, per, nth, &i0, &i1)) {
+    while (mm_share_take(j->cb->shares, ith, nth, per, &i0, &i1)) {
         if (j->kind != FUSE_MULTI) {
             for (int s = 0; s < j->n; s++)
                 mm_gemv_panels(&j->mm[s], i0, i1, panel);
@@ -123,13 +123,13 @@ static void fuse_part(void *arg, int ith, int nth) {
     }
 }
 
-/* Runs a planned job, in guided takes as fast_matmul's GEMV. */
+/* Runs a planned job, in takes from per-thread shares as fast_matmul's GEMV. */
 static void fuse_run(fuse_job *j) {
     cpu_backend *cb = j->cb;
     j->n_items = 0;
     for (int s = 0; s < (j->kind == FUSE_MULTI ? j->n : 1); s++)
         j->n_items += j->n_panels[s];
-    j->next = 0;
+    mm_share_init(cb->shares, cb->n_threads, j->n_items, mm_grain_x16(cb->k, 1));
     pool_run(cb->pool, fuse_part, j);
 }
 

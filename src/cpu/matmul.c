@@ -365,6 +365,51 @@ static bool mm_take(mm_job *j, int64_t n_panels, int64_t *p0, int64_t *p1) {
     return *p0 < n_panels;
 }
 
+static uint64_t share_pack(int64_t lo, int64_t hi) {
+    return (uint64_t)lo | (uint64_t)hi << 32;
+}
+
+void mm_share_init(mm_share *s, int nth, int64_t n, int64_t per) {
+    AL_ASSERT(n < INT32_MAX);
+    const int64_t each = ((n + nth - 1) / nth + per - 1) / per * per; /* the last may be short */
+    for (int i = 0; i < nth; i++) {
+        const int64_t lo = mm_min(n, i * each);
+        __atomic_store_n(&s[i].lohi, share_pack(lo, mm_min(n, lo + each)), __ATOMIC_RELAXED);
+    }
+}
+
+/* Takes from share s: the owner the front (a quarter of what is left: as
+ * mm_take_guided with 2 threads), a thief the back half. */
+static bool share_take(mm_share *s, bool owner, int64_t per, int64_t *i0, int64_t *i1) {
+    uint64_t cur = __atomic_load_n(&s->lohi, __ATOMIC_RELAXED);
+    for (;;) {
+        const int64_t lo = (int64_t)(uint32_t)cur, hi = (int64_t)(cur >> 32);
+        if (lo >= hi) return false;
+        int64_t a = lo, b = hi;
+        if (owner) {
+            const int64_t t = (hi - lo) / 4;
+            b = mm_min(hi, lo + (t < per ? per : (t + per - 1) / per * per));
+        } else {
+            a = lo + ((hi - lo) / 2 + per - 1) / per * per;
+            if (a >= hi) a = lo;
+        }
+        const uint64_t next = owner ? share_pack(b, hi) : share_pack(lo, a);
+        if (__atomic_compare_exchange_n(&s->lohi, &cur, next, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            *i0 = a;
+            *i1 = b;
+            return true;
+        }
+    }
+}
+
+bool mm_share_take(mm_share *s, int ith, int nth, int64_t per, int64_t *i0, int64_t *i1) {
+    if (share_take(&s[ith], true, per, i0, i1)) return true;
+    for (int v = 1; v < nth; v++)
+        if (share_take(&s[(ith + v) % nth], false, per, i0, i1)) return true;
+    return false;
+}
+
 /* Panel p of a few tokens' pass, K chunk by chunk; with group, panels p and p + 1, an
  * x16 group read in place (cpu_mk_args.x16_group). */
 static void mm_gemv_panel(const mm_job *j, int64_t p, bool group, void *panel) {
@@ -419,11 +464,10 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
 /* A few tokens: each panel's rows stream once from memory, chunk by chunk. */
 static void mm_gemv_part(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    const int64_t n_panels = (j->w->ne[1] + j->k->rows - 1) / j->k->rows;
     void *panel = mm_tls(j->cb, ith);
     const int64_t per = mm_grain_x16(j->k, 1);
     int64_t p0, p1;
-    while (mm_take_guided(&j->next, n_panels, per, nth, &p0, &p1))
+    while (mm_share_take(j->cb->shares, ith, nth, per, &p0, &p1))
         mm_gemv_panels(j, p0, p1, panel);
 }
 
@@ -560,8 +604,8 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
             mm_quantize_part(&j, 0, 1);
         else if (qt)
             pool_run(cb->pool, mm_quantize_part, &j);
-        /* a GEMV's takes are guided (mm_gemv_part); a batch's are single panels (x16
-         * groups), or groups of panels on AMX */
+        /* a GEMV's takes come from per-thread shares (mm_gemv_part, mm_share_take); a
+         * batch's are single panels (x16 groups), or groups of panels on AMX */
         const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
         j.grain = mm_grain_x16(cb->k, 1);
         if (j.amx) { /* groups of panels, about 2 per thread at least */
@@ -569,7 +613,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
             if (j.grain < 1) j.grain = 1;
         }
         if (j.n_tok <= cb->k->tile) {
-            j.next = 0;
+            mm_share_init(cb->shares, cb->n_threads, n_panels, mm_grain_x16(cb->k, 1));
             pool_run(cb->pool, mm_gemv_part, &j);
             continue;
         }

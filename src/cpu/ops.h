@@ -506,6 +506,7 @@ typedef struct cpu_backend {
     uint8_t *act; /* fast matmul: quantized activations of act_tok tokens */
     uint64_t act_bytes;
     int act_tok;
+    struct mm_share *shares; /* fast ops: [n_threads] shares of a GEMV's rows (mm.h) */
     uint8_t *tls; /* fast ops: [n_threads][tls_bytes] panels and scratch */
     uint64_t tls_bytes;
     float *kv_copy; /* fast attention: [n_threads] one kv head's keys and values */
