@@ -22,6 +22,12 @@ if ! command -v python3 >/dev/null; then
     exit 0
 fi
 
+# The questions were picked on the AVX2 kernels. The AVX-512 ones round differently
+# (both within the reference-logit limits), and at temperature 0 this 135M model then
+# answers some turns otherwise: on an AVX-512 machine turn 4 no longer recalled 7423.
+# What is tested here is the chat, not the kernels: the same numerics on every machine
+# that has AVX2, unless the caller picked an ISA.
+if grep -q '^flags.* avx2' /proc/cpuinfo 2>/dev/null; then export ANYLLM_ISA="${ANYLLM_ISA:-avx2}"; fi
 pty=$(dirname "$0")/chat_pty.py
 SYS="You are a helpful assistant."
 REMEMBER="Remember the number 7423."
