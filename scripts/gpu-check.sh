@@ -18,8 +18,9 @@
 #    device-to-device copy (anyllm devices --bandwidth); dispatches per token, and
 #    generation with the fused ops turned off, which says what the fusions are worth,
 #    where a token's time goes (the host's recording, the wait, the device's own time),
-#    and with only the norm fusion off (fuse_norm=0), or only the decode attention's
-#    (fuse_attn=0: rope, cache stores and attention in one dispatch)
+#    and with the norm fused into the matvecs (fuse_norm=1; off by default since an H200
+#    measured it slower), or only the decode attention's fusion off (fuse_attn=0: rope,
+#    cache stores and attention in one dispatch)
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -134,11 +135,11 @@ if [ -n "$model" ]; then
         echo "per token: $(echo "$tgl" | field vk_record_ms_per_token) ms recording on the" \
             "host, $(echo "$tgl" | field vk_wait_ms_per_token) ms waiting for the device," \
             "$(echo "$tgl" | field vk_gpu_ms_per_token) ms of device time (timestamps)"
-        # decode again with fusions off, which says what they are worth here: all of them
-        # (fuse=0); the norm inside the matvecs, which re-reads each workgroup's input
-        # (fuse_norm=0; on lavapipe it did not pay); the decode attention's rope, cache
-        # stores and attention in one dispatch (fuse_attn=0)
-        for tune in fuse=0 fuse_norm=0 fuse_attn=0; do
+        # decode again with fusions switched, which says what they are worth here: all of
+        # them off (fuse=0); the norm inside the matvecs, which re-reads each workgroup's
+        # input (fuse_norm=1; on an H200 it cost 1.35 ms a token); the decode attention's
+        # rope, cache stores and attention in one dispatch off (fuse_attn=0)
+        for tune in fuse=0 fuse_norm=1 fuse_attn=0; do
             out="$BUILD/gpu-check-$(echo "$tune" | tr -d '=').json"
             ANYLLM_VK_TUNE=$tune "$bin" bench -m "$model" -p 0 -n "$TG" -r "$REPS" \
                 --backend vulkan -o json >"$out" 2>>"$BUILD/gpu-check-bench.err"

@@ -67,6 +67,20 @@ else bad "md depth: $(cat "$tmp/md")"; fi
 if head -1 "$tmp/csv" | grep -q ',n_depth,' && sed -n 2p "$tmp/csv" | grep -q ',1,8,0,16,'; then
     ok "csv has n_depth"
 else bad "csv: $(cat "$tmp/csv")"; fi
+# a GPU reading weights from its own memory (as if discrete: a staging copy) has no
+# roofline against the host's bandwidth: '-' in md, 0 in JSON; the CPU row keeps its own
+if [ "$n_backends" -gt 1 ]; then
+    ANYLLM_VK_WEIGHTS=staging "$bin" bench -m "$m" -p 0 -n 4 -r 1 -t 1 --backend vulkan \
+        --backend cpu >"$tmp/own" 2>/dev/null
+    vk_row=$(grep '| vulkan' "$tmp/own" | grep '| tg4 |')
+    cpu_row=$(grep '| cpu' "$tmp/own" | grep '| tg4 |')
+    if echo "$vk_row" | grep -q '| - | - |$' && echo "$cpu_row" | grep -q '[0-9]% |$' &&
+        grep -q 'no roofline for a GPU with its own memory' "$tmp/own"; then
+        ok "no roofline for a GPU's own memory: $(echo "$vk_row" | cut -d'|' -f11-13)"
+    else bad "own-memory roofline: $(cat "$tmp/own")"; fi
+else
+    echo "skip: no Vulkan device: the own-memory roofline is not checked"
+fi
 expect_error "bench -d beyond the training context" "$bin" bench -m "$m" -p 8 -n 0 -d 4096 -r 1
 expect_error "bench --backend all with another" "$bin" bench -m "$m" --backend all --backend cpu
 expect_error "bench --plot into a missing folder" "$bin" bench -m "$m" -p 8 -n 0 -r 1 --plot /nonexistent/x.svg

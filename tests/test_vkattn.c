@@ -55,6 +55,9 @@ static const attn_case g_cases[] = {
     {"one sequence, rope of 32 of 64 with factors", 6, 3, 64, 0, false, 32, false, true, 1,
      {12}, {20}},
     {"two sequences without rope", 2, 1, 48, 0, false, 0, false, false, 2, {5, 0}, {8, 8}},
+    /* past 4 teams of 64 (attention.comp), and over several of its steps */
+    {"long context, head size 128", 8, 2, 128, 0, false, 128, true, false, 2, {300, 129},
+     {310, 140}},
 };
 static const float g_factors[16] = {1.0f, 1.0f, 1.5f, 2.0f, 1.0f, 3.0f, 4.0f, 1.0f,
                                     8.0f, 1.0f, 2.5f, 1.0f, 16.0f, 1.0f, 1.0f, 32.0f};
@@ -240,6 +243,14 @@ int main(void) {
         g_vk->ops->destroy(g_vk);
     }
     unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    setenv("ANYLLM_VK_TUNE", "attn_rows_wg=1024", 1); /* 16 teams, merged at the end */
+    if (create_vk()) {
+        printf("-- 16 teams of 64 (attn_rows_wg=1024): %s\n", g_vk->desc);
+        TEST_RUN(test_attention_rows);
+        TEST_RUN(check_validation);
+        g_vk->ops->destroy(g_vk);
+    }
+    unsetenv("ANYLLM_VK_TUNE");
     for (int i = 0; i < g_n_keep; i++) al_aligned_free(g_keep[i]);
     g_cpu->ops->destroy(g_cpu);
     return test_finish();

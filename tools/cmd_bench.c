@@ -75,6 +75,8 @@ typedef struct bench_result {
     double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
     double roof_pct;     /* tg: the mean over repetitions of its share of the roofline
                             of the bandwidth measured right before and after it */
+    bool own_memory;     /* a GPU reading weights from its own memory (a staging copy):
+                            the host's bandwidth bounds nothing there, so no roofline */
 } bench_result;
 
 /* ---- memory bandwidth --------------------------------------------------------------- */
@@ -291,7 +293,8 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
                     model_i + 1, o->n_models, r->backend, kind, r->n_tokens, r->n_depth,
                     r->n_threads, rep < 0 ? "warm-up" : "rep", rep < 0 ? 1 : rep + 1,
                     rep < 0 ? 1 : o->reps);
-        if (!r->is_pp && rep >= 0) bw[rep] = bw_probe_measure(probe, BW_PASSES_REP);
+        if (!r->is_pp && !r->own_memory && rep >= 0)
+            bw[rep] = bw_probe_measure(probe, BW_PASSES_REP);
         double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &vk);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep < 0) continue;
@@ -313,7 +316,7 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
     for (int i = 0; i < o->reps; i++) sq += (r->ts[i] - r->mean_ts) * (r->ts[i] - r->mean_ts);
     r->sd_ts = o->reps > 1 ? sqrt(sq / (o->reps - 1)) : 0;
     r->mean_ms = 1000.0 * r->n_tokens / r->mean_ts;
-    if (!r->is_pp) {
+    if (!r->is_pp && !r->own_memory) {
         bw[o->reps] = bw_probe_measure(probe, BW_PASSES_REP);
         double bw_sum = 0, roof_sum = 0;
         bool all = true;
@@ -383,6 +386,9 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         clear_line();
         return cli_fail_status(st);
     }
+    al_backend_stats bs;
+    al_model_get_backend_stats(m, &bs);
+    const bool own_memory = bs.gpu && bs.weight_path && !strcmp(bs.weight_path, "staging copy");
     int32_t *ids = malloc((size_t)(max_depth + max_tokens) * sizeof *ids);
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
     int rc = ids && logits ? 0 : cli_fail("out of memory");
@@ -401,6 +407,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         r->info.arch = r->arch; /* the model's own strings die with it */
         r->info.backend = r->backend;
         r->spec = backend;
+        r->own_memory = own_memory;
         rc = run_test(o, m, c, ids, logits, r, mi, probe);
     }
     free(ids);
@@ -426,7 +433,7 @@ static const char *base_name(const char *path) {
 /* tg speed as a share of the bandwidth bound: bytes per token / bandwidth. The
  * bandwidth measured around the row's own repetitions where there is one. */
 static double roofline_pct(const bench_result *r, double gbs) {
-    if (r->is_pp) return 0;
+    if (r->is_pp || r->own_memory) return 0;
     if (r->roof_pct > 0) return r->roof_pct;
     if (gbs <= 0) return 0;
     double bound_ts = gbs * 1e9 / (double)r->bytes_per_token;
@@ -435,6 +442,7 @@ static double roofline_pct(const bench_result *r, double gbs) {
 
 /* The bandwidth a row's roofline is taken against. */
 static double row_gbs(const bench_result *r, double start_gbs) {
+    if (r->own_memory) return 0;
     return r->bw_gbs > 0 ? r->bw_gbs : start_gbs;
 }
 
@@ -459,6 +467,7 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
     printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms "
            "| read/token | GB/s | roofline |\n");
     printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    bool own_memory = false;
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
         char ttft[32] = "", roof[32] = "", bpt[32] = "", gbs[32] = "";
@@ -466,9 +475,14 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
         else {
             /* decoding reads the weights a token uses and the keys and values before it
              * once per token: the roofline is the measured bandwidth over these bytes */
-            snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
             snprintf(bpt, sizeof bpt, "%.1f MiB", r->bytes_per_token / 1048576.0);
-            snprintf(gbs, sizeof gbs, "%.1f", row_gbs(r, env->bandwidth_gbs));
+            snprintf(roof, sizeof roof, "-");
+            snprintf(gbs, sizeof gbs, "-");
+            if (!r->own_memory) {
+                snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
+                snprintf(gbs, sizeof gbs, "%.1f", row_gbs(r, env->bandwidth_gbs));
+            }
+            own_memory |= r->own_memory;
         }
         char test[48];
         int len = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);
@@ -479,6 +493,9 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
                gbs, roof);
     }
     print_vk_costs(res, n);
+    if (own_memory)
+        printf("\nno roofline for a GPU with its own memory (-): the bandwidth below is the "
+               "host's; `anyllm devices --bandwidth` measures the GPU's\n");
     printf("\nbuild %s | CPU %s | memory read bandwidth %.1f GB/s (measured at start; a tg row's "
            "GB/s and roofline: measured around its repetitions) | peak RSS %.0f MiB\n",
            AL_BUILD, env->cpu, env->bandwidth_gbs, env->peak_rss_kib / 1024.0);

@@ -116,8 +116,22 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
-        .fuse = 1, .fuse_norm = 1, .fuse_attn = 1,
+        .fuse = 1, .fuse_norm = 0, .fuse_attn = 1,
     };
+    /* fuse_norm=0: on an H200 the norm inside the matvecs (every workgroup summing the
+     * squares of the whole input again) cost more than its dispatch saved: bench-1b Q4_0
+     * decode took 3.03 ms of device time per token with it, 1.68 without (83 and 115
+     * dispatches). A decoded token's attention (attention_rows) has one workgroup per
+     * head, so a GPU takes wide ones, in teams (attention.comp): there, tg128 after 2048
+     * positions ran at 105, 224 and 275 t/s with 64, 256 and 1024 invocations. Prompts
+     * have a workgroup per head and token: 256 kept pp512 as it was (6419 t/s against
+     * 6376 with 64); 1024 there is unmeasured. A CPU device (one thread a workgroup)
+     * keeps 64. */
+    t.attn_rows_wg = t.attn_wg;
+    if (c->type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        t.attn_wg = 256 < c->max_wg ? 256 : c->max_wg;
+        t.attn_rows_wg = 1024 < c->max_wg ? 1024 : c->max_wg;
+    }
     /* CPU devices take matmul_rows.comp, which needs subgroup shuffles, subgroups of 4
      * or more and 64 KiB uniform buffers */
     t.mr_sg = c->subgroup_size;
@@ -137,6 +151,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"ew_wg", offsetof(vk_tuning, ew_wg)},     {"norm_wg", offsetof(vk_tuning, norm_wg)},
         {"rope_wg", offsetof(vk_tuning, rope_wg)}, {"rows_wg", offsetof(vk_tuning, rows_wg)},
         {"attn_wg", offsetof(vk_tuning, attn_wg)}, {"mv_wg", offsetof(vk_tuning, mv_wg)},
+        {"attn_rows_wg", offsetof(vk_tuning, attn_rows_wg)},
         {"mv_nr", offsetof(vk_tuning, mv_nr)},     {"cpu_rows", offsetof(vk_tuning, cpu_rows)},
         {"mr_wg", offsetof(vk_tuning, mr_wg)},     {"mr_sg", offsetof(vk_tuning, mr_sg)},
         {"mv_max_tok", offsetof(vk_tuning, mv_max_tok)},
@@ -164,18 +179,26 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
 /* The shaders' assumptions about the sizes, checked once instead of trusted. */
 static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
     const uint32_t sizes[] = {t->ew_wg, t->norm_wg, t->rope_wg, t->rows_wg, t->attn_wg,
+                              t->attn_rows_wg,
                               t->attn_max_hd, t->mv_wg, t->mv_nr, t->mv_max_tok, t->mr_wg, t->mm_bm,
                               t->mm_bn, t->mm_tm, t->mm_tn};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (sizes[i] == 0) return al_error(AL_ERR_ARG, "Vulkan tuning: a size is 0");
     uint32_t mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
     uint64_t mv_shared = 8ull * t->mv_nr * t->mv_wg * 4, mm_shared = 32ull * (t->mm_bm + t->mm_bn) * 4;
-    bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->mv_wg) && t->mv_max_tok <= 8 &&
+    /* attention.comp: ps and red_, qs and ks, each team's softmax (teams of 64) */
+    uint32_t attn_wg = t->attn_wg > t->attn_rows_wg ? t->attn_wg : t->attn_rows_wg;
+    uint64_t n_team = attn_wg > 64 ? attn_wg / 64 : 1;
+    uint64_t attn_shared = (2ull * attn_wg + 2ull * t->attn_max_hd +
+                            n_team * (t->attn_max_hd + 2)) * 4;
+    bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->attn_rows_wg) && pow2(t->mv_wg) &&
+              t->mv_max_tok <= 8 && attn_wg <= c->max_wg &&
               t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 && t->ew_wg <= c->max_wg &&
               t->norm_wg <= c->max_wg && t->attn_wg <= c->max_wg && t->mv_wg <= c->max_wg &&
               t->rope_wg <= c->max_wg && t->rows_wg <= c->max_wg && mm_wg <= c->max_wg &&
               t->mr_wg <= c->max_wg && (!t->cpu_rows || (t->mr_wg % t->mr_sg == 0 && t->mr_sg >= 4)) &&
-              mv_shared <= c->shared_bytes && mm_shared <= c->shared_bytes;
+              mv_shared <= c->shared_bytes && mm_shared <= c->shared_bytes &&
+              attn_shared <= c->shared_bytes;
     return ok ? AL_OK : al_error(AL_ERR_ARG, "Vulkan tuning sizes do not fit the shaders or %s",
                                  c->name);
 }
@@ -245,7 +268,7 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
     case VK_OP_ROPE: v[0] = t->rope_wg; *wg = v[0]; return 1;
     case VK_OP_GET_ROWS: v[0] = t->rows_wg; *wg = v[0]; return 1;
     case VK_OP_ATTENTION: case VK_OP_ATTENTION_ROWS:
-        v[0] = t->attn_wg, v[1] = t->attn_max_hd;
+        v[0] = op == VK_OP_ATTENTION ? t->attn_wg : t->attn_rows_wg, v[1] = t->attn_max_hd;
         *wg = v[0];
         return 2;
     case VK_OP_MATVEC: case VK_OP_MATVEC_GLU: case VK_OP_MATVEC_MULTI:

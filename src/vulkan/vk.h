@@ -218,6 +218,7 @@ typedef struct vk_tuning {
     uint32_t ew_wg;                       /* add, silu_mul, gelu_mul, swiglu_oai, scale */
     uint32_t norm_wg, rope_wg, rows_wg;   /* rms_norm, rope, get_rows */
     uint32_t attn_wg, attn_max_hd;        /* attention: positions per step, head_dim bound */
+    uint32_t attn_rows_wg;                /* attention_rows (decoding): positions per step */
     uint32_t mv_wg, mv_nr;                /* matvec: invocations, rows per workgroup */
     uint32_t cpu_rows;                    /* 1: every matmul by matmul_rows (CPU devices) */
     uint32_t mr_wg;                       /* matmul_rows: rows per workgroup */

@@ -324,6 +324,8 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
         .gpu_s = (double)atomic_load(&be->sh->gpu_ns) * 1e-9,
         .n_timed = atomic_load(&be->sh->n_timed),
         .n_validation = atomic_load(&be->sh->d.n_validation),
+        .cpu_rows = be->sh->pl.tune.cpu_rows != 0,
+        .fuse_norm = be->sh->pl.tune.fuse_norm != 0,
     };
     return true;
 }

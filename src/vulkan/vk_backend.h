@@ -50,6 +50,7 @@ typedef struct vk_backend_stats {
      * command to the last (timestamps; n_timed submissions had them) */
     double record_s, wait_s, gpu_s;
     uint64_t n_timed;
+    bool cpu_rows, fuse_norm; /* the tuning in use (pipelines.c): what a step dispatches */
 } vk_backend_stats;
 
 /* Fills *out and returns true if be is a Vulkan backend; false otherwise. */

@@ -4,8 +4,15 @@
 // last `window` of them; kv head h / (n_head / n_head_kv). One workgroup per
 // (head, token). Positions are taken WG at a time: each invocation scores one
 // position, and the running maximum and sum (online softmax) rescale what was
-// accumulated before, so no buffer grows with the context. Invocation i accumulates
-// output dimensions i, i + WG, ... (at most ND of them).
+// accumulated before, so no buffer grows with the context.
+//
+// The workgroup is NTEAM teams of TS invocations, each team an online softmax of its
+// own over every NTEAM-th slice of TS positions, merged at the end. Lane i of a team
+// accumulates output dimensions i, i + TS, ... (at most ND of them) over its TS
+// positions of a step. Why teams: a decoded token has only n_head workgroups; with one
+// softmax per workgroup, 64 lanes summed the values of every position one after the
+// other, and on an H200 attention over 2048 positions took 0.45 ms a layer. Teams cut
+// that chain by NTEAM, with the reductions kept inside each team.
 //
 // The caches are rings of cap rows (backend.h: al_attn_shape): position j is row
 // j % cap. ops.c wrote this batch's keys and values before, and checked that the
@@ -32,7 +39,9 @@
 #include "reduce.glsl"
 
 layout(constant_id = 1) const uint MAX_HD = 256; // head_dim at most; ops.c checks
-const uint ND = (MAX_HD + WG - 1) / WG;
+const uint TS = WG < 64u ? WG : 64u; // a team's invocations (WG is a power of two)
+const uint NTEAM = WG / TS;
+const uint ND = (MAX_HD + TS - 1) / TS;
 
 #ifdef ROWS
 #define VK_SEQ 8 // push.h: the rows (sequences) of one dispatch
@@ -86,8 +95,36 @@ layout(binding = 4, std430) readonly buffer S { float sinks[]; }; // [n_head]
 
 shared float qs[MAX_HD];
 shared float ps[WG]; // exp(score - max) of the current positions
+shared float tm[NTEAM], tl[NTEAM], tacc[NTEAM * MAX_HD]; // each team's softmax, merged
 
 const float NEG = -1e30; // not -inf: -inf - -inf would be NaN
+
+// Sums (maxima) of v over the team of invocation tid, lane its index in the team: a
+// shared-memory tree, since subgroups need not line up with teams. Every invocation
+// of the workgroup calls these (barriers).
+float team_sum(float v, uint tid, uint lane) {
+    red_[tid] = v;
+    barrier();
+    for (uint s = TS / 2; s > 0; s >>= 1) {
+        if (lane < s) red_[tid] += red_[tid + s];
+        barrier();
+    }
+    float r = red_[tid - lane];
+    barrier();
+    return r;
+}
+
+float team_max(float v, uint tid, uint lane) {
+    red_[tid] = v;
+    barrier();
+    for (uint s = TS / 2; s > 0; s >>= 1) {
+        if (lane < s) red_[tid] = max(red_[tid], red_[tid + s]);
+        barrier();
+    }
+    float r = red_[tid - lane];
+    barrier();
+    return r;
+}
 
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
@@ -132,9 +169,12 @@ void main() {
     barrier();
 #endif
 
-    // max with NEG: m stays finite, as with the scores, even for a sink of -inf
-    float m = p.has_sink != 0 ? max(sinks[p.s_off + h], NEG) : NEG;
-    float l = p.has_sink != 0 ? 1.0 : 0.0, acc[ND];
+    // max with NEG: m stays finite, as with the scores, even for a sink of -inf; the
+    // sink is team 0's, as a position it has seen
+    uint team = tid / TS, lane = tid % TS;
+    bool sink = p.has_sink != 0 && team == 0;
+    float m = sink ? max(sinks[p.s_off + h], NEG) : NEG;
+    float l = sink ? 1.0 : 0.0, acc[ND];
     [[unroll]] for (uint j = 0; j < ND; j++) acc[j] = 0.0;
     for (uint c0 = 0; c0 < n_cached; c0 += WG) {
         uint i = c0 + tid; // this invocation's position is lo + i
@@ -145,42 +185,59 @@ void main() {
             for (uint d = 0; d < hd; d++) s += qs[d] * KEY(kb + d);
             s *= p.scale;
         }
-        float m_new = max(m, wg_max(s));
+        float m_new = max(m, team_max(s, tid, lane));
         float e = i < n_cached ? exp(s - m_new) : 0.0;
         ps[tid] = e;
         float corr = exp(m - m_new);
-        l = l * corr + wg_sum(e); // its barriers also publish ps
+        l = l * corr + team_sum(e, tid, lane); // its barriers also publish ps
         m = m_new;
-        uint n_c = min(WG, n_cached - c0), row_c0 = (row_lo + c0) % cap;
+        uint t0 = c0 + team * TS; // the team's first position of this step
+        uint n_c = t0 < n_cached ? min(TS, n_cached - t0) : 0, row_c0 = (row_lo + t0) % cap;
         [[unroll]] for (uint j = 0; j < ND; j++) {
-            uint d = tid + j * WG;
+            uint d = lane + j * TS;
             if (d >= hd) break;
             float a = acc[j] * corr;
             uint vd = v_off + kvh * hd + d, row = row_c0;
             for (uint i2 = 0; i2 < n_c; i2++) {
-                a += ps[i2] * VAL(vd + row * v_stride);
+                a += ps[team * TS + i2] * VAL(vd + row * v_stride);
                 row = row + 1 == cap ? 0 : row + 1; // the ring wraps to row 0
             }
             acc[j] = a;
         }
         barrier(); // ps is rewritten by the next positions
     }
+    // merge the teams into team 0: rescale each to the largest maximum
+    if (lane == 0) tm[team] = m, tl[team] = l;
+    [[unroll]] for (uint j = 0; j < ND; j++)
+        if (lane + j * TS < hd) tacc[team * MAX_HD + lane + j * TS] = acc[j];
+    barrier();
+    if (team != 0) return; // no barrier follows
+    m = tm[0];
+    for (uint g = 1; g < NTEAM; g++) m = max(m, tm[g]);
+    l = 0.0;
+    [[unroll]] for (uint j = 0; j < ND; j++) acc[j] = 0.0;
+    for (uint g = 0; g < NTEAM; g++) {
+        float f = exp(tm[g] - m);
+        l += tl[g] * f;
+        [[unroll]] for (uint j = 0; j < ND; j++)
+            if (lane + j * TS < hd) acc[j] += tacc[g * MAX_HD + lane + j * TS] * f;
+    }
 #ifdef ROWS
-    { // the new position, from the inputs: every invocation scores it (hd products)
+    { // the new position, from the inputs: every lane scores it (hd products)
         float s = 0.0;
         for (uint d = 0; d < hd; d++) s += qs[d] * ks[d];
         s *= p.scale;
         float m_new = max(m, s), corr = exp(m - m_new), e = exp(s - m_new);
         l = l * corr + e;
         [[unroll]] for (uint j = 0; j < ND; j++) {
-            uint d = tid + j * WG;
+            uint d = lane + j * TS;
             if (d < hd) acc[j] = acc[j] * corr + e * v[vn + d];
         }
     }
 #endif
     float inv = 1.0 / l;
     [[unroll]] for (uint j = 0; j < ND; j++) {
-        uint d = tid + j * WG;
+        uint d = lane + j * TS;
         if (d < hd) o[p.o_off + t * p.o_stride + h * hd + d] = acc[j] * inv;
     }
 }
