@@ -27,7 +27,9 @@ fi
 # answers some turns otherwise: on an AVX-512 machine turn 4 no longer recalled 7423.
 # What is tested here is the chat, not the kernels: the same numerics on every machine
 # that has AVX2, unless the caller picked an ISA.
-if grep -q '^flags.* avx2' /proc/cpuinfo 2>/dev/null; then export ANYLLM_ISA="${ANYLLM_ISA:-avx2}"; fi
+if grep -q '^flags.* avx2' /proc/cpuinfo 2>/dev/null; then
+    export ANYLLM_ISA="${ANYLLM_ISA:-avx2}"
+fi
 pty=$(dirname "$0")/chat_pty.py
 SYS="You are a helpful assistant."
 REMEMBER="Remember the number 7423."

@@ -476,13 +476,14 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
             /* decoding reads the weights a token uses and the keys and values before it
              * once per token: the roofline is the measured bandwidth over these bytes */
             snprintf(bpt, sizeof bpt, "%.1f MiB", r->bytes_per_token / 1048576.0);
-            snprintf(roof, sizeof roof, "-");
-            snprintf(gbs, sizeof gbs, "-");
-            if (!r->own_memory) {
+            if (r->own_memory) {
+                snprintf(roof, sizeof roof, "-");
+                snprintf(gbs, sizeof gbs, "-");
+                own_memory = true;
+            } else {
                 snprintf(roof, sizeof roof, "%.0f%%", roofline_pct(r, env->bandwidth_gbs));
                 snprintf(gbs, sizeof gbs, "%.1f", row_gbs(r, env->bandwidth_gbs));
             }
-            own_memory |= r->own_memory;
         }
         char test[48];
         int len = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);

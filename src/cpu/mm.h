@@ -71,8 +71,8 @@ static inline bool mm_take_guided(int64_t *next, int64_t n, int64_t per, int nth
 }
 
 /* A job's work items dealt out as one contiguous share per thread, which its owner
- * takes from the front in guided takes (mm_take_guided's sizes, over the share) and a
- * thread whose share is spent steals from the back, half of what is left at a time.
+ * takes from the front in guided takes (a quarter of what is left) and a thread whose
+ * share is spent steals from the back, half of what is left at a time.
  *
  * Why not mm_take_guided over all items: every take there starts where the other
  * thread's last one ended, so each is a new stream from memory, and a new stream costs

@@ -178,10 +178,10 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
 
 /* The shaders' assumptions about the sizes, checked once instead of trusted. */
 static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
-    const uint32_t sizes[] = {t->ew_wg, t->norm_wg, t->rope_wg, t->rows_wg, t->attn_wg,
-                              t->attn_rows_wg,
-                              t->attn_max_hd, t->mv_wg, t->mv_nr, t->mv_max_tok, t->mr_wg, t->mm_bm,
-                              t->mm_bn, t->mm_tm, t->mm_tn};
+    const uint32_t sizes[] = {t->ew_wg,   t->norm_wg, t->rope_wg,      t->rows_wg,
+                              t->attn_wg, t->attn_rows_wg, t->attn_max_hd, t->mv_wg,
+                              t->mv_nr,   t->mv_max_tok,   t->mr_wg,       t->mm_bm,
+                              t->mm_bn,   t->mm_tm,   t->mm_tn};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (sizes[i] == 0) return al_error(AL_ERR_ARG, "Vulkan tuning: a size is 0");
     uint32_t mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
@@ -194,7 +194,7 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
     bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->attn_rows_wg) && pow2(t->mv_wg) &&
               t->mv_max_tok <= 8 && attn_wg <= c->max_wg &&
               t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 && t->ew_wg <= c->max_wg &&
-              t->norm_wg <= c->max_wg && t->attn_wg <= c->max_wg && t->mv_wg <= c->max_wg &&
+              t->norm_wg <= c->max_wg && t->mv_wg <= c->max_wg &&
               t->rope_wg <= c->max_wg && t->rows_wg <= c->max_wg && mm_wg <= c->max_wg &&
               t->mr_wg <= c->max_wg && (!t->cpu_rows || (t->mr_wg % t->mr_sg == 0 && t->mr_sg >= 4)) &&
               mv_shared <= c->shared_bytes && mm_shared <= c->shared_bytes &&

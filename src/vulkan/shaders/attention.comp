@@ -99,26 +99,17 @@ shared float tm[NTEAM], tl[NTEAM], tacc[NTEAM * MAX_HD]; // each team's softmax,
 
 const float NEG = -1e30; // not -inf: -inf - -inf would be NaN
 
-// Sums (maxima) of v over the team of invocation tid, lane its index in the team: a
-// shared-memory tree, since subgroups need not line up with teams. Every invocation
-// of the workgroup calls these (barriers).
-float team_sum(float v, uint tid, uint lane) {
+// The sum (or maximum) of v over the team of invocation tid, lane its index in the
+// team: a shared-memory tree, since subgroups need not line up with teams. Every
+// invocation of the workgroup calls it (barriers).
+float team_reduce(float v, uint tid, uint lane, bool is_max) {
     red_[tid] = v;
     barrier();
     for (uint s = TS / 2; s > 0; s >>= 1) {
-        if (lane < s) red_[tid] += red_[tid + s];
-        barrier();
-    }
-    float r = red_[tid - lane];
-    barrier();
-    return r;
-}
-
-float team_max(float v, uint tid, uint lane) {
-    red_[tid] = v;
-    barrier();
-    for (uint s = TS / 2; s > 0; s >>= 1) {
-        if (lane < s) red_[tid] = max(red_[tid], red_[tid + s]);
+        if (lane < s) {
+            float o = red_[tid + s];
+            red_[tid] = is_max ? max(red_[tid], o) : red_[tid] + o;
+        }
         barrier();
     }
     float r = red_[tid - lane];
@@ -185,11 +176,11 @@ void main() {
             for (uint d = 0; d < hd; d++) s += qs[d] * KEY(kb + d);
             s *= p.scale;
         }
-        float m_new = max(m, team_max(s, tid, lane));
+        float m_new = max(m, team_reduce(s, tid, lane, true));
         float e = i < n_cached ? exp(s - m_new) : 0.0;
         ps[tid] = e;
         float corr = exp(m - m_new);
-        l = l * corr + team_sum(e, tid, lane); // its barriers also publish ps
+        l = l * corr + team_reduce(e, tid, lane, false); // its barriers also publish ps
         m = m_new;
         uint t0 = c0 + team * TS; // the team's first position of this step
         uint n_c = t0 < n_cached ? min(TS, n_cached - t0) : 0, row_c0 = (row_lo + t0) % cap;
