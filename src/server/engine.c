@@ -300,6 +300,15 @@ static al_status slot_move(srv_engine *e, slot *s, bool to_decode) {
     return st;
 }
 
+/* Publishes the KV-cache positions held by running jobs (lock held). A free slot's
+ * cache is kept for prefix reuse but counts as free: any job may overwrite it. */
+static void publish_kv_locked(srv_engine *e) {
+    long long used = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i].job) used += e->slots[i].n_cached;
+    e->kv_used = used;
+}
+
 /* Ends the slot's job and frees the slot. The slot keeps its cache, which s->cached
  * describes exactly, for the next prompt that shares a prefix: a client that went away
  * and retries, or the next turn of a chat, is not evaluated again. After an error the
@@ -320,6 +329,9 @@ static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) 
     s->job = NULL;
     s->decoding = false;
     e->n_active--;
+    /* in the same step as n_active: a reader that sees the slot free must not see its
+     * positions still held */
+    publish_kv_locked(e);
     pthread_mutex_unlock(&e->lock);
     if (why == SRV_FINISH_CANCELLED) srv_metrics_cancelled(e->metrics);
     srv_job_release(e, j);
@@ -468,15 +480,6 @@ static void reap_cancelled_locked(srv_engine *e) {
         slot_end(e, s, SRV_FINISH_CANCELLED, NULL);
         pthread_mutex_lock(&e->lock);
     }
-}
-
-/* Publishes the KV-cache positions held by running jobs (lock held). A free slot's
- * cache is kept for prefix reuse but counts as free: any job may overwrite it. */
-static void publish_kv_locked(srv_engine *e) {
-    long long used = 0;
-    for (int i = 0; i < e->n_slots; i++)
-        if (e->slots[i].job) used += e->slots[i].n_cached;
-    e->kv_used = used;
 }
 
 static void *engine_main(void *arg) {

@@ -239,7 +239,26 @@ def test_router_metrics():
     wait_idle()
     m = metrics()
     check(m["anyllm_kv_cache_used_positions"] == 0 and m["vllm:num_requests_waiting"] == 0,
-          "afterwards no KV-cache position is held by a running sequence")
+          f"afterwards no KV-cache position is held by a running sequence "
+          f"({m['anyllm_kv_cache_used_positions']:.0f} used, "
+          f"{m['vllm:num_requests_waiting']:.0f} waiting)")
+    # The gauges change together: a reader that sees no sequence running sees no position
+    # held, also while requests end one after another (the engine once freed the slot and
+    # published the positions a step apart).
+    with cf.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(lambda: [requests.post(BASE + CHAT, json=chat_body(f"Say {i}.",
+                                                                             max_tokens=2),
+                                                  timeout=60) for i in range(24)])
+        seen, torn = 0, []
+        while not done.done():
+            m = metrics()
+            if m["anyllm_active_sequences"] == 0:
+                seen += 1
+                if m["anyllm_kv_cache_used_positions"] != 0:
+                    torn.append(m["anyllm_kv_cache_used_positions"])
+        ok = all(r.status_code == 200 for r in done.result())
+    check(ok and not torn, f"between 24 short requests, {seen} reads with none running, "
+          f"{len(torn)} of them with positions held {torn[:3]}")
     system = ("You answer questions about the geography of Europe. Keep every answer short: one "
               "sentence, no lists, no markdown. If you do not know an answer, say so plainly and do "
               "not guess. Always name the country that a city belongs to, and the river it stands "
