@@ -137,6 +137,22 @@ typedef struct al_backend_stats {
 
 void al_model_get_backend_stats(const al_model *m, al_backend_stats *out);
 
+/* Device time per shader build, for finding where a GPU's time goes. Only where the
+ * backend times each dispatch: a Vulkan backend created with ANYLLM_VK_PROFILE=1 in
+ * the environment writes a timestamp before and after every dispatch. Those make the
+ * dispatches run one at a time, so a profiled run is slower than a plain one: read
+ * the shares, not the totals. Counters only grow, as al_backend_stats' do. */
+typedef struct al_dispatch_time {
+    char name[48];  /* the shader build and its variant, e.g. "matvec_q4_0_sg.0" */
+    uint64_t n;     /* dispatches timed */
+    double gpu_s;   /* device seconds from their starts to their ends, summed */
+} al_dispatch_time;
+
+/* Writes the builds that have run (n > 0), up to max of them, in an order that does
+ * not change while m lives, and returns how many there are (more than max: some were
+ * left out); 0 where nothing is timed. */
+int al_model_get_dispatch_times(const al_model *m, al_dispatch_time *out, int max);
+
 /* Reads n_bytes at buf with this CPU's widest vector loads and returns a sum of what it
  * read (the 64-bit words of its 64-byte-aligned middle, the bytes of its edges), which
  * keeps the read from being optimized away: the read a memory bandwidth probe times

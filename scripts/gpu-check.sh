@@ -20,7 +20,8 @@
 #    where a token's time goes (the host's recording, the wait, the device's own time),
 #    and with the norm fused into the matvecs (fuse_norm=1; off by default since an H200
 #    measured it slower), or only the decode attention's fusion off (fuse_attn=0: rope,
-#    cache stores and attention in one dispatch)
+#    cache stores and attention in one dispatch); then the device's time per shader
+#    build, prompt and generation (ANYLLM_VK_PROFILE=1)
 # 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -147,6 +148,13 @@ if [ -n "$model" ]; then
             dptx=$(grep "\"n_gen\": $TG," "$out" | field vk_dispatches_per_token)
             echo "with ANYLLM_VK_TUNE=$tune: ${dptx:-?} dispatches per token, tg$TG ${tgx:-?} t/s"
         done
+        # the device's time shader by shader, a timestamp on each side of every dispatch
+        # (ANYLLM_VK_PROFILE): a slow kernel, or a cost every dispatch pays. The
+        # dispatches run one at a time then: read the shares and the us each
+        ANYLLM_VK_PROFILE=1 "$bin" bench -m "$model" -p "$PP" -n "$TG" -r 1 --backend vulkan \
+            >"$BUILD/gpu-check-profile.md" 2>>"$BUILD/gpu-check-bench.err"
+        result $?
+        sed -n '/device time per shader build/,/^| all/p' "$BUILD/gpu-check-profile.md"
         if [ -n "$bw" ] && [ -n "$bpt" ] && [ -n "$tg" ]; then
             awk -v tg="$tg" -v bpt="$bpt" -v bw="$bw" 'BEGIN {
                 bound = bw * 1e9 / bpt

@@ -123,6 +123,8 @@ typedef struct al_backend_ops {
     void (*destroy)(al_backend *be);
     /* NULL, or the counters of al_model_get_backend_stats (anyllm.h) */
     void (*stats)(const al_backend *be, al_backend_stats *out);
+    /* NULL, or al_model_get_dispatch_times (anyllm.h) */
+    int (*dispatch_times)(const al_backend *be, al_dispatch_time *out, int max);
 
     /* Storage for activations and caches, zero-filled: ne[1] rows of ne[0] f32. */
     al_status (*tensor_alloc)(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);

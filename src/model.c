@@ -705,6 +705,10 @@ void al_model_get_backend_stats(const al_model *m, al_backend_stats *out) {
     if (m->be->ops->stats) m->be->ops->stats(m->be, out);
 }
 
+int al_model_get_dispatch_times(const al_model *m, al_dispatch_time *out, int max) {
+    return m->be->ops->dispatch_times ? m->be->ops->dispatch_times(m->be, out, max) : 0;
+}
+
 /* Rows of layer il's KV cache in a context of n_ctx positions: all of them, or for a
  * sliding layer its window plus one batch, as a ring (backend.h: al_attn_shape). The
  * batch's worth beyond the window also lets a context be cut back by up to a batch

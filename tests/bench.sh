@@ -78,8 +78,45 @@ if [ "$n_backends" -gt 1 ]; then
         grep -q 'no roofline for a GPU with its own memory' "$tmp/own"; then
         ok "no roofline for a GPU's own memory: $(echo "$vk_row" | cut -d'|' -f11-13)"
     else bad "own-memory roofline: $(cat "$tmp/own")"; fi
+    # ANYLLM_VK_PROFILE: a table per test of device time per shader build (on stderr
+    # beside JSON), whose dispatches per token add up to the row's, whose times fit in
+    # the device's own time, and none without the variable (the matrix above)
+    ANYLLM_VK_PROFILE=1 "$bin" bench -m "$m" -p 8 -n 4 -r 2 -t 1 --backend vulkan -o json \
+        >"$tmp/prof.json" 2>"$tmp/prof"
+    python3 - "$tmp/prof.json" "$tmp/prof" >"$tmp/check" 2>&1 <<'PY'
+import json, re, sys
+rows = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+tables = {}
+for m in re.finditer(r"(pp8|tg4): device time per shader build.*\n.*\n.*\n((?:\|.*\n?)+)", text):
+    tables[m.group(1)] = [l.strip("|").split("|") for l in m.group(2).strip().split("\n")]
+assert set(tables) == {"pp8", "tg4"}, f"tables for {sorted(tables)}: {text}"
+for test, t in tables.items():
+    body, last = t[:-1], t[-1]
+    assert last[0].strip() == "all" and body, f"{test}: no rows or no 'all' row"
+    names = [r[0].strip() for r in body]
+    assert all(re.fullmatch(r"[a-z0-9_]+\.[0-7]", n) for n in names), f"{test}: names {names}"
+    assert any(n.startswith(("matvec", "matmul")) for n in names), f"{test}: no matmul {names}"
+    disp = [float(r[1]) for r in body]
+    us = [float(r[2]) for r in body]
+    share = [float(r[4].strip().rstrip("%")) for r in body]
+    assert all(u > 0 for u in us), f"{test}: a build without device time {us}"
+    assert abs(sum(disp) - float(last[1])) < 0.05 * len(disp), f"{test}: {disp} vs {last[1]}"
+    assert abs(sum(share) - 100) < 0.1 * len(share), f"{test}: shares add to {sum(share)}"
+tg = [r for r in rows if r["n_gen"] > 0][0]
+tot = tables["tg4"][-1]
+assert abs(float(tot[1]) - tg["vk_dispatches_per_token"]) < 0.05, \
+    f"{tot[1]} dispatches in the table, {tg['vk_dispatches_per_token']} in the row"
+assert float(tot[3]) <= tg["vk_gpu_ms_per_token"] * 1.01 + 0.01, \
+    f"{tot[3]} ms in the table, the device ran {tg['vk_gpu_ms_per_token']} ms"
+print(f"tg4: {len(tables['tg4']) - 1} builds, {tot[1]} dispatches and {tot[3]} of "
+      f"{tg['vk_gpu_ms_per_token']:.3f} device ms per token")
+PY
+    if grep -q 'dispatches and' "$tmp/check" && ! grep -q 'device time per shader' "$tmp/err"; then
+        ok "ANYLLM_VK_PROFILE: $(cat "$tmp/check")"
+    else bad "ANYLLM_VK_PROFILE: $(cat "$tmp/check")"; fi
 else
-    echo "skip: no Vulkan device: the own-memory roofline is not checked"
+    echo "skip: no Vulkan device: the own-memory roofline and ANYLLM_VK_PROFILE are not checked"
 fi
 expect_error "bench -d beyond the training context" "$bin" bench -m "$m" -p 8 -n 0 -d 4096 -r 1
 expect_error "bench --backend all with another" "$bin" bench -m "$m" --backend all --backend cpu

@@ -77,6 +77,8 @@ typedef struct bench_result {
                             of the bandwidth measured right before and after it */
     bool own_memory;     /* a GPU reading weights from its own memory (a staging copy):
                             the host's bandwidth bounds nothing there, so no roofline */
+    struct shader_times *shaders; /* ANYLLM_VK_PROFILE: device time per shader build over
+                                     the timed repetitions; NULL otherwise */
 } bench_result;
 
 /* ---- memory bandwidth --------------------------------------------------------------- */
@@ -250,13 +252,83 @@ static vk_cost vk_cost_now(const al_model *m) {
 }
 
 
+/* ---- device time per shader build (ANYLLM_VK_PROFILE) ---------------------------------- */
+
+enum { MAX_SHADERS = 96 };
+
+typedef struct shader_times {
+    int n;
+    al_dispatch_time t[MAX_SHADERS];
+} shader_times;
+
+/* Adds after - before to acc, build by build, matched by name (a build that first ran
+ * in between is in after alone). */
+static void shader_times_add(shader_times *acc, const al_dispatch_time *before, int n_before,
+                             const al_dispatch_time *after, int n_after) {
+    for (int i = 0; i < n_after; i++) {
+        al_dispatch_time d = after[i];
+        for (int j = 0; j < n_before; j++)
+            if (!strcmp(before[j].name, d.name)) {
+                d.n -= before[j].n;
+                d.gpu_s -= before[j].gpu_s;
+                break;
+            }
+        int k = 0;
+        while (k < acc->n && strcmp(acc->t[k].name, d.name)) k++;
+        if (d.n == 0 || (k == acc->n && acc->n == MAX_SHADERS)) continue;
+        if (k == acc->n) acc->t[acc->n++] = (al_dispatch_time){.n = 0};
+        snprintf(acc->t[k].name, sizeof acc->t[k].name, "%s", d.name);
+        acc->t[k].n += d.n;
+        acc->t[k].gpu_s += d.gpu_s;
+    }
+}
+
+static int by_gpu_time(const void *a, const void *b) {
+    const double x = ((const al_dispatch_time *)a)->gpu_s, y = ((const al_dispatch_time *)b)->gpu_s;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* "pp512", "tg128 @ d2048" */
+static void test_name(const bench_result *r, char *out, size_t n) {
+    int len = snprintf(out, n, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);
+    if (r->n_depth) snprintf(out + len, n - (size_t)len, " @ d%d", r->n_depth);
+}
+
+/* Per test, its builds by device time: which kernel is slow, and what a dispatch costs. */
+static void print_shader_times(FILE *f, const bench_result *res, int n, int reps) {
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        if (!r->shaders || r->shaders->n == 0) continue;
+        shader_times st = *r->shaders;
+        qsort(st.t, (size_t)st.n, sizeof st.t[0], by_gpu_time);
+        double total = 0, count = 0;
+        for (int k = 0; k < st.n; k++) total += st.t[k].gpu_s, count += (double)st.t[k].n;
+        const double per = 1.0 / (reps * (r->is_pp ? 1 : r->n_tokens));
+        char test[48];
+        test_name(r, test, sizeof test);
+        fprintf(f, "\n%s %s: device time per shader build, per %s (ANYLLM_VK_PROFILE: the "
+                "dispatches ran one at a time)\n| shader | dispatches | us each | ms | share |\n"
+                "|---|---:|---:|---:|---:|\n",
+                r->info.backend, test, r->is_pp ? "prompt" : "token");
+        for (int k = 0; k < st.n; k++)
+            fprintf(f, "| %s | %.1f | %.1f | %.3f | %.1f%% |\n", st.t[k].name,
+                    (double)st.t[k].n * per, 1e6 * st.t[k].gpu_s / (double)st.t[k].n,
+                    1e3 * st.t[k].gpu_s * per, total > 0 ? 100 * st.t[k].gpu_s / total : 0);
+        fprintf(f, "| all | %.1f | %.1f | %.3f | 100%% |\n", count * per,
+                count > 0 ? 1e6 * total / count : 0, 1e3 * total * per);
+    }
+}
+
 /* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
  * returns seconds, or a negative value on failure. *vk: the Vulkan work of the timed
- * part (dispatches -1 elsewhere). */
+ * part (dispatches -1 elsewhere); shaders, unless NULL, gains its device time per
+ * shader build. */
 static double run_once(const al_model *m, al_context *c, const int32_t *all_ids, int depth, int n,
-                       bool is_pp, float *logits, vk_cost *vk) {
+                       bool is_pp, float *logits, vk_cost *vk, shader_times *shaders) {
     if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
     const int32_t *ids = all_ids + depth;
+    al_dispatch_time before[MAX_SHADERS], after[MAX_SHADERS];
+    const int n_before = shaders ? al_model_get_dispatch_times(m, before, MAX_SHADERS) : 0;
     const vk_cost v0 = vk_cost_now(m);
     double t0 = cli_now_s();
     if (is_pp) {
@@ -267,6 +339,11 @@ static double run_once(const al_model *m, al_context *c, const int32_t *all_ids,
     }
     double dt = cli_now_s() - t0;
     const vk_cost v1 = vk_cost_now(m);
+    if (shaders) {
+        const int n_after = al_model_get_dispatch_times(m, after, MAX_SHADERS);
+        shader_times_add(shaders, before, n_before < MAX_SHADERS ? n_before : MAX_SHADERS,
+                         after, n_after < MAX_SHADERS ? n_after : MAX_SHADERS);
+    }
     *vk = (vk_cost){v0.dispatches < 0 ? -1 : v1.dispatches - v0.dispatches,
                     v1.record_s - v0.record_s, v1.wait_s - v0.wait_s, v1.gpu_s - v0.gpu_s,
                     v1.n_timed - v0.n_timed};
@@ -295,7 +372,14 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
                     rep < 0 ? 1 : o->reps);
         if (!r->is_pp && !r->own_memory && rep >= 0)
             bw[rep] = bw_probe_measure(probe, BW_PASSES_REP);
-        double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &vk);
+        /* the warm-up ran every build a test uses, if anything is timed */
+        if (rep == 0 && al_model_get_dispatch_times(m, NULL, 0) > 0) {
+            free(r->shaders);
+            r->shaders = calloc(1, sizeof *r->shaders);
+            if (!r->shaders) return clear_line(), cli_fail("out of memory");
+        }
+        double dt = run_once(m, c, ids, r->n_depth, r->n_tokens, r->is_pp, logits, &vk,
+                             rep >= 0 ? r->shaders : NULL);
         if (dt < 0) return clear_line(), cli_fail_status(AL_ERR_ARG);
         if (rep < 0) continue;
         r->ts[rep] = r->n_tokens / dt;
@@ -486,8 +570,7 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
             }
         }
         char test[48];
-        int len = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n_tokens);
-        if (r->n_depth) snprintf(test + len, sizeof test - (size_t)len, " @ d%d", r->n_depth);
+        test_name(r, test, sizeof test);
         printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s | %s |\n",
                base_name(r->model), (double)r->file_bytes / (1u << 30), r->info.n_params / 1e9,
                r->info.backend, r->n_threads, test, r->mean_ts, r->sd_ts, ttft, r->load_ms, bpt,
@@ -624,7 +707,9 @@ static void bench_usage(void) {
            "  --save-profile           store the figures as this machine's device profile of\n"
            "                           each model, which --backend auto reads (anyllm profile\n"
            "                           shows it)\n"
-           "  -h, --help               this help\n");
+           "  -h, --help               this help\n"
+           "With ANYLLM_VK_PROFILE=1 in the environment, a table per Vulkan test follows:\n"
+           "the device's time per shader build, each dispatch timed on its own.\n");
 }
 
 /* Every model can at least be opened: a typo should fail at once, not after the
@@ -758,10 +843,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(o.format, "json")) print_json(res, n_res, &env);
         else if (!strcmp(o.format, "csv")) print_csv(res, n_res, &env);
         else print_md(res, n_res, &env);
+        /* stdout stays JSON or CSV in those formats */
+        print_shader_times(strcmp(o.format, "md") ? stderr : stdout, res, n_res, o.reps);
         if (o.plot) rc = plot_results(o.plot, res, n_res);
         for (int mi = 0; !rc && o.save_profile && mi < o.n_models; mi++)
             rc = save_profile(o.models[mi], res, n_res);
     }
+    for (int i = 0; i < n_res; i++) free(res[i].shaders);
     free(res);
     return rc;
 }

@@ -107,7 +107,10 @@ static void dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
                                   0, 1, &set, 0, NULL);
     d->fn.vkCmdPushConstants(be->s.cmd, be->sh->pl.layout[op], VK_SHADER_STAGE_COMPUTE_BIT, 0,
                              push_bytes, push);
+    const int kind = be->sh->prof ? vk_pipeline_kind(op, type, variant) : 0;
+    vk_prof_mark(be, false, kind);
     d->fn.vkCmdDispatch(be->s.cmd, gx, groups_y, 1);
+    vk_prof_mark(be, true, kind);
     vk_recorded(be);
     vk_count_dispatch(be);
 }

@@ -347,24 +347,48 @@ static al_status create_pipeline(vk_device *d, vk_pipelines *pl, vk_op op, int v
     return AL_OK;
 }
 
+static uint32_t type_slot(vk_op op, uint32_t type) {
+    const uint32_t slot = g_ops[op].typed ? type : 0;
+    return slot < AL_TYPE_COUNT ? slot : 0;
+}
+
+int vk_pipeline_kind(vk_op op, uint32_t type, int variant) {
+    return ((int)op * AL_TYPE_COUNT + (int)type_slot(op, type)) * VK_VARIANTS + variant;
+}
+
+/* The shader's name: the op's, the type's suffix where the op has builds per type, and
+ * _sg for a subgroup build; false for a type without shaders. */
+static bool shader_name(const vk_pipelines *pl, vk_op op, uint32_t type, char *name, size_t n) {
+    int len = snprintf(name, n, "%s", g_ops[op].name);
+    if (g_ops[op].typed) {
+        const char *suffix = type_suffix(type);
+        if (!suffix) return false;
+        len += snprintf(name + len, n - (size_t)len, "_%s", suffix);
+    }
+    if (g_ops[op].has_sg && pl->use_subgroup) snprintf(name + len, n - (size_t)len, "_sg");
+    return true;
+}
+
+void vk_pipeline_kind_name(const vk_pipelines *pl, int kind, char *out, size_t n) {
+    const int variant = kind % VK_VARIANTS, slot = kind / VK_VARIANTS % AL_TYPE_COUNT;
+    const vk_op op = (vk_op)(kind / VK_VARIANTS / AL_TYPE_COUNT);
+    AL_ASSERT(kind >= 0 && kind < VK_PIPELINE_KINDS);
+    char name[64];
+    if (!shader_name(pl, op, (uint32_t)slot, name, sizeof name))
+        snprintf(name, sizeof name, "%s", g_ops[op].name);
+    snprintf(out, n, "%s.%d", name, variant);
+}
+
 static al_status pipeline_get(vk_device *d, vk_pipelines *pl, vk_op op, uint32_t type,
                               int variant, const vk_pipeline **out) {
     AL_ASSERT(op < VK_OP_COUNT && variant >= 0 && variant < VK_VARIANTS);
-    uint32_t slot = g_ops[op].typed ? type : 0;
-    if (slot >= AL_TYPE_COUNT) slot = 0;
-    vk_pipeline *p = &pl->pipe[op][slot][variant];
+    vk_pipeline *p = &pl->pipe[op][type_slot(op, type)][variant];
     *out = p;
     if (p->pipeline) return AL_OK;
     char name[64];
-    int len = snprintf(name, sizeof name, "%s", g_ops[op].name);
-    if (g_ops[op].typed) {
-        const char *suffix = type_suffix(type);
-        if (!suffix)
-            return al_error(AL_ERR_UNSUPPORTED, "the Vulkan backend has no %s shader for %s",
-                            g_ops[op].name, quant_type_name(type));
-        len += snprintf(name + len, sizeof name - (size_t)len, "_%s", suffix);
-    }
-    if (g_ops[op].has_sg && pl->use_subgroup) snprintf(name + len, sizeof name - (size_t)len, "_sg");
+    if (!shader_name(pl, op, type, name, sizeof name))
+        return al_error(AL_ERR_UNSUPPORTED, "the Vulkan backend has no %s shader for %s",
+                        g_ops[op].name, quant_type_name(type));
     const vk_spirv *spv = find_spirv(name);
     AL_ASSERT(spv != NULL); /* the Makefile builds every variant named here */
     return create_pipeline(d, pl, op, variant, spv, p);

@@ -34,7 +34,6 @@
 #include "vk.h"
 
 enum {
-    MAX_SETS = 1024,            /* dispatches per submission */
     UPLOAD_BYTES = 8 << 20,     /* token ids and rope tables per submission */
 };
 
@@ -74,12 +73,13 @@ al_status vk_stream_init(vk_backend *be) {
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn.vkCreateFence(d->dev, &fci, NULL, &be->s.fence)) != VK_SUCCESS) goto fail;
     VkDescriptorPoolSize sizes[2] = {
-        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * VK_MAX_DESCRIPTORS},
-        {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = MAX_SETS},
+        {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+         .descriptorCount = VK_MAX_SETS * VK_MAX_DESCRIPTORS},
+        {.type = VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, .descriptorCount = VK_MAX_SETS},
     };
     VkDescriptorPoolCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-        .maxSets = MAX_SETS,
+        .maxSets = VK_MAX_SETS,
         .poolSizeCount = 2,
         .pPoolSizes = sizes,
     };
@@ -92,6 +92,10 @@ al_status vk_stream_init(vk_backend *be) {
         /* without it only the device's share goes unmeasured */
         if (d->fn.vkCreateQueryPool(d->dev, &qci, NULL, &be->s.ts_pool) != VK_SUCCESS)
             be->s.ts_pool = VK_NULL_HANDLE;
+        qci.queryCount = 2 * VK_MAX_SETS;
+        if (be->sh->prof &&
+            d->fn.vkCreateQueryPool(d->dev, &qci, NULL, &be->s.prof_pool) != VK_SUCCESS)
+            be->s.prof_pool = VK_NULL_HANDLE;
     }
     return vk_buf_create(d, UPLOAD_BYTES, VK_BUF_HOST, &be->s.upload);
 fail:
@@ -108,10 +112,11 @@ void vk_stream_destroy(vk_backend *be) {
     be->s.upload = be->s.staging = be->s.scratch = NULL;
     if (be->s.desc_pool) d->fn.vkDestroyDescriptorPool(d->dev, be->s.desc_pool, NULL);
     if (be->s.ts_pool) d->fn.vkDestroyQueryPool(d->dev, be->s.ts_pool, NULL);
+    if (be->s.prof_pool) d->fn.vkDestroyQueryPool(d->dev, be->s.prof_pool, NULL);
     if (be->s.fence) d->fn.vkDestroyFence(d->dev, be->s.fence, NULL);
     if (be->s.cmd_pool) d->fn.vkDestroyCommandPool(d->dev, be->s.cmd_pool, NULL);
     be->s.desc_pool = VK_NULL_HANDLE;
-    be->s.ts_pool = VK_NULL_HANDLE;
+    be->s.ts_pool = be->s.prof_pool = VK_NULL_HANDLE;
     be->s.fence = VK_NULL_HANDLE;
     be->s.cmd_pool = VK_NULL_HANDLE;
 }
@@ -178,12 +183,12 @@ void vk_recorded(vk_backend *be) {
 bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
     if (be->s.failed) return false;
     upload_bytes += 2 * be->sh->d.caps.align + 64; /* alignment of each upload */
-    if (n_dispatch > MAX_SETS || upload_bytes > UPLOAD_BYTES) {
+    if (n_dispatch > VK_MAX_SETS || upload_bytes > UPLOAD_BYTES) {
         vk_fail(be, AL_ERR_UNSUPPORTED, "an op needs %d dispatches and %llu upload bytes, more "
                 "than one submission holds", n_dispatch, (unsigned long long)upload_bytes);
         return false;
     }
-    if (be->s.recording && (be->s.n_sets + (uint32_t)n_dispatch > MAX_SETS ||
+    if (be->s.recording && (be->s.n_sets + (uint32_t)n_dispatch > VK_MAX_SETS ||
                             be->s.upload_used + upload_bytes > UPLOAD_BYTES))
         if (vk_submit_wait(be) != AL_OK) return false;
     if (be->s.recording) return true;
@@ -202,6 +207,8 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
         d->fn.vkCmdResetQueryPool(be->s.cmd, be->s.ts_pool, 0, 2);
         d->fn.vkCmdWriteTimestamp(be->s.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, be->s.ts_pool, 0);
     }
+    if (be->s.prof_pool)
+        d->fn.vkCmdResetQueryPool(be->s.cmd, be->s.prof_pool, 0, 2 * VK_MAX_SETS);
     be->s.t_begin = al_time_s();
     be->s.recording = true;
     be->s.n_sets = 0;
@@ -228,6 +235,39 @@ static void count_device_time(vk_backend *be) {
     atomic_fetch_add_explicit(&be->sh->gpu_ns, (uint64_t)((double)ticks * d->caps.ts_period),
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&be->sh->n_timed, 1, memory_order_relaxed);
+}
+
+void vk_prof_mark(vk_backend *be, bool after, int kind) {
+    if (!be->s.prof_pool) return;
+    const uint32_t i = be->s.n_sets - 1;
+    AL_ASSERT(be->s.n_sets > 0 && i < VK_MAX_SETS);
+    be->s.prof_kind[i] = (uint16_t)kind;
+    /* bottom of pipe: written once everything before it has finished, so the two
+     * bracket the dispatch alone (and serialize the stream: profiles run slower) */
+    be->sh->d.fn.vkCmdWriteTimestamp(be->s.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                     be->s.prof_pool, 2 * i + after);
+}
+
+/* Adds each dispatch's device time to its pipeline's entry (sh->prof). A submission
+ * whose timestamps are not all there (a failed recording) adds nothing. */
+static void count_dispatch_times(vk_backend *be) {
+    vk_device *d = &be->sh->d;
+    const uint32_t n = be->s.n_sets;
+    if (!be->s.prof_pool || n == 0) return;
+    uint64_t *ts = al_malloc(2 * (size_t)n * sizeof *ts);
+    if (!ts) return;
+    if (d->fn.vkGetQueryPoolResults(d->dev, be->s.prof_pool, 0, 2 * n, 2 * n * sizeof *ts, ts,
+                                    sizeof *ts, VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+        const uint64_t mask = d->ts_bits >= 64 ? ~0ull : (1ull << d->ts_bits) - 1;
+        for (uint32_t i = 0; i < n; i++) {
+            vk_prof_entry *e = &be->sh->prof[be->s.prof_kind[i]];
+            const uint64_t ticks = (ts[2 * i + 1] - ts[2 * i]) & mask;
+            atomic_fetch_add_explicit(&e->n, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&e->ns, (uint64_t)((double)ticks * d->caps.ts_period),
+                                      memory_order_relaxed);
+        }
+    }
+    al_free(ts);
 }
 
 al_status vk_submit_wait(vk_backend *be) {
@@ -272,6 +312,7 @@ al_status vk_submit_wait(vk_backend *be) {
     atomic_fetch_add_explicit(&be->sh->wait_ns, elapsed_ns(t_submit, al_time_s()),
                               memory_order_relaxed);
     count_device_time(be);
+    count_dispatch_times(be);
     d->fn.vkResetFences(d->dev, 1, &be->s.fence);
     d->fn.vkResetCommandBuffer(be->s.cmd, 0);
     return AL_OK;

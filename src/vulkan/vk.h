@@ -255,6 +255,11 @@ VkDescriptorType vk_binding_type(vk_op op, int i);
 uint32_t vk_binding_count(vk_op op, int i);
 /* true if the weight ops have shaders for this type */
 bool vk_type_supported(uint32_t type);
+/* Pipeline builds as one index, for per-build counters: VK_PIPELINE_KINDS of them. */
+enum { VK_PIPELINE_KINDS = VK_OP_COUNT * AL_TYPE_COUNT * VK_VARIANTS };
+int vk_pipeline_kind(vk_op op, uint32_t type, int variant);
+/* The build's name, as its shader's, with the variant after a dot: "matvec_q4_0_sg.1". */
+void vk_pipeline_kind_name(const vk_pipelines *pl, int kind, char *out, size_t n);
 void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl);
 
 /* ---- the backend object ----------------------------------------------------------- */
@@ -270,6 +275,10 @@ typedef enum vk_weight_mode {
  * by vk_backend_create, destroyed with that backend (the model's) after every
  * context's backend is gone. Read-only while contexts run, except the counters and
  * what the locks of vk_device and vk_pipelines guard. */
+typedef struct vk_prof_entry {
+    _Atomic uint64_t n, ns; /* dispatches timed, their device nanoseconds */
+} vk_prof_entry;
+
 typedef struct vk_shared {
     vk_device d;
     vk_pipelines pl;
@@ -292,6 +301,9 @@ typedef struct vk_shared {
     _Atomic uint64_t gpu_ns;     /* device: from the first command to the last, by the
                                   * queue's timestamps, where it has them */
     _Atomic uint64_t n_timed;    /* submissions with gpu_ns */
+    /* ANYLLM_VK_PROFILE=1: each dispatch between two timestamps, its device time summed
+     * per pipeline build (vk_pipeline_kind); NULL when not asked for */
+    vk_prof_entry *prof;
 } vk_shared;
 
 /* Buffers one barrier interval tracks: more than any command declares (attention_rows:
@@ -313,6 +325,8 @@ typedef struct vk_rope_cache {
     int32_t pos[VK_ROPE_POS];
 } vk_rope_cache;
 
+enum { VK_MAX_SETS = 1024 }; /* dispatches per submission: a descriptor set each */
+
 typedef struct vk_stream {
     /* recording: one command buffer, submitted when the host needs results */
     VkCommandPool cmd_pool;
@@ -320,6 +334,8 @@ typedef struct vk_stream {
     VkFence fence;
     VkDescriptorPool desc_pool;
     VkQueryPool ts_pool;          /* two timestamps per submission; VK_NULL_HANDLE: none */
+    VkQueryPool prof_pool;        /* sh->prof: two per dispatch, before and after it */
+    uint16_t prof_kind[VK_MAX_SETS]; /* sh->prof: the pipeline of dispatch i (n_sets) */
     double t_begin;               /* al_time_s() when the recording began */
     uint32_t n_sets;              /* descriptor sets taken from desc_pool */
     bool recording;
@@ -378,6 +394,9 @@ void vk_hazard(vk_backend *be, const vk_buf *buf, bool write);
 void vk_recorded(vk_backend *be);
 /* Count a recorded dispatch, a copy into a KV cache, for reports. */
 void vk_count_dispatch(vk_backend *be);
+/* sh->prof: a timestamp before (after false) or after the dispatch that took the
+ * stream's last descriptor set, which runs pipeline build kind (vk_pipeline_kind) */
+void vk_prof_mark(vk_backend *be, bool after, int kind);
 void vk_count_kv_copy(vk_backend *be);
 
 /* ---- recording (ops.c) ------------------------------------------------------------ */

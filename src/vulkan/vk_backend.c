@@ -35,6 +35,7 @@ static void destroy_shared(vk_backend *be) {
         fprintf(stderr, "anyllm: vulkan validation: %d messages\n", n_val);
     if (busy) return;
     vk_device_close(&sh->d);
+    al_free(sh->prof);
     al_free(sh);
 }
 
@@ -72,11 +73,13 @@ static al_status vk_sync(al_backend *base) {
 static al_status vk_context_backend(al_backend *base, al_backend **out);
 static al_status vk_supports(al_backend *base, const al_model_shape *shape);
 static void vk_stats(const al_backend *base, al_backend_stats *out);
+static int vk_dispatch_times(const al_backend *base, al_dispatch_time *out, int max);
 
 static const al_backend_ops vk_ops_table = {
     .name = "vulkan",
     .destroy = vk_destroy,
     .stats = vk_stats,
+    .dispatch_times = vk_dispatch_times,
     .tensor_alloc = vk_tensor_alloc,
     .tensor_free = vk_tensor_free,
     .tensor_read = vk_tensor_read,
@@ -199,6 +202,14 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     atomic_init(&be->sh->wait_ns, 0);
     atomic_init(&be->sh->gpu_ns, 0);
     atomic_init(&be->sh->n_timed, 0);
+    const char *prof = getenv("ANYLLM_VK_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0) { /* zero-filled: atomic_init's value */
+        be->sh->prof = al_calloc(VK_PIPELINE_KINDS, sizeof *be->sh->prof);
+        if (!be->sh->prof) {
+            vk_destroy(&be->base);
+            return al_error(AL_ERR_NOMEM, "out of memory for ANYLLM_VK_PROFILE's counters");
+        }
+    }
     al_status st = open_backend(be, device_index);
     if (st != AL_OK) {
         char msg[512];
@@ -305,6 +316,24 @@ static void vk_stats(const al_backend *base, al_backend_stats *out) {
                               .bytes_imported = vs.bytes_imported,
                               .bytes_copied = vs.bytes_copied,
                               .load_s = vs.load_s};
+}
+
+/* The builds that ran, in the order of vk_pipeline_kind (al_model_get_dispatch_times). */
+static int vk_dispatch_times(const al_backend *base, al_dispatch_time *out, int max) {
+    const vk_backend *be = (const vk_backend *)base;
+    if (!be->sh->prof) return 0;
+    int n = 0;
+    for (int k = 0; k < VK_PIPELINE_KINDS; k++) {
+        const uint64_t count = atomic_load(&be->sh->prof[k].n);
+        if (count == 0) continue;
+        if (n < max) {
+            out[n] = (al_dispatch_time){
+                .n = count, .gpu_s = (double)atomic_load(&be->sh->prof[k].ns) * 1e-9};
+            vk_pipeline_kind_name(&be->sh->pl, k, out[n].name, sizeof out[n].name);
+        }
+        n++;
+    }
+    return n;
 }
 
 bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
