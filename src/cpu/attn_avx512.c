@@ -200,6 +200,8 @@ typedef struct few_state {
     int lo[FEW], pos[FEW];         /* first and last visible key per query */
     __mmask16 vis[FEW][KEYS / 16]; /* the step's keys each query sees */
     int64_t row[KEYS];             /* the step's cache rows; from n on, row 0's */
+    int64_t next[KEYS];            /* the next step's rows (few_values asks for them) */
+    int n_next;                    /* its keys; 0 at the last step */
 } few_state;
 
 /* t[d] = element d0 + d of the 16 keys kp[i], key i in lane i. */
@@ -270,6 +272,24 @@ INLINE float few_max(float mx, const float *e, int n, int nb) {
     return mx > mb ? mx : mb;
 }
 
+/* Asks for the key and the value at cache row offset off, into L2. At depth the caches
+ * of all layers outgrow the L3, and a kv head's consecutive keys lie a whole cache row
+ * (every kv head) apart, which the hardware prefetchers follow poorly: each step asks
+ * for the next step's keys and values, one key per key it adds up (few_values), so
+ * that the requests come at the pace the lines are used. In one burst at the start of
+ * a step (256 lines) they had outrun the misses a core can have in flight and stalled
+ * it, and into L1 more so (perf put ~20% of the kernel's samples on them). bench-1b's
+ * shape at depth 2048, 16 layers from DRAM, 2 threads of a Zen 4, per token: 10.6-11.7
+ * ms in a burst into L1, 9.2-10.0 into L2, 7.8-8.4 spread (alternating runs); spread
+ * two steps ahead, 8.2-9.1. Without any, a thread's decode attention over 2048 keys of
+ * 48 layers (32 x 8 heads of 64) had taken ~90 ms, ~62 with the burst. */
+INLINE void prefetch_key(const cpu_attn_args *a, int64_t off) {
+    for (int d = 0; d < a->head_dim; d += 16) {
+        _mm_prefetch((const char *)(a->k + off + d), _MM_HINT_T1);
+        _mm_prefetch((const char *)(a->v + off + d), _MM_HINT_T1);
+    }
+}
+
 /* ot[j] = ot[j] * alpha[j], then + e[j][i] * v_i key by key, over the 16-float chunks
  * [c0, c0 + nc) of the dimensions: attn_values with the dimensions in the lanes, each
  * chunk of v loaded once for all the tile's queries. */
@@ -284,6 +304,8 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
             acc[j][c] = _mm512_mul_ps(_mm512_load_ps(ot + j * hd + (c0 + c) * 16),
                                       _mm512_set1_ps(alpha[j]));
     for (int i = 0; i < n; i++) {
+        if (c0 == 0 && i < st->n_next) /* once per step: the first chunk's call */
+            prefetch_key(a, st->next[i]);
         const float *v = a->v + st->row[i] + c0 * 16;
         __m512 vv[4];
 #pragma GCC unroll 4
@@ -304,26 +326,6 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
             _mm512_store_ps(ot + j * hd + (c0 + c) * 16, acc[j][c]);
 }
 
-/* Asks for the keys and values of the step after kb, where there is one. At depth the
- * caches of all layers outgrow the L3, and a kv head's consecutive keys lie a whole
- * cache row (every kv head) apart, which the hardware prefetchers follow poorly: one
- * thread's decode attention over 2048 keys of 48 layers (32 x 8 heads of 64) took
- * ~90 ms without this and ~62 ms with it. The values go to L2 only, as they are read
- * after the scores. */
-INLINE void few_prefetch_next(const cpu_attn_args *a, int kvh, int kb) {
-    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
-    if (kb + KEYS >= end) return;
-    int r = (kb + KEYS - a->pos0) % a->cap;
-    for (int i = 0; i < KEYS; i++) {
-        const int64_t off = cpu_attn_row_off(a, kvh, r);
-        for (int d = 0; d < a->head_dim; d += 16) {
-            _mm_prefetch((const char *)(a->k + off + d), _MM_HINT_T0);
-            _mm_prefetch((const char *)(a->v + off + d), _MM_HINT_T1);
-        }
-        if (++r == a->cap) r = 0;
-    }
-}
-
 /* One step of keys [kb, kb + n) for the tile: the steps of attn_512, query by query. */
 INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int n,
                      const float *qs, float *ot, float *e, const int nq) {
@@ -331,7 +333,10 @@ INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int
     for (int i = n; i < KEYS; i++) /* transposes read 16 keys: any row will do */
         st->row[i] = st->row[0];
     const int nb = (n + 15) / 16;
-    few_prefetch_next(a, kvh, kb);
+    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
+    const int left = end - (kb + KEYS);
+    st->n_next = left <= 0 ? 0 : left < KEYS ? left : KEYS;
+    if (st->n_next) cpu_attn_key_rows(a, kvh, kb + KEYS, st->n_next, st->next);
     for (int b = 0; b < nb; b++)
         few_scores(a, st, kb, 16 * b, qs, e, nq);
     float mn[LANES] = {0}, alpha[LANES];
