@@ -378,8 +378,8 @@ void mm_share_init(mm_share *s, int nth, int64_t n, int64_t per) {
     }
 }
 
-/* Takes from share s: the owner the front (a quarter of what is left: as
- * mm_take_guided with 2 threads), a thief the back half. */
+/* Takes from share s: the owner the front (a quarter of what is left, at least per),
+ * a thief the back half. */
 static bool share_take(mm_share *s, bool owner, int64_t per, int64_t *i0, int64_t *i1) {
     uint64_t cur = __atomic_load_n(&s->lohi, __ATOMIC_RELAXED);
     for (;;) {

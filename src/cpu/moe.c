@@ -70,7 +70,6 @@ typedef struct moe_job {
     moe_expert ex[MOE_MAX_EXPERTS];
     uint64_t act_used;            /* bytes of cb->act given to the experts' tiles */
     int64_t n_panels_ff, n_panels_embd;
-    int64_t next;                 /* the next work item (mm_take_guided) */
     int panel_done[MOE_MAX_PANELS]; /* run 2: experts done with each output panel; atomic */
 } moe_job;
 
@@ -206,10 +205,17 @@ static bool moe_plan(moe_job *j) {
 
 /* ---- the two runs ----------------------------------------------------------------------- */
 
-/* The next take of work items [*i0, *i1) of n (mm_take_guided); false when none is
+/* Thread ith's next take of work items [*i0, *i1) from the shares moe_run dealt
+ * (mm_share_take: a thread's takes follow one another in memory); false when none is
  * left. */
-static bool moe_take(moe_job *j, int64_t n, int nth, int64_t *i0, int64_t *i1) {
-    return mm_take_guided(&j->next, n, mm_grain_x16(j->cb->k, 1), nth, i0, i1);
+static bool moe_take(moe_job *j, int ith, int nth, int64_t *i0, int64_t *i1) {
+    return mm_share_take(j->cb->shares, ith, nth, mm_grain_x16(j->cb->k, 1), i0, i1);
+}
+
+/* Deals the n work items of a run to the threads' shares, then runs fn on them. */
+static void moe_run(moe_job *j, int64_t n, void (*fn)(void *, int, int)) {
+    mm_share_init(j->cb->shares, j->cb->n_threads, n, mm_grain_x16(j->cb->k, 1));
+    pool_run(j->cb->pool, fn, j);
 }
 
 /* Panels [p0, p1) of expert x's gate and up projections, each a run of its rows,
@@ -243,7 +249,7 @@ static void moe_up_part(void *arg, int ith, int nth) {
     const int64_t np = j->n_panels_ff;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, j->n_exp * np, nth, &i0, &i1))
+    while (moe_take(j, ith, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             moe_up_panels(j, &j->ex[s], i - s * np, end - s * np, panel);
@@ -274,7 +280,7 @@ static void moe_down_part(void *arg, int ith, int nth) {
     const int64_t np = j->n_panels_embd;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, j->n_exp * np, nth, &i0, &i1))
+    while (moe_take(j, ith, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             const int64_t p0 = i - s * np, p1 = end - s * np;
@@ -305,10 +311,8 @@ bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_ten
         fused = moe_plan(j);
     }
     if (fused) {
-        j->next = 0;
-        pool_run(cb->pool, moe_up_part, j);
-        j->next = 0;
-        pool_run(cb->pool, moe_down_part, j);
+        moe_run(j, j->n_exp * j->n_panels_ff, moe_up_part);
+        moe_run(j, j->n_exp * j->n_panels_embd, moe_down_part);
     }
     pthread_mutex_unlock(&cb->lock);
     return fused;
