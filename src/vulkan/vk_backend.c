@@ -217,6 +217,9 @@ al_status vk_backend_create(int device_index, al_backend **out) {
         vk_destroy(&be->base);
         return al_error(st, "%s", msg); /* destroy must not clobber the reason */
     }
+    if (be->sh->prof && !be->s.prof_pool) /* asked for, and nothing would say why not */
+        fprintf(stderr, "anyllm: ANYLLM_VK_PROFILE: %s has no timestamps on its queue; "
+                "no dispatch is timed\n", be->sh->d.caps.name);
     *out = &be->base;
     return AL_OK;
 }
