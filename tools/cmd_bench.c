@@ -319,6 +319,12 @@ static void print_shader_times(FILE *f, const bench_result *res, int n, int reps
     }
 }
 
+/* The device time per build so far, at most MAX_SHADERS of them. */
+static int shader_times_now(const al_model *m, al_dispatch_time *out) {
+    const int n = al_model_get_dispatch_times(m, out, MAX_SHADERS);
+    return n < MAX_SHADERS ? n : MAX_SHADERS;
+}
+
 /* One timed repetition after `depth` tokens (ids[0 .. depth)), on ids[depth ..];
  * returns seconds, or a negative value on failure. *vk: the Vulkan work of the timed
  * part (dispatches -1 elsewhere); shaders, unless NULL, gains its device time per
@@ -328,7 +334,7 @@ static double run_once(const al_model *m, al_context *c, const int32_t *all_ids,
     if (fill_depth(c, all_ids, depth) != AL_OK) return -1;
     const int32_t *ids = all_ids + depth;
     al_dispatch_time before[MAX_SHADERS], after[MAX_SHADERS];
-    const int n_before = shaders ? al_model_get_dispatch_times(m, before, MAX_SHADERS) : 0;
+    const int n_before = shaders ? shader_times_now(m, before) : 0;
     const vk_cost v0 = vk_cost_now(m);
     double t0 = cli_now_s();
     if (is_pp) {
@@ -339,11 +345,7 @@ static double run_once(const al_model *m, al_context *c, const int32_t *all_ids,
     }
     double dt = cli_now_s() - t0;
     const vk_cost v1 = vk_cost_now(m);
-    if (shaders) {
-        const int n_after = al_model_get_dispatch_times(m, after, MAX_SHADERS);
-        shader_times_add(shaders, before, n_before < MAX_SHADERS ? n_before : MAX_SHADERS,
-                         after, n_after < MAX_SHADERS ? n_after : MAX_SHADERS);
-    }
+    if (shaders) shader_times_add(shaders, before, n_before, after, shader_times_now(m, after));
     *vk = (vk_cost){v0.dispatches < 0 ? -1 : v1.dispatches - v0.dispatches,
                     v1.record_s - v0.record_s, v1.wait_s - v0.wait_s, v1.gpu_s - v0.gpu_s,
                     v1.n_timed - v0.n_timed};

@@ -45,7 +45,7 @@ typedef struct fuse_job {
     al_tensor *dst;             /* glu: the gate product's rows; add: the residual */
     al_glu act;
     int64_t n_panels[FUSE_MAX]; /* panels of each matmul */
-    int64_t n_items;            /* work items, dealt out in shares (mm_share_take) */
+    int64_t n_items;            /* work items, dealt out in shares (mm_shares_run) */
     uint64_t act_used;          /* bytes of cb->act given out */
 } fuse_job;
 
@@ -105,9 +105,8 @@ static void fuse_epilogue(const fuse_job *j, int64_t p0, int64_t p1) {
 static void fuse_part(void *arg, int ith, int nth) {
     fuse_job *j = arg;
     void *panel = mm_tls(j->cb, ith);
-    const int64_t per = mm_grain_x16(j->cb->k, 1);
     int64_t i0, i1;
-    while (mm_share_take(j->cb->shares, ith, nth, per, &i0, &i1)) {
+    while (mm_shares_next(j->cb, ith, nth, &i0, &i1)) {
         if (j->kind != FUSE_MULTI) {
             for (int s = 0; s < j->n; s++)
                 mm_gemv_panels(&j->mm[s], i0, i1, panel);
@@ -129,8 +128,7 @@ static void fuse_run(fuse_job *j) {
     j->n_items = 0;
     for (int s = 0; s < (j->kind == FUSE_MULTI ? j->n : 1); s++)
         j->n_items += j->n_panels[s];
-    mm_share_init(cb->shares, cb->n_threads, j->n_items, mm_grain_x16(cb->k, 1));
-    pool_run(cb->pool, fuse_part, j);
+    mm_shares_run(cb, j->n_items, fuse_part, j);
 }
 
 /* Whether a batch of x's rows is one the fused ops take (the lock held). */

@@ -410,6 +410,15 @@ bool mm_share_take(mm_share *s, int ith, int nth, int64_t per, int64_t *i0, int6
     return false;
 }
 
+void mm_shares_run(cpu_backend *cb, int64_t n, al_pool_fn fn, void *arg) {
+    mm_share_init(cb->shares, cb->n_threads, n, mm_grain_x16(cb->k, 1));
+    pool_run(cb->pool, fn, arg);
+}
+
+bool mm_shares_next(cpu_backend *cb, int ith, int nth, int64_t *i0, int64_t *i1) {
+    return mm_share_take(cb->shares, ith, nth, mm_grain_x16(cb->k, 1), i0, i1);
+}
+
 /* Panel p of a few tokens' pass, K chunk by chunk; with group, panels p and p + 1, an
  * x16 group read in place (cpu_mk_args.x16_group). */
 static void mm_gemv_panel(const mm_job *j, int64_t p, bool group, void *panel) {
@@ -465,9 +474,8 @@ void mm_gemv_panels(const mm_job *j, int64_t p0, int64_t p1, void *panel) {
 static void mm_gemv_part(void *arg, int ith, int nth) {
     mm_job *j = arg;
     void *panel = mm_tls(j->cb, ith);
-    const int64_t per = mm_grain_x16(j->k, 1);
     int64_t p0, p1;
-    while (mm_share_take(j->cb->shares, ith, nth, per, &p0, &p1))
+    while (mm_shares_next(j->cb, ith, nth, &p0, &p1))
         mm_gemv_panels(j, p0, p1, panel);
 }
 
@@ -604,7 +612,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
             mm_quantize_part(&j, 0, 1);
         else if (qt)
             pool_run(cb->pool, mm_quantize_part, &j);
-        /* a GEMV's takes come from per-thread shares (mm_gemv_part, mm_share_take); a
+        /* a GEMV's takes come from per-thread shares (mm_gemv_part, mm_shares_next); a
          * batch's are single panels (x16 groups), or groups of panels on AMX */
         const int64_t n_panels = (w->ne[1] + cb->k->rows - 1) / cb->k->rows;
         j.grain = mm_grain_x16(cb->k, 1);
@@ -613,8 +621,7 @@ void fast_matmul(al_backend *be, const al_tensor *x, const al_tensor *w, const a
             if (j.grain < 1) j.grain = 1;
         }
         if (j.n_tok <= cb->k->tile) {
-            mm_share_init(cb->shares, cb->n_threads, n_panels, mm_grain_x16(cb->k, 1));
-            pool_run(cb->pool, mm_gemv_part, &j);
+            mm_shares_run(cb, n_panels, mm_gemv_part, &j);
             continue;
         }
         for (j.k0 = 0; j.k0 < w->ne[0]; j.k0 += j.kc) {

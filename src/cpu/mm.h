@@ -75,6 +75,11 @@ void mm_share_init(mm_share *s, int nth, int64_t n, int64_t per);
  * share is spent. */
 bool mm_share_take(mm_share *s, int ith, int nth, int64_t per, int64_t *i0, int64_t *i1);
 
+/* The two as the fast ops use them: n items dealt to cb's threads in shares of whole
+ * x16 groups (mm_grain_x16), then fn run on the pool; inside fn, thread ith's next take. */
+void mm_shares_run(cpu_backend *cb, int64_t n, al_pool_fn fn, void *arg);
+bool mm_shares_next(cpu_backend *cb, int ith, int nth, int64_t *i0, int64_t *i1);
+
 /* Thread ith's scratch: a panel, or a row of floats (fast_tls_bytes). */
 static inline uint8_t *mm_tls(cpu_backend *cb, int ith) {
     return cb->tls + (uint64_t)ith * cb->tls_bytes;

@@ -205,19 +205,6 @@ static bool moe_plan(moe_job *j) {
 
 /* ---- the two runs ----------------------------------------------------------------------- */
 
-/* Thread ith's next take of work items [*i0, *i1) from the shares moe_run dealt
- * (mm_share_take: a thread's takes follow one another in memory); false when none is
- * left. */
-static bool moe_take(moe_job *j, int ith, int nth, int64_t *i0, int64_t *i1) {
-    return mm_share_take(j->cb->shares, ith, nth, mm_grain_x16(j->cb->k, 1), i0, i1);
-}
-
-/* Deals the n work items of a run to the threads' shares, then runs fn on them. */
-static void moe_run(moe_job *j, int64_t n, void (*fn)(void *, int, int)) {
-    mm_share_init(j->cb->shares, j->cb->n_threads, n, mm_grain_x16(j->cb->k, 1));
-    pool_run(j->cb->pool, fn, j);
-}
-
 /* Panels [p0, p1) of expert x's gate and up projections, each a run of its rows,
  * then the activation of their outputs; after the expert's last panel, its rows
  * quantized for the down projection. */
@@ -249,7 +236,7 @@ static void moe_up_part(void *arg, int ith, int nth) {
     const int64_t np = j->n_panels_ff;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, ith, nth, &i0, &i1))
+    while (mm_shares_next(j->cb, ith, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             moe_up_panels(j, &j->ex[s], i - s * np, end - s * np, panel);
@@ -280,7 +267,7 @@ static void moe_down_part(void *arg, int ith, int nth) {
     const int64_t np = j->n_panels_embd;
     void *panel = mm_tls(j->cb, ith);
     int64_t i0, i1;
-    while (moe_take(j, ith, nth, &i0, &i1))
+    while (mm_shares_next(j->cb, ith, nth, &i0, &i1))
         for (int64_t i = i0; i < i1;) {
             const int64_t s = i / np, end = mm_min(i1, (s + 1) * np);
             const int64_t p0 = i - s * np, p1 = end - s * np;
@@ -311,8 +298,9 @@ bool fast_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_ten
         fused = moe_plan(j);
     }
     if (fused) {
-        moe_run(j, j->n_exp * j->n_panels_ff, moe_up_part);
-        moe_run(j, j->n_exp * j->n_panels_embd, moe_down_part);
+        /* per-thread shares: a thread's takes follow one another in memory */
+        mm_shares_run(cb, j->n_exp * j->n_panels_ff, moe_up_part, j);
+        mm_shares_run(cb, j->n_exp * j->n_panels_embd, moe_down_part, j);
     }
     pthread_mutex_unlock(&cb->lock);
     return fused;

@@ -374,8 +374,8 @@ void vk_pipeline_kind_name(const vk_pipelines *pl, int kind, char *out, size_t n
     const vk_op op = (vk_op)(kind / VK_VARIANTS / AL_TYPE_COUNT);
     AL_ASSERT(kind >= 0 && kind < VK_PIPELINE_KINDS);
     char name[64];
-    if (!shader_name(pl, op, (uint32_t)slot, name, sizeof name))
-        snprintf(name, sizeof name, "%s", g_ops[op].name);
+    const bool named = shader_name(pl, op, (uint32_t)slot, name, sizeof name);
+    AL_ASSERT(named); /* a kind is counted only once its pipeline exists */
     snprintf(out, n, "%s.%d", name, variant);
 }
 
