@@ -37,6 +37,8 @@ static inline __attribute__((always_inline)) __m256 visible(int key, __m256i lo,
 typedef struct attn_state {
     __m256i lo, pos; /* first and last visible key per lane */
     int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
+    int64_t next[CPU_ATTN_KEYS]; /* the rows the kernel asks the caches for (next_rows) */
+    int n_next;
 } attn_state;
 
 /* Two dimensions of 8 keys at once: the lanes of the pair's key p of query j are 2 j +
@@ -72,26 +74,36 @@ static void scores_half(const cpu_attn_args *a, int i0, int n, const float *qh,
     }
 }
 
-/* The keys and values of the next step's keys i0.. (rows CPU_ATTN_KEYS further on;
- * where the ring wraps, lines no one reads, and a prefetch never faults), in the caches
- * themselves: a thread's copy of one head (one_head, a prompt's) is one stream, which
- * the hardware follows. In the caches a kv head's rows lie a row of every kv head apart,
- * a stride the hardware prefetchers did not follow: the kernel alone over 2048
- * positions of bench-1b's shape, from DRAM on one Zen 2 core, took 22.8-23.0 ms per
- * token without these and 19.6-19.8 with them into L1 (into L2: 19.8-20.2; two steps
- * ahead: 20.0-20.8). Into L2 they go: on a Zen 4 (16 layers, two threads) into L1 took
- * 12.2-20.4 ms, into L2 9.4-10.9 (six alternating runs), as for the AVX-512 kernel,
- * whose requests into L1 had stalled it. */
-static inline __attribute__((always_inline)) void prefetch_next_step(const cpu_attn_args *a,
-                                                                     const attn_state *st,
-                                                                     int i0, int n) {
-    if (a->one_head) return;
-    const int64_t ahead = (int64_t)CPU_ATTN_KEYS * a->ldk;
-    for (int i = i0; i < i0 + SCORE_KEYS && i < n; i++)
-        for (int l = 0; l < a->head_dim * (int)sizeof(float); l += 64) {
-            _mm_prefetch((const char *)(a->k + st->row[i] + ahead) + l, _MM_HINT_T1);
-            _mm_prefetch((const char *)(a->v + st->row[i] + ahead) + l, _MM_HINT_T1);
-        }
+/* The rows the step after kb will read (n_next of them): the next step's, or at a
+ * range's last step the hint's (cpu_attn_args.then_n); none in a thread's copy of one
+ * head (one_head, a prompt's), one stream, which the hardware follows. In the caches a
+ * kv head's rows lie a row of every kv head apart, a stride the hardware prefetchers
+ * did not follow: the kernel alone over 2048 positions of bench-1b's shape, from DRAM
+ * on one Zen 2 core, took 22.8-23.0 ms per token without prefetches and 19.6-19.8 with
+ * them into L1 (into L2: 19.8-20.2; two steps ahead: 20.0-20.8). Into L2 they go: on a
+ * Zen 4 (16 layers, two threads) into L1 took 12.2-20.4 ms, into L2 9.4-10.9 (six
+ * alternating runs), as for the AVX-512 kernel, whose requests into L1 had stalled it.
+ * The keys are asked for while the scores are computed, the values while the values
+ * are added up: at the pace each is read (attn_avx512.c). */
+static void next_rows(const cpu_attn_args *a, int kvh, int kb, attn_state *st) {
+    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens;
+    const int left = end - (kb + CPU_ATTN_KEYS);
+    st->n_next = a->one_head ? 0 : left <= 0 ? a->then_n : left < CPU_ATTN_KEYS ? left
+                                                                               : CPU_ATTN_KEYS;
+    if (st->n_next && left > 0)
+        cpu_attn_key_rows(a, kvh, kb + CPU_ATTN_KEYS, st->n_next, st->next);
+    else if (st->n_next)
+        cpu_attn_key_rows(a, a->then_kvh, a->then_kb, st->n_next, st->next);
+}
+
+/* Asks for rows next[i0 .. i1) of base (keys or values) into L2. */
+static inline __attribute__((always_inline)) void prefetch_next(const cpu_attn_args *a,
+                                                                const float *base,
+                                                                const attn_state *st, int i0,
+                                                                int i1) {
+    for (int i = i0; i < i1 && i < st->n_next; i++)
+        for (int l = 0; l < a->head_dim * (int)sizeof(float); l += 64)
+            _mm_prefetch((const char *)(base + st->next[i]) + l, _MM_HINT_T1);
 }
 
 /* Scores of keys [kb, kb + n) into e[i][lane], masked keys -inf; returns their max.
@@ -101,7 +113,8 @@ static __m256 attn_scores(const cpu_attn_args *a, int kb, int n, int nq, const f
     const int hd = a->head_dim;
     __m256 mb = _mm256_set1_ps(-INFINITY);
     for (int i0 = 0; i0 < n; i0 += SCORE_KEYS) {
-        prefetch_next_step(a, st, i0, n);
+        /* the next step's keys a group at a time; the last group asks for the rest */
+        prefetch_next(a, a->k, st, i0, i0 + SCORE_KEYS < n ? i0 + SCORE_KEYS : CPU_ATTN_KEYS);
         __m128 lo[SCORE_KEYS], hi[SCORE_KEYS];
         scores_half(a, i0, n, qt, st, lo);
         if (nq > 4) scores_half(a, i0, n, qt + 4 * hd, st, hi);
@@ -134,7 +147,9 @@ static inline __attribute__((always_inline)) void values_tile(const cpu_attn_arg
 #pragma GCC unroll 4
         for (int b = 0; b < nb; b++)
             acc[j][b] = _mm256_load_ps(ot + (j0 + j) * hd + d0 + 8 * b);
+    const bool ask = j0 == 0 && d0 == 0; /* the first call of a step asks for the values */
     for (int i = 0; i < n; i++) {
+        if (ask) prefetch_next(a, a->v, st, i, i + 1);
         const float *v = a->v + st->row[i] + d0;
         __m256 vb[VALUE_B];
 #pragma GCC unroll 4
@@ -148,6 +163,7 @@ static inline __attribute__((always_inline)) void values_tile(const cpu_attn_arg
                 acc[j][b] = _mm256_fmadd_ps(ej, vb[b], acc[j][b]);
         }
     }
+    if (ask) prefetch_next(a, a->v, st, n, CPU_ATTN_KEYS);
 #pragma GCC unroll 4
     for (int j = 0; j < nj; j++)
 #pragma GCC unroll 4
@@ -198,6 +214,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
         cpu_attn_key_rows(a, kvh, kb, n, st.row);
+        next_rows(a, kvh, kb, &st);
         const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, nq, qt, &st, e));
         const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
         mx = mn;

@@ -200,9 +200,28 @@ typedef struct few_state {
     int lo[FEW], pos[FEW];         /* first and last visible key per query */
     __mmask16 vis[FEW][KEYS / 16]; /* the step's keys each query sees */
     int64_t row[KEYS];             /* the step's cache rows; from n on, row 0's */
-    int64_t next[KEYS];            /* the next step's rows (few_values asks for them) */
-    int n_next;                    /* its keys; 0 at the last step */
+    int64_t next[KEYS];            /* the rows the next step reads (prefetch_row) */
+    int n_next;                    /* their count: the next step's keys, or at a range's
+                                    * last step the hint's (cpu_attn_args.then_n) */
 } few_state;
+
+/* Asks for a key's or a value's row at cache offset off, into L2. At depth the caches
+ * of all layers outgrow the L3, and a kv head's consecutive keys lie a whole cache row
+ * (every kv head) apart, which the hardware prefetchers follow poorly: each step asks
+ * for the rows of the next (few_state.next), the keys while it computes its scores
+ * (few_scores), the values while it adds its values up (few_values), each at the pace
+ * it reads its own, so that the requests do not outrun the misses a core can have in
+ * flight. Measured on a Zen 4, bench-1b's attention (22 layers, 4 kv heads of 8
+ * queries, 64 wide) at depth 2048 from DRAM on two threads, per token: every request
+ * in one burst at a step's start, into L1, had stalled the kernel (perf put ~20% of its
+ * samples on the prefetches); keys and values both during the values, 6.3-8.4 ms; as
+ * now, 5.1-7.2 (four alternating runs each); and with the hint (cpu_attn_args.then_n)
+ * for the next range's first step, which had started cold, 5.8-5.9 -> 5.1-5.3. Into L1
+ * instead of L2, or two steps ahead, was slower each time. */
+INLINE void prefetch_row(const float *base, int64_t off, int hd) {
+    for (int d = 0; d < hd; d += 16)
+        _mm_prefetch((const char *)(base + off + d), _MM_HINT_T1);
+}
 
 /* t[d] = element d0 + d of the 16 keys kp[i], key i in lane i. */
 INLINE void keys_transposed(const float *const kp[16], int d0, __m512 t[16]) {
@@ -215,8 +234,8 @@ INLINE void keys_transposed(const float *const kp[16], int d0, __m512 t[16]) {
 /* Scores of the step's keys [i0, i0 + 16) (at positions kb + i0 ...) into e[j][i0 ...],
  * -inf where query j does not see the key: per (query, key) the FMA chain over d from
  * 0 of attn_scores, with the key in the lane instead of the query. */
-INLINE void few_scores(const cpu_attn_args *a, few_state *st, int kb, int i0, const float *qs,
-                       float *e, const int nq) {
+INLINE void few_scores(const cpu_attn_args *a, few_state *st, int kb, int i0, int n,
+                       const float *qs, float *e, const int nq) {
     const int hd = a->head_dim;
     const float *kp[16];
     for (int i = 0; i < 16; i++)
@@ -225,7 +244,14 @@ INLINE void few_scores(const cpu_attn_args *a, few_state *st, int kb, int i0, co
 #pragma GCC unroll 8
     for (int j = 0; j < nq; j++)
         s[j] = _mm512_setzero_ps();
-    for (int d0 = 0; d0 < hd; d0 += 16) {
+    const int nit = hd / 16;
+    for (int it = 0; it < nit; it++) {
+        const int d0 = 16 * it;
+        /* the next step's keys [i0, i0 + 16) (the last block: all from i0), spread
+         * over the transposes */
+        const int w = i0 + 16 < n ? 16 : KEYS - i0;
+        for (int i = i0 + w * it / nit; i < i0 + w * (it + 1) / nit && i < st->n_next; i++)
+            prefetch_row(a->k, st->next[i], hd);
         __m512 t[16];
         keys_transposed(kp, d0, t);
 #pragma GCC unroll 16
@@ -272,24 +298,6 @@ INLINE float few_max(float mx, const float *e, int n, int nb) {
     return mx > mb ? mx : mb;
 }
 
-/* Asks for the key and the value at cache row offset off, into L2. At depth the caches
- * of all layers outgrow the L3, and a kv head's consecutive keys lie a whole cache row
- * (every kv head) apart, which the hardware prefetchers follow poorly: each step asks
- * for the next step's keys and values, one key per key it adds up (few_values), so
- * that the requests come at the pace the lines are used. In one burst at the start of
- * a step (256 lines) they had outrun the misses a core can have in flight and stalled
- * it, and into L1 more so (perf put ~20% of the kernel's samples on them). bench-1b's
- * shape at depth 2048, 16 layers from DRAM, 2 threads of a Zen 4, per token: 10.6-11.7
- * ms in a burst into L1, 9.2-10.0 into L2, 7.8-8.4 spread (alternating runs); spread
- * two steps ahead, 8.2-9.1. Without any, a thread's decode attention over 2048 keys of
- * 48 layers (32 x 8 heads of 64) had taken ~90 ms, ~62 with the burst. */
-INLINE void prefetch_key(const cpu_attn_args *a, int64_t off) {
-    for (int d = 0; d < a->head_dim; d += 16) {
-        _mm_prefetch((const char *)(a->k + off + d), _MM_HINT_T1);
-        _mm_prefetch((const char *)(a->v + off + d), _MM_HINT_T1);
-    }
-}
-
 /* ot[j] = ot[j] * alpha[j], then + e[j][i] * v_i key by key, over the 16-float chunks
  * [c0, c0 + nc) of the dimensions: attn_values with the dimensions in the lanes, each
  * chunk of v loaded once for all the tile's queries. */
@@ -304,8 +312,8 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
             acc[j][c] = _mm512_mul_ps(_mm512_load_ps(ot + j * hd + (c0 + c) * 16),
                                       _mm512_set1_ps(alpha[j]));
     for (int i = 0; i < n; i++) {
-        if (c0 == 0 && i < st->n_next) /* once per step: the first chunk's call */
-            prefetch_key(a, st->next[i]);
+        if (c0 == 0 && i < st->n_next) /* the next step's values: the first chunks' call */
+            prefetch_row(a->v, st->next[i], a->head_dim);
         const float *v = a->v + st->row[i] + c0 * 16;
         __m512 vv[4];
 #pragma GCC unroll 4
@@ -319,6 +327,8 @@ INLINE void few_values(const cpu_attn_args *a, const few_state *st, int n, const
                 acc[j][c] = _mm512_fmadd_ps(ei, vv[c], acc[j][c]);
         }
     }
+    for (int i = n; c0 == 0 && i < st->n_next; i++) /* a short last step: the rest */
+        prefetch_row(a->v, st->next[i], a->head_dim);
 #pragma GCC unroll 8
     for (int j = 0; j < nq; j++)
 #pragma GCC unroll 4
@@ -335,10 +345,13 @@ INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int
     const int nb = (n + 15) / 16;
     const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
     const int left = end - (kb + KEYS);
-    st->n_next = left <= 0 ? 0 : left < KEYS ? left : KEYS;
-    if (st->n_next) cpu_attn_key_rows(a, kvh, kb + KEYS, st->n_next, st->next);
+    st->n_next = left <= 0 ? a->then_n : left < KEYS ? left : KEYS;
+    if (left > 0)
+        cpu_attn_key_rows(a, kvh, kb + KEYS, st->n_next, st->next);
+    else if (st->n_next)
+        cpu_attn_key_rows(a, a->then_kvh, a->then_kb, st->n_next, st->next);
     for (int b = 0; b < nb; b++)
-        few_scores(a, st, kb, 16 * b, qs, e, nq);
+        few_scores(a, st, kb, 16 * b, n, qs, e, nq);
     float mn[LANES] = {0}, alpha[LANES];
     for (int j = 0; j < nq; j++)
         mn[j] = few_max(st->mx[j], e + j * KEYS, n, nb);

@@ -690,8 +690,22 @@ static bool attn_range_args(const attn_job *j, int i, int q0, int nq, cpu_attn_a
     return true;
 }
 
+/* The hint of c (cpu_attn_args.then_n): the first step of work item it, the one a
+ * thread likely takes after its current one when the threads keep pace. Each range's
+ * first step had started on cold rows, an eighth of a decoded token's steps. */
+static void attn_then(const attn_job *j, int it, int per_head, cpu_attn_args *c) {
+    const int n_kv = j->a.n_head_kv, end = j->a.n_past + j->a.n_tokens;
+    c->then_n = 0;
+    if (it >= per_head * n_kv) return;
+    const int lo = attn_lo(&j->a, j->a.n_past) / CPU_ATTN_KEYS * CPU_ATTN_KEYS;
+    int kb = (j->range0 + it % per_head / j->n_qtiles) * ATTN_RANGE;
+    if (kb < lo) kb = lo;
+    c->then_kvh = it / per_head, c->then_kb = kb;
+    c->then_n = end - kb < CPU_ATTN_KEYS ? end - kb : CPU_ATTN_KEYS;
+    if (c->then_n < 0) c->then_n = 0;
+}
+
 static void attn_part(void *arg, int ith, int nth) {
-    (void)nth;
     attn_job *j = arg;
     float *scratch = (float *)mm_tls(j->cb, ith);
     float *copy = j->copy_rows ? j->cb->kv_copy + (int64_t)ith * 2 * j->copy_rows * j->a.head_dim
@@ -712,6 +726,7 @@ static void attn_part(void *arg, int ith, int nth) {
         if (copy && kvh != copied) c = attn_copy_head(j, kvh, copy), copied = kvh;
         cpu_attn_args cr = c;
         if (j->n_ranges && !attn_range_args(j, in / j->n_qtiles, q0, nq, &cr)) continue;
+        if (j->n_ranges && !copy) attn_then(j, it + nth, per_head, &cr);
         j->fn(&cr, kvh, q0, nq, scratch);
     }
 }

@@ -251,6 +251,11 @@ typedef struct cpu_attn_args {
      * query that sees no key of the range saves a sum of 0 (its output unused). */
     int key_lo, key_hi;
     float *ms;
+    /* then_n > 0: keys [then_kb, then_kb + then_n) of kv head then_kvh, the first step
+     * of the call the thread likely makes next: a kernel may ask the caches for them
+     * during its last step, so that the next call does not start on cold rows. A hint,
+     * read by no arithmetic; then_n <= CPU_ATTN_KEYS. */
+    int then_kvh, then_kb, then_n;
 } cpu_attn_args;
 
 /* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
