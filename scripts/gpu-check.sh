@@ -44,6 +44,8 @@ REPS=${REPS:-3}
 bin=$BUILD/anyllm
 pass=0; fail=0
 step() { echo; echo "== $*"; }
+# a number of a one-line JSON object on stdin (bench -o json)
+field() { sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
 result() { if [ "$1" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi; }
 if [ -n "${ANYLLM_LIBS:-}" ]; then
     LD_LIBRARY_PATH=$ANYLLM_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -120,7 +122,6 @@ if [ -n "$model" ]; then
     result $rc
     if [ $rc -eq 0 ]; then
         # one JSON object per line: pick avg_ts of the pp and tg lines, bytes_per_token
-        field() { sed -nE "s/.*\"$1\": ([0-9.e+-]+).*/\1/p"; }
         pp=$(grep "\"n_prompt\": $PP," "$BUILD/gpu-check-bench.json" | field avg_ts)
         tg=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field avg_ts)
         bpt=$(grep "\"n_gen\": $TG," "$BUILD/gpu-check-bench.json" | field bytes_per_token)
@@ -163,6 +164,35 @@ if [ -n "$model" ]; then
         fi
     fi
 fi
+step "tuning sweep: prompt tiles and decode matvecs (ANYLLM_VK_TUNE)"
+if [ -n "$model" ] && [ "${SWEEP:-1}" != 0 ]; then
+    # what the defaults leave on the table, for the next change of vk_tuning: the prompt's
+    # matmul tiles (BM x BN per workgroup, TM x TN per invocation: 4 x 4 reads 8 shared
+    # words for 16 FMAs, 8 x 8 reads 16 for 64) and the decode matvec's workgroup size and
+    # rows per workgroup. One row per setting; a setting the shaders reject says so
+    sweep() { # $1: pp or tg, then the settings
+        kind=$1; shift
+        for tune in "$@"; do
+            if [ "$kind" = pp ]; then args="-p $PP -n 0"; else args="-p 0 -n $TG"; fi
+            # shellcheck disable=SC2086
+            ANYLLM_VK_TUNE=$tune "$bin" bench -m "$model" $args -r 2 --backend vulkan -o json \
+                >"$BUILD/gpu-check-sweep.json" 2>"$BUILD/gpu-check-sweep.err"
+            if [ $? -ne 0 ]; then
+                echo "$kind $tune: $(tail -n 1 "$BUILD/gpu-check-sweep.err")"
+                continue
+            fi
+            ts=$(field avg_ts <"$BUILD/gpu-check-sweep.json" | head -n 1)
+            ms=$(field vk_gpu_ms_per_token <"$BUILD/gpu-check-sweep.json" | head -n 1)
+            echo "$kind $tune: ${ts:-?} t/s, ${ms:-?} ms of device time per token"
+        done
+    }
+    sweep pp ${SWEEP_PP:-mm_bm=64,mm_bn=64,mm_tm=4,mm_tn=4 mm_bm=128,mm_bn=64,mm_tm=8,mm_tn=4 \
+        mm_bm=64,mm_bn=128,mm_tm=4,mm_tn=8 mm_bm=128,mm_bn=128,mm_tm=8,mm_tn=8 \
+        mm_bm=64,mm_bn=64,mm_tm=8,mm_tn=8}
+    sweep tg ${SWEEP_TG:-mv_wg=64,mv_nr=2 mv_wg=32,mv_nr=2 mv_wg=128,mv_nr=2 mv_wg=64,mv_nr=1 \
+        mv_wg=64,mv_nr=4 mv_wg=128,mv_nr=4}
+fi
+
 step "bench matrix: every backend at depths ${DEPTHS:=0,512,2048}"
 if [ -n "$model" ]; then
     # prefill and decode of each backend after DEPTHS tokens, side by side: which backend

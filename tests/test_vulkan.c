@@ -1474,6 +1474,25 @@ static void destroy_vk(void) {
     g_n_keep = 0;
 }
 
+/* The prompt matmul's other tiles (gpu-check.sh sweeps them), against the reference:
+ * 8 x 4 per invocation (two vec4 groups of rows, one of tokens) on a tile taller than
+ * test_matmul's 67 rows, and 4 x 8 on one shorter. A tuning the backend rejects fails. */
+static void test_matmul_tiles(void) {
+    const char *tunes[] = {"cpu_rows=0,mm_bm=128,mm_bn=64,mm_tm=8,mm_tn=4",
+                           "cpu_rows=0,mm_bm=32,mm_bn=64,mm_tm=4,mm_tn=8"};
+    for (int i = 0; i < 2; i++) {
+        setenv("ANYLLM_VK_TUNE", tunes[i], 1);
+        const bool ok = create_vk();
+        CHECK_MSG(ok, "ANYLLM_VK_TUNE=%s: no backend", tunes[i]);
+        if (!ok) continue;
+        printf("  ANYLLM_VK_TUNE=%s\n", tunes[i]);
+        test_matmul();
+        check_validation();
+        destroy_vk();
+    }
+    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1); /* the caller's */
+}
+
 int main(void) {
     setenv("ANYLLM_ISA", "ref", 1);
     if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 8192, 1024)) {
@@ -1536,6 +1555,8 @@ int main(void) {
         TEST_RUN(check_validation);
         destroy_vk();
     }
+    TEST_RUN(test_matmul_tiles);
+    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1);
     setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* and their builds without subgroups */
     if (create_vk()) {
         printf("-- the GPU matmul shaders without subgroup arithmetic: %s\n", g_vk->desc);

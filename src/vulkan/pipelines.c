@@ -193,7 +193,8 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
                             n_team * (t->attn_max_hd + 2)) * 4;
     bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->attn_rows_wg) && pow2(t->mv_wg) &&
               t->mv_max_tok <= 8 && attn_wg <= c->max_wg &&
-              t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 && t->ew_wg <= c->max_wg &&
+              t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 && t->mm_tm % 4 == 0 &&
+              t->mm_tn % 4 == 0 && t->ew_wg <= c->max_wg &&
               t->norm_wg <= c->max_wg && t->mv_wg <= c->max_wg &&
               t->rope_wg <= c->max_wg && t->rows_wg <= c->max_wg && mm_wg <= c->max_wg &&
               t->mr_wg <= c->max_wg && (!t->cpu_rows || (t->mr_wg % t->mr_sg == 0 && t->mr_sg >= 4)) &&

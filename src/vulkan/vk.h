@@ -223,7 +223,7 @@ typedef struct vk_tuning {
     uint32_t cpu_rows;                    /* 1: every matmul by matmul_rows (CPU devices) */
     uint32_t mr_wg;                       /* matmul_rows: rows per workgroup */
     uint32_t mr_sg;                       /* matmul_rows: the subgroup size it assumes */
-    uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block */
+    uint32_t mm_bm, mm_bn, mm_tm, mm_tn;  /* matmul: tile and per-invocation block (tm, tn: x 4) */
     uint32_t mv_max_tok;                  /* matvec up to this many tokens, then matmul */
     uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
     uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */

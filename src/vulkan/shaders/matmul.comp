@@ -1,13 +1,21 @@
 #version 450
 // matmul.comp: out[t][row0 + o] (+)= x[t] . w[o] (+ bias) for a batch of tokens (prompt
-// processing); accumulate adds the product to out (matmul_add, backend.h). Each workgroup computes a tile of BM weight rows x BN tokens: per step
-// of BK inputs it dequantizes the weight tile and loads the token tile into shared
-// memory once, then every invocation accumulates a TM x TN block of the tile from
-// there, so each weight element is dequantized once per BN tokens instead of once
-// per token. Built per weight type.
+// processing); accumulate adds the product to out (matmul_add, backend.h). Each
+// workgroup computes a tile of BM weight rows x BN tokens: per step of BK inputs it
+// dequantizes the weight tile and loads the token tile into shared memory once, then
+// every invocation accumulates a TM x TN block of the tile from there, so each weight
+// element is dequantized once per BN tokens instead of once per token. Built per
+// weight type.
 //
-// Workgroups: (n_out / BM, n_tok / BN). Invocation (tm, tn) owns rows tm + i * BM/TM
-// and tokens tn + j * BN/TN (strided, so neighbours read neighbouring shared words).
+// Workgroups: (n_out / BM, n_tok / BN). Invocation (tm, tn) owns the rows of the vec4
+// groups tm + r * BM/TM (r < TM/4) and the tokens of the groups tn + s * BN/TN: shared
+// memory holds the tiles as vec4s of four rows (tokens), and each step of k reads TM/4 +
+// TN/4 of them for TM x TN FMAs. With a float per row and token it had read TM + TN:
+// 8 shared loads for 16 FMAs, which by count bound a GPU by its shared-memory bandwidth
+// rather than its FMAs (an H200 ran bench-1b's prompt at ~14 TFLOP/s of its ~67; the
+// vec4s are unmeasured there yet). Neighbouring invocations read neighbouring vec4s.
+// Each output is the same sum in the same order as with floats. TM and TN are
+// multiples of 4 (pipelines.c checks).
 
 #extension GL_EXT_control_flow_attributes : require
 #define W_BINDING 1
@@ -36,8 +44,9 @@ layout(binding = 0, std430) readonly buffer X { float x[]; };
 layout(binding = 2, std430) readonly buffer B { float bias[]; };
 layout(binding = 3, std430) buffer O { float o[]; };
 
-shared float As[BK * BM]; // [k][row]
-shared float Bs[BK * BN]; // [k][token]
+const uint RM = TM / 4, RN = TN / 4; // vec4 groups per invocation
+shared vec4 As[BK * BM / 4]; // [k][row / 4], row % 4 in the components
+shared vec4 Bs[BK * BN / 4]; // [k][token / 4]
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -56,33 +65,35 @@ void main() {
             vec4 v = vec4(0.0);
             if (row < p.n_out && i4 < n4) v = dq4_tail(p.w_off + row * p.w_row_bytes, i4, p.n_in);
             uint k = (g % (BK / 4)) * 4;
-            [[unroll]] for (uint c = 0; c < 4; c++) As[(k + c) * BM + m] = v[c];
+            [[unroll]] for (uint c = 0; c < 4; c++) As[(k + c) * (BM / 4) + m / 4][m % 4] = v[c];
         }
         // the token tile
         for (uint g = tid; g < BN * BK / 4; g += WG) {
             uint n = g / (BK / 4), k = (g % (BK / 4)) * 4, tok = n0 + n;
             uint xb = p.x_off + tok * p.x_stride + k0 + k;
             [[unroll]] for (uint c = 0; c < 4; c++)
-                Bs[(k + c) * BN + n] = tok < p.n_tok && k0 + k + c < p.n_in ? x[xb + c] : 0.0;
+                Bs[(k + c) * (BN / 4) + n / 4][n % 4] =
+                    tok < p.n_tok && k0 + k + c < p.n_in ? x[xb + c] : 0.0;
         }
         barrier();
         [[unroll]] for (uint k = 0; k < BK; k++) {
-            float a[TM], b[TN];
-            [[unroll]] for (uint i = 0; i < TM; i++) a[i] = As[k * BM + tm + i * (BM / TM)];
-            [[unroll]] for (uint j = 0; j < TN; j++) b[j] = Bs[k * BN + tn + j * (BN / TN)];
+            vec4 a[RM], b[RN];
+            [[unroll]] for (uint r = 0; r < RM; r++) a[r] = As[k * (BM / 4) + tm + r * (BM / TM)];
+            [[unroll]] for (uint s = 0; s < RN; s++) b[s] = Bs[k * (BN / 4) + tn + s * (BN / TN)];
             [[unroll]] for (uint i = 0; i < TM; i++)
-                [[unroll]] for (uint j = 0; j < TN; j++) acc[i][j] += a[i] * b[j];
+                [[unroll]] for (uint j = 0; j < TN; j++)
+                    acc[i][j] += a[i / 4][i % 4] * b[j / 4][j % 4];
         }
         barrier();
     }
 
     [[unroll]] for (uint i = 0; i < TM; i++) {
-        uint row = m0 + tm + i * (BM / TM);
+        uint row = m0 + 4 * (tm + i / 4 * (BM / TM)) + i % 4;
         if (row >= p.n_out) continue;
         uint col = p.row0 + row;
         float bv = p.has_bias != 0 ? bias[p.b_off + col] : 0.0;
         [[unroll]] for (uint j = 0; j < TN; j++) {
-            uint tok = n0 + tn + j * (BN / TN);
+            uint tok = n0 + 4 * (tn + j / 4 * (BN / TN)) + j % 4;
             if (tok >= p.n_tok) continue;
             uint oi = p.o_off + tok * p.o_stride + col;
             o[oi] = p.accumulate != 0 ? o[oi] + (acc[i][j] + bv) : acc[i][j] + bv;
