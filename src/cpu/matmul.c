@@ -808,12 +808,18 @@ static void attn_merge(const attn_job *j, float *w) {
                 w[i] = ms[2 * (i * per + th) + 1] * expf(ms[2 * (i * per + th)] - m);
                 total += w[i];
             }
-            for (int d = 0; d < hd; d++) {
-                float acc = 0.0f;
-                for (int i = i0; i <= i1; i++)
-                    acc += w[i] * j->part[(i * per + th) * hd + d];
-                o[d] = acc / total;
+            /* range by range over all dimensions at once: each dimension's sum in the
+             * same order as one dimension at a time, and a loop that vectorizes */
+            float acc[CPU_ATTN_MAX_DIM];
+            for (int d = 0; d < hd; d++)
+                acc[d] = 0.0f;
+            for (int i = i0; i <= i1; i++) {
+                const float *pi = j->part + (i * per + th) * hd;
+                for (int d = 0; d < hd; d++)
+                    acc[d] += w[i] * pi[d];
             }
+            for (int d = 0; d < hd; d++)
+                o[d] = acc[d] / total;
         }
     }
 }
