@@ -164,12 +164,14 @@ if [ -n "$model" ]; then
         fi
     fi
 fi
-step "tuning sweep: prompt tiles and decode matvecs (ANYLLM_VK_TUNE)"
+step "tuning sweep: prompt tiles, submission in chunks (ANYLLM_VK_TUNE)"
 if [ -n "$model" ] && [ "${SWEEP:-1}" != 0 ]; then
     # what the defaults leave on the table, for the next change of vk_tuning: the prompt's
-    # matmul tiles (BM x BN per workgroup, TM x TN per invocation: 4 x 4 reads 8 shared
-    # words for 16 FMAs, 8 x 8 reads 16 for 64) and the decode matvec's workgroup size and
-    # rows per workgroup. One row per setting; a setting the shaders reject says so
+    # matmul tiles (BM x BN per workgroup, TM x TN per invocation, read from shared memory
+    # as vec4s), and decoding submitted in chunks of N dispatches (chunk=N: the device
+    # runs each while the host records the rest; off by default, unmeasured on a GPU).
+    # The matvec's sizes (mv_wg, mv_nr) moved an H200's decode by 0.3 ms at most (README).
+    # One row per setting; a setting the shaders reject says so
     sweep() { # $1: pp or tg, then the settings
         kind=$1; shift
         for tune in "$@"; do
@@ -189,8 +191,8 @@ if [ -n "$model" ] && [ "${SWEEP:-1}" != 0 ]; then
     sweep pp ${SWEEP_PP:-mm_bm=64,mm_bn=64,mm_tm=4,mm_tn=4 mm_bm=128,mm_bn=64,mm_tm=8,mm_tn=4 \
         mm_bm=64,mm_bn=128,mm_tm=4,mm_tn=8 mm_bm=128,mm_bn=128,mm_tm=8,mm_tn=8 \
         mm_bm=64,mm_bn=64,mm_tm=8,mm_tn=8}
-    sweep tg ${SWEEP_TG:-mv_wg=64,mv_nr=2 mv_wg=32,mv_nr=2 mv_wg=128,mv_nr=2 mv_wg=64,mv_nr=1 \
-        mv_wg=64,mv_nr=4 mv_wg=128,mv_nr=4}
+    sweep tg ${SWEEP_TG:-chunk=0 chunk=8 chunk=16 chunk=32 chunk=64}
+    sweep pp ${SWEEP_PP_CHUNK:-chunk=0 chunk=16}
 fi
 
 step "bench matrix: every backend at depths ${DEPTHS:=0,512,2048}"

@@ -983,7 +983,7 @@ static void decode_model(const char *name, double max_nmse) {
 /* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
  * when the model cannot be run. */
 static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits,
-                        int n_vocab) {
+                        int n_vocab, uint64_t *n_sub) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
     setenv("ANYLLM_VK_TUNE", tune, 1);
@@ -1015,6 +1015,9 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
               (unsigned long long)bs.n_dispatches, (unsigned long long)s1.n_dispatches);
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
     *n_kv = ok ? s1.n_kv_copies - s0.n_kv_copies : 0;
+    if (n_sub) *n_sub = ok ? s1.n_submits - s0.n_submits : 0;
+    CHECK_MSG(!ok || s1.n_validation == 0, "ANYLLM_VK_TUNE=%s: %d validation messages", tune,
+              s1.n_validation);
     al_context_destroy(c);
     al_model_destroy(m);
     (void)n_vocab;
@@ -1034,10 +1037,10 @@ static void test_dispatch_count(void) {
     static float fused[N_VOCAB], gpu[N_VOCAB], plain[N_VOCAB], no_attn[N_VOCAB];
     uint64_t n_fused = 0, n_gpu = 0, n_plain = 0, kv_fused = 0, kv_gpu = 0, kv_plain = 0;
     uint64_t n_na = 0, kv_na = 0;
-    if (!decode_step("fuse=1", &n_fused, &kv_fused, fused, N_VOCAB) ||
-        !decode_step("fuse=1,cpu_rows=0,fuse_norm=1", &n_gpu, &kv_gpu, gpu, N_VOCAB) ||
-        !decode_step("fuse=0", &n_plain, &kv_plain, plain, N_VOCAB) ||
-        !decode_step("fuse_attn=0", &n_na, &kv_na, no_attn, N_VOCAB)) {
+    if (!decode_step("fuse=1", &n_fused, &kv_fused, fused, N_VOCAB, NULL) ||
+        !decode_step("fuse=1,cpu_rows=0,fuse_norm=1", &n_gpu, &kv_gpu, gpu, N_VOCAB, NULL) ||
+        !decode_step("fuse=0", &n_plain, &kv_plain, plain, N_VOCAB, NULL) ||
+        !decode_step("fuse_attn=0", &n_na, &kv_na, no_attn, N_VOCAB, NULL)) {
         TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
         return;
     }
@@ -1063,6 +1066,79 @@ static void test_dispatch_count(void) {
     CHECK_MSG(e <= 1e-10, "fused and plain logits differ: NMSE %g", e);
     /* the GPU shaders' norm sums its squares in another order: rounding, no more */
     CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
+}
+
+/* A prompt of 40 tokens through ref-llama-Q4_0 with ANYLLM_VK_TUNE=tune (on a CPU
+ * device, three blocks of tokens: ops of several dispatches): the last token's logits
+ * and the submissions; the validation layer must report nothing. */
+static bool prompt_step(const char *tune, float *logits, uint64_t *n_sub) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    setenv("ANYLLM_VK_TUNE", tune, 1);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "vulkan";
+    al_model *m = NULL;
+    al_context *c = NULL;
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 48;
+    bool ok = al_model_load(path, &mp, &m) == AL_OK && al_context_create(m, &cp, &c) == AL_OK;
+    unsetenv("ANYLLM_VK_TUNE");
+    int32_t tok[40];
+    for (int i = 0; i < 40; i++) tok[i] = 1 + 37 * i % 300;
+    vk_backend_stats s0, s1;
+    ok = ok && vk_backend_get_stats(model_backend(m), &s0) &&
+         al_eval(c, tok, 40, logits, false) == AL_OK &&
+         vk_backend_get_stats(model_backend(m), &s1);
+    *n_sub = ok ? s1.n_submits - s0.n_submits : 0;
+    CHECK_MSG(!ok || s1.n_validation == 0, "prompt, ANYLLM_VK_TUNE=%s: %d validation messages",
+              tune, s1.n_validation);
+    al_context_destroy(c);
+    al_model_destroy(m);
+    return ok;
+}
+
+/* Submission in chunks (ANYLLM_VK_TUNE=chunk=N, stream.c): a decode step submitted
+ * every 4 dispatches, the device running each while the host records the next, gives
+ * the logits of one submission bit for bit, in more submissions; and with the GPU
+ * shaders (cpu_rows=0), whose hazards differ. */
+static void test_chunked_submission(void) {
+    enum { N_VOCAB = 1024 };
+    static float one[N_VOCAB], chunked[N_VOCAB];
+    /* one submission; chunks of 4 (decode); chunks of 3 (a prompt) */
+    const char *tunes[][3] = {{"chunk=0", "chunk=4", "chunk=3"},
+                              {"cpu_rows=0,chunk=0", "cpu_rows=0,chunk=4", "cpu_rows=0,chunk=3"}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t n1 = 0, n2 = 0, kv = 0, sub1 = 0, sub2 = 0;
+        if (!decode_step(tunes[i][0], &n1, &kv, one, N_VOCAB, &sub1) ||
+            !decode_step(tunes[i][1], &n2, &kv, chunked, N_VOCAB, &sub2)) {
+            TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
+            return;
+        }
+        printf("  %s: %llu dispatches in %llu submissions; %s: in %llu\n", tunes[i][0],
+               (unsigned long long)n1, (unsigned long long)sub1, tunes[i][1],
+               (unsigned long long)sub2);
+        /* a submission per 4 dispatches and the last, up to VK_CHUNKS buffers */
+        enum { CHUNKS = 8 }; /* VK_CHUNKS, vulkan/vk.h */
+        const uint64_t want = n2 / 4 + 1 < CHUNKS ? n2 / 4 + 1 : CHUNKS;
+        CHECK_MSG(sub1 == 1 && sub2 == want && n1 == n2,
+                  "%s: %llu submissions of %llu dispatches (one: %llu)", tunes[i][1],
+                  (unsigned long long)sub2, (unsigned long long)n2, (unsigned long long)sub1);
+        CHECK_MSG(!memcmp(one, chunked, sizeof one), "%s: other logits than %s", tunes[i][1],
+                  tunes[i][0]);
+        /* a prompt, whose ops take several dispatches each, chunks ending between them
+         * (every 3: a chunk's end falls on each position in turn) */
+        const char *tune3 = tunes[i][2];
+        if (!prompt_step(tunes[i][0], one, &sub1) || !prompt_step(tune3, chunked, &sub2)) {
+            TEST_SKIP("ref-llama-Q4_0: %s", al_last_error());
+            return;
+        }
+        printf("  a prompt of 40 tokens: %llu submissions with %s, %llu with %s\n",
+               (unsigned long long)sub1, tunes[i][0], (unsigned long long)sub2, tune3);
+        CHECK_MSG(sub2 > sub1, "%s: %llu submissions, as many as one", tune3,
+                  (unsigned long long)sub2);
+        CHECK_MSG(!memcmp(one, chunked, sizeof one), "prompt, %s: other logits than %s", tune3,
+                  tunes[i][0]);
+    }
 }
 
 /* Dispatches of one al_eval_multi step of N_SEQ sequences of ref-llama-Q4_0 at
@@ -1514,6 +1590,7 @@ int main(void) {
     TEST_RUN(test_big_weight);
     TEST_RUN(test_decode);
     TEST_RUN(test_dispatch_count);
+    TEST_RUN(test_chunked_submission);
     TEST_RUN(test_dispatch_count_multi);
     TEST_RUN(test_load_progress);
     TEST_RUN(test_two_threads);

@@ -158,7 +158,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"mm_bm", offsetof(vk_tuning, mm_bm)},     {"mm_bn", offsetof(vk_tuning, mm_bn)},
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
         {"fuse", offsetof(vk_tuning, fuse)},       {"fuse_norm", offsetof(vk_tuning, fuse_norm)},
-        {"fuse_attn", offsetof(vk_tuning, fuse_attn)},
+        {"fuse_attn", offsetof(vk_tuning, fuse_attn)}, {"chunk", offsetof(vk_tuning, chunk)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');

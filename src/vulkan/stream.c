@@ -67,9 +67,10 @@ al_status vk_stream_init(vk_backend *be) {
         .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
         .commandPool = be->s.cmd_pool,
         .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-        .commandBufferCount = 1,
+        .commandBufferCount = VK_CHUNKS,
     };
-    if ((r = d->fn.vkAllocateCommandBuffers(d->dev, &cai, &be->s.cmd)) != VK_SUCCESS) goto fail;
+    if ((r = d->fn.vkAllocateCommandBuffers(d->dev, &cai, be->s.cmds)) != VK_SUCCESS) goto fail;
+    be->s.cmd = be->s.cmds[0];
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = d->fn.vkCreateFence(d->dev, &fci, NULL, &be->s.fence)) != VK_SUCCESS) goto fail;
     VkDescriptorPoolSize sizes[2] = {
@@ -121,7 +122,9 @@ void vk_stream_destroy(vk_backend *be) {
     be->s.cmd_pool = VK_NULL_HANDLE;
 }
 
-static void full_barrier(vk_backend *be, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+/* Records a barrier after every command so far, keeping the hazard lists. */
+static void record_barrier(vk_backend *be, VkPipelineStageFlags dst_stage,
+                           VkAccessFlags dst_access) {
     VkMemoryBarrier mb = {
         .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
         .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -130,6 +133,10 @@ static void full_barrier(vk_backend *be, VkPipelineStageFlags dst_stage, VkAcces
     be->sh->d.fn.vkCmdPipelineBarrier(
         be->s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage,
         0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static void full_barrier(vk_backend *be, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    record_barrier(be, dst_stage, dst_access);
     be->s.n_reads = be->s.n_writes = be->s.cmd_reads = be->s.cmd_writes = 0;
 }
 
@@ -198,6 +205,9 @@ bool vk_begin(vk_backend *be, int n_dispatch, uint64_t upload_bytes) {
         .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
     };
+    be->s.cmd = be->s.cmds[0];
+    be->s.n_cmds = 1;
+    be->s.chunk_sets = 0;
     VkResult r = d->fn.vkBeginCommandBuffer(be->s.cmd, &bi);
     if (r != VK_SUCCESS) {
         vk_fail(be, AL_ERR_DEVICE, "vkBeginCommandBuffer failed (%s)", vk_result_str(r));
@@ -314,13 +324,67 @@ al_status vk_submit_wait(vk_backend *be) {
     count_device_time(be);
     count_dispatch_times(be);
     d->fn.vkResetFences(d->dev, 1, &be->s.fence);
-    d->fn.vkResetCommandBuffer(be->s.cmd, 0);
+    for (int i = 0; i < be->s.n_cmds; i++)
+        d->fn.vkResetCommandBuffer(be->s.cmds[i], 0);
     return AL_OK;
+}
+
+/* Submits the recording so far without waiting and goes on in the next command buffer,
+ * behind a barrier: a barrier's first scope is every command earlier in submission
+ * order, the submitted ones too, so the hazards stay covered, and the fence of the
+ * last submission signals after all of them (each waits for the one before). The
+ * hazard lists stay as they were: an op may declare its buffers once for several
+ * dispatches, and those after the chunk's end still use them (clearing the lists had
+ * let the next op's write skip its barrier; the validation layer's synchronization
+ * checks caught it). The descriptor sets and uploads stay until vk_begin, after the
+ * fence. */
+static void submit_chunk(vk_backend *be) {
+    vk_device *d = &be->sh->d;
+    VkResult r = d->fn.vkEndCommandBuffer(be->s.cmd);
+    if (r != VK_SUCCESS) {
+        vk_fail(be, AL_ERR_DEVICE, "vkEndCommandBuffer failed (%s)", vk_result_str(r));
+        return;
+    }
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &be->s.cmd,
+    };
+    pthread_mutex_lock(&d->queue_lock);
+    r = d->fn.vkQueueSubmit(d->queue, 1, &si, VK_NULL_HANDLE);
+    pthread_mutex_unlock(&d->queue_lock);
+    if (r != VK_SUCCESS) {
+        if (be->s.n_cmds > 1) d->fn.vkDeviceWaitIdle(d->dev); /* the chunks before it */
+        vk_fail(be, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? AL_ERR_NOMEM : AL_ERR_DEVICE,
+                "vkQueueSubmit on %s failed (%s)", d->caps.name, vk_result_str(r));
+        return;
+    }
+    atomic_fetch_add_explicit(&be->sh->n_submits, 1, memory_order_relaxed);
+    be->s.cmd = be->s.cmds[be->s.n_cmds++];
+    be->s.chunk_sets = 0;
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    r = d->fn.vkBeginCommandBuffer(be->s.cmd, &bi);
+    if (r != VK_SUCCESS) {
+        /* nothing will wait for what was submitted: wait here, so that no buffer is
+         * freed under it */
+        d->fn.vkDeviceWaitIdle(d->dev);
+        vk_fail(be, AL_ERR_DEVICE, "vkBeginCommandBuffer failed (%s)", vk_result_str(r));
+        return;
+    }
+    record_barrier(be, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
 }
 
 
 void vk_count_dispatch(vk_backend *be) {
     atomic_fetch_add_explicit(&be->sh->n_dispatches, 1, memory_order_relaxed);
+    const uint32_t chunk = be->sh->pl.tune.chunk;
+    if (chunk && ++be->s.chunk_sets >= chunk && be->s.n_cmds < VK_CHUNKS && !be->s.failed)
+        submit_chunk(be);
 }
 
 void vk_count_kv_copy(vk_backend *be) {

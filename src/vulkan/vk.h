@@ -228,6 +228,7 @@ typedef struct vk_tuning {
     uint32_t fuse;                        /* 0: the fused ops decline (A/B measurements) */
     uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */
     uint32_t fuse_attn;                   /* 0: attention_rows declines (A/B of that fusion) */
+    uint32_t chunk;                       /* > 0: submit every chunk dispatches (stream.c) */
 } vk_tuning;
 
 typedef struct vk_pipelines {
@@ -326,11 +327,18 @@ typedef struct vk_rope_cache {
 } vk_rope_cache;
 
 enum { VK_MAX_SETS = 1024 }; /* dispatches per submission: a descriptor set each */
+enum { VK_CHUNKS = 8 };       /* command buffers of one submission (vk_tuning.chunk) */
 
 typedef struct vk_stream {
-    /* recording: one command buffer, submitted when the host needs results */
+    /* recording: one command buffer, submitted when the host needs results; with
+     * vk_tuning.chunk, up to VK_CHUNKS of them, all but the last submitted as soon as
+     * they hold chunk dispatches, so that the device runs them while the host records
+     * the rest. cmd: the one being recorded, cmds[n_cmds - 1] */
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;
+    VkCommandBuffer cmds[VK_CHUNKS];
+    int n_cmds;
+    uint32_t chunk_sets;          /* dispatches recorded into cmd */
     VkFence fence;
     VkDescriptorPool desc_pool;
     VkQueryPool ts_pool;          /* two timestamps per submission; VK_NULL_HANDLE: none */
