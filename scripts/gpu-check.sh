@@ -22,7 +22,9 @@
 #    measured it slower), or only the decode attention's fusion off (fuse_attn=0: rope,
 #    cache stores and attention in one dispatch); then the device's time per shader
 #    build, prompt and generation (ANYLLM_VK_PROFILE=1)
-# 5. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
+# 5. a tuning sweep (SWEEP=0 skips): pp with the prompt matmul's tiles (SWEEP_PP), tg and
+#    pp with the submission in chunks (SWEEP_TG, SWEEP_PP_CHUNK), a line per setting
+# 6. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
 #
