@@ -980,21 +980,29 @@ static void decode_model(const char *name, double max_nmse) {
     free(got);
 }
 
-/* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
- * when the model cannot be run. */
-static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits,
-                        int n_vocab, uint64_t *n_sub) {
+/* ref-llama-Q4_0 (4 layers) on Vulkan with ANYLLM_VK_TUNE=tune, and a context of
+ * n_ctx positions; false (and m, c as far as they came) when it cannot be run. */
+static bool ref_llama_open(const char *tune, int n_ctx, al_model **m, al_context **c) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
     setenv("ANYLLM_VK_TUNE", tune, 1);
     al_model_params mp = al_model_default_params();
     mp.backend = "vulkan";
-    al_model *m = NULL;
-    al_context *c = NULL;
     al_context_params cp = al_context_default_params();
-    cp.n_ctx = 8;
-    bool ok = al_model_load(path, &mp, &m) == AL_OK && al_context_create(m, &cp, &c) == AL_OK;
+    cp.n_ctx = n_ctx;
+    *m = NULL, *c = NULL;
+    bool ok = al_model_load(path, &mp, m) == AL_OK && al_context_create(*m, &cp, c) == AL_OK;
     unsetenv("ANYLLM_VK_TUNE");
+    return ok;
+}
+
+/* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
+ * when the model cannot be run. */
+static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits,
+                        int n_vocab, uint64_t *n_sub) {
+    al_model *m;
+    al_context *c;
+    bool ok = ref_llama_open(tune, 8, &m, &c);
     vk_backend_stats s0, s1;
     int32_t tok[2] = {1, 334};
     ok = ok && al_eval(c, tok, 1, NULL, false) == AL_OK &&
@@ -1072,17 +1080,9 @@ static void test_dispatch_count(void) {
  * device, three blocks of tokens: ops of several dispatches): the last token's logits
  * and the submissions; the validation layer must report nothing. */
 static bool prompt_step(const char *tune, float *logits, uint64_t *n_sub) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
-    setenv("ANYLLM_VK_TUNE", tune, 1);
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
-    al_model *m = NULL;
-    al_context *c = NULL;
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = 48;
-    bool ok = al_model_load(path, &mp, &m) == AL_OK && al_context_create(m, &cp, &c) == AL_OK;
-    unsetenv("ANYLLM_VK_TUNE");
+    al_model *m;
+    al_context *c;
+    bool ok = ref_llama_open(tune, 48, &m, &c);
     int32_t tok[40];
     for (int i = 0; i < 40; i++) tok[i] = 1 + 37 * i % 300;
     vk_backend_stats s0, s1;

@@ -37,7 +37,7 @@ static inline __attribute__((always_inline)) __m256 visible(int key, __m256i lo,
 typedef struct attn_state {
     __m256i lo, pos; /* first and last visible key per lane */
     int64_t row[CPU_ATTN_KEYS]; /* the step's cache rows (cpu_attn_key_rows) */
-    int64_t next[CPU_ATTN_KEYS]; /* the rows the kernel asks the caches for (next_rows) */
+    int64_t next[CPU_ATTN_KEYS]; /* the rows it asks the caches for (cpu_attn_next_rows) */
     int n_next;
 } attn_state;
 
@@ -74,29 +74,16 @@ static void scores_half(const cpu_attn_args *a, int i0, int n, const float *qh,
     }
 }
 
-/* The rows the step after kb will read (n_next of them): the next step's, or at a
- * range's last step the hint's (cpu_attn_args.then_n); none in a thread's copy of one
- * head (one_head, a prompt's), one stream, which the hardware follows. In the caches a
- * kv head's rows lie a row of every kv head apart, a stride the hardware prefetchers
- * did not follow: the kernel alone over 2048 positions of bench-1b's shape, from DRAM
- * on one Zen 2 core, took 22.8-23.0 ms per token without prefetches and 19.6-19.8 with
- * them into L1 (into L2: 19.8-20.2; two steps ahead: 20.0-20.8). Into L2 they go: on a
- * Zen 4 (16 layers, two threads) into L1 took 12.2-20.4 ms, into L2 9.4-10.9 (six
- * alternating runs), as for the AVX-512 kernel, whose requests into L1 had stalled it.
- * The keys are asked for while the scores are computed, the values while the values
- * are added up: at the pace each is read (attn_avx512.c). */
-static void next_rows(const cpu_attn_args *a, int kvh, int kb, attn_state *st) {
-    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens;
-    const int left = end - (kb + CPU_ATTN_KEYS);
-    st->n_next = a->one_head ? 0 : left <= 0 ? a->then_n : left < CPU_ATTN_KEYS ? left
-                                                                               : CPU_ATTN_KEYS;
-    if (st->n_next && left > 0)
-        cpu_attn_key_rows(a, kvh, kb + CPU_ATTN_KEYS, st->n_next, st->next);
-    else if (st->n_next)
-        cpu_attn_key_rows(a, a->then_kvh, a->then_kb, st->n_next, st->next);
-}
-
-/* Asks for rows next[i0 .. i1) of base (keys or values) into L2. */
+/* The next step's rows (cpu_attn_next_rows), asked for in the caches themselves: in
+ * the caches a kv head's rows lie a row of every kv head apart, a stride the hardware
+ * prefetchers did not follow: the kernel alone over 2048 positions of bench-1b's shape,
+ * from DRAM on one Zen 2 core, took 22.8-23.0 ms per token without prefetches and
+ * 19.6-19.8 with them into L1 (into L2: 19.8-20.2; two steps ahead: 20.0-20.8). Into L2
+ * they go: on a Zen 4 (16 layers, two threads) into L1 took 12.2-20.4 ms, into L2
+ * 9.4-10.9 (six alternating runs), as for the AVX-512 kernel, whose requests into L1 had
+ * stalled it. The keys are asked for while the scores are computed, the values while
+ * the values are added up: at the pace each is read (attn_avx512.c). This asks for rows
+ * next[i0 .. i1) of base (keys or values) into L2. */
 static inline __attribute__((always_inline)) void prefetch_next(const cpu_attn_args *a,
                                                                 const float *base,
                                                                 const attn_state *st, int i0,
@@ -214,7 +201,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
         cpu_attn_key_rows(a, kvh, kb, n, st.row);
-        next_rows(a, kvh, kb, &st);
+        st.n_next = cpu_attn_next_rows(a, kvh, kb, st.next);
         const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, nq, qt, &st, e));
         const __m256 alpha = exp256(_mm256_sub_ps(mx, mn));
         mx = mn;

@@ -343,13 +343,7 @@ INLINE void few_step(const cpu_attn_args *a, int kvh, few_state *st, int kb, int
     for (int i = n; i < KEYS; i++) /* transposes read 16 keys: any row will do */
         st->row[i] = st->row[0];
     const int nb = (n + 15) / 16;
-    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
-    const int left = end - (kb + KEYS);
-    st->n_next = left <= 0 ? a->then_n : left < KEYS ? left : KEYS;
-    if (left > 0)
-        cpu_attn_key_rows(a, kvh, kb + KEYS, st->n_next, st->next);
-    else if (st->n_next)
-        cpu_attn_key_rows(a, a->then_kvh, a->then_kb, st->n_next, st->next);
+    st->n_next = cpu_attn_next_rows(a, kvh, kb, st->next);
     for (int b = 0; b < nb; b++)
         few_scores(a, st, kb, 16 * b, n, qs, e, nq);
     float mn[LANES] = {0}, alpha[LANES];

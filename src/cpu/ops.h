@@ -348,6 +348,22 @@ static inline void cpu_attn_key_rows(const cpu_attn_args *a, int kvh, int kb, in
     }
 }
 
+/* The rows a kernel's step at kb asks the caches for while it runs (n of them, into
+ * next; returns n): the next step's, or at a range's last step the hint's (then_n);
+ * none in a thread's copy of one head (one_head), one stream the hardware follows. */
+static inline int cpu_attn_next_rows(const cpu_attn_args *a, int kvh, int kb, int64_t *next) {
+    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens; /* a range's end */
+    const int left = end - (kb + CPU_ATTN_KEYS);
+    if (a->one_head) return 0;
+    if (left > 0) {
+        const int n = left < CPU_ATTN_KEYS ? left : CPU_ATTN_KEYS;
+        cpu_attn_key_rows(a, kvh, kb + CPU_ATTN_KEYS, n, next);
+        return n;
+    }
+    if (a->then_n > 0) cpu_attn_key_rows(a, a->then_kvh, a->then_kb, a->then_n, next);
+    return a->then_n > 0 ? a->then_n : 0;
+}
+
 /* Floats of per-thread scratch the attention kernels need. */
 static inline int64_t cpu_attn_scratch(int lanes, int head_dim) {
     return (int64_t)lanes * (2 * head_dim + CPU_ATTN_KEYS + 8);
