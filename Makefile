@@ -101,7 +101,8 @@ VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k 
 VK_MOE_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k mxfp4
 VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
 	attention attention_sg attention_rows attention_rows_sg \
-	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) matmul_rows_$(t) \
+	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) \
+	  matmul_cm_$(t) matmul_cm_emu_$(t) matmul_rows_$(t) \
 	  matvec_glu_$(t) matvec_glu_$(t)_sg matmul_rows_glu_$(t) \
 	  matvec_multi_$(t) matvec_multi_$(t)_sg matmul_rows_multi_$(t)) \
 	moe_sum $(foreach t,$(VK_MOE_TYPES),moe_mv_$(t) moe_mv_glu_$(t) moe_rows_$(t) moe_rows_glu_$(t))
@@ -128,9 +129,11 @@ $(foreach s,rms_norm attention,$(eval $(call VK_SHADER,$(s)_sg,$(s),,-DUSE_SUBGR
 # attention_rows: one token of each of several sequences (al_eval_multi)
 $(eval $(call VK_SHADER,attention_rows,attention,,-DROWS))
 $(eval $(call VK_SHADER,attention_rows_sg,attention,,-DROWS -DUSE_SUBGROUP))
-$(foreach t,$(VK_TYPES),$(foreach s,get_rows matvec matmul matmul_rows,\
+$(foreach t,$(VK_TYPES),$(foreach s,get_rows matvec matmul matmul_cm matmul_rows,\
 	$(eval $(call VK_SHADER,$(s)_$(t),$(s),$(t),))))
 $(foreach t,$(VK_TYPES),$(eval $(call VK_SHADER,matvec_$(t)_sg,matvec,$(t),-DUSE_SUBGROUP)))
+# matmul_cm's tiles with plain arithmetic for the cooperative-matrix calls (tests)
+$(foreach t,$(VK_TYPES),$(eval $(call VK_SHADER,matmul_cm_emu_$(t),matmul_cm,$(t),-DEMULATE)))
 # the fused GLU builds (gate and up projections in one dispatch, matmul_glu)
 $(foreach t,$(VK_TYPES),$(eval $(call VK_SHADER,matvec_glu_$(t),matvec,$(t),-DGLU)) \
 	$(eval $(call VK_SHADER,matvec_glu_$(t)_sg,matvec,$(t),-DGLU -DUSE_SUBGROUP)) \

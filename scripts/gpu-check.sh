@@ -20,10 +20,12 @@
 #    where a token's time goes (the host's recording, the wait, the device's own time),
 #    and with the norm fused into the matvecs (fuse_norm=1; off by default since an H200
 #    measured it slower), or only the decode attention's fusion off (fuse_attn=0: rope,
-#    cache stores and attention in one dispatch); then the device's time per shader
-#    build, prompt and generation (ANYLLM_VK_PROFILE=1)
-# 5. a tuning sweep (SWEEP=0 skips): pp with the prompt matmul's tiles (SWEEP_PP), tg and
-#    pp with the submission in chunks (SWEEP_TG, SWEEP_PP_CHUNK), a line per setting
+#    cache stores and attention in one dispatch); the prompt on cooperative matrices
+#    (coopmat=1, where the device has them; tests/vulkan.sh in step 3 checks its logits);
+#    then the device's time per shader build, prompt and generation (ANYLLM_VK_PROFILE=1)
+# 5. a tuning sweep (SWEEP=0 skips): pp with the prompt matmul's tiles (SWEEP_PP; on
+#    cooperative matrices SWEEP_CM, where the device has them), tg and pp with the
+#    submission in chunks (SWEEP_TG, SWEEP_PP_CHUNK), a line per setting
 # 6. the bench matrix: every backend (the CPU and each Vulkan device) at context depths
 #    DEPTHS (0,512,2048), as a table and a plot ($OUT/gpu-check-depth.svg when OUT is set,
 #    as on a device run, else $BUILD)
@@ -151,6 +153,25 @@ if [ -n "$model" ]; then
             dptx=$(grep "\"n_gen\": $TG," "$out" | field vk_dispatches_per_token)
             echo "with ANYLLM_VK_TUNE=$tune: ${dptx:-?} dispatches per token, tg$TG ${tgx:-?} t/s"
         done
+        # the prompt's matmuls on the matrix units (matmul_cm.comp, fp16 inputs, fp32
+        # sums): off by default until measured here
+        if "$bin" devices 2>/dev/null | sed -n '/^vulkan:0/,/^vulkan:1/p' |
+            grep -q '^  coop. matrices   yes'; then
+            for cm in 0 1; do
+                out="$BUILD/gpu-check-coopmat$cm.json"
+                ANYLLM_VK_TUNE=coopmat=$cm "$bin" bench -m "$model" -p "$PP" -n 0 -r "$REPS" \
+                    --backend vulkan -o json >"$out" 2>>"$BUILD/gpu-check-bench.err"
+                result $?
+                ts=$(field avg_ts <"$out" | head -n 1)
+                echo "pp$PP with ANYLLM_VK_TUNE=coopmat=$cm: ${ts:-?} t/s"
+            done
+            ANYLLM_VK_TUNE=coopmat=1 ANYLLM_VK_PROFILE=1 "$bin" bench -m "$model" -p "$PP" \
+                -n 0 -r 1 --backend vulkan >"$BUILD/gpu-check-profile-cm.md" \
+                2>>"$BUILD/gpu-check-bench.err"
+            sed -n '/device time per shader build/,/^| all/p' "$BUILD/gpu-check-profile-cm.md"
+        else
+            echo "cooperative matrices: vulkan:0 has none (anyllm devices)"
+        fi
         # the device's time shader by shader, a timestamp on each side of every dispatch
         # (ANYLLM_VK_PROFILE): a slow kernel, or a cost every dispatch pays. The
         # dispatches run one at a time then: read the shares and the us each
@@ -193,6 +214,12 @@ if [ -n "$model" ] && [ "${SWEEP:-1}" != 0 ]; then
     sweep pp ${SWEEP_PP:-mm_bm=64,mm_bn=64,mm_tm=4,mm_tn=4 mm_bm=128,mm_bn=64,mm_tm=8,mm_tn=4 \
         mm_bm=64,mm_bn=128,mm_tm=4,mm_tn=8 mm_bm=128,mm_bn=128,mm_tm=8,mm_tn=8 \
         mm_bm=64,mm_bn=64,mm_tm=8,mm_tn=8}
+    # the tiles of the prompt's matmul on cooperative matrices, where the device has them
+    if "$bin" devices 2>/dev/null | sed -n '/^vulkan:0/,/^vulkan:1/p' |
+        grep -q '^  coop. matrices   yes'; then
+        sweep pp ${SWEEP_CM:-coopmat=1,cm_bm=64,cm_bn=64 coopmat=1,cm_bm=128,cm_bn=64 \
+            coopmat=1,cm_bm=64,cm_bn=128 coopmat=1,cm_bm=128,cm_bn=128}
+    fi
     sweep tg ${SWEEP_TG:-chunk=0 chunk=8 chunk=16 chunk=32 chunk=64}
     sweep pp ${SWEEP_PP_CHUNK:-chunk=0 chunk=16}
 fi

@@ -88,6 +88,12 @@ static void test_rms_norm(void) {
     }
 }
 
+/* The NMSE a matmul of weight type may show against the reference: f32 weights are
+ * exact but for the sums' order, unless the matmul rounds its inputs to fp16 (the
+ * cooperative-matrix build, test_matmul_coopmat: a relative 2^-11 each). */
+static double g_f32_tol = 1e-6;
+static double mm_tol(uint32_t type) { return type == AL_TYPE_F32 ? g_f32_tol : 5e-4; }
+
 static void one_matmul(uint32_t type, const pair *w, int64_t n_tok, bool bias) {
     int64_t n_in = w->cols, n_out = w->rows;
     float *xv = random_floats((size_t)((n_tok + 3) * n_in), 1.0f);
@@ -105,7 +111,7 @@ static void one_matmul(uint32_t type, const pair *w, int64_t n_tok, bool bias) {
     g_cpu->ops->matmul(g_cpu, &xc, &w->cpu, bias ? &b.cpu : NULL, &oc);
     g_vk->ops->matmul(g_vk, &xk, &w->vk, bias ? &b.vk : NULL, &ok);
     double e = compare_rows(&out, 1, n_tok);
-    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    double tol = mm_tol(type);
     CHECK_MSG(e <= tol, "matmul %s %lld tokens: NMSE %g", quant_type_name(type), (long long)n_tok, e);
     printf("  matmul %-5s [%lld]x[%lld->%lld]%s NMSE %.2e\n", quant_type_name(type),
            (long long)n_tok, (long long)n_in, (long long)n_out, bias ? " +bias" : "", e);
@@ -195,7 +201,7 @@ static void one_matmul_add(uint32_t type, const pair *w, int64_t n_tok, bool bia
               "matmul + add", quant_type_name(type));
     CHECK_MSG(g_vk->ops->matmul_add(g_vk, &x.vk, &w->vk, bk, &ok), "matmul_add declined");
     double e = compare(&out); /* row 0 too: it must still hold the residual */
-    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    double tol = mm_tol(type);
     CHECK_MSG(e <= tol, "matmul_add %s %lld tokens: NMSE %g", quant_type_name(type),
               (long long)n_tok, e);
     printf("  matmul_add %-5s [%lld]x[%lld->%lld]%s NMSE %.2e\n", quant_type_name(type),
@@ -232,7 +238,7 @@ static void one_matmul_glu(uint32_t type, const pair *wg, const pair *wu, int64_
     CHECK_MSG(fused || n_tok > 8, "matmul_glu declined %lld tokens", (long long)n_tok);
     if (!fused) backend_matmul_glu(g_vk, &xk, &wg->vk, &wu->vk, act, &tmp.vk, &out.vk);
     double e = compare(&out);
-    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    double tol = mm_tol(type);
     CHECK_MSG(e <= tol, "matmul_glu %s %s %lld tokens: NMSE %g", quant_type_name(type),
               act ? "gelu" : "silu", (long long)n_tok, e);
     printf("  matmul_glu %-5s %s [%lld]x[%lld->%lld] %s NMSE %.2e\n", quant_type_name(type),
@@ -272,7 +278,7 @@ static void one_norm_matmul_glu(uint32_t type, const pair *wg, const pair *wu, i
         backend_norm_matmul_glu(g_vk, &xk, &nw.vk, 1e-5f, &wg->vk, &wu->vk, act, &xn.vk, &tmp.vk,
                                 &out.vk);
     double e = compare(&out);
-    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4;
+    double tol = mm_tol(type);
     CHECK_MSG(e <= tol, "norm_matmul_glu %s %s %lld tokens: NMSE %g", quant_type_name(type),
               act ? "gelu" : "silu", (long long)n_tok, e);
     printf("  norm_matmul_glu %-5s %s [%lld]x[%lld->%lld] %s NMSE %.2e\n", quant_type_name(type),
@@ -343,7 +349,7 @@ static void one_matmul_multi(uint32_t type, const pair *w, int n_w, int64_t n_to
     CHECK_MSG(fused || n_tok > 8 || (norm && !g_norm_fuses), "matmul_multi declined %lld tokens",
               (long long)n_tok);
     if (!fused) backend_matmul_multi(g_vk, &xk, nk, 1e-5f, n_w, wk, bk, &xn.vk, okp);
-    double tol = type == AL_TYPE_F32 ? 1e-6 : 5e-4, worst = 0;
+    double tol = mm_tol(type), worst = 0;
     for (int i = 0; i < n_w; i++) {
         double e = compare_rows(&out[i], i == 1, n_tok);
         CHECK_MSG(e <= tol, "matmul_multi %s weight %d of %d, %lld tokens%s%s: NMSE %g",
@@ -1569,6 +1575,44 @@ static void test_matmul_tiles(void) {
     setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1); /* the caller's */
 }
 
+/* Prompts' matmuls on cooperative matrices (matmul_cm.comp), every weight type, also
+ * in the fused ops where fused: its emulation (coopmat=2: the same tiles, offsets and
+ * strides with plain arithmetic for the cooperative-matrix calls) on any device, the
+ * real one (coopmat=1) where the device has the extension. fp16 inputs: f32 weights
+ * within 1e-5 NMSE. */
+static void run_coopmat(const char *tune, int want, bool fused) {
+    setenv("ANYLLM_VK_TUNE", tune, 1);
+    const bool ok = create_vk();
+    CHECK_MSG(ok, "ANYLLM_VK_TUNE=%s: no backend", tune);
+    if (!ok) return;
+    vk_backend_stats st = {0};
+    CHECK(vk_backend_get_stats(g_vk, &st));
+    if (st.coopmat == (want != 0)) {
+        printf("  ANYLLM_VK_TUNE=%s on %s\n", tune, g_vk->desc);
+        g_f32_tol = 1e-5;
+        test_matmul();
+        if (fused) test_fused_matmul();
+        check_validation();
+        g_f32_tol = 1e-6;
+    } else {
+        TEST_SKIP("%s has no cooperative matrices (VK_NV_cooperative_matrix with 16x16x16 "
+                  "fp16 blocks and fp32 sums, subgroups of 32)", g_vk->desc);
+    }
+    destroy_vk();
+}
+
+/* the default tile, and tiles of 4 x 1 and 1 x 3 blocks per subgroup */
+static void test_matmul_coopmat_emulated(void) {
+    run_coopmat("cpu_rows=0,fuse_norm=1,coopmat=2", 2, true);
+    run_coopmat("cpu_rows=0,fuse_norm=1,coopmat=2,cm_bm=128,cm_bn=32", 2, false);
+    run_coopmat("cpu_rows=0,fuse_norm=1,coopmat=2,cm_bm=32,cm_bn=96", 2, false);
+}
+
+static void test_matmul_coopmat(void) {
+    run_coopmat("cpu_rows=0,fuse_norm=1,coopmat=1", 1, true);
+    run_coopmat("cpu_rows=0,fuse_norm=1,coopmat=1,cm_bm=128,cm_bn=128", 1, false);
+}
+
 int main(void) {
     setenv("ANYLLM_ISA", "ref", 1);
     if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 8192, 1024)) {
@@ -1633,6 +1677,9 @@ int main(void) {
         destroy_vk();
     }
     TEST_RUN(test_matmul_tiles);
+    TEST_RUN(test_matmul_coopmat_emulated);
+    TEST_RUN(test_matmul_coopmat);
+    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1); /* as before them */
     setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1);
     setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* and their builds without subgroups */
     if (create_vk()) {

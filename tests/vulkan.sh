@@ -84,6 +84,26 @@ for name in ref/ref-llama-Q4_K_M ref/ref-qwen2-Q8_0 qwen3/ref-qwen3-Q4_K_M \
     ref_logits $name "as discrete, no subgroups" ANYLLM_VK_PRETEND_DISCRETE=1 ANYLLM_VK_NO_SUBGROUP=1
 done
 
+# the prompts' matmuls on cooperative matrices (matmul_cm.comp, fp16 inputs), where
+# the device has them: the same limits; here and on any device, their emulation
+if sed -n '/^vulkan:0/,/^vulkan:1/p' "$tmp/devices" | grep -q '^  coop. matrices   yes'; then
+    for j in "$SHARED"/models/ref/*.ref.json "$SHARED"/models/qwen3/*.ref.json \
+            "$SHARED"/models/moe/*.ref.json; do
+        [ -f "$j" ] || continue
+        ref_logits "$(basename "$(dirname "$j")")/$(basename "$j" .ref.json)" \
+            "cooperative matrices" ANYLLM_VK_TUNE=coopmat=1
+    done
+else
+    echo "skip: the prompts' matmul on cooperative matrices: vulkan:0 has none"
+    skip=$((skip + 1))
+fi
+# their emulation (the same tiles with plain arithmetic for the cooperative-matrix calls,
+# ANYLLM_VK_TUNE=coopmat=2) runs on any device
+for name in ref/ref-llama-Q4_0 ref/ref-llama-f32 moe/ref-qwen3moe-Q4_K_M; do
+    [ -f "$SHARED/models/$name.gguf" ] || continue
+    ref_logits $name "cooperative matrices emulated" ANYLLM_VK_TUNE=cpu_rows=0,coopmat=2
+done
+
 # the checks of test_ref (pieces through the KV cache, greedy decoding) on Vulkan
 for d in qwen3 moe; do
     [ -d "$SHARED/models/$d" ] || continue

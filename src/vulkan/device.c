@@ -185,6 +185,7 @@ al_status vk_instance_create(vk_device *d) {
 #define LOAD_INSTANCE(f) d->fn.f = (PFN_##f)d->fn.vkGetInstanceProcAddr(d->instance, #f);
     VK_INSTANCE_FNS(LOAD_INSTANCE)
     VK_DEBUG_FNS(LOAD_INSTANCE)
+    VK_COOPMAT_FNS(LOAD_INSTANCE)
 #undef LOAD_INSTANCE
     if (!d->fn.vkEnumeratePhysicalDevices || !d->fn.vkGetPhysicalDeviceProperties2 ||
         !d->fn.vkCreateDevice || !d->fn.vkGetDeviceProcAddr)
@@ -264,6 +265,45 @@ static bool is_uma(const vk_caps *c) {
     return true;
 }
 
+/* Whether matmul_cm.comp can run on pdev: the extension with a 16 x 16 x 16 block of
+ * fp16 inputs and fp32 sums for a subgroup, its feature, fp16 arithmetic and the Vulkan
+ * memory model (the shader's SPIR-V declares both), and subgroups of 32 (the shader's
+ * four subgroups of its 128 invocations). Vulkan 1.2 has the features' structs. */
+static bool read_coopmat(vk_device *d, VkPhysicalDevice pdev, const vk_caps *c) {
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
+        d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV;
+    if (c->api_version < VK_API_VERSION_1_2 || !c->fp16 || !props || c->subgroup_size != 32 ||
+        !c->subgroup_arith ||
+        c->max_wg < 128 || c->shared_bytes < 24 * 1024 ||
+        !has_device_extension(d, pdev, "VK_NV_cooperative_matrix"))
+        return false;
+    VkPhysicalDeviceVulkanMemoryModelFeatures vmm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .pNext = &vmm};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                    .pNext = &cm};
+    d->fn.vkGetPhysicalDeviceFeatures2(pdev, &f2);
+    if (!cm.cooperativeMatrix || !vmm.vulkanMemoryModel) return false;
+    uint32_t n = 0;
+    if (props(pdev, &n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkCooperativeMatrixPropertiesNV *p = al_calloc(n, sizeof *p);
+    if (!p) return false;
+    for (uint32_t i = 0; i < n; i++)
+        p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    bool found = false;
+    if (props(pdev, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
+                    p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    p[i].scope == VK_SCOPE_SUBGROUP_NV;
+    al_free(p);
+    return found;
+}
+
 void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c) {
     bool debug_utils = c->debug_utils;
     memset(c, 0, sizeof *c);
@@ -340,6 +380,7 @@ void vk_read_caps(vk_device *d, VkPhysicalDevice pdev, vk_caps *c) {
     d->fn.vkGetPhysicalDeviceMemoryProperties(pdev, &c->mem);
     c->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : 1ull << 30;
     c->uma = is_uma(c);
+    c->coopmat = read_coopmat(d, pdev, c);
 }
 
 /* ---- the logical device ------------------------------------------------------------- */
@@ -382,9 +423,21 @@ al_status vk_device_open(vk_device *d) {
                                     .pNext = &s16,
                                     .features.shaderStorageBufferArrayDynamicIndexing =
                                         c->dyn_index};
+    /* matmul_cm.comp: cooperative matrices, fp16 arithmetic, the Vulkan memory model */
+    VkPhysicalDeviceVulkanMemoryModelFeatures vmm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES,
+        .vulkanMemoryModel = VK_TRUE};
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
+        .shaderFloat16 = VK_TRUE, .pNext = &vmm};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE, .pNext = &f16};
+    if (c->coopmat) s16.pNext = &cm;
     const char *exts[2];
     uint32_t n_ext = 0;
     if (c->host_import) exts[n_ext++] = "VK_EXT_external_memory_host";
+    if (c->coopmat) exts[n_ext++] = "VK_NV_cooperative_matrix";
     VkDeviceCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
         .pNext = &f2,
@@ -464,6 +517,8 @@ static void print_device(FILE *out, uint32_t index, const vk_caps *c) {
     fprintf(out, "  fp16 / int8      %s / %s, int8 dot product %s\n", c->fp16 ? "yes" : "no",
             c->int8 ? "yes" : "no", c->int8_dot ? "accelerated" : "not accelerated");
     fprintf(out, "  16-bit storage   %s\n", c->storage16 ? "yes" : "no (cannot run anyllm)");
+    fprintf(out, "  coop. matrices   %s\n", c->coopmat ? "yes (NV, 16x16x16 fp16 -> fp32: "
+            "ANYLLM_VK_TUNE=coopmat=1)" : "no (prompts' matmuls on fp32 FMAs)");
     fprintf(out, "  max binding      %.0f MiB, max allocation %.2f GiB\n",
             (double)c->max_range / (1 << 20), (double)c->max_alloc / (1u << 30));
     if (c->host_import)

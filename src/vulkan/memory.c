@@ -417,7 +417,7 @@ al_status vk_weight_load(al_backend *base, al_tensor *w) {
         if (pl->tune.cpu_rows)
             st = vk_pipeline_get(d, pl, VK_OP_MATMUL_ROWS, w->type, 0, &p);
         else if ((st = vk_pipeline_get(d, pl, VK_OP_MATVEC, w->type, 0, &p)) == AL_OK)
-            st = vk_pipeline_get(d, pl, VK_OP_MATMUL, w->type, 0, &p);
+            st = vk_pipeline_get(d, pl, vk_prompt_matmul(&pl->tune), w->type, 0, &p);
         if (st != AL_OK || (st = vk_pipeline_get(d, pl, VK_OP_GET_ROWS, w->type, 0, &p)))
             return st;
     }

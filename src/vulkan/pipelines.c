@@ -53,6 +53,8 @@ static const struct {
     [VK_OP_GET_ROWS] = {"get_rows", 3, 0, false, true, 0},
     [VK_OP_MATVEC] = {"matvec", 4, 0, true, true, 0},
     [VK_OP_MATMUL] = {"matmul", 4, 0, false, true, 0},
+    [VK_OP_MATMUL_CM] = {"matmul_cm", 4, 0, false, true, 0},
+    [VK_OP_MATMUL_CM_EMU] = {"matmul_cm_emu", 4, 0, false, true, 0},
     [VK_OP_MATMUL_ROWS] = {"matmul_rows", 4, 1u << 0, false, true, 0},
     [VK_OP_MATVEC_GLU] = {"matvec_glu", 6, 0, true, true, 0}, /* 5: the input norm's weight */
     [VK_OP_MATMUL_ROWS_GLU] = {"matmul_rows_glu", 5, 1u << 0, false, true, 0},
@@ -116,7 +118,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .attn_wg = 64, .attn_max_hd = 256,
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
-        .fuse = 1, .fuse_norm = 0, .fuse_attn = 1,
+        .fuse = 1, .fuse_norm = 0, .fuse_attn = 1, .cm_bm = 64, .cm_bn = 64,
     };
     /* fuse_norm=0: on an H200 the norm inside the matvecs (every workgroup summing the
      * squares of the whole input again) cost more than its dispatch saved: bench-1b Q4_0
@@ -159,6 +161,8 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"mm_tm", offsetof(vk_tuning, mm_tm)},     {"mm_tn", offsetof(vk_tuning, mm_tn)},
         {"fuse", offsetof(vk_tuning, fuse)},       {"fuse_norm", offsetof(vk_tuning, fuse_norm)},
         {"fuse_attn", offsetof(vk_tuning, fuse_attn)}, {"chunk", offsetof(vk_tuning, chunk)},
+        {"coopmat", offsetof(vk_tuning, coopmat)}, {"cm_bm", offsetof(vk_tuning, cm_bm)},
+        {"cm_bn", offsetof(vk_tuning, cm_bn)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
@@ -186,6 +190,8 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
         if (sizes[i] == 0) return al_error(AL_ERR_ARG, "Vulkan tuning: a size is 0");
     uint32_t mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
     uint64_t mv_shared = 8ull * t->mv_nr * t->mv_wg * 4, mm_shared = 32ull * (t->mm_bm + t->mm_bn) * 4;
+    /* matmul_cm.comp: the tiles in fp16 (floats in the emulation), 4 KiB of staging */
+    uint64_t cm_shared = 32ull * (t->cm_bm + t->cm_bn) * (t->coopmat == 2 ? 4 : 2) + 4096;
     /* attention.comp: ps and red_, qs and ks, each team's softmax (teams of 64) */
     uint32_t attn_wg = t->attn_wg > t->attn_rows_wg ? t->attn_wg : t->attn_rows_wg;
     uint64_t n_team = attn_wg > 64 ? attn_wg / 64 : 1;
@@ -198,7 +204,10 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
               t->norm_wg <= c->max_wg && t->mv_wg <= c->max_wg &&
               t->rope_wg <= c->max_wg && t->rows_wg <= c->max_wg && mm_wg <= c->max_wg &&
               t->mr_wg <= c->max_wg && (!t->cpu_rows || (t->mr_wg % t->mr_sg == 0 && t->mr_sg >= 4)) &&
-              mv_shared <= c->shared_bytes && mm_shared <= c->shared_bytes &&
+              mv_shared <= c->shared_bytes && mm_shared <= c->shared_bytes && t->coopmat <= 2 &&
+              (!t->coopmat || (t->cm_bm % 32 == 0 && t->cm_bn % 32 == 0 && t->cm_bm >= 32 &&
+                               t->cm_bn >= 32 && t->cm_bm <= 128 && t->cm_bn <= 128 &&
+                               c->max_wg >= 128 && cm_shared <= c->shared_bytes)) &&
               attn_shared <= c->shared_bytes;
     return ok ? AL_OK : al_error(AL_ERR_ARG, "Vulkan tuning sizes do not fit the shaders or %s",
                                  c->name);
@@ -215,6 +224,10 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
     al_status st = apply_tuning(&pl->tune, getenv("ANYLLM_VK_TUNE"));
     if (st == AL_OK) st = check_tuning(&pl->tune, &d->caps);
     if (st != AL_OK) return st;
+    /* asked for on a device without it: the fp32 matmul, as the stats then say; the
+     * emulation (2) runs anywhere */
+    if (pl->tune.coopmat == 1 && !d->caps.coopmat) pl->tune.coopmat = 0;
+    if (pl->tune.cpu_rows) pl->tune.coopmat = 0;
     const char *no_sg = getenv("ANYLLM_VK_NO_SUBGROUP");
     pl->use_subgroup = d->caps.subgroup_arith && !(no_sg && *no_sg && strcmp(no_sg, "0"));
     for (int op = 0; op < VK_OP_COUNT; op++) {
@@ -294,6 +307,10 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         v[1] = t->mm_bm, v[2] = t->mm_bn, v[3] = t->mm_tm, v[4] = t->mm_tn;
         *wg = v[0];
         return 5;
+    case VK_OP_MATMUL_CM: case VK_OP_MATMUL_CM_EMU: /* four subgroups of 32 */
+        v[0] = t->cm_bm, v[1] = t->cm_bn;
+        *wg = 128;
+        return 2;
     default: return 0;
     }
 }

@@ -62,6 +62,9 @@
 /* from VK_EXT_debug_utils: NULL when the extension is not enabled */
 #define VK_DEBUG_FNS(X) X(vkCreateDebugUtilsMessengerEXT) X(vkDestroyDebugUtilsMessengerEXT)
 
+/* from VK_NV_cooperative_matrix: NULL where the loader does not know it */
+#define VK_COOPMAT_FNS(X) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+
 #define VK_DEVICE_FNS(X)                                                                  \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkDeviceWaitIdle)                            \
     X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)                 \
@@ -90,6 +93,7 @@ typedef struct vk_fns {
     VK_GLOBAL_FNS(VK_DECLARE_FN)
     VK_INSTANCE_FNS(VK_DECLARE_FN)
     VK_DEBUG_FNS(VK_DECLARE_FN)
+    VK_COOPMAT_FNS(VK_DECLARE_FN)
     VK_DEVICE_FNS(VK_DECLARE_FN)
     VK_HOST_IMPORT_FNS(VK_DECLARE_FN)
 } vk_fns;
@@ -117,6 +121,9 @@ typedef struct vk_caps {
     uint32_t max_ubo_range;    /* maxUniformBufferRange */
     bool storage16;            /* storageBuffer16BitAccess: needed by every weight read */
     bool fp16, int8, int8_dot; /* shaderFloat16, shaderInt8, accelerated 4x8-bit dot */
+    /* VK_NV_cooperative_matrix with 16 x 16 x 16 fp16 blocks summed in fp32 by a
+     * subgroup of 32, fp16 arithmetic and the Vulkan memory model: matmul_cm.comp */
+    bool coopmat;
     bool uma;                  /* one memory serves host and device: no upload needed */
     bool host_import;          /* VK_EXT_external_memory_host */
     uint64_t import_align;     /* minImportedHostPointerAlignment */
@@ -186,6 +193,7 @@ void vk_buf_destroy(vk_device *d, vk_buf *b);
 typedef enum vk_op {
     VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL, VK_OP_SWIGLU_OAI, VK_OP_SCALE, VK_OP_RMS_NORM,
     VK_OP_ROPE, VK_OP_ATTENTION, VK_OP_ATTENTION_ROWS, VK_OP_GET_ROWS, VK_OP_MATVEC, VK_OP_MATMUL,
+    VK_OP_MATMUL_CM, VK_OP_MATMUL_CM_EMU, /* matmul on cooperative matrices; emulated */
     VK_OP_MATMUL_ROWS,
     VK_OP_MATVEC_GLU, VK_OP_MATMUL_ROWS_GLU, /* the GLU builds: gate and up in one dispatch */
     VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
@@ -229,7 +237,17 @@ typedef struct vk_tuning {
     uint32_t fuse_norm;                   /* 0: the input norms run alone (A/B of that fusion) */
     uint32_t fuse_attn;                   /* 0: attention_rows declines (A/B of that fusion) */
     uint32_t chunk;                       /* > 0: submit every chunk dispatches (stream.c) */
+    uint32_t coopmat;                     /* 1: prompts' matmuls by matmul_cm where the
+                                           * device has it (caps.coopmat), else 0; 2:
+                                           * its emulation on any device (tests) */
+    uint32_t cm_bm, cm_bn;                /* matmul_cm: tile (multiples of 32, <= 128) */
 } vk_tuning;
+
+/* The op of a prompt's matmul on a GPU (not cpu_rows): matmul.comp, or matmul_cm.comp
+ * on cooperative matrices or their emulation. */
+static inline vk_op vk_prompt_matmul(const vk_tuning *t) {
+    return t->coopmat == 2 ? VK_OP_MATMUL_CM_EMU : t->coopmat ? VK_OP_MATMUL_CM : VK_OP_MATMUL;
+}
 
 typedef struct vk_pipelines {
     vk_tuning tune;

@@ -285,7 +285,7 @@ static al_status vk_supports(al_backend *base, const al_model_shape *m) {
         {"embedding rows", div_up_u64(div_up_u64((uint64_t)m->n_embd, 4), t->rows_wg)},
         {"attention heads", (uint64_t)m->n_head},
         {"matmul outputs", t->cpu_rows ? 0 : div_up_u64((uint64_t)(widest > kvd ? widest : kvd),
-                                                         t->mm_bm)},
+                                                         t->coopmat ? t->cm_bm : t->mm_bm)},
     };
     for (size_t i = 0; i < sizeof grid / sizeof *grid; i++)
         if (grid[i].groups > max_x)
@@ -358,6 +358,7 @@ bool vk_backend_get_stats(const al_backend *base, vk_backend_stats *out) {
         .n_validation = atomic_load(&be->sh->d.n_validation),
         .cpu_rows = be->sh->pl.tune.cpu_rows != 0,
         .fuse_norm = be->sh->pl.tune.fuse_norm != 0,
+        .coopmat = be->sh->pl.tune.coopmat != 0,
     };
     return true;
 }

@@ -51,6 +51,7 @@ typedef struct vk_backend_stats {
     double record_s, wait_s, gpu_s;
     uint64_t n_timed;
     bool cpu_rows, fuse_norm; /* the tuning in use (pipelines.c): what a step dispatches */
+    bool coopmat;             /* prompts' matmuls on cooperative matrices (matmul_cm.comp) */
 } vk_backend_stats;
 
 /* Fills *out and returns true if be is a Vulkan backend; false otherwise. */

@@ -28,21 +28,7 @@ layout(constant_id = 3) const uint TM = 4;
 layout(constant_id = 4) const uint TN = 4;
 layout(local_size_x_id = 0) in;
 #define BK 32
-
-layout(push_constant) uniform Push { // vk_pc_matmul in push.h
-    uint n_in, n_out, n_tok;
-    uint x_off, x_stride;
-    uint w_off, w_row_bytes;
-    uint b_off, has_bias;
-    uint o_off, o_stride;
-    uint row0;
-    uint accumulate, u_off, act; // matvec.comp's GLU build only reads u_off and act
-    uint nw_off, has_norm; float eps; // and these (its input norm)
-} p;
-
-layout(binding = 0, std430) readonly buffer X { float x[]; };
-layout(binding = 2, std430) readonly buffer B { float bias[]; };
-layout(binding = 3, std430) buffer O { float o[]; };
+#include "matmul_tile.glsl"
 
 const uint RM = TM / 4, RN = TN / 4; // vec4 groups per invocation
 shared vec4 As[BK * BM / 4]; // [k][row / 4], row % 4 in the components
@@ -52,28 +38,22 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
     uint tm = tid % (BM / TM), tn = tid / (BM / TM);
-    uint n4 = (p.n_in + 3) / 4;
 
     float acc[TM][TN];
     [[unroll]] for (uint i = 0; i < TM; i++)
         [[unroll]] for (uint j = 0; j < TN; j++) acc[i][j] = 0.0;
 
     for (uint k0 = 0; k0 < p.n_in; k0 += BK) {
-        // the weight tile, four inputs of one row per step; zeros past the edges
+        // the weight tile and the token tile, four inputs of a row or token at a time
         for (uint g = tid; g < BM * BK / 4; g += WG) {
-            uint m = g / (BK / 4), i4 = k0 / 4 + g % (BK / 4), row = m0 + m;
-            vec4 v = vec4(0.0);
-            if (row < p.n_out && i4 < n4) v = dq4_tail(p.w_off + row * p.w_row_bytes, i4, p.n_in);
-            uint k = (g % (BK / 4)) * 4;
+            uint m = g / (BK / 4), k = (g % (BK / 4)) * 4;
+            vec4 v = weight_group(m0, k0, g);
             [[unroll]] for (uint c = 0; c < 4; c++) As[(k + c) * (BM / 4) + m / 4][m % 4] = v[c];
         }
-        // the token tile
         for (uint g = tid; g < BN * BK / 4; g += WG) {
-            uint n = g / (BK / 4), k = (g % (BK / 4)) * 4, tok = n0 + n;
-            uint xb = p.x_off + tok * p.x_stride + k0 + k;
-            [[unroll]] for (uint c = 0; c < 4; c++)
-                Bs[(k + c) * (BN / 4) + n / 4][n % 4] =
-                    tok < p.n_tok && k0 + k + c < p.n_in ? x[xb + c] : 0.0;
+            uint n = g / (BK / 4), k = (g % (BK / 4)) * 4;
+            vec4 v = token_group(n0, k0, g);
+            [[unroll]] for (uint c = 0; c < 4; c++) Bs[(k + c) * (BN / 4) + n / 4][n % 4] = v[c];
         }
         barrier();
         [[unroll]] for (uint k = 0; k < BK; k++) {
@@ -87,16 +67,8 @@ void main() {
         barrier();
     }
 
-    [[unroll]] for (uint i = 0; i < TM; i++) {
-        uint row = m0 + 4 * (tm + i / 4 * (BM / TM)) + i % 4;
-        if (row >= p.n_out) continue;
-        uint col = p.row0 + row;
-        float bv = p.has_bias != 0 ? bias[p.b_off + col] : 0.0;
-        [[unroll]] for (uint j = 0; j < TN; j++) {
-            uint tok = n0 + 4 * (tn + j / 4 * (BN / TN)) + j % 4;
-            if (tok >= p.n_tok) continue;
-            uint oi = p.o_off + tok * p.o_stride + col;
-            o[oi] = p.accumulate != 0 ? o[oi] + (acc[i][j] + bv) : acc[i][j] + bv;
-        }
-    }
+    [[unroll]] for (uint i = 0; i < TM; i++)
+        [[unroll]] for (uint j = 0; j < TN; j++)
+            store_out(m0 + 4 * (tm + i / 4 * (BM / TM)) + i % 4,
+                      n0 + 4 * (tn + j / 4 * (BN / TN)) + j % 4, acc[i][j]);
 }
