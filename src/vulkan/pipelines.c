@@ -190,8 +190,9 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
         if (sizes[i] == 0) return al_error(AL_ERR_ARG, "Vulkan tuning: a size is 0");
     uint32_t mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
     uint64_t mv_shared = 8ull * t->mv_nr * t->mv_wg * 4, mm_shared = 32ull * (t->mm_bm + t->mm_bn) * 4;
-    /* matmul_cm.comp: the tiles in fp16 (floats in the emulation), 4 KiB of staging */
-    uint64_t cm_shared = 32ull * (t->cm_bm + t->cm_bn) * (t->coopmat == 2 ? 4 : 2) + 4096;
+    /* matmul_cm.comp: the tiles in rows of 40 fp16 (floats in the emulation), 4 KiB of
+     * staging */
+    uint64_t cm_shared = 40ull * (t->cm_bm + t->cm_bn) * (t->coopmat == 2 ? 4 : 2) + 4096;
     /* attention.comp: ps and red_, qs and ks, each team's softmax (teams of 64) */
     uint32_t attn_wg = t->attn_wg > t->attn_rows_wg ? t->attn_wg : t->attn_rows_wg;
     uint64_t n_team = attn_wg > 64 ? attn_wg / 64 : 1;

@@ -9,7 +9,9 @@
 // A workgroup computes BM weight rows x BN tokens with four subgroups of 32, each a
 // quarter of the tile: CM x CN blocks of 16 x 16 (CM = BM / 32, CN = BN / 32). Per step
 // of BK inputs the invocations dequantize the weight tile and convert the token tile
-// to fp16 in shared memory (rows of BK, k contiguous), then each subgroup multiplies
+// to fp16 in shared memory (k contiguous in rows of RS = BK + 8: the 8 halves of
+// padding spread the 16 rows a block load reads over the banks, where rows of 64 bytes
+// put every other row in the same ones), then each subgroup multiplies
 // its blocks. At the end each block goes through a small staging area of its subgroup
 // to the output, so that edges, the bias and `accumulate` are handled per element as
 // in matmul.comp, and the staging stays 4 KiB whatever the tile.
@@ -40,18 +42,19 @@ layout(constant_id = 0) const uint BM = 64; // multiples of 32 (pipelines.c chec
 layout(constant_id = 1) const uint BN = 64;
 const uint CM = BM / 32, CN = BN / 32;
 #define BK 32
+#define RS (BK + 8) // a shared row: 80 bytes, a multiple of the 16 the loads need
 #include "matmul_tile.glsl"
 
 // Inputs beyond fp16's range are clamped to its largest finite value: a product then
 // errs, where an infinity would have turned the whole output into NaN.
 #define FP16_MAX 65504.0
 #ifdef EMULATE
-shared float As[BM * BK]; // values rounded to fp16
-shared float Bs[BN * BK];
+shared float As[BM * RS]; // values rounded to fp16
+shared float Bs[BN * RS];
 #define F16(v) unpackHalf2x16(packHalf2x16(vec2(clamp(v, -FP16_MAX, FP16_MAX), 0.0))).x
 #else
-shared float16_t As[BM * BK]; // [row][k]
-shared float16_t Bs[BN * BK]; // [token][k]
+shared float16_t As[BM * RS]; // [row][k]
+shared float16_t Bs[BN * RS]; // [token][k]
 #define F16(v) float16_t(clamp(v, -FP16_MAX, FP16_MAX))
 #define HALF16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define FLOAT16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -61,8 +64,8 @@ shared float Cs[4 * 256]; // a 16 x 16 block of sums per subgroup, on its way ou
 // where a subgroup's blocks lie: A block i (16 rows x 16 inputs from kk, row-major), B
 // block j (16 inputs x 16 tokens, each token's inputs contiguous: column-major), and
 // the staging of subgroup g (each token's 16 rows contiguous: column-major)
-uint off_a(uint sm, uint i, uint kk) { return (sm + 16 * i) * BK + kk; }
-uint off_b(uint sn, uint j, uint kk) { return (sn + 16 * j) * BK + kk; }
+uint off_a(uint sm, uint i, uint kk) { return (sm + 16 * i) * RS + kk; }
+uint off_b(uint sn, uint j, uint kk) { return (sn + 16 * j) * RS + kk; }
 uint off_c(uint g) { return g * 256; }
 
 #ifdef EMULATE
@@ -91,14 +94,16 @@ void main() {
 
     for (uint k0 = 0; k0 < p.n_in; k0 += BK) {
         // the weight tile and the token tile, four inputs of a row or token at a time:
-        // group g's are elements 4 g .. 4 g + 3 of the tile's rows of BK
+        // group g's are inputs 4 (g % (BK / 4)) .. + 3 of row (token) g / (BK / 4)
         for (uint g = tid; g < BM * BK / 4; g += WG) {
             vec4 v = weight_group(m0, k0, g);
-            [[unroll]] for (uint c = 0; c < 4; c++) As[4 * g + c] = F16(v[c]);
+            uint e = g / (BK / 4) * RS + g % (BK / 4) * 4;
+            [[unroll]] for (uint c = 0; c < 4; c++) As[e + c] = F16(v[c]);
         }
         for (uint g = tid; g < BN * BK / 4; g += WG) {
             vec4 v = token_group(n0, k0, g);
-            [[unroll]] for (uint c = 0; c < 4; c++) Bs[4 * g + c] = F16(v[c]);
+            uint e = g / (BK / 4) * RS + g % (BK / 4) * 4;
+            [[unroll]] for (uint c = 0; c < 4; c++) Bs[e + c] = F16(v[c]);
         }
         barrier();
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
@@ -110,15 +115,15 @@ void main() {
                         uint r = (lane + 32 * t) / 16, c = (lane + 32 * t) % 16;
                         for (uint k = 0; k < 16; k++)
                             acc[8 * (i * CN + j) + t] +=
-                                As[emu_at(off_a(sm, i, kk), BK, false, r, k)] *
-                                Bs[emu_at(off_b(sn, j, kk), BK, true, k, c)];
+                                As[emu_at(off_a(sm, i, kk), RS, false, r, k)] *
+                                Bs[emu_at(off_b(sn, j, kk), RS, true, k, c)];
                     }
 #else
             HALF16 a[CM], b[CN];
             [[unroll]] for (uint i = 0; i < CM; i++)
-                coopMatLoadNV(a[i], As, off_a(sm, i, kk), BK, false);
+                coopMatLoadNV(a[i], As, off_a(sm, i, kk), RS, false);
             [[unroll]] for (uint j = 0; j < CN; j++)
-                coopMatLoadNV(b[j], Bs, off_b(sn, j, kk), BK, true);
+                coopMatLoadNV(b[j], Bs, off_b(sn, j, kk), RS, true);
             [[unroll]] for (uint i = 0; i < CM; i++)
                 [[unroll]] for (uint j = 0; j < CN; j++)
                     acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
