@@ -273,8 +273,7 @@ static bool read_coopmat(vk_device *d, VkPhysicalDevice pdev, const vk_caps *c) 
     PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
         d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV;
     if (c->api_version < VK_API_VERSION_1_2 || !c->fp16 || !props || c->subgroup_size != 32 ||
-        !c->subgroup_arith ||
-        c->max_wg < 128 || c->shared_bytes < 24 * 1024 ||
+        !c->subgroup_arith || c->max_wg < 128 || c->shared_bytes < 24 * 1024 ||
         !has_device_extension(d, pdev, "VK_NV_cooperative_matrix"))
         return false;
     VkPhysicalDeviceVulkanMemoryModelFeatures vmm = {

@@ -466,12 +466,10 @@ static bool matmul_gpu(vk_backend *be, const al_tensor *x, const al_tensor *w,
             dispatch(be, f->wu ? VK_OP_MATVEC_GLU : VK_OP_MATVEC, w->type,
                      nt_variant + (f->norm ? 4 : 0), info, &pc, sizeof pc,
                      div_up(pc.n_out, tu->mv_nr), 1);
-        else if (tu->coopmat)
-            dispatch(be, vk_prompt_matmul(tu), w->type, 0, info, &pc, sizeof pc,
-                     div_up(pc.n_out, tu->cm_bm), (uint32_t)div_up(n_tok, tu->cm_bn));
         else
-            dispatch(be, VK_OP_MATMUL, w->type, 0, info, &pc, sizeof pc,
-                     div_up(pc.n_out, tu->mm_bm), (uint32_t)div_up(n_tok, tu->mm_bn));
+            dispatch(be, vk_prompt_matmul(tu), w->type, 0, info, &pc, sizeof pc,
+                     div_up(pc.n_out, tu->coopmat ? tu->cm_bm : tu->mm_bm),
+                     (uint32_t)div_up(n_tok, tu->coopmat ? tu->cm_bn : tu->mm_bn));
     }
     return true;
 }

@@ -11,8 +11,8 @@
 // of BK inputs the invocations dequantize the weight tile and convert the token tile
 // to fp16 in shared memory (k contiguous in rows of RS = BK + 8: the 8 halves of
 // padding spread the 16 rows a block load reads over the banks, where rows of 64 bytes
-// put every other row in the same ones), then each subgroup multiplies
-// its blocks. At the end each block goes through a small staging area of its subgroup
+// put every other row in the same ones), then each subgroup multiplies its blocks.
+// At the end each block goes through a small staging area of its subgroup
 // to the output, so that edges, the bias and `accumulate` are handled per element as
 // in matmul.comp, and the staging stays 4 KiB whatever the tile.
 //
@@ -20,9 +20,9 @@
 // relative 2^-11 each) and by the order of the sums within a block.
 //
 // EMULATE builds the same tiles, offsets and strides with plain arithmetic in place of
-// the cooperative-matrix calls (emu_* below, for ANYLLM_VK_TUNE=coopmat=2), so that the
-// tiling is tested on devices without the extension; only the calls themselves are
-// left to a device that has it.
+// the cooperative-matrix calls (the EMULATE branches below; ANYLLM_VK_TUNE=coopmat=2),
+// so that the tiling is tested on devices without the extension; only the calls
+// themselves are left to a device that has it.
 
 #extension GL_EXT_control_flow_attributes : require
 #ifndef EMULATE
@@ -143,8 +143,9 @@ void main() {
             coopMatStoreNV(acc[i][j], Cs, off_c(sg), 16, true);
 #endif
             barrier();
-            for (uint e = lane; e < 256; e += 32)
-                store_out(m0 + sm + 16 * i + e % 16, n0 + sn + 16 * j + e / 16, Cs[off_c(sg) + e]);
+            for (uint e = lane; e < 256; e += 32) // e: row e % 16 of token e / 16
+                store_out(m0 + sm + 16 * i + e % 16, n0 + sn + 16 * j + e / 16,
+                          Cs[off_c(sg) + e]);
             barrier();
         }
 }

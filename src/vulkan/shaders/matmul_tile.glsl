@@ -10,8 +10,8 @@ layout(push_constant) uniform Push { // vk_pc_matmul in push.h
     uint b_off, has_bias;
     uint o_off, o_stride;
     uint row0;
-    uint accumulate, u_off, act; // matvec.comp's GLU build only reads u_off and act
-    uint nw_off, has_norm; float eps; // and these (its input norm)
+    uint accumulate, u_off, act; // u_off, act and the norm's fields: read only by
+    uint nw_off, has_norm; float eps; // matvec.comp's builds (its copy of this block)
 } p;
 
 layout(binding = 0, std430) readonly buffer X { float x[]; };
