@@ -231,8 +231,27 @@ mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk, i
         int nt) {
     const cpu_kernels *k = j->k;
     const int r = k->rows, tt = mm_tt(j);
+    /* every field named, so that the struct is stored field by field: with the rest
+     * left to zero-fill, the compiler cleared all of it first (a rep stos per call) */
     cpu_mk_args a = {
         .panel = panel,
+        .w = NULL,
+        .w_row_bytes = 0,
+        .w_blk0 = 0,
+        .w_type = 0,
+        .w_x16 = false,
+        .w_x16_row = 0,
+        .x16_group = false,
+        .act = NULL,
+        .pass_hi = NULL,
+        .n_sb = 0,
+        .n_k = 0,
+        .ldx = 0,
+        .bsize = 0,
+        .group = 0,
+        .mins = false,
+        .signed_w = false,
+        .n16 = 0,
         .n_tok = nt,
         .narrow = j->narrow,
         .n_rows = (int)mm_min(r, j->w->ne[1] - p * r),
