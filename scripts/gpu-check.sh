@@ -84,8 +84,13 @@ else
 fi
 
 step "devices"
-"$bin" devices
-grep_dev=$("$bin" devices 2>&1 | grep -c '^vulkan:')
+devices=$("$bin" devices 2>&1)
+echo "$devices"
+grep_dev=$(echo "$devices" | grep -c '^vulkan:')
+# whether vulkan:0 has cooperative matrices (matmul_cm.comp, ANYLLM_VK_TUNE=coopmat=1)
+coopmat=0
+echo "$devices" | sed -n '/^vulkan:0/,/^vulkan:1/p' | grep -q '^  coop. matrices   yes' &&
+    coopmat=1
 if [ "$grep_dev" -eq 0 ]; then
     echo "no Vulkan device: nothing to check"
     echo "gpu-check: $pass passed, 1 failed"
@@ -155,8 +160,7 @@ if [ -n "$model" ]; then
         done
         # the prompt's matmuls on the matrix units (matmul_cm.comp, fp16 inputs, fp32
         # sums): off by default until measured here
-        if "$bin" devices 2>/dev/null | sed -n '/^vulkan:0/,/^vulkan:1/p' |
-            grep -q '^  coop. matrices   yes'; then
+        if [ "$coopmat" = 1 ]; then
             for cm in 0 1; do
                 out="$BUILD/gpu-check-coopmat$cm.json"
                 ANYLLM_VK_TUNE=coopmat=$cm "$bin" bench -m "$model" -p "$PP" -n 0 -r "$REPS" \
@@ -215,8 +219,7 @@ if [ -n "$model" ] && [ "${SWEEP:-1}" != 0 ]; then
         mm_bm=64,mm_bn=128,mm_tm=4,mm_tn=8 mm_bm=128,mm_bn=128,mm_tm=8,mm_tn=8 \
         mm_bm=64,mm_bn=64,mm_tm=8,mm_tn=8}
     # the tiles of the prompt's matmul on cooperative matrices, where the device has them
-    if "$bin" devices 2>/dev/null | sed -n '/^vulkan:0/,/^vulkan:1/p' |
-        grep -q '^  coop. matrices   yes'; then
+    if [ "$coopmat" = 1 ]; then
         sweep pp ${SWEEP_CM:-coopmat=1,cm_bm=64,cm_bn=64 coopmat=1,cm_bm=128,cm_bn=64 \
             coopmat=1,cm_bm=64,cm_bn=128 coopmat=1,cm_bm=128,cm_bn=128}
     fi
