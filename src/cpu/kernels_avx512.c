@@ -176,7 +176,15 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
  * Near the end of the rows it prefetches the next panel's rows (R rows further on),
  * which come next. Prefetches take load slots: the 1-token GEMV issues one per line
  * (on x16, 16 n_lines per call had been up to 78% repeats, and a Q4_0 GEMV in L2 ran
- * at ~25 GB/s per core; the loads, not the memory, bounded decoding). */
+ * at ~25 GB/s per core; the loads, not the memory, bounded decoding).
+ *
+ * The in-place GEMV of the legacy types and Q4_K/Q5_K over x16 issues none: its one
+ * sequential stream is what the hardware prefetchers follow best, and ours held it
+ * back where the memory is fast. On a 2-core Zen 4, two threads over bench-1b's Q4_0
+ * shapes read ~43 GB/s with them and ~53 without, in windows where plain reads gave
+ * ~51 (and the same at ~35 GB/s); bench-1b Q8_0 tg64 at ~61 GB/s: 39 -> 53 t/s.
+ * Q6_K keeps them: its sub-fields are read out of order, and without them bench-1b
+ * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%. */
 INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
     if (rs->x16) { /* one stream, which runs on into the next panel */
         const uintptr_t a0 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD)) & ~(uintptr_t)63;
@@ -191,20 +199,6 @@ INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) 
 #pragma GCC unroll 4
         for (int l = 0; l < n_lines; l++)
             _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
-}
-
-/* With x16: the stream's span bytes per row PF_AHEAD ahead of off, in a constant count
- * of lines from the first byte (consecutive calls cover the stream wherever the lines
- * fall), each an asm statement, which the compiler neither drops nor bunches. Q4_K
- * and Q5_K issue a quarter of a super-block's at each of its four chunks: a GEMV from
- * DRAM on a Zen 4 read 29.3 -> 31.3 GB/s (two threads, medians of 400) against the
- * burst of 36 per super-block from prefetch_rows. Q6_K and the legacy types were as
- * fast or faster with their bursts (Q6_K: 24 against 12 GB/s on one core). */
-INLINE void prefetch_x16_spread(const rows16 *rs, int64_t off, const int span) {
-    const uint8_t *p = rs->pk + 16 * (off + PF_AHEAD);
-#pragma GCC unroll 16
-    for (int k = 0; k < (16 * span + 63) / 64; k++)
-        __asm__ volatile("prefetcht1 %0" : : "m"(p[64 * k]));
 }
 
 /* The 4 bytes at offset off of every row (with x16, a field of 4-byte units). */
@@ -370,7 +364,7 @@ static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2,
 INLINE void legacy_block(int kind, const rows16 *rs, int64_t i, __m512i q[8], __m512 *dw,
                          __m512 *m, const bool hi16) {
     const int64_t off = i * g_legacy_size[kind];
-    if (!(i & 1)) /* two blocks are at most 68 bytes */
+    if (!(i & 1) && !rs->x16) /* two blocks are at most 68 bytes; x16: see prefetch_rows */
         prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind]);
     const bool has_m = kind == Q4_1 || kind == Q5_1;
     const __m512i head = has_m           ? gather_2xf16(rs, off)
@@ -1030,7 +1024,6 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         for (int c = 0; c < 4; c++) {
             __m512i u[2][8];
             const bool hi16 = nt == 1 && !five;
-            if (x16) prefetch_x16_spread(&rs, off + c * t / 4, (int)t / 4);
             k45_chunk(five, &rs, off, c, h, u[0], u[1], hi16);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; half++, x += tt * (32 + 8)) {
