@@ -171,15 +171,13 @@ INLINE const uint8_t *x16_at(const rows8 *rs, int64_t off, int unit) {
     return rs->pk + 16 * off + R * unit * rs->half;
 }
 
-/* A prefetch that the compiler leaves where the code puts it: into L2 (prefetcht1), or
- * with nta into L1 alone (prefetchnta). _mm_prefetch depends on nothing, and GCC
- * scheduled the 28 of an unrolled Q6_K super-block, meant to go out a quarter at a
- * time, together at its start: the memory then idled while the super-block was
- * computed. A Q6_K GEMV (8192 x 2048) from DRAM on two Zen 2 cores took 0.98-1.19 ms
+/* A prefetch into L2 (prefetcht1) that the compiler leaves where the code puts it.
+ * _mm_prefetch depends on nothing, and GCC scheduled the 28 of an unrolled Q6_K
+ * super-block, meant to go out a quarter at a time, together at its start: the memory
+ * then idled while the super-block was computed. A Q6_K GEMV (8192 x 2048) from DRAM on two Zen 2 cores took 0.98-1.19 ms
  * that way, 0.68-0.73 ms with the prefetches where they were put. */
-INLINE void prefetch_pinned(const uint8_t *p, const bool nta) {
-    if (nta) __asm__ volatile("prefetchnta %0" : : "m"(*p));
-    else __asm__ volatile("prefetcht1 %0" : : "m"(*p));
+INLINE void prefetch_pinned(const uint8_t *p) {
+    __asm__ volatile("prefetcht1 %0" : : "m"(*p));
 }
 
 /* Prefetches n_lines cache lines PF_AHEAD bytes ahead in every row; near the end of
@@ -187,18 +185,21 @@ INLINE void prefetch_pinned(const uint8_t *p, const bool nta) {
  *
  * With x16 the rows are one stream, of which the caller reads the span bytes per row
  * before its next call, and the two halves of a group read the same lines, one after
- * the other (mm_grain_x16). An in-place GEMV (len: its bytes per row) prefetches half a
- * group ahead, each half in step with its own progress: half 0 the second half of its
- * group's bytes, half 1 the first half of the next group's (when only the first half
- * had fetched ahead, the memory idled while the second worked from L2: 11 GB/s from
- * DRAM on one Zen 2 core, 14.4 GB/s with both). A whole group ahead had fetched lines
- * long before their use; half a group ahead, and into L1 alone for the legacy types
- * (nta: no copy in L2 to evict to L3 later), decoding bench-1b Q4_0 on two Zen 2 cores
- * rose from 83-89% of the roofline to 87-92% (three rounds alternating), and
- * bench-qwen-0.5b from 67-77% to 73-83%. The K-quants, whose lines wait longer for the
- * more work per byte, keep prefetcht1 (with nta, bench-1b Q4_K_M lost 1-2 points).
- * A pack (len 0) prefetches PF_AHEAD ahead in the first half. */
-INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines, int span, const bool nta) {
+ * the other (mm_grain_x16). Only Q6_K's in-place GEMV (len: its bytes per row) and the
+ * packs (len 0) prefetch there. The GEMV prefetches half a group ahead, each half in
+ * step with its own progress: half 0 the second half of its group's bytes, half 1 the
+ * first half of the next group's (when only the first half had fetched ahead, the
+ * memory idled while the second worked from L2: 11 GB/s from DRAM on one Zen 2 core,
+ * 14.4 GB/s with both). A pack prefetches PF_AHEAD ahead in the first half.
+ *
+ * The in-place GEMV of the legacy types and Q4_K/Q5_K over x16 prefetches nothing, as
+ * on AVX-512 (kernels_avx512.c): the hardware prefetchers follow its stream. On a
+ * 2-core Zen 4 running these kernels (ANYLLM_ISA=avx2), alternating tg64 runs,
+ * bench-1b Q4_0 went from 57-83% of the roofline to 82-93% without them, Q8_0 from
+ * 62-88% to 92-97%, Q4_K_M from 61-80% to 68-91%. (On two Zen 2 cores, prefetching
+ * half a group ahead into L1 alone had beaten other placements, 83-89% -> 87-92% on
+ * bench-1b Q4_0; none was not tried there.) Q6_K, read out of order, keeps them. */
+INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines, int span) {
     if (rs->x16) {
         /* a constant count of lines from p, which cover its bytes wherever they start
          * (a loop over the aligned lines had been ~13 instructions per Q4_0 block, a
@@ -207,7 +208,7 @@ INLINE void prefetch_rows(const rows8 *rs, int64_t off, int n_lines, int span, c
             const uint8_t *p = rs->pk + 8 * rs->rb + 8 * (rs->half * rs->len + off);
 #pragma GCC unroll 32
             for (int k = 0; k <= 8 * span / 64; k++)
-                prefetch_pinned(p + 64 * k, nta);
+                prefetch_pinned(p + 64 * k);
         } else if (!rs->half) {
             const uint8_t *p = rs->pk + 16 * (off + PF_AHEAD);
 #pragma GCC unroll 64
@@ -371,8 +372,8 @@ static const int g_legacy_size[] = {18, 20, 22, 24, 34, 17}, g_legacy_qs[] = {2,
 INLINE void legacy_block(int kind, const rows8 *rs, int64_t i, __m256i q[8], __m256 *dw,
                          __m256 *m) {
     const int64_t off = i * g_legacy_size[kind];
-    if (!(i & 1)) /* two blocks are at most 68 bytes */
-        prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind], true);
+    if (!(i & 1) && !rs->x16) /* two blocks are at most 68 bytes; x16: see prefetch_rows */
+        prefetch_rows(rs, off, 1, 2 * g_legacy_size[kind]);
     const bool has_m = kind == Q4_1 || kind == Q5_1;
     const __m256i head = has_m           ? gather_2xf16(rs, off)
                          : kind == MXFP4 ? gather_u8(rs, off)
@@ -535,8 +536,8 @@ static void x16_pack_avx2(uint32_t type, const uint8_t *src, uint8_t *dst, uint6
         uint8_t *d = dst + (uint64_t)g * 16 * row_bytes;
         for (int64_t b = 0; b < n_blk; b++) {
             const int64_t off = b * t->block_bytes;
-            prefetch_rows(&rs[0], off, 1, 0, false);
-            prefetch_rows(&rs[1], off, 1, 0, false);
+            prefetch_rows(&rs[0], off, 1, 0);
+            prefetch_rows(&rs[1], off, 1, 0);
             for (int i = 0; i < t->n_fields; i++)
                 x16_field_avx2(rs, off, &t->f[i], t->block_bytes, d + 16 * off);
         }
@@ -605,7 +606,7 @@ INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t bl
     rows_init(&rs, w, row_bytes, blk0 * t, x16, row0);
     for (int64_t i = 0; i < n_blk; i++, panel += 8 * sbb) {
         const int64_t off = i * t;
-        prefetch_rows(&rs, off, 3, (int)t, false);
+        prefetch_rows(&rs, off, 3, (int)t);
         k4_scales8(&rs, off, panel);
         __m256i h[8];
         if (five) load_8x32(&rs, off + 16, h);
@@ -684,7 +685,7 @@ INLINE void pack_q6(const uint8_t *w, uint64_t row_bytes, int64_t blk0, int64_t 
     rows_init(&rs, w, row_bytes, blk0 * 210, x16, row0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 210;
-        prefetch_rows(&rs, off, 4, 210, false);
+        prefetch_rows(&rs, off, 4, 210);
         for (int half = 0; half < 2; half++) {
             __m256i l[8], h[8];
             load_8x32(&rs, off + 128 + 32 * half, h);
@@ -735,7 +736,7 @@ static void pack_q2_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     rows_init(&rs, w, row_bytes, blk0 * 84, false, 0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 84;
-        prefetch_rows(&rs, off, 2, 84, false);
+        prefetch_rows(&rs, off, 2, 84);
         for (int half = 0; half < 2; half++) {
             __m256i q[8];
             load_8x32(&rs, off + 16 + 32 * half, q);
@@ -775,7 +776,7 @@ static void pack_q3_k(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n
     rows_init(&rs, w, row_bytes, blk0 * 110, false, 0);
     for (int64_t i = 0; i < n_blk; i++, panel += 16 * sbb) {
         const int64_t off = i * 110;
-        prefetch_rows(&rs, off, 2, 110, false);
+        prefetch_rows(&rs, off, 2, 110);
         __m256i hm[8];
         load_8x32(&rs, off, hm);
         for (int half = 0; half < 2; half++) {
@@ -1041,7 +1042,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 /* a quarter of the super-block's prefetches per chunk: all 19 at its
                  * start streamed a Q4_K GEMV from DRAM at 18 GB/s on two Zen 2 cores,
                  * spread out at 21 (Q6_K likewise, per 4 sub-blocks) */
-                prefetch_rows(rs, off + t / 4 * c, 1, (int)t / 4, false);
+                if (!rs->x16) prefetch_rows(rs, off + t / 4 * c, 1, (int)t / 4);
                 __m256i u[2][8], g[8];
                 if (five && nh == 2) load_8x32(rs, off + 16, h);
                 if (five) k45_chunk(five, rs, off, c, h, u[0], u[1]);
@@ -1101,7 +1102,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt, co
 #pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 const rows8 *rs = &ip.rs[h];
-                if (s % 4 == 0) prefetch_rows(rs, off + 52 * (s / 4), 1, s == 12 ? 54 : 52, false);
+                if (s % 4 == 0) prefetch_rows(rs, off + 52 * (s / 4), 1, s == 12 ? 54 : 52);
                 __m256i wq[4], is[TT];
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
