@@ -174,8 +174,9 @@ INLINE const uint8_t *x16_at(const rows8 *rs, int64_t off, int unit) {
 /* A prefetch into L2 (prefetcht1) that the compiler leaves where the code puts it.
  * _mm_prefetch depends on nothing, and GCC scheduled the 28 of an unrolled Q6_K
  * super-block, meant to go out a quarter at a time, together at its start: the memory
- * then idled while the super-block was computed. A Q6_K GEMV (8192 x 2048) from DRAM on two Zen 2 cores took 0.98-1.19 ms
- * that way, 0.68-0.73 ms with the prefetches where they were put. */
+ * then idled while the super-block was computed. A Q6_K GEMV (8192 x 2048) from DRAM
+ * on two Zen 2 cores took 0.98-1.19 ms that way, 0.68-0.73 ms with the prefetches where
+ * they were put. */
 INLINE void prefetch_pinned(const uint8_t *p) {
     __asm__ volatile("prefetcht1 %0" : : "m"(*p));
 }
