@@ -9,8 +9,9 @@
  *   - a few tokens (token generation): panel by panel; the weights stream from memory
  *     once, read in place by the kernel (all of K in one call, or with two passes in
  *     chunks of KC_GEMV) or packed in chunks small enough for the panel to stay in
- *     L1; the reads prefetch them (kernels_avx512.c), and the x16 layout (ops.h)
- *     makes them one stream per thread;
+ *     L1; the x16 layout (ops.h) makes them one stream per thread, which the
+ *     hardware prefetchers follow (the rows layout and Q6_K prefetch in software:
+ *     prefetch_rows, kernels_avx512.c);
  *   - a large batch (prompt processing): chunk by chunk, one pool run each, so that
  *     the chunk of every token's activations stays in L2 while all panels pass over
  *     it, and a panel's chunks are summed in order.
