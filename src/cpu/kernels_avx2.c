@@ -1040,9 +1040,10 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
 #pragma GCC unroll 2
             for (int hf = 0; hf < nh; hf++) {
                 const rows8 *rs = &ip.rs[hf];
-                /* a quarter of the super-block's prefetches per chunk: all 19 at its
-                 * start streamed a Q4_K GEMV from DRAM at 18 GB/s on two Zen 2 cores,
-                 * spread out at 21 (Q6_K likewise, per 4 sub-blocks) */
+                /* rows: a quarter of the super-block's prefetches per chunk (all 19
+                 * at its start streamed a Q4_K GEMV from DRAM at 18 GB/s on two Zen 2
+                 * cores, spread out at 21; Q6_K likewise, per 4 sub-blocks); x16:
+                 * none (prefetch_rows) */
                 if (!rs->x16) prefetch_rows(rs, off + t / 4 * c, 1, (int)t / 4);
                 __m256i u[2][8], g[8];
                 if (five && nh == 2) load_8x32(rs, off + 16, h);

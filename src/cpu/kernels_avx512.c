@@ -174,9 +174,10 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
 /* Prefetches PF_AHEAD bytes ahead in every row: n_lines cache lines per row, or with
  * x16 the lines of the span bytes per row that the caller reads before its next call.
  * Near the end of the rows it prefetches the next panel's rows (R rows further on),
- * which come next. Prefetches take load slots: the 1-token GEMV issues one per line
- * (on x16, 16 n_lines per call had been up to 78% repeats, and a Q4_0 GEMV in L2 ran
- * at ~25 GB/s per core; the loads, not the memory, bounded decoding).
+ * which come next. Prefetches take load slots: where a 1-token GEMV prefetches, it
+ * issues one per line (on x16, 16 n_lines per call had been up to 78% repeats, and a
+ * Q4_0 GEMV in L2 ran at ~25 GB/s per core; the loads, not the memory, bounded
+ * decoding).
  *
  * The in-place GEMV of the legacy types and Q4_K/Q5_K over x16 issues none: its one
  * sequential stream is what the hardware prefetchers follow best, and ours held it
