@@ -181,9 +181,10 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
  *
  * The in-place GEMV of the legacy types and Q4_K/Q5_K over x16 issues none: its one
  * sequential stream is what the hardware prefetchers follow best, and ours held it
- * back where the memory is fast. On a 2-core Zen 4, two threads over bench-1b's Q4_0
- * shapes read ~43 GB/s with them and ~53 without, in windows where plain reads gave
- * ~51 (and the same at ~35 GB/s); bench-1b Q8_0 tg64 at ~61 GB/s: 39 -> 53 t/s.
+ * back where the memory is fast. On a 2-core Zen 4, two threads over a 2048-wide
+ * model's Q4_0 matrices (22 x {2048 x 2048, 2048 x 5632 twice, 5632 x 2048}) read ~43
+ * GB/s with them and ~53 without, in windows where plain reads gave ~51 (and the same
+ * at ~35 GB/s); bench-1b Q8_0 tg64 at ~61 GB/s: 39 -> 53 t/s.
  * Q6_K keeps them: its sub-fields are read out of order, and without them bench-1b
  * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%. */
 INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
