@@ -7,6 +7,9 @@
  *   - Functions that can fail return an al_status. On failure their out-parameters are
  *     set to NULL and al_last_error() describes what went wrong, naming the file, field
  *     and value at fault.
+ *   - A NULL handle or out-parameter crashes nothing: a function that returns an
+ *     al_status returns AL_ERR_ARG, a getter gives zeros (an info struct all zero, a
+ *     count of 0, NULL, false, token -1) and anything else does nothing.
  *   - An al_model is immutable once loaded and may be shared by threads; an al_context
  *     (one sequence: KV cache and scratch) is used by one thread at a time.
  */
@@ -373,7 +376,7 @@ al_sampler_params al_sampler_default_params(void);
 /* Fails with AL_ERR_ARG naming the first field that is out of range. */
 al_status al_sampler_create(const al_sampler_params *p, int n_vocab, al_sampler **out);
 void al_sampler_destroy(al_sampler *s);
-/* Picks a token from logits [n_vocab] (not modified). */
+/* Picks a token from logits [n_vocab] (not modified); -1 for a NULL sampler or logits. */
 int32_t al_sampler_sample(al_sampler *s, const float *logits);
 /* Records a token of the sequence (prompt or generated) for the penalties. */
 void al_sampler_accept(al_sampler *s, int32_t token);

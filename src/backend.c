@@ -214,6 +214,7 @@ const char *al_backends(void) {
 }
 
 int al_backend_list(const char **names, int max) {
+    if (!names) max = 0; /* a count alone */
     int n = 0;
     if (n < max) names[n] = "cpu";
     n++;

@@ -76,6 +76,7 @@ static void sb_cat(strbuf *b, ...) {
 /* ---- recognition ------------------------------------------------------------------ */
 
 al_status al_chat_template_detect(const char *tmpl, const char **name) {
+    if (!name) return al_error(AL_ERR_ARG, "al_chat_template_detect: name is NULL");
     *name = NULL;
     if (!tmpl || !*tmpl) return al_error(AL_ERR_ARG, "the model has no chat template; "
                                          "name one with --chat-template");
@@ -348,6 +349,7 @@ static al_status render(const char *name, const char *tmpl, const al_chat_messag
 
 al_status al_chat_render(const char *name, const char *tmpl, const al_chat_message *msgs, int n,
                          bool add_generation_prompt, char **out) {
+    if (!out) return al_error(AL_ERR_ARG, "al_chat_render: out is NULL");
     *out = NULL;
     strbuf b = {0};
     al_status st = render(name, tmpl, msgs, n, add_generation_prompt, &b);

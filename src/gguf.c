@@ -871,6 +871,11 @@ void al_gguf_close(al_gguf *g) {
 }
 
 void al_gguf_get_info(const al_gguf *g, al_gguf_info *out) {
+    if (!out) return;
+    if (!g) {
+        *out = (al_gguf_info){0};
+        return;
+    }
     const gguf_file *f = g->f;
     *out = (al_gguf_info){.version = f->version, .file_size = f->size,
                           .alignment = f->alignment, .n_kv = f->n_kv,

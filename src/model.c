@@ -618,13 +618,18 @@ static al_status load_text_parts(al_model *m) {
 }
 
 const al_vocab *al_model_vocab(const al_model *m) {
+    if (!m) {
+        al_error(AL_ERR_ARG, "al_model_vocab: model is NULL");
+        return NULL;
+    }
     if (!m->vocab) al_error(AL_ERR_UNSUPPORTED, "%s", m->vocab_error);
     return m->vocab;
 }
 
-const char *al_model_chat_template(const al_model *m) { return m->chat_template; }
+const char *al_model_chat_template(const al_model *m) { return m ? m->chat_template : NULL; }
 
 al_status al_model_load(const char *path, const al_model_params *params, al_model **out) {
+    if (!out) return al_error(AL_ERR_ARG, "al_model_load: out is NULL");
     *out = NULL;
     if (!path) return al_error(AL_ERR_ARG, "al_model_load: path is NULL");
     al_model_params p = params ? *params : al_model_default_params();
@@ -683,6 +688,11 @@ static uint64_t bytes_per_token(const al_model *m) {
 }
 
 void al_model_get_info(const al_model *m, al_model_info *out) {
+    if (!out) return;
+    if (!m) {
+        *out = (al_model_info){0};
+        return;
+    }
     *out = (al_model_info){
         .arch = m->arch, .n_vocab = m->n_vocab, .n_ctx_train = m->n_ctx_train,
         .n_embd = m->n_embd, .n_layer = m->n_layer, .n_head = m->n_head,
@@ -701,12 +711,14 @@ const gguf_file *model_file(const al_model *m) { return m->file; }
 al_backend *model_backend(const al_model *m) { return m->be; }
 
 void al_model_get_backend_stats(const al_model *m, al_backend_stats *out) {
+    if (!out) return;
     *out = (al_backend_stats){0};
-    if (m->be->ops->stats) m->be->ops->stats(m->be, out);
+    if (m && m->be->ops->stats) m->be->ops->stats(m->be, out);
 }
 
 int al_model_get_dispatch_times(const al_model *m, al_dispatch_time *out, int max) {
-    return m->be->ops->dispatch_times ? m->be->ops->dispatch_times(m->be, out, max) : 0;
+    if (!m || !m->be->ops->dispatch_times) return 0;
+    return m->be->ops->dispatch_times(m->be, out, out && max > 0 ? max : 0); /* or a count */
 }
 
 /* Rows of layer il's KV cache in a context of n_ctx positions: all of them, or for a
@@ -893,6 +905,7 @@ uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
 }
 
 int al_model_default_n_ctx(const al_model *m) {
+    if (!m) return 0;
     int n = m->n_ctx_train > 0 ? m->n_ctx_train : 4096;
     if (strcmp(m->be->ops->name, "cpu") != 0) return n < 4096 ? n : 4096;
     uint64_t budget = host_mem_available() / 2;
@@ -909,6 +922,7 @@ int al_model_default_n_ctx(const al_model *m) {
 
 al_status al_context_create(const al_model *m, const al_context_params *params,
                             al_context **out) {
+    if (!out) return al_error(AL_ERR_ARG, "al_context_create: out is NULL");
     *out = NULL;
     if (!m) return al_error(AL_ERR_ARG, "al_context_create: model is NULL");
     al_context_params p = params ? *params : al_context_default_params();
@@ -963,11 +977,14 @@ void al_context_destroy(al_context *c) {
     al_free(c);
 }
 
-int al_context_n_past(const al_context *c) { return c->n_past; }
+int al_context_n_past(const al_context *c) { return c ? c->n_past : 0; }
 
-void al_context_reset(al_context *c) { c->n_past = 0; }
+void al_context_reset(al_context *c) {
+    if (c) c->n_past = 0;
+}
 
 al_status al_context_truncate(al_context *c, int n_past) {
+    if (!c) return al_error(AL_ERR_ARG, "al_context_truncate: context is NULL");
     if (n_past < 0 || n_past > c->n_past)
         return al_error(AL_ERR_ARG, "cannot truncate to %d positions: %d are held", n_past,
                         c->n_past);
@@ -982,7 +999,7 @@ al_status al_context_truncate(al_context *c, int n_past) {
     return AL_OK;
 }
 
-int al_context_n_ctx(const al_context *c) { return c->n_ctx; }
+int al_context_n_ctx(const al_context *c) { return c ? c->n_ctx : 0; }
 
 /* ---- forward pass --------------------------------------------------------------------- */
 
@@ -1345,6 +1362,11 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
 }
 
 void al_context_get_info(const al_context *c, al_context_info *out) {
+    if (!out) return;
+    if (!c) {
+        *out = (al_context_info){0};
+        return;
+    }
     const al_backend *be = c->m->be;
     *out = (al_context_info){
         .n_ctx = c->n_ctx, .n_past = c->n_past,

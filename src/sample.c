@@ -69,6 +69,7 @@ static al_status check_params(const al_sampler_params *p) {
 }
 
 al_status al_sampler_create(const al_sampler_params *params, int n_vocab, al_sampler **out) {
+    if (!out) return al_error(AL_ERR_ARG, "al_sampler_create: out is NULL");
     *out = NULL;
     al_sampler_params p = params ? *params : al_sampler_default_params();
     al_status st = check_params(&p);
@@ -99,12 +100,14 @@ void al_sampler_destroy(al_sampler *s) {
 }
 
 void al_sampler_reset(al_sampler *s) {
+    if (!s) return;
     s->n_history = s->history_pos = 0;
     memset(s->count, 0, (size_t)s->n_vocab * sizeof *s->count);
     s->rng = s->p.seed;
 }
 
 void al_sampler_accept(al_sampler *s, int32_t token) {
+    if (!s) return;
     int n = s->p.penalty_last_n;
     if (n == 0 || token < 0 || token >= s->n_vocab) return;
     if (s->n_history == n) s->count[s->history[s->history_pos]]--; /* evict the oldest */
@@ -168,6 +171,7 @@ static void select_top_k(candidate *c, int n, int k) {
 }
 
 int32_t al_sampler_sample(al_sampler *s, const float *logits) {
+    if (!s || !logits) return -1;
     const al_sampler_params *p = &s->p;
     candidate *c = s->cand;
     int n = s->n_vocab;

@@ -189,6 +189,7 @@ uint64_t cpu_sum_u64(const uint64_t *p, int64_t n) {
 /* The kernels read whole vectors from 64-byte boundaries, 128 bytes at a time: the
  * buffer's middle goes to them, its ragged edges are summed byte by byte. */
 uint64_t al_memory_read_sum(const void *buf, size_t n_bytes) {
+    if (!buf) return 0;
     const uint8_t *p = buf, *end = p + n_bytes;
     const uint8_t *lo = (const uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     if (lo > end) lo = end;

@@ -1,0 +1,92 @@
+/* test_api.c: the public API (anyllm.h) given NULL handles, NULL out-parameters and
+ * ids out of range: each call returns what the header's conventions say (AL_ERR_ARG
+ * with a message, or zeros, -1, NULL) and crashes nothing. A crash ends the program
+ * without its result line, which tests/run.sh counts as a failure. */
+#include <string.h>
+
+#include "anyllm.h"
+#include "test.h"
+
+#define ARG_ERROR(call)                                                               \
+    CHECK_MSG((call) == AL_ERR_ARG && al_last_error()[0] != '\0', "%s", #call)
+
+static void test_null_handles(void) {
+    al_model_info mi;
+    memset(&mi, 0xff, sizeof mi);
+    al_model_get_info(NULL, &mi);
+    CHECK(mi.n_vocab == 0 && mi.arch == NULL && mi.backend == NULL && mi.n_bytes == 0);
+    al_backend_stats bs;
+    memset(&bs, 0xff, sizeof bs);
+    al_model_get_backend_stats(NULL, &bs);
+    CHECK(!bs.gpu && bs.n_dispatches == 0 && bs.weight_path == NULL);
+    al_dispatch_time dt[2];
+    CHECK(al_model_get_dispatch_times(NULL, dt, 2) == 0);
+    CHECK(al_model_default_n_ctx(NULL) == 0);
+    CHECK(al_model_vocab(NULL) == NULL);
+    CHECK(al_model_chat_template(NULL) == NULL);
+
+    al_gguf_info gi;
+    memset(&gi, 0xff, sizeof gi);
+    al_gguf_get_info(NULL, &gi);
+    CHECK(gi.n_kv == 0 && gi.n_tensors == 0 && gi.version == 0);
+
+    CHECK(al_context_n_past(NULL) == 0);
+    CHECK(al_context_n_ctx(NULL) == 0);
+    al_context_reset(NULL);
+    ARG_ERROR(al_context_truncate(NULL, 0));
+    al_context_info ci;
+    memset(&ci, 0xff, sizeof ci);
+    al_context_get_info(NULL, &ci);
+    CHECK(ci.n_ctx == 0 && ci.n_past == 0 && ci.backend == NULL && !ci.kv_shared);
+
+    const float logits[4] = {0, 1, 2, 3};
+    CHECK(al_sampler_sample(NULL, logits) == -1);
+    al_sampler_accept(NULL, 1);
+    al_sampler_reset(NULL);
+
+    const char *name = "unchanged";
+    ARG_ERROR(al_chat_template_detect("<|im_start|>", NULL));
+    ARG_ERROR(al_chat_render("chatml", NULL, NULL, 0, true, NULL));
+    CHECK(al_chat_template_detect("<|im_start|>", &name) == AL_OK && strcmp(name, "chatml") == 0);
+    CHECK(al_memory_read_sum(NULL, 64) == 0);
+    const int n_backends = al_backend_list(NULL, 8); /* a count alone */
+    const char *names[16] = {0};
+    CHECK(n_backends >= 1 && al_backend_list(names, 16) == n_backends);
+    CHECK(names[0] && strcmp(names[0], "cpu") == 0);
+}
+
+static void test_null_out(void) {
+    ARG_ERROR(al_model_load("model.gguf", NULL, NULL));
+    ARG_ERROR(al_sampler_create(NULL, 10, NULL));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    al_model *m = NULL;
+    if (al_model_load(path, NULL, &m) != AL_OK) {
+        TEST_SKIP("%s: %s (the shared test data is missing)", path, al_last_error());
+        return;
+    }
+    ARG_ERROR(al_context_create(m, NULL, NULL));
+    al_model_get_info(m, NULL);
+    al_model_get_backend_stats(m, NULL);
+    CHECK(al_model_get_dispatch_times(m, NULL, 4) == 0);
+    al_context *c = NULL;
+    CHECK(al_context_create(m, NULL, &c) == AL_OK && c);
+    if (c) {
+        al_context_get_info(c, NULL);
+        ARG_ERROR(al_context_truncate(c, -1));
+        ARG_ERROR(al_context_handoff(c, NULL));
+        ARG_ERROR(al_context_handoff(NULL, c));
+        ARG_ERROR(al_eval(c, NULL, 2, NULL, false));
+        CHECK(al_context_n_past(c) == 0);
+        const int32_t tok[2] = {1, 2};
+        CHECK(al_eval(c, tok, 2, NULL, false) == AL_OK && al_context_n_past(c) == 2);
+    }
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
+int main(void) {
+    TEST_RUN(test_null_handles);
+    TEST_RUN(test_null_out);
+    return test_finish();
+}
