@@ -47,7 +47,8 @@ const char *al_version(void);
 const char *al_backends(void);
 /* The backends this machine can run, as al_model_params.backend names them: "cpu",
  * then "vulkan:0", "vulkan:1", ... for each Vulkan device (software ones included).
- * Returns how many; fills names[0 .. min(count, max)) with static strings. */
+ * Returns how many; fills names[0 .. min(count, max)) with static strings (none where
+ * names is NULL: the count alone). */
 int al_backend_list(const char **names, int max);
 /* What a backend al_backend_list names is, on one line into buf (size bytes, NUL-
  * terminated): "cpu avx2" (its instruction set), or a Vulkan device's name. AL_ERR_ARG
@@ -153,7 +154,7 @@ typedef struct al_dispatch_time {
 
 /* Writes the builds that have run (n > 0), up to max of them, in an order that does
  * not change while m lives, and returns how many there are (more than max: some were
- * left out); 0 where nothing is timed. */
+ * left out); 0 where nothing is timed. With out NULL, the count alone. */
 int al_model_get_dispatch_times(const al_model *m, al_dispatch_time *out, int max);
 
 /* Reads n_bytes at buf with this CPU's widest vector loads and returns a sum of what it

@@ -6,7 +6,7 @@
  * futex wake-up for each (~70 us measured) would cost more than the op itself
  * (spinning: ~1 us per empty job). The mutex is taken only to sleep and to wake a
  * sleeper: taken on every job, it made a worker that saw the new generation while the
- * caller still held it sleep in the kernel, about one job in eight.
+ * caller still held it sleep in the kernel, in one job of 4 to 8 of a decode.
  */
 #include "pool.h"
 
