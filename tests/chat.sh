@@ -78,24 +78,35 @@ words=$(printf '%s\n' "$story" | wc -w)
 if [ "$roles" = "system user assistant user assistant user assistant" ] && [ "$words" -ge 1 ] &&
     [ "$words" -lt 25 ]; then ok "Ctrl-C stops the reply; the partial reply is kept: '$story'"
 else bad "Ctrl-C in a reply: roles '$roles', story '$story'"; fi
-if seg "$tmp/a" "line $RECALL" | grep -q 7423; then
-    ok "after the Ctrl-C, turn 4 recalls turn 1: $(seg "$tmp/a" "line $RECALL" | sed -n 2p)"
-else bad "turn 4 does not recall 7423: $(seg "$tmp/a" "line $RECALL")"; fi
+# What turn 4 answers depends on how much of the story the Ctrl-C left (a few tokens
+# more or less, as the timing falls), so here it must only answer; the recall is
+# tested below over a conversation of fixed text.
+if seg "$tmp/a" "line $RECALL" | grep -v '^> *$' | grep -q '[[:alnum:]]'; then
+    ok "after the Ctrl-C, turn 4 answers: $(seg "$tmp/a" "line $RECALL" | sed -n 2p | cut -c1-70)"
+else bad "turn 4 after the Ctrl-C: $(seg "$tmp/a" "line $RECALL")"; fi
 # three Ctrl-C: in the reply (no hint), at the empty prompt (the hint), again (the end)
 hint=$(grep -c '^\[press Ctrl-C again or Ctrl-D to exit\]$' "$tmp/a")
 if [ "$(status "$tmp/a")" = "exit 0" ] && [ "$hint" -eq 1 ]; then
     ok "Ctrl-C at an empty prompt gives the hint once, twice in a row exits 0"
 else bad "Ctrl-C twice: $(status "$tmp/a"), $hint hints: $(tail -n 8 "$tmp/a")"; fi
 
-# ---- /load: errors keep the conversation; the loaded one is used; /clear forgets it
+# ---- /load: errors keep the conversation; the loaded one is used, turn after turn;
+# /clear forgets it
 printf '{"messages": [' >"$tmp/bad.json"
+printf '{"messages": [{"role": "system", "content": "%s"}, %s, %s, %s, %s]}\n' "$SYS" \
+    "{\"role\": \"user\", \"content\": \"$REMEMBER\"}" \
+    '{"role": "assistant", "content": "I will remember the number 7423."}' \
+    '{"role": "user", "content": "Name the capital of France."}' \
+    '{"role": "assistant", "content": "The capital of France is Paris."}' >"$tmp/fixed.json"
 printf '[{"role": "user", "content": "hi"}]\n' >"$tmp/shape.json"
 printf '{"messages": [{"role": "tool", "content": "hi"}]}\n' >"$tmp/role.json"
 chat "$tmp/b" "line /load $tmp/a.json
+line /load $tmp/fixed.json
 line /load $tmp/missing.json
 line /load $tmp/bad.json
 line /load $tmp/shape.json
 line /load $tmp/role.json
+line $RECALL
 line $RECALL
 line /clear
 line $RECALL
@@ -113,13 +124,23 @@ for f in missing bad shape role; do
         ok "/load $f: $(seg "$tmp/b" "line /load $tmp/$f.json" | grep '^anyllm:')"
     else bad "/load $f: $(seg "$tmp/b" "line /load $tmp/$f.json")"; n_err=1; fi
 done
-if seg "$tmp/b" "line $RECALL" | grep -q 7423; then
-    ok "a conversation loaded in a new process is used (and the failed loads kept it)"
-else bad "loaded conversation not used: $(seg "$tmp/b" "line $RECALL")"; fi
+loaded() { seg "$tmp/b" "line /load $tmp/$1" | grep -q "^\[loaded $2 messages from $tmp/$1\]$"; }
+if loaded a.json 7 && loaded fixed.json 5; then
+    ok "/load reads what /save wrote, and a file written by hand"
+else
+    got="$(seg "$tmp/b" "line /load $tmp/a.json") $(seg "$tmp/b" "line /load $tmp/fixed.json")"
+    bad "/load: $got"
+fi
+if seg "$tmp/b" "line $RECALL" | grep -q 7423 && seg "$tmp/b" "line $RECALL" 2 | grep -q 7423; then
+    ok "a conversation loaded in a new process is used (and the failed loads kept it), two turns"
+else
+    got="$(seg "$tmp/b" "line $RECALL") $(seg "$tmp/b" "line $RECALL" 2)"
+    bad "loaded conversation not used: $got"
+fi
 if seg "$tmp/b" "line /clear" | grep -q '^\[conversation cleared; the system prompt stays\]$' &&
-    ! seg "$tmp/b" "line $RECALL" 2 | grep -q 7423; then
-    ok "/clear forgets: $(seg "$tmp/b" "line $RECALL" 2 | sed -n 2p | cut -c1-70)"
-else bad "/clear: $(seg "$tmp/b" "line /clear") $(seg "$tmp/b" "line $RECALL" 2)"; fi
+    ! seg "$tmp/b" "line $RECALL" 3 | grep -q 7423; then
+    ok "/clear forgets: $(seg "$tmp/b" "line $RECALL" 3 | sed -n 2p | cut -c1-70)"
+else bad "/clear: $(seg "$tmp/b" "line /clear") $(seg "$tmp/b" "line $RECALL" 3)"; fi
 users=$(json "$tmp/b.json" '"|".join(x["role"] + ":" + x["content"] for x in m if x["role"] != "assistant")' 2>&1)
 if [ "$users" = "system:$SYS|user:$RECALL|user:/hello there" ]; then
     ok "/clear keeps the system prompt; // sends a message starting with /"
