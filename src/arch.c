@@ -8,6 +8,8 @@
  *   gemma3  per-head Q/K norm, a second RMSNorm after attention and after the FFN
  *           (before each residual add), GELU-gated FFN, embeddings times sqrt(n_embd),
  *           and sliding-window attention on five layers of six.
+ *   qwen35  Qwen3.5 / 3.6: gated delta-net layers (a recurrent state per sequence) with
+ *           a gated full-attention layer every fourth (partial neox rope).
  * The output projection is the token embedding when output.weight is absent, for
  * every architecture (the binder's rule, not a flag).
  */
@@ -20,35 +22,35 @@
 
 /* The tensors every architecture here shares, in file order. */
 #define ATTN_IN                                                  \
-    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE},      \
-    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true, D_ONE},                  \
-    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE},                 \
-    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE}
-#define ATTN_OUT {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE}
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},      \
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true, D_ONE, W_ALL},                  \
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, W_ALL},                 \
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, W_ALL}
+#define ATTN_OUT {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, W_ALL}
 #define FFN                                                      \
-    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE},        \
-    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE},             \
-    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE},                 \
-    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE}
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},        \
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},             \
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},                 \
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_ALL}
 #define QK_NORM                                                  \
-    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE},       \
-    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE}
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, W_ALL},       \
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, W_ALL}
 
 /* A mixture-of-experts FFN: the router and each expert's gate, up and down, stacked */
 #define MOE_FFN                                                            \
-    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE},           \
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE},    \
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT}, \
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},   \
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT}
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},           \
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},    \
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL}, \
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},   \
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL}
 
 static const arch_tensor llama_layer[] = {ATTN_IN, ATTN_OUT, FFN};
 
 static const arch_tensor qwen2_layer[] = {
     ATTN_IN,
-    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE},
-    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE},
-    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE},
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE, W_ALL},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE, W_ALL},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE, W_ALL},
     ATTN_OUT,
     FFN,
 };
@@ -59,9 +61,9 @@ static const arch_tensor gemma3_layer[] = {
     ATTN_IN,
     QK_NORM,
     ATTN_OUT,
-    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE},
+    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
     FFN,
-    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true, D_ONE},
+    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
 };
 
 static const arch_tensor qwen3moe_layer[] = {ATTN_IN, QK_NORM, ATTN_OUT, MOE_FFN};
@@ -70,22 +72,51 @@ static const arch_tensor qwen3moe_layer[] = {ATTN_IN, QK_NORM, ATTN_OUT, MOE_FFN
  * FFN's input norm (there is no ffn_norm) */
 static const arch_tensor gpt_oss_layer[] = {
     ATTN_IN,
-    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE},
-    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE},
-    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE},
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, true, D_ONE, W_ALL},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, true, D_ONE, W_ALL},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, true, D_ONE, W_ALL},
     ATTN_OUT,
-    {L_BO, "attn_output.bias", D_EMBD, D_ONE, true, D_ONE},
-    {L_SINKS, "attn_sinks.weight", D_N_HEAD, D_ONE, true, D_ONE},
-    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE},
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE},
-    {L_GATE_INP_B, "ffn_gate_inp.bias", D_EXPERT, D_ONE, true, D_ONE},
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},
-    {L_GATE_EXPS_B, "ffn_gate_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE},
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT},
-    {L_UP_EXPS_B, "ffn_up_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE},
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT},
-    {L_DOWN_EXPS_B, "ffn_down_exps.bias", D_EMBD, D_EXPERT, true, D_ONE},
+    {L_BO, "attn_output.bias", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_SINKS, "attn_sinks.weight", D_N_HEAD, D_ONE, true, D_ONE, W_ALL},
+    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},
+    {L_GATE_INP_B, "ffn_gate_inp.bias", D_EXPERT, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
+    {L_GATE_EXPS_B, "ffn_gate_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE, W_ALL},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
+    {L_UP_EXPS_B, "ffn_up_exps.bias", D_FF_EXP, D_EXPERT, true, D_ONE, W_ALL},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL},
+    {L_DOWN_EXPS_B, "ffn_down_exps.bias", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},
 };
+
+/* qwen35 (Qwen3.5 / 3.6): three gated delta-net layers to one of gated attention;
+ * "post_attention_norm" is the FFN's input norm */
+#define A W_ATTN
+#define R W_RECR
+static const arch_tensor qwen35_layer[] = {
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q_GATE, true, D_ONE, A},
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, A},
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, A},
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
+    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A},
+    {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, true, D_ONE, R},
+    {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, true, D_ONE, R},
+    {L_SSM_CONV, "ssm_conv1d.weight", D_SSM_KERNEL, D_SSM_CONV, true, D_ONE, R},
+    {L_SSM_DT, "ssm_dt.bias", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
+    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
+    {L_SSM_BETA, "ssm_beta.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},
+    {L_SSM_ALPHA, "ssm_alpha.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},
+    {L_SSM_NORM, "ssm_norm.weight", D_SSM_STATE, D_ONE, true, D_ONE, R},
+    {L_SSM_OUT, "ssm_out.weight", D_SSM_INNER, D_EMBD, true, D_ONE, R},
+    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_ALL},
+};
+#undef A
+#undef R
 
 static const arch_desc archs[] = {
     {.name = "llama", .act = ACT_SILU, .norm_eps = 1e-5f, .rope_base = 10000.0f,
@@ -104,6 +135,9 @@ static const arch_desc archs[] = {
      .act = ACT_SWIGLU_OAI, .norm_eps = 1e-5f,
      .rope_base = 150000.0f, .swa_period = 2, .layer = gpt_oss_layer,
      .n_layer_tensors = N(gpt_oss_layer)},
+    {.name = "qwen35", .flags = ARCH_ROPE_NEOX | ARCH_HYBRID, .act = ACT_SILU,
+     .norm_eps = 1e-6f, .rope_base = 10000000.0f, .layer = qwen35_layer,
+     .n_layer_tensors = N(qwen35_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {
@@ -122,7 +156,7 @@ const char *arch_names(char *buf, size_t size) {
 
 bool arch_slot_is_norm(arch_slot slot) {
     return slot == L_ATTN_NORM || slot == L_Q_NORM || slot == L_K_NORM ||
-           slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
+           slot == L_SSM_NORM || slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
 }
 
 const arch_tensor *arch_tensor_of(const arch_desc *a, arch_slot slot) {

@@ -35,6 +35,11 @@ typedef enum arch_slot {
     L_SINKS,          /* per-head attention sink logits (gpt-oss) */
     L_GATE_INP_B,     /* the router's bias and the experts' biases, a row per expert */
     L_GATE_EXPS_B, L_UP_EXPS_B, L_DOWN_EXPS_B,
+    /* gated delta-net layers (qwen35): the q|k|v projection, the output gate z, the
+     * convolution, the decay's bias and rate, the beta and alpha projections, the gated
+     * norm's weights and the output projection */
+    L_SSM_QKV, L_SSM_Z, L_SSM_CONV, L_SSM_DT, L_SSM_A, L_SSM_BETA, L_SSM_ALPHA,
+    L_SSM_NORM, L_SSM_OUT,
     L_COUNT
 } arch_slot;
 
@@ -49,7 +54,16 @@ typedef enum arch_dim {
     D_EXPERT, /* n_expert */
     D_FF_EXP, /* n_ff_exp: one expert's feed-forward width */
     D_N_HEAD, /* n_head */
+    D_Q_GATE, /* 2 n_head head_dim: a query and an output gate per head (qwen35) */
+    D_SSM_CONV,  /* the delta-net convolution's channels: 2 n_k_heads d_state + d_inner */
+    D_SSM_INNER, /* d_inner = n_v_heads * d_state */
+    D_SSM_STATE, /* d_state: a delta-net head's size */
+    D_SSM_VHEADS, /* n_v_heads */
+    D_SSM_KERNEL, /* the convolution's taps */
 } arch_dim;
+
+/* Which layers have a tensor, where an architecture mixes two kinds (ARCH_HYBRID). */
+typedef enum arch_where { W_ALL, W_ATTN, W_RECR } arch_where;
 
 typedef struct arch_tensor {
     arch_slot slot;
@@ -57,6 +71,7 @@ typedef struct arch_tensor {
     arch_dim ne0, ne1;  /* ne1 = D_ONE for a vector */
     bool required;
     arch_dim ne2;       /* D_ONE, or the experts of a stacked [ne0, ne1, n_expert] tensor */
+    arch_where where;   /* W_ALL, or only attention / only recurrent layers */
 } arch_tensor;
 
 /* The gated FFN's activation: act(gate) * up, or gpt-oss's clamped SwiGLU
@@ -69,6 +84,10 @@ enum {
     ARCH_EMBD_SCALE = 1 << 1,  /* token embeddings times sqrt(n_embd) */
     ARCH_SLIDING = 1 << 2,     /* sliding-window attention on most layers */
     ARCH_MOE = 1 << 3,         /* a mixture-of-experts FFN (ARCH.expert_count ...) */
+    /* gated delta-net layers with a recurrent state, and among them full-attention
+     * layers whose query projection also gives a sigmoid gate of their output
+     * (ARCH.full_attention_interval or ARCH.attention.recurrent_layers; ARCH.ssm.*) */
+    ARCH_HYBRID = 1 << 4,
 };
 
 typedef struct arch_desc {

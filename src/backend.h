@@ -72,6 +72,22 @@ typedef struct al_attn_shape {
     const struct al_tensor *sinks;
 } al_attn_shape;
 
+/* One gated delta-net layer's recurrence (delta_net). Per position, qkv's row holds
+ * [q: n_k_heads x head_dim | k: n_k_heads x head_dim | v: n_v_heads x head_dim] (the
+ * convolution's output); alpha and beta [n][n_v_heads] are raw projections. For each
+ * value head h, with key head kh = h % n_k_heads (tiled) or h / (n_v_heads /
+ * n_k_heads) (grouped):
+ *   q, k = l2norm(q_kh), l2norm(k_kh)   (x / sqrt(sum x^2 + eps)); q /= sqrt(head_dim)
+ *   g = softplus(alpha_h + dt_bias_h) * a_h;  b = sigmoid(beta_h)
+ *   S_h = e^g S_h;  S_h += b (v_h - S_h k) k^T;  out_h = S_h q
+ * S_h is head_dim x head_dim (rows: value dimensions); the state tensor holds the
+ * n_v_heads matrices, [n_v_heads][head_dim * head_dim], zeros where fresh. */
+typedef struct al_delta_shape {
+    int n_k_heads, n_v_heads, head_dim;
+    bool grouped; /* how value heads share key heads (above) */
+    float eps;
+} al_delta_shape;
+
 /* The activation of a gated FFN (matmul_glu): as silu_mul, or as gelu_mul. */
 typedef enum al_glu { AL_GLU_SILU, AL_GLU_GELU } al_glu;
 
@@ -210,6 +226,23 @@ typedef struct al_backend_ops {
     void (*scale)(al_backend *be, al_tensor *x, float s);
     /* x += y, elementwise. */
     void (*add)(al_backend *be, al_tensor *x, const al_tensor *y);
+    /* x *= sigmoid(g), elementwise: the output gate of qwen35's attention. x and g may
+     * be views of heads with row strides of their own (the gate lies beside q in one
+     * projection). NULL: the backend runs no model that needs it. */
+    void (*sigmoid_mul)(al_backend *be, al_tensor *x, const al_tensor *g);
+    /* The causal depthwise convolution of a gated delta-net layer, then SiLU, over the
+     * n = x->ne[1] consecutive positions of one sequence. x is [n][C]; w an f32 [C][K]
+     * (channel c's K taps, oldest input first); state [K-1][C] holds the K-1 inputs
+     * before x's first row (zeros where fresh: state is then not read) and afterwards
+     * the last K-1 inputs. out[t][c] = silu(sum_j w[c][j] in[t - K + 1 + j][c]). */
+    void (*ssm_conv)(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
+                     bool fresh, al_tensor *out);
+    /* The gated delta rule over the n = qkv->ne[1] consecutive positions of one
+     * sequence (al_delta_shape). NULL: the backend runs no recurrent layer. */
+    void (*delta_net)(al_backend *be, const al_tensor *qkv, const al_tensor *alpha,
+                      const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
+                      al_tensor *state, bool fresh, const struct al_delta_shape *shape,
+                      al_tensor *out);
     /* x[ids[i]] += w[i] * y[i] for the n rows of y (host arrays; the ids are distinct
      * rows of x): a mixture of experts adds each expert's weighted output to the rows
      * of the tokens routed to it. */

@@ -33,6 +33,7 @@
 typedef struct layer_weights {
     al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */
     bool swa;             /* attends to a sliding window, with the model's rope_swa */
+    bool recr;            /* ARCH_HYBRID: a gated delta-net layer (no KV cache) */
 } layer_weights;
 
 struct al_model {
@@ -42,6 +43,11 @@ struct al_model {
     char arch[64];
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
+    /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
+     * and value heads of the delta rule; which layers are recurrent, read before the
+     * layers are bound */
+    int ssm_kernel, ssm_inner, ssm_state, ssm_k_heads, ssm_v_heads;
+    bool *recr;
     float norm_eps;
     al_rope rope;          /* global layers */
     al_rope rope_swa;      /* sliding-window layers */
@@ -111,6 +117,13 @@ struct al_context {
     float *sel_w;          /* [n_batch][n_expert_used] their weights */
     int32_t *rows;         /* [moe_rows] the tokens routed to one expert */
     float *rows_w;         /* [moe_rows] and their weights */
+    /* ARCH_HYBRID: the query and its gate [n_batch][2 n_head head_dim]; a recurrent
+     * layer's projections q|k|v [n_batch][conv channels], z [n_batch][d_inner], alpha
+     * and beta [n_batch][n_v_heads], the convolution's output and the delta rule's */
+    al_tensor qg, ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_conv, ssm_o;
+    /* [n_layer], data NULL on attention layers: the convolution's last inputs
+     * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
+    al_tensor *conv_state, *ssm_state;
 };
 
 /* ---- hyper-parameters ------------------------------------------------------------ */
@@ -305,6 +318,86 @@ static al_status read_moe(al_model *m) {
     return AL_OK;
 }
 
+/* Which layers are recurrent: ARCH.attention.recurrent_layers (one bool per layer), or
+ * every layer but each full_attention_interval-th (default 4). */
+static al_status read_recurrent_layers(al_model *m) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch);
+    if (!(m->recr = al_calloc((size_t)m->n_layer, sizeof *m->recr)))
+        return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
+    const gguf_kv *kv = gguf_find_key(m->file, key);
+    if (kv) {
+        if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_BOOL &&
+            kv->v.arr.type != GGUF_VT_U8 && kv->v.arr.type != GGUF_VT_I8) ||
+            kv->v.arr.n != (uint64_t)m->n_layer)
+            return al_error(AL_ERR_FORMAT, "%s: %s must be %d bools (one per layer)",
+                            m->file->path, key, m->n_layer);
+        for (int il = 0; il < m->n_layer; il++)
+            m->recr[il] = ((const uint8_t *)kv->v.arr.data)[il] != 0;
+        return AL_OK;
+    }
+    int period;
+    al_status st = get_arch_u32(m, "full_attention_interval", 4, false, &period);
+    if (st != AL_OK) return st;
+    if (period <= 0)
+        return al_error(AL_ERR_FORMAT, "%s: %s.full_attention_interval = %d must be positive",
+                        m->file->path, m->arch, period);
+    for (int il = 0; il < m->n_layer; il++) m->recr[il] = (il + 1) % period != 0;
+    return AL_OK;
+}
+
+/* Rope sections (qwen35's interleaved M-RoPE): text gives every section the same
+ * position but the fourth, whose pairs do not turn. A file where some pair falls in no
+ * turning section is refused rather than run with a rope of its own. */
+static al_status check_rope_sections(const al_model *m) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
+    const gguf_kv *kv = gguf_find_key(m->file, key);
+    if (!kv) return AL_OK;
+    if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_I32 &&
+        kv->v.arr.type != GGUF_VT_U32) || kv->v.arr.n < 3 || kv->v.arr.n > 4)
+        return al_error(AL_ERR_FORMAT, "%s: %s must be 3 or 4 integers", m->file->path, key);
+    const int32_t *sec = kv->v.arr.data;
+    int64_t n_sect = 0;
+    for (uint64_t i = 0; i < kv->v.arr.n; i++) {
+        if (sec[i] < 0 || sec[i] > 65536)
+            return al_error(AL_ERR_FORMAT, "%s: %s[%d] = %d is out of range", m->file->path,
+                            key, (int)i, sec[i]);
+        n_sect += sec[i];
+    }
+    if (n_sect <= 0) return al_error(AL_ERR_FORMAT, "%s: %s are all zero", m->file->path, key);
+    for (int i = 0; i < m->rope.n_rot / 2; i++) {
+        const int64_t r = i % n_sect;
+        if (!(r < 3 * (int64_t)sec[r % 3]))
+            return al_error(AL_ERR_UNSUPPORTED, "%s: %s leave rope pair %d unrotated, which "
+                            "is not supported", m->file->path, key, i);
+    }
+    return AL_OK;
+}
+
+/* Gated delta-net layers (ARCH_HYBRID): the ssm.* sizes, which must agree. */
+static al_status read_hybrid(al_model *m) {
+    if (!(m->ad->flags & ARCH_HYBRID)) return AL_OK;
+    al_status st;
+    if ((st = get_arch_u32(m, "ssm.conv_kernel", 0, true, &m->ssm_kernel)) ||
+        (st = get_arch_u32(m, "ssm.inner_size", 0, true, &m->ssm_inner)) ||
+        (st = get_arch_u32(m, "ssm.state_size", 0, true, &m->ssm_state)) ||
+        (st = get_arch_u32(m, "ssm.time_step_rank", 0, true, &m->ssm_v_heads)) ||
+        (st = get_arch_u32(m, "ssm.group_count", 0, true, &m->ssm_k_heads)))
+        return st;
+    if (m->ssm_kernel < 2 || m->ssm_kernel > 16 || m->ssm_state <= 0 || m->ssm_state > 512 ||
+        m->ssm_k_heads <= 0 || m->ssm_v_heads <= 0 || m->ssm_v_heads % m->ssm_k_heads ||
+        (int64_t)m->ssm_state * m->ssm_v_heads != m->ssm_inner)
+        return al_error(AL_ERR_FORMAT, "%s: ssm.conv_kernel %d, inner_size %d, state_size %d, "
+                        "time_step_rank %d, group_count %d: expected a kernel of 2..16, a "
+                        "state of 1..512, inner_size = state_size x time_step_rank and "
+                        "time_step_rank a multiple of group_count", m->file->path,
+                        m->ssm_kernel, m->ssm_inner, m->ssm_state, m->ssm_v_heads,
+                        m->ssm_k_heads);
+    if ((st = check_rope_sections(m))) return st;
+    return read_recurrent_layers(m);
+}
+
 static al_status read_hparams(al_model *m) {
     const char *path = m->file->path;
     al_status st;
@@ -338,6 +431,7 @@ static al_status read_hparams(al_model *m) {
         return al_error(AL_ERR_FORMAT, "%s: final_logit_softcapping %g must be a positive "
                         "number", path, (double)m->softcap);
     if ((st = read_moe(m))) return st;
+    if ((st = read_hybrid(m))) return st;
     m->rope.neox = (m->ad->flags & ARCH_ROPE_NEOX) != 0;
     m->embd_scale = m->ad->flags & ARCH_EMBD_SCALE ? sqrtf((float)m->n_embd) : 1.0f;
     if ((st = read_rope_scaling(m))) return st;
@@ -408,18 +502,48 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_EXPERT: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
     case D_N_HEAD: return m->n_head;
+    case D_Q_GATE: return 2 * (int64_t)m->n_head * m->head_dim;
+    case D_SSM_CONV: return 2 * (int64_t)m->ssm_k_heads * m->ssm_state + m->ssm_inner;
+    case D_SSM_INNER: return m->ssm_inner;
+    case D_SSM_STATE: return m->ssm_state;
+    case D_SSM_VHEADS: return m->ssm_v_heads;
+    case D_SSM_KERNEL: return m->ssm_kernel;
     }
     return 0;
 }
 
+/* Replaces a small weight stored in another type by an owned f32 copy (the ops read
+ * vectors and the convolution's taps as f32). */
+static al_status own_f32(al_model *m, const char *name, al_tensor *t) {
+    if (t->type == AL_TYPE_F32 || !t->data) return AL_OK;
+    const int64_t n = t->ne[0] * t->ne[1];
+    float *copy = al_malloc((size_t)n * sizeof(float));
+    float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+    if (owned) m->owned = owned;
+    if (!copy || !owned) {
+        al_free(copy);
+        return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
+    }
+    m->owned[m->n_owned++] = copy;
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        quant_dequantize(t->type, (const uint8_t *)t->data + r * t->row_bytes,
+                         copy + r * t->ne[0], t->ne[0]);
+    *t = (al_tensor){.type = AL_TYPE_F32, .ne = {t->ne[0], t->ne[1]}, .data = copy,
+                     .row_bytes = (uint64_t)t->ne[0] * sizeof(float)};
+    return AL_OK;
+}
+
 /* Binds layer il's tensors as the architecture's table lists them. */
 static al_status bind_layer(al_model *m, int il, layer_weights *l) {
+    l->recr = m->recr && m->recr[il];
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
+        if (at->where != W_ALL && (at->where == W_RECR) != l->recr) continue;
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
         al_status st = bind3(m, name, dim_of(m, at->ne0), dim_of(m, at->ne1),
                              dim_of(m, at->ne2), !at->required, &l->t[at->slot]);
+        if (st == AL_OK && at->slot == L_SSM_CONV) st = own_f32(m, name, &l->t[at->slot]);
         if (st != AL_OK) return st;
     }
     return AL_OK;
@@ -512,6 +636,10 @@ static al_status check_backend(const al_model *m) {
         .max_batch = MAX_BATCH,
         .logit_rows = LOGIT_ROWS,
     };
+    const al_backend_ops *op = m->be->ops;
+    if (m->ad->flags & ARCH_HYBRID && (!op->delta_net || !op->ssm_conv || !op->sigmoid_mul))
+        return al_error(AL_ERR_UNSUPPORTED, "%s: the %s backend has no gated delta-net ops "
+                        "yet (%s needs them)", m->file->path, op->name, m->arch);
     return backend_supports(m->be, &shape);
 }
 
@@ -570,6 +698,14 @@ static void describe_features(al_model *m) {
             m->n_layer, (double)m->rope_swa.freq_base);
     }
     if (m->softcap > 0) ADD(", logit soft-cap %g", (double)m->softcap);
+    if (m->ad->flags & ARCH_HYBRID) {
+        int n_recr = 0;
+        for (int il = 0; il < m->n_layer; il++) n_recr += m->layers[il].recr;
+        ADD(", gated delta-net on %d of %d layers (conv %d, %d key / %d value heads of %d, "
+            "recurrent state), gated attention with %d of %d dims rotating", n_recr,
+            m->n_layer, m->ssm_kernel, m->ssm_k_heads, m->ssm_v_heads, m->ssm_state,
+            m->rope.n_rot, m->head_dim);
+    }
     ADD(", %s output", m->tied ? "tied" : "separate");
 #undef ADD
 }
@@ -663,6 +799,7 @@ void al_model_destroy(al_model *m) {
     for (int i = 0; i < m->n_owned; i++) al_free(m->owned[i]);
     al_free(m->owned);
     al_free(m->layers);
+    al_free(m->recr);
     gguf_close(m->file);
     al_free(m);
 }
@@ -726,6 +863,7 @@ int al_model_get_dispatch_times(const al_model *m, al_dispatch_time *out, int ma
  * batch's worth beyond the window also lets a context be cut back by up to a batch
  * (al_context_truncate) without losing what the window needs. */
 static int layer_cap(const al_model *m, int il, int n_ctx) {
+    if (m->layers[il].recr) return 0; /* a recurrent layer keeps a state instead */
     if (!m->layers[il].swa) return n_ctx;
     const int n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
     const int64_t cap = (int64_t)m->swa_window + n_batch;
@@ -737,10 +875,21 @@ static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows) {
     return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
 }
 
+/* Bytes of one sequence's recurrent state: the convolution's inputs and the delta
+ * rule's matrices of every recurrent layer. */
+static uint64_t state_bytes(const al_model *m) {
+    const uint64_t conv = (uint64_t)(m->ssm_kernel - 1) * (uint64_t)dim_of(m, D_SSM_CONV);
+    const uint64_t delta = (uint64_t)m->ssm_v_heads * m->ssm_state * m->ssm_state;
+    uint64_t n = 0;
+    for (int il = 0; il < m->n_layer; il++)
+        if (m->layers[il].recr) n += (conv + delta) * sizeof(float);
+    return n;
+}
+
 uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
-    return kv_rows_bytes(m, rows);
+    return kv_rows_bytes(m, rows) + state_bytes(m);
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -818,6 +967,9 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
     c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
     if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
+    if (peer && m->ad->flags & ARCH_HYBRID)
+        return al_error(AL_ERR_UNSUPPORTED, "kv_shared_with: %s keeps recurrent states, which "
+                        "contexts do not share yet", m->arch);
     for (int il = 0; peer && il < m->n_layer && st == AL_OK; il++)
         st = kv_import_layer(c, peer, il);
     if (peer && st == AL_OK) {
@@ -829,6 +981,7 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     if ((st = check_kv_memory(m, c->n_ctx))) return st;
     for (int il = 0; il < m->n_layer; il++) {
         const int cap = layer_cap(m, il, c->n_ctx);
+        if (cap == 0) continue;
         if ((st = be->ops->tensor_alloc(be, kvd, cap, &c->k_cache[il])) ||
             (st = be->ops->tensor_alloc(be, kvd, cap, &c->v_cache[il])))
             return st;
@@ -860,6 +1013,34 @@ static al_status context_alloc_moe(al_context *c) {
     return AL_OK;
 }
 
+/* ARCH_HYBRID: the recurrent layers' states and the gated layers' scratch. */
+static al_status context_alloc_hybrid(al_context *c) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    const int64_t nb = c->n_batch, conv = dim_of(m, D_SSM_CONV);
+    al_status st;
+    c->conv_state = al_calloc((size_t)m->n_layer, sizeof *c->conv_state);
+    c->ssm_state = al_calloc((size_t)m->n_layer, sizeof *c->ssm_state);
+    if (!c->conv_state || !c->ssm_state)
+        return al_error(AL_ERR_NOMEM, "out of memory for the recurrent states");
+    for (int il = 0; il < m->n_layer; il++) {
+        if (!m->layers[il].recr) continue;
+        if ((st = be->ops->tensor_alloc(be, conv, m->ssm_kernel - 1, &c->conv_state[il])) ||
+            (st = be->ops->tensor_alloc(be, (int64_t)m->ssm_state * m->ssm_state,
+                                        m->ssm_v_heads, &c->ssm_state[il])))
+            return st;
+    }
+    if ((st = be->ops->tensor_alloc(be, dim_of(m, D_Q_GATE), nb, &c->qg)) ||
+        (st = be->ops->tensor_alloc(be, conv, nb, &c->ssm_qkv)) ||
+        (st = be->ops->tensor_alloc(be, conv, nb, &c->ssm_conv)) ||
+        (st = be->ops->tensor_alloc(be, m->ssm_inner, nb, &c->ssm_z)) ||
+        (st = be->ops->tensor_alloc(be, m->ssm_inner, nb, &c->ssm_o)) ||
+        (st = be->ops->tensor_alloc(be, m->ssm_v_heads, nb, &c->ssm_alpha)) ||
+        (st = be->ops->tensor_alloc(be, m->ssm_v_heads, nb, &c->ssm_beta)))
+        return st;
+    return AL_OK;
+}
+
 static al_status context_alloc(al_context *c, const al_context *peer) {
     const al_model *m = c->m;
     al_backend *be = c->be;
@@ -878,6 +1059,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
+    if (m->ad->flags & ARCH_HYBRID && (st = context_alloc_hybrid(c))) return st;
     c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
     c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
     c->seq_vc = al_malloc((size_t)nb * sizeof *c->seq_vc);
@@ -887,6 +1069,8 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     if (qd > max_cols) max_cols = qd;
     if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
     if (m->n_expert > max_cols) max_cols = m->n_expert;
+    if (dim_of(m, D_Q_GATE) > max_cols) max_cols = dim_of(m, D_Q_GATE);
+    if (dim_of(m, D_SSM_CONV) > max_cols) max_cols = dim_of(m, D_SSM_CONV);
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
@@ -899,9 +1083,9 @@ uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) {
         const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
-        rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
+        if (!m->layers[il].recr) rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
     }
-    return kv_rows_bytes(m, rows);
+    return kv_rows_bytes(m, rows) + state_bytes(m); /* a state is read whole per token */
 }
 
 int al_model_default_n_ctx(const al_model *m) {
@@ -962,9 +1146,17 @@ void al_context_destroy(al_context *c) {
     al_free(c->k_cache);
     al_free(c->v_cache);
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
-                            &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2};
+                            &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2,
+                            &c->qg, &c->ssm_qkv, &c->ssm_conv, &c->ssm_z, &c->ssm_o,
+                            &c->ssm_alpha, &c->ssm_beta};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]->data) ops->tensor_free(c->be, scratch[i]);
+    for (int il = 0; c->conv_state && il < c->m->n_layer; il++) {
+        if (c->conv_state[il].data) ops->tensor_free(c->be, &c->conv_state[il]);
+        if (c->ssm_state[il].data) ops->tensor_free(c->be, &c->ssm_state[il]);
+    }
+    al_free(c->conv_state);
+    al_free(c->ssm_state);
     al_free(c->router_host);
     al_free(c->sel);
     al_free(c->sel_w);
@@ -991,6 +1183,8 @@ al_status al_context_truncate(al_context *c, int n_past) {
     /* A sliding layer's ring keeps its last cap positions: the window of position
      * n_past must still be there, else the context starts over (anyllm.h). */
     const al_model *m = c->m;
+    /* a recurrent state holds the last position only: an earlier one starts over */
+    if (m->ad->flags & ARCH_HYBRID && n_past < c->n_past) n_past = 0;
     for (int il = 0; il < m->n_layer && n_past > 0; il++) {
         const int64_t cap = c->k_cache[il].ne[1], lo = n_past - m->swa_window + 1;
         if (m->layers[il].swa && (lo > 0 ? lo : 0) + cap <= (int64_t)c->n_past - 1) n_past = 0;
@@ -1084,6 +1278,89 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     project_residual(m, be, &att, &t[L_WO], opt(&t[L_BO]), &x, &xb, &t[L_ATTN_POST_NORM]);
 }
 
+/* A view of the heads of rows: n_rows rows of n_heads heads of head_dim floats, each
+ * stride floats from the next, the first at float `first` of t. */
+static al_tensor heads_view(const al_tensor *t, int64_t n_rows, int n_heads, int head_dim,
+                            int64_t stride, int64_t first) {
+    al_tensor h = *t;
+    h.offset += (uint64_t)first * sizeof(float);
+    h.ne[0] = head_dim;
+    h.ne[1] = n_rows * n_heads;
+    h.row_bytes = (uint64_t)stride * sizeof(float);
+    return h;
+}
+
+/* The gated attention block of a hybrid (qwen35) layer: the query projection gives
+ * each head's query and, beside it, a gate; the attention's output is multiplied by
+ * sigmoid(gate) before the output projection. */
+static void gated_attn_block(al_context *c, al_context *const *seqs, int il, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    const int hd = m->head_dim;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor qg = al_tensor_rows(&c->qg, 0, n), q = al_tensor_rows(&c->q, 0, n);
+    al_tensor k = al_tensor_rows(&c->k, 0, n), v = al_tensor_rows(&c->v, 0, n);
+    al_tensor att = al_tensor_rows(&c->att, 0, n);
+    const al_tensor *w[3] = {&t[L_WQ], &t[L_WK], &t[L_WV]};
+    const al_tensor *b[3] = {NULL, NULL, NULL};
+    al_tensor *qkv[3] = {&qg, &k, &v};
+    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, qkv);
+    /* the query's norm reads it out of [query | gate] per head into q */
+    al_tensor qin = heads_view(&qg, n, m->n_head, hd, 2 * hd, 0);
+    al_tensor qout = heads_view(&q, n, m->n_head, hd, hd, 0);
+    be->ops->rms_norm(be, &qin, &t[L_Q_NORM], m->norm_eps, &qout);
+    head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
+    attend_rows(c, seqs, il, n, &q, &k, &v, &att);
+    al_tensor gate = heads_view(&qg, n, m->n_head, hd, 2 * hd, hd);
+    al_tensor ah = heads_view(&att, n, m->n_head, hd, hd, 0);
+    be->ops->sigmoid_mul(be, &ah, &gate);
+    project_residual(m, be, &att, &t[L_WO], NULL, &x, &xb, &t[L_ATTN_POST_NORM]);
+}
+
+/* The convolution and the delta rule of recurrent layer il over rows [r0, r0 + n) of
+ * the projections, consecutive positions of sequence s (fresh: it holds nothing yet). */
+static void delta_rows(al_context *c, al_context *s, int il, int r0, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    const bool fresh = s->n_past == 0;
+    al_tensor qkv = al_tensor_rows(&c->ssm_qkv, r0, n), conv = al_tensor_rows(&c->ssm_conv, r0, n);
+    al_tensor alpha = al_tensor_rows(&c->ssm_alpha, r0, n);
+    al_tensor beta = al_tensor_rows(&c->ssm_beta, r0, n), o = al_tensor_rows(&c->ssm_o, r0, n);
+    const al_delta_shape shape = {.n_k_heads = m->ssm_k_heads, .n_v_heads = m->ssm_v_heads,
+                                  .head_dim = m->ssm_state, .eps = m->norm_eps};
+    be->ops->ssm_conv(be, &qkv, &t[L_SSM_CONV], &s->conv_state[il], fresh, &conv);
+    be->ops->delta_net(be, &conv, &alpha, &beta, &t[L_SSM_DT], &t[L_SSM_A], &s->ssm_state[il],
+                       fresh, &shape, &o);
+}
+
+/* A gated delta-net layer: projections of the normed input, the causal convolution,
+ * the delta rule over the sequence's state, a per-head RMSNorm of its output gated by
+ * silu(z), and the output projection. With seqs each row is its own sequence's. */
+static void recurrent_block(al_context *c, al_context *const *seqs, int il, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor qkv = al_tensor_rows(&c->ssm_qkv, 0, n), z = al_tensor_rows(&c->ssm_z, 0, n);
+    al_tensor alpha = al_tensor_rows(&c->ssm_alpha, 0, n);
+    al_tensor beta = al_tensor_rows(&c->ssm_beta, 0, n), o = al_tensor_rows(&c->ssm_o, 0, n);
+    const al_tensor *w[3] = {&t[L_SSM_QKV], &t[L_SSM_Z], &t[L_SSM_BETA]};
+    const al_tensor *b[3] = {NULL, NULL, NULL};
+    al_tensor *out[3] = {&qkv, &z, &beta};
+    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, out);
+    be->ops->matmul(be, &xb, &t[L_SSM_ALPHA], NULL, &alpha);
+    if (!seqs)
+        delta_rows(c, c, il, 0, n);
+    else
+        for (int i = 0; i < n; i++) delta_rows(c, seqs[i], il, i, 1);
+    al_tensor oh = heads_view(&o, n, m->ssm_v_heads, m->ssm_state, m->ssm_state, 0);
+    be->ops->rms_norm(be, &oh, &t[L_SSM_NORM], m->norm_eps, &oh);
+    be->ops->silu_mul(be, &z, &o); /* z = silu(z) * norm(o) */
+    project_residual(m, be, &z, &t[L_SSM_OUT], NULL, &x, &xb, &t[L_ATTN_POST_NORM]);
+}
+
 /* The dense FFN block of layer il: a gated SiLU or GELU feed-forward. */
 static void ffn_block(al_context *c, int il, int n) {
     const al_model *m = c->m;
@@ -1166,7 +1443,9 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
     if (m->embd_scale != 1.0f) be->ops->scale(be, &x, m->embd_scale);
     for (int il = 0; il < m->n_layer; il++) {
-        attn_block(c, seqs, il, n);
+        if (m->layers[il].recr) recurrent_block(c, seqs, il, n);
+        else if (m->ad->flags & ARCH_HYBRID) gated_attn_block(c, seqs, il, n);
+        else attn_block(c, seqs, il, n);
         if (m->n_expert) moe_block(c, il, n);
         else ffn_block(c, il, n);
     }
@@ -1334,6 +1613,9 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
     if (dst == src) return AL_OK;
     al_status st = same_shape(dst->m, src->m, "al_context_handoff");
     if (st != AL_OK) return st;
+    if (src->m->ad->flags & ARCH_HYBRID)
+        return al_error(AL_ERR_UNSUPPORTED, "al_context_handoff: %s keeps recurrent states, "
+                        "which are not handed over yet", src->m->arch);
     if (src->n_past > dst->n_ctx)
         return al_error(AL_ERR_ARG, "al_context_handoff: %d positions do not fit the %d of the "
                         "destination", src->n_past, dst->n_ctx);

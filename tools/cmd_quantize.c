@@ -123,6 +123,9 @@ typedef struct gen_opts {
     int64_t dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx, seed, threads, swa;
     int64_t experts, experts_used, ffn_exp; /* mixture-of-experts architectures */
     int64_t yarn;            /* > 0: YaRN rope scaling by this factor over --ctx */
+    /* hybrid architectures (qwen35): the convolution's taps, a delta-net head's size,
+     * its value and key heads, and one full-attention layer in this many */
+    int64_t ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn;
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -132,6 +135,12 @@ static int64_t gen_head_dim(const gen_opts *o) {
     return o->head_dim ? o->head_dim : o->dim / o->heads;
 }
 
+/* Dimensions of a head that rotate: all of them, or a quarter in a hybrid (even). */
+static int64_t gen_rot(const gen_opts *o) {
+    const int64_t hd = gen_head_dim(o);
+    return o->full_attn ? (hd / 4 + 1) / 2 * 2 : hd;
+}
+
 static void gen_usage(void) {
     char archs[128];
     arch_names(archs, sizeof archs);
@@ -139,6 +148,7 @@ static void gen_usage(void) {
            "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
            "         [--experts E --experts-used K --ffn-exp F] [--yarn FACTOR]\n"
+           "         [--ssm-conv K --ssm-state S --ssm-heads V --ssm-groups G --full-attn-interval N]\n"
            "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
            "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
            "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
@@ -168,7 +178,10 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
         {"-t", &o->threads, 1, 256},         {"--experts", &o->experts, 1, 4096},
         {"--experts-used", &o->experts_used, 1, 4096}, {"--ffn-exp", &o->ffn_exp, 1, 1 << 18},
-        {"--yarn", &o->yarn, 1, 1024},
+        {"--yarn", &o->yarn, 1, 1024},       {"--ssm-conv", &o->ssm_conv, 2, 16},
+        {"--ssm-state", &o->ssm_state, 2, 512}, {"--ssm-heads", &o->ssm_heads, 1, 1024},
+        {"--ssm-groups", &o->ssm_groups, 1, 1024},
+        {"--full-attn-interval", &o->full_attn, 1, 1024},
     };
     if (!strcmp(a, "--tied")) return o->tied = true, 0;
     if (!strcmp(a, "--pure")) return o->pure = true, 0;
@@ -238,6 +251,21 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
     if (!moe && (o->experts || o->experts_used || o->ffn_exp))
         return cli_fail("gen-model: --experts, --experts-used and --ffn-exp: %s has no "
                         "experts", o->arch);
+    if (o->ad->flags & ARCH_HYBRID) {
+        /* Qwen3.6-35B-A3B's proportions: heads of 128 (of dim / 8 when smaller), value
+         * heads giving twice the embedding, half as many key heads, a 4-tap conv */
+        if (!o->full_attn) o->full_attn = 4;
+        if (!o->ssm_conv) o->ssm_conv = 4;
+        if (!o->ssm_state) o->ssm_state = o->dim / 8 < 128 ? (o->dim / 8 < 2 ? 2 : o->dim / 8) : 128;
+        if (!o->ssm_heads) o->ssm_heads = 2 * o->dim / o->ssm_state > 0 ? 2 * o->dim / o->ssm_state : 1;
+        if (!o->ssm_groups) o->ssm_groups = o->ssm_heads % 2 ? o->ssm_heads : o->ssm_heads / 2;
+        if (o->ssm_heads % o->ssm_groups)
+            return cli_fail("gen-model: --ssm-heads %" PRId64 " is not a multiple of "
+                            "--ssm-groups %" PRId64, o->ssm_heads, o->ssm_groups);
+    } else if (o->full_attn || o->ssm_conv || o->ssm_state || o->ssm_heads || o->ssm_groups) {
+        return cli_fail("gen-model: the --ssm-* options and --full-attn-interval: %s has no "
+                        "recurrent layers", o->arch);
+    }
     if (o->experts_used > o->experts)
         return cli_fail("gen-model: --experts-used %" PRId64 " exceeds --experts %" PRId64,
                         o->experts_used, o->experts);
@@ -303,12 +331,33 @@ static al_status gen_vocab(gguf_writer *w, int64_t n_vocab) {
     return st;
 }
 
+/* The delta-net sizes, the full-attention period and the rope sections of a hybrid
+ * architecture (a partial rope: a quarter of each head turns, as in Qwen3.5). */
+static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
+    const struct { const char *suffix; int64_t v; } u32s[] = {
+        {"ssm.conv_kernel", o->ssm_conv}, {"ssm.state_size", o->ssm_state},
+        {"ssm.inner_size", o->ssm_heads * o->ssm_state}, {"ssm.time_step_rank", o->ssm_heads},
+        {"ssm.group_count", o->ssm_groups}, {"full_attention_interval", o->full_attn},
+    };
+    char key[128];
+    al_status st = AL_OK;
+    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
+        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
+    }
+    const int32_t pairs = (int32_t)(gen_rot(o) / 2);
+    const int32_t sec[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_array(w, key, GGUF_VT_I32, sec, 4);
+    return st;
+}
+
 static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     struct { const char *suffix; int64_t v; } u32s[] = {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
         {"block_count", o->layers},          {"feed_forward_length", o->ffn},
         {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
-        {"rope.dimension_count", gen_head_dim(o)},
+        {"rope.dimension_count", gen_rot(o)},
     };
     char key[128];
     al_status st = gguf_writer_set_str(w, "general.architecture", o->arch);
@@ -346,6 +395,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
     if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
+    if (st == AL_OK && o->full_attn) st = gen_hybrid_metadata(w, o);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
     if (st == AL_OK) st = gen_vocab(w, o->vocab);
@@ -354,7 +404,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
 
 /* ---- gen-model: tensors ------------------------------------------------------------- */
 
-typedef enum { FILL_RANDOM, FILL_ONES } fill_kind;
+typedef enum { FILL_RANDOM, FILL_ONES, FILL_NEGATIVE } fill_kind;
 
 typedef struct gen_tensor {
     char name[64];
@@ -393,6 +443,7 @@ static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const uint64_t r = splitmix64(&s);
         dst[i] = ((float)(uint32_t)r + (float)(uint32_t)(r >> 32) - 4294967296.0f) * a;
+        if (g->t->fill == FILL_NEGATIVE) dst[i] = -0.1f - fabsf(dst[i]);
     }
 }
 
@@ -419,6 +470,12 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_N_HEAD: return o->heads;
     case D_EXPERT: return o->experts;
     case D_FF_EXP: return o->ffn_exp;
+    case D_Q_GATE: return 2 * o->heads * gen_head_dim(o);
+    case D_SSM_CONV: return 2 * o->ssm_groups * o->ssm_state + o->ssm_heads * o->ssm_state;
+    case D_SSM_INNER: return o->ssm_heads * o->ssm_state;
+    case D_SSM_STATE: return o->ssm_state;
+    case D_SSM_VHEADS: return o->ssm_heads;
+    case D_SSM_KERNEL: return o->ssm_conv;
     }
     return 1;
 }
@@ -432,14 +489,20 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     if (!o->tied)
         add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
     for (int64_t il = 0; il < o->layers; il++) {
+        const bool recr = o->full_attn && (il + 1) % o->full_attn != 0;
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
+            if (at->where != W_ALL && (at->where == W_RECR) != recr) continue;
             const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
             char name[64];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
+            /* the decay rate a = -exp(A_log) is negative: a state that grew would
+             * not be a delta-net's */
+            const fill_kind fill = norm ? FILL_ONES : at->slot == L_SSM_A ? FILL_NEGATIVE
+                                                                           : FILL_RANDOM;
             add_tensor(ts, &n, max, name, gen_dim(o, at->ne0), gen_dim(o, at->ne1),
-                       gen_dim(o, at->ne2), norm ? FILL_ONES : FILL_RANDOM,
-                       norm ? 0 : vec ? 0.01f : 0.02f);
+                       gen_dim(o, at->ne2), fill, norm ? 0 : vec ? 0.01f : 0.02f);
+            if (at->slot == L_SSM_CONV || at->slot == L_SSM_A) ts[n - 1].std = 0.5f;
         }
     }
     quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
@@ -448,6 +511,8 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
         const int64_t ne[4] = {ts[i].ne[0], ts[i].ne[1], ts[i].ne[2], 1};
         ts[i].type = quant_pick_type(o->scheme, &m, ts[i].name, gen_dims(&ts[i]), ne,
                                      AL_TYPE_F32, &ts[i].fell_back);
+        /* llama.cpp convolves with f32 taps only */
+        if (strstr(ts[i].name, "ssm_conv1d")) ts[i].type = AL_TYPE_F32;
     }
     return n;
 }

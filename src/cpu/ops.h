@@ -114,6 +114,7 @@ enum {
     CPU_ATTN_KEYS = 32,     /* keys per online-softmax step; steps start at multiples */
     CPU_ATTN_MAX_DIM = 256, /* larger heads use the reference attention */
     CPU_ATTN_FEW = 8,       /* the most queries per tile of the AVX-512 decode kernel */
+    CPU_DELTA_MAX_DIM = 512, /* the largest delta-net head (model.c refuses more) */
 };
 
 /* Bytes of one sub-block of B elements in a panel of R rows or a tile of R tokens. */
@@ -580,6 +581,12 @@ void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void ref_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
+void ref_sigmoid_mul(al_backend *be, al_tensor *x, const al_tensor *g);
+void ref_ssm_conv(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
+                  bool fresh, al_tensor *out);
+void ref_delta_net(al_backend *be, const al_tensor *qkv, const al_tensor *alpha,
+                   const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
+                   al_tensor *state, bool fresh, const al_delta_shape *s, al_tensor *out);
 void ref_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int32_t *ids,
                   const float *w, int n);
 /* The fused ops, equal bit for bit to the plain reference ops they stand for. */

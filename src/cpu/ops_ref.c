@@ -392,3 +392,117 @@ void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const
     pool_run(cb->pool, attn_part, &j);
     pthread_mutex_unlock(&cb->lock);
 }
+
+/* ---- the recurrent ops of gated delta-net layers (backend.h) -------------------------- */
+
+void ref_sigmoid_mul(al_backend *be, al_tensor *x, const al_tensor *g) {
+    (void)be;
+    for (int64_t r = 0; r < x->ne[1]; r++) {
+        float *xr = cpu_f32_row(x, r);
+        const float *gr = cpu_f32_row(g, r);
+        for (int64_t i = 0; i < x->ne[0]; i++)
+            xr[i] = xr[i] / (1.0f + expf(-gr[i]));
+    }
+}
+
+/* The state's K-1 rows followed by x's rows, as one sequence of inputs. */
+static const float *conv_input(const al_tensor *x, const al_tensor *state, bool fresh,
+                               int64_t k1, int64_t s, int64_t c) {
+    if (s >= k1) return cpu_f32_row(x, s - k1) + c;
+    return fresh ? NULL : cpu_f32_row(state, s) + c;
+}
+
+void ref_ssm_conv(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
+                  bool fresh, al_tensor *out) {
+    (void)be;
+    const int64_t n_ch = x->ne[0], n = x->ne[1], k = w->ne[0], k1 = k - 1;
+    AL_ASSERT(w->ne[1] == n_ch && state->ne[1] == k1 && state->ne[0] == n_ch);
+    for (int64_t t = 0; t < n; t++) {
+        float *o = cpu_f32_row(out, t);
+        for (int64_t c = 0; c < n_ch; c++) {
+            const float *wc = cpu_f32_row(w, c);
+            float sum = 0;
+            for (int64_t j = 0; j < k; j++) {
+                const float *in = conv_input(x, state, fresh, k1, t + j, c);
+                if (in) sum += wc[j] * *in;
+            }
+            o[c] = sum / (1.0f + expf(-sum));
+        }
+    }
+    /* the last K-1 inputs, oldest first; rows of the old state may still be needed
+     * for a batch shorter than K-1, so they are gathered before any is written */
+    float tail[64];
+    for (int64_t c = 0; c < n_ch; c++) {
+        for (int64_t j = 0; j < k1; j++) {
+            const float *in = conv_input(x, state, fresh, k1, n + j, c);
+            tail[j] = in ? *in : 0.0f;
+        }
+        for (int64_t j = 0; j < k1; j++) cpu_f32_row(state, j)[c] = tail[j];
+    }
+}
+
+/* x / sqrt(sum x^2 + eps) into out, times scale. */
+static void l2_norm(const float *x, int n, float eps, float scale, float *out) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float f = (float)(1.0 / sqrt(ss + eps)) * scale;
+    for (int i = 0; i < n; i++) out[i] = x[i] * f;
+}
+
+typedef struct delta_job {
+    const al_tensor *qkv, *alpha, *beta, *dt_bias, *a, *out;
+    al_tensor *state;
+    bool fresh;
+    const al_delta_shape *s;
+} delta_job;
+
+/* One value head over every position, one step at a time. */
+static void delta_head(const delta_job *j, int h) {
+    const al_delta_shape *s = j->s;
+    const int d = s->head_dim, hk = s->n_k_heads;
+    const int kh = s->grouped ? h / (s->n_v_heads / hk) : h % hk;
+    float *S = cpu_f32_row(j->state, h);
+    if (j->fresh) memset(S, 0, (size_t)d * d * sizeof *S);
+    float q[CPU_DELTA_MAX_DIM], k[CPU_DELTA_MAX_DIM];
+    const float dt = cpu_f32_row(j->dt_bias, 0)[h], ah = cpu_f32_row(j->a, 0)[h];
+    for (int64_t t = 0; t < j->qkv->ne[1]; t++) {
+        const float *row = cpu_f32_row(j->qkv, t);
+        l2_norm(row + (int64_t)kh * d, d, s->eps, 1.0f / sqrtf((float)d), q);
+        l2_norm(row + (int64_t)(hk + kh) * d, d, s->eps, 1.0f, k);
+        const float *v = row + (int64_t)(2 * hk + h) * d;
+        const float x = cpu_f32_row(j->alpha, t)[h] + dt;
+        const float softplus = x > 20.0f ? x : log1pf(expf(x));
+        const float decay = expf(softplus * ah);
+        const float b = 1.0f / (1.0f + expf(-cpu_f32_row(j->beta, t)[h]));
+        float *o = cpu_f32_row(j->out, t) + (int64_t)h * d;
+        for (int r = 0; r < d; r++) { /* row r of S: value dimension r */
+            float *sr = S + (int64_t)r * d;
+            double sk = 0;
+            for (int i = 0; i < d; i++) sk += (double)(sr[i] *= decay) * k[i];
+            const float delta = (v[r] - (float)sk) * b;
+            double sq = 0;
+            for (int i = 0; i < d; i++) {
+                sr[i] += delta * k[i];
+                sq += (double)sr[i] * q[i];
+            }
+            o[r] = (float)sq;
+        }
+    }
+}
+
+static void delta_part(void *arg, int ith, int nth) {
+    const delta_job *j = arg;
+    for (int h = ith; h < j->s->n_v_heads; h += nth) delta_head(j, h);
+}
+
+void ref_delta_net(al_backend *be, const al_tensor *qkv, const al_tensor *alpha,
+                   const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
+                   al_tensor *state, bool fresh, const al_delta_shape *s, al_tensor *out) {
+    cpu_backend *cb = (cpu_backend *)be;
+    AL_ASSERT(s->head_dim <= CPU_DELTA_MAX_DIM);
+    delta_job j = {.qkv = qkv, .alpha = alpha, .beta = beta, .dt_bias = dt_bias, .a = a,
+                   .out = out, .state = state, .fresh = fresh, .s = s};
+    pthread_mutex_lock(&cb->lock);
+    pool_run(cb->pool, delta_part, &j);
+    pthread_mutex_unlock(&cb->lock);
+}

@@ -1,0 +1,237 @@
+/* test_hybrid.c: qwen35, the gated delta-net hybrid, on the CPU.
+ *
+ * The models are written by `anyllm gen-model` (deterministic: their sha256 is checked
+ * against the files the reference logits in tests/data were computed from, by llama.cpp
+ * of llama-cpp-python 0.3.36's tree, CPU, one thread, no flash attention, one batch):
+ *   anyllm gen-model M --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2
+ *     --head-dim 64 --ffn 512 --vocab 512 --type F16 | Q8_0
+ * which gives three delta-net layers (conv 4, 8 key / 16 value heads of 32) and one
+ * gated attention layer with 16 of 64 dimensions rotating.
+ *
+ * Checked: the logits of a 48-token batch against the reference (default numerics and
+ * cpu:q8x2 for F16; default for Q8_0, whose reference rounds activations as the
+ * default does); the same positions token by token, in two chunks, and as one of two
+ * sequences of al_eval_multi, against the batch (the recurrent state carries across
+ * calls and rows); reset and truncate start the state over. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "anyllm.h"
+#include "test.h"
+
+enum { N_TOK = 48, N_VOCAB = 512 };
+
+static const int32_t tokens[N_TOK] = {
+    1,   168, 488, 80,  205, 336, 27,  40,  423, 277, 51,  190, 301, 32,  468, 262,
+    112, 22,  47,  225, 217, 38,  126, 49,  285, 220, 33,  426, 292, 66,  488, 117,
+    325, 324, 301, 488, 34,  298, 302, 206, 28,  502, 116, 26,  288, 442, 71,  151};
+
+static const struct {
+    const char *type, *sha256;
+    double max_nmse; /* the reference bars of ref_check.h: F16 1e-4, quantized 1e-3 */
+} models[] = {
+    {"F16", "52becc29e0ad714828b1beee83bf45541f9e152f3de6cbb26cb96a833a2c7816", 1e-4},
+    {"Q8_0", "154c9ee043b9bb464c40ddcd7e32ca4959915982d04b590247083d162cab4b86", 1e-3},
+};
+
+static char dir[64];
+static char paths[2][128];
+static bool have[2];
+
+static const char *build_dir(void) {
+    const char *b = getenv("BUILD");
+    return b && *b ? b : "build";
+}
+
+/* Writes model i with gen-model and checks its sha256; false (with a message) if
+ * either fails. */
+static bool make_model(int i) {
+    char cmd[512], line[160] = "";
+    snprintf(paths[i], sizeof paths[i], "%s/qwen35-%s.gguf", dir, models[i].type);
+    snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s --arch qwen35 --dim 256 --layers 4 "
+             "--heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 512 --type %s -t 2 "
+             ">/dev/null 2>&1 && sha256sum %s", build_dir(), paths[i], models[i].type, paths[i]);
+    FILE *p = popen(cmd, "r");
+    if (!p) return false;
+    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    const int rc = pclose(p);
+    if (rc != 0 || strncmp(line, models[i].sha256, 64) != 0) {
+        fprintf(stderr, "  gen-model %s: exit %d, sha256 '%.64s', expected %s\n", models[i].type,
+                rc, line, models[i].sha256);
+        return false;
+    }
+    return true;
+}
+
+static float *read_ref(const char *type) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/qwen35-%s.logits.f32", strcmp(type, "F16") ? type : "f16");
+    FILE *f = fopen(path, "rb");
+    float *buf = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
+    size_t got = f && buf ? fread(buf, sizeof(float), (size_t)N_TOK * N_VOCAB, f) : 0;
+    if (f) fclose(f);
+    if (got != (size_t)N_TOK * N_VOCAB) {
+        fprintf(stderr, "  %s: missing or short\n", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int argmax(const float *x) {
+    int best = 0;
+    for (int i = 1; i < N_VOCAB; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* NMSE and argmax agreement of a against the reference. */
+static void compare(const float *a, const float *ref, double max_nmse, const char *what) {
+    const double e = test_nmse(a, ref, (int64_t)N_TOK * N_VOCAB);
+    int agree = 0;
+    for (int t = 0; t < N_TOK; t++)
+        agree += argmax(a + (size_t)t * N_VOCAB) == argmax(ref + (size_t)t * N_VOCAB);
+    printf("  %s: NMSE %.3g, argmax %d/%d\n", what, e, agree, N_TOK);
+    CHECK_MSG(e <= max_nmse, "%s: NMSE %g above %g", what, e, max_nmse);
+    CHECK_MSG(agree >= N_TOK * 9 / 10, "%s: argmax agrees at %d of %d", what, agree, N_TOK);
+}
+
+static al_model *load(int i, const char *backend) {
+    al_model_params mp = al_model_default_params();
+    mp.n_threads = 2;
+    mp.backend = backend;
+    al_model *m = NULL;
+    CHECK_MSG(al_model_load(paths[i], &mp, &m) == AL_OK, "%s", al_last_error());
+    return m;
+}
+
+static al_context *context(const al_model *m) {
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 128;
+    al_context *c = NULL;
+    CHECK_MSG(al_context_create(m, &cp, &c) == AL_OK, "%s", al_last_error());
+    return c;
+}
+
+static void reference_case(int i, const char *backend) {
+    if (!have[i]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    float *ref = read_ref(models[i].type);
+    al_model *m = load(i, backend);
+    al_context *c = m ? context(m) : NULL;
+    float *out = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
+    if (ref && c && out) {
+        CHECK(al_eval(c, tokens, N_TOK, out, true) == AL_OK);
+        char what[64];
+        snprintf(what, sizeof what, "%s on %s", models[i].type, backend);
+        compare(out, ref, models[i].max_nmse, what);
+    } else {
+        CHECK(ref && c && out);
+    }
+    free(out);
+    free(ref);
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
+static void test_f16_reference(void) { reference_case(0, "cpu"); }
+static void test_f16_reference_precise(void) { reference_case(0, "cpu:q8x2"); }
+static void test_q8_0_reference(void) { reference_case(1, "cpu"); }
+
+/* The batch's logits against token by token, two chunks, and al_eval_multi; reset and
+ * truncate. The state's update is the same arithmetic however the positions come. */
+static void test_decode_matches_batch(void) {
+    if (!have[0]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    al_model *m = load(0, "cpu");
+    al_context *c = m ? context(m) : NULL, *c2 = m ? context(m) : NULL;
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *batch = malloc(nl * sizeof(float)), *one = malloc(nl * sizeof(float));
+    float *two = malloc(2 * N_VOCAB * sizeof(float));
+    if (!c || !c2 || !batch || !one || !two) {
+        CHECK(c && c2 && batch && one && two);
+        goto done;
+    }
+    CHECK(al_eval(c, tokens, N_TOK, batch, true) == AL_OK);
+    /* one at a time in c, and the same tokens in c2 as the second row of eval_multi
+     * once c2 has the first 20 by a chunk */
+    al_context_reset(c);
+    for (int t = 0; t < N_TOK; t++)
+        CHECK(al_eval(c, &tokens[t], 1, one + (size_t)t * N_VOCAB, false) == AL_OK);
+    const double e_one = test_nmse(one, batch, (int64_t)nl);
+    printf("  token by token vs batch: NMSE %.3g\n", e_one);
+    CHECK_MSG(e_one < 1e-9, "NMSE %g", e_one);
+
+    CHECK(al_eval(c2, tokens, 20, one, true) == AL_OK);
+    al_context_reset(c);
+    CHECK(al_eval(c, tokens, 20, one, false) == AL_OK);
+    al_context *both[2] = {c, c2};
+    const int32_t next[2] = {tokens[20], tokens[20]};
+    CHECK(al_eval_multi(both, next, 2, two) == AL_OK);
+    const float *want = batch + (size_t)20 * N_VOCAB;
+    const double e0 = test_nmse(two, want, N_VOCAB), e1 = test_nmse(two + N_VOCAB, want, N_VOCAB);
+    printf("  eval_multi rows vs batch: NMSE %.3g, %.3g\n", e0, e1);
+    CHECK(e0 < 1e-9 && e1 < 1e-9);
+
+    /* chunks of 21 and 27: the state carries over the call */
+    CHECK(al_eval(c2, tokens + 21, N_TOK - 21, one, true) == AL_OK);
+    const double e_chunk = test_nmse(one, batch + (size_t)21 * N_VOCAB,
+                                     (int64_t)(N_TOK - 21) * N_VOCAB);
+    printf("  a second chunk vs batch: NMSE %.3g\n", e_chunk);
+    CHECK(e_chunk < 1e-9);
+
+    /* a recurrent state cannot go back: truncating starts over, and the next
+     * evaluation from position 0 gives the batch's logits again */
+    CHECK(al_context_truncate(c2, 10) == AL_OK);
+    CHECK(al_context_n_past(c2) == 0);
+    CHECK(al_context_truncate(c2, 0) == AL_OK);
+    CHECK(al_eval(c2, tokens, N_TOK, one, true) == AL_OK);
+    CHECK(test_nmse(one, batch, (int64_t)nl) < 1e-12);
+done:
+    free(batch);
+    free(one);
+    free(two);
+    al_context_destroy(c);
+    al_context_destroy(c2);
+    al_model_destroy(m);
+}
+
+/* The states count in the memory a context needs: more than the one attention layer's
+ * keys and values. */
+static void test_kv_bytes_include_states(void) {
+    if (!have[0]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    al_model *m = load(0, "cpu");
+    if (!m) return;
+    /* one attention layer: 2 x 2 heads x 64 x 4 bytes a position; three recurrent
+     * layers: 3 x 4 bytes x (3 x 1024 conv + 16 x 32 x 32) */
+    const uint64_t kv = 2ull * 2 * 64 * 4 * 100, states = 3ull * 4 * (3 * 1024 + 16 * 32 * 32);
+    CHECK_MSG(al_model_kv_bytes(m, 100) == kv + states, "%llu vs %llu",
+              (unsigned long long)al_model_kv_bytes(m, 100), (unsigned long long)(kv + states));
+    al_model_destroy(m);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/anyllm-hybrid-XXXXXX");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "mkdtemp failed\n");
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) have[i] = make_model(i);
+    TEST_RUN(test_f16_reference);
+    TEST_RUN(test_f16_reference_precise);
+    TEST_RUN(test_q8_0_reference);
+    TEST_RUN(test_decode_matches_batch);
+    TEST_RUN(test_kv_bytes_include_states);
+    for (int i = 0; i < 2; i++) remove(paths[i]);
+    rmdir(dir);
+    return test_finish();
+}
