@@ -357,7 +357,8 @@ static al_status check_rope_sections(const al_model *m) {
     if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_I32 &&
         kv->v.arr.type != GGUF_VT_U32) || kv->v.arr.n < 3 || kv->v.arr.n > 4)
         return al_error(AL_ERR_FORMAT, "%s: %s must be 3 or 4 integers", m->file->path, key);
-    const int32_t *sec = kv->v.arr.data;
+    int32_t sec[4] = {0}; /* the array lies in the file unaligned */
+    memcpy(sec, kv->v.arr.data, kv->v.arr.n * sizeof *sec);
     int64_t n_sect = 0;
     for (uint64_t i = 0; i < kv->v.arr.n; i++) {
         if (sec[i] < 0 || sec[i] > 65536)
