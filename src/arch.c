@@ -10,6 +10,7 @@
  *           and sliding-window attention on five layers of six.
  *   qwen35  Qwen3.5 / 3.6: gated delta-net layers (a recurrent state per sequence) with
  *           a gated full-attention layer every fourth (partial neox rope).
+ *   qwen35moe  qwen35 with a mixture of experts and a sigmoid-gated shared expert.
  * The output projection is the token embedding when output.weight is absent, for
  * every architecture (the binder's rule, not a flag).
  */
@@ -93,30 +94,48 @@ static const arch_tensor gpt_oss_layer[] = {
  * "post_attention_norm" is the FFN's input norm */
 #define A W_ATTN
 #define R W_RECR
+#define QWEN35_MIXER                                                         \
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},     \
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q_GATE, true, D_ONE, A},                \
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, A},                    \
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, A},                    \
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},          \
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},          \
+    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A},                \
+    {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, true, D_ONE, R},       \
+    {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, true, D_ONE, R},       \
+    {L_SSM_CONV, "ssm_conv1d.weight", D_SSM_KERNEL, D_SSM_CONV, true, D_ONE, R}, \
+    {L_SSM_DT, "ssm_dt.bias", D_SSM_VHEADS, D_ONE, true, D_ONE, R},           \
+    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R},                  \
+    {L_SSM_BETA, "ssm_beta.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},    \
+    {L_SSM_ALPHA, "ssm_alpha.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},  \
+    {L_SSM_NORM, "ssm_norm.weight", D_SSM_STATE, D_ONE, true, D_ONE, R},      \
+    {L_SSM_OUT, "ssm_out.weight", D_SSM_INNER, D_EMBD, true, D_ONE, R},       \
+    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL}
+
 static const arch_tensor qwen35_layer[] = {
-    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_WQ, "attn_q.weight", D_EMBD, D_Q_GATE, true, D_ONE, A},
-    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, A},
-    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, A},
-    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
-    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
-    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A},
-    {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, true, D_ONE, R},
-    {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, true, D_ONE, R},
-    {L_SSM_CONV, "ssm_conv1d.weight", D_SSM_KERNEL, D_SSM_CONV, true, D_ONE, R},
-    {L_SSM_DT, "ssm_dt.bias", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
-    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
-    {L_SSM_BETA, "ssm_beta.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},
-    {L_SSM_ALPHA, "ssm_alpha.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},
-    {L_SSM_NORM, "ssm_norm.weight", D_SSM_STATE, D_ONE, true, D_ONE, R},
-    {L_SSM_OUT, "ssm_out.weight", D_SSM_INNER, D_EMBD, true, D_ONE, R},
-    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    QWEN35_MIXER,
     {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},
     {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_ALL},
     {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_ALL},
 };
+
+/* qwen35moe: the routed experts, and a shared expert whose output a per-token
+ * sigmoid gate scales */
+static const arch_tensor qwen35moe_layer[] = {
+    QWEN35_MIXER,
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL},
+    {L_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
+    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
+    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_ALL},
+};
 #undef A
 #undef R
+#undef QWEN35_MIXER
 
 static const arch_desc archs[] = {
     {.name = "llama", .act = ACT_SILU, .norm_eps = 1e-5f, .rope_base = 10000.0f,
@@ -138,6 +157,9 @@ static const arch_desc archs[] = {
     {.name = "qwen35", .flags = ARCH_ROPE_NEOX | ARCH_HYBRID, .act = ACT_SILU,
      .norm_eps = 1e-6f, .rope_base = 10000000.0f, .layer = qwen35_layer,
      .n_layer_tensors = N(qwen35_layer)},
+    {.name = "qwen35moe", .flags = ARCH_ROPE_NEOX | ARCH_HYBRID | ARCH_MOE, .act = ACT_SILU,
+     .norm_eps = 1e-6f, .rope_base = 10000000.0f, .layer = qwen35moe_layer,
+     .n_layer_tensors = N(qwen35moe_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {

@@ -40,6 +40,9 @@ typedef enum arch_slot {
      * norm's weights and the output projection */
     L_SSM_QKV, L_SSM_Z, L_SSM_CONV, L_SSM_DT, L_SSM_A, L_SSM_BETA, L_SSM_ALPHA,
     L_SSM_NORM, L_SSM_OUT,
+    /* a shared expert beside the routed ones (qwen35moe): its gate logit (one per
+     * token, through a sigmoid) and its gated FFN */
+    L_GATE_INP_SHEXP, L_GATE_SHEXP, L_UP_SHEXP, L_DOWN_SHEXP,
     L_COUNT
 } arch_slot;
 
@@ -60,6 +63,7 @@ typedef enum arch_dim {
     D_SSM_STATE, /* d_state: a delta-net head's size */
     D_SSM_VHEADS, /* n_v_heads */
     D_SSM_KERNEL, /* the convolution's taps */
+    D_FF_SHEXP,   /* the shared expert's width (expert_shared_feed_forward_length) */
 } arch_dim;
 
 /* Which layers have a tensor, where an architecture mixes two kinds (ARCH_HYBRID). */

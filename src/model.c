@@ -43,6 +43,7 @@ struct al_model {
     char arch[64];
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
+    int n_ff_shexp;        /* the shared expert's width (qwen35moe), else 0 */
     /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
      * and value heads of the delta rule; which layers are recurrent, read before the
      * layers are bound */
@@ -309,8 +310,12 @@ static al_status read_moe(al_model *m) {
         (st = get_arch_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
         (st = get_arch_u32(m, "expert_feed_forward_length", 0, true, &m->n_ff_exp)))
         return st;
+    if (arch_tensor_of(m->ad, L_GATE_SHEXP) &&
+        (st = get_arch_u32(m, "expert_shared_feed_forward_length", (uint32_t)m->n_ff, false,
+                           &m->n_ff_shexp)))
+        return st;
     if (m->n_expert <= 0 || m->n_expert > 4096 || m->n_expert_used <= 0 ||
-        m->n_expert_used > m->n_expert || m->n_ff_exp <= 0)
+        m->n_expert_used > m->n_expert || m->n_ff_exp <= 0 || m->n_ff_shexp < 0)
         return al_error(AL_ERR_FORMAT, "%s: expert_count %d, expert_used_count %d, "
                         "expert_feed_forward_length %d: expected 0 < used <= count <= 4096 "
                         "and a positive length", m->file->path, m->n_expert,
@@ -509,6 +514,7 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_SSM_STATE: return m->ssm_state;
     case D_SSM_VHEADS: return m->ssm_v_heads;
     case D_SSM_KERNEL: return m->ssm_kernel;
+    case D_FF_SHEXP: return m->n_ff_shexp;
     }
     return 0;
 }
@@ -1047,6 +1053,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     al_backend *be = c->be;
     int64_t nb = c->n_batch, qd = (int64_t)m->n_head * m->head_dim;
     int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
+    const int64_t n_ff = m->n_ff > m->n_ff_shexp ? m->n_ff : m->n_ff_shexp; /* hb: either FFN */
     al_status st;
     if ((st = kv_alloc(c, peer))) return st;
     if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
@@ -1055,8 +1062,8 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         (st = be->ops->tensor_alloc(be, kvd, nb, &c->k)) ||
         (st = be->ops->tensor_alloc(be, kvd, nb, &c->v)) ||
         (st = be->ops->tensor_alloc(be, qd, nb, &c->att)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb)) ||
-        (st = be->ops->tensor_alloc(be, m->n_ff, nb, &c->hb2)) ||
+        (st = be->ops->tensor_alloc(be, n_ff, nb, &c->hb)) ||
+        (st = be->ops->tensor_alloc(be, n_ff, nb, &c->hb2)) ||
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
@@ -1066,7 +1073,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     c->seq_vc = al_malloc((size_t)nb * sizeof *c->seq_vc);
     if (!c->seq_pos || !c->seq_kc || !c->seq_vc)
         return al_error(AL_ERR_NOMEM, "out of memory for the batch's positions");
-    int64_t max_cols = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
+    int64_t max_cols = m->n_embd > n_ff ? m->n_embd : n_ff;
     if (qd > max_cols) max_cols = qd;
     if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
     if (m->n_expert > max_cols) max_cols = m->n_expert;
@@ -1400,6 +1407,33 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
     }
 }
 
+/* qwen35moe's shared expert over the normed rows in xb: x += sigmoid(xb . g) times
+ * its gated FFN, the gate a logit per token that comes to the host (as the router's)
+ * and weights an add_rows of the FFN's output. */
+static void shared_expert(al_context *c, int il, int n) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    al_backend *be = c->be;
+    const al_backend_ops *op = be->ops;
+    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
+    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
+    al_tensor gate = al_tensor_rows(&c->router, 0, n);
+    gate.ne[0] = 1; /* one logit per row, in the router's rows */
+    hb.ne[0] = hb2.ne[0] = m->n_ff_shexp;
+    op->matmul(be, &xb, &t[L_GATE_INP_SHEXP], NULL, &gate);
+    backend_matmul_glu(be, &xb, &t[L_GATE_SHEXP], &t[L_UP_SHEXP], AL_GLU_SILU, &hb2, &hb);
+    al_tensor y = al_tensor_rows(&c->ye, 0, n);
+    op->matmul(be, &hb, &t[L_DOWN_SHEXP], NULL, &y);
+    for (int r = 0; r < n; r++) {
+        al_tensor g1 = al_tensor_rows(&gate, r, 1);
+        float g;
+        op->tensor_read(be, &g1, &g, sizeof g);
+        c->rows[r] = r;
+        c->rows_w[r] = 1.0f / (1.0f + expf(-g));
+    }
+    op->add_rows(be, &x, &y, c->rows, c->rows_w, n);
+}
+
 /* The mixture-of-experts FFN of layer il: the router's logits come to the host to pick
  * each token's experts (on a GPU, one wait per layer), then the experts run over the
  * rows routed to them and add their weighted outputs to the residual stream
@@ -1427,6 +1461,7 @@ static void moe_block(al_context *c, int il, int n) {
         .rows = c->rows, .rows_w = c->rows_w, .n_scratch = c->moe_rows,
     };
     backend_moe_ffn(be, &xb, &moe, &x);
+    if (t[L_GATE_SHEXP].data) shared_expert(c, il, n);
 }
 
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */

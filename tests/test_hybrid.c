@@ -1,11 +1,12 @@
-/* test_hybrid.c: qwen35, the gated delta-net hybrid, on the CPU.
+/* test_hybrid.c: qwen35 and qwen35moe, the gated delta-net hybrids, on the CPU.
  *
  * The models are written by `anyllm gen-model` (deterministic: their sha256 is checked
  * against the files the reference logits in tests/data were computed from, by llama.cpp
  * of llama-cpp-python 0.3.36's tree, CPU, one thread, no flash attention, one batch):
  *   anyllm gen-model M --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2
  *     --head-dim 64 --ffn 512 --vocab 512 --type F16 | Q8_0
- * which gives three delta-net layers (conv 4, 8 key / 16 value heads of 32) and one
+ * and qwen35moe with --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 (the shared
+ * expert 256 wide), which gives three delta-net layers (conv 4, 8 key / 16 value heads of 32) and one
  * gated attention layer with 16 of 64 dimensions rotating.
  *
  * Checked: the logits of a 48-token batch against the reference (default numerics and
@@ -28,17 +29,25 @@ static const int32_t tokens[N_TOK] = {
     112, 22,  47,  225, 217, 38,  126, 49,  285, 220, 33,  426, 292, 66,  488, 117,
     325, 324, 301, 488, 34,  298, 302, 206, 28,  502, 116, 26,  288, 442, 71,  151};
 
+#define SHAPE "--dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --vocab 512"
 static const struct {
-    const char *type, *sha256;
+    const char *arch, *flags, *type, *sha256;
     double max_nmse; /* the reference bars of ref_check.h: F16 1e-4, quantized 1e-3 */
 } models[] = {
-    {"F16", "52becc29e0ad714828b1beee83bf45541f9e152f3de6cbb26cb96a833a2c7816", 1e-4},
-    {"Q8_0", "154c9ee043b9bb464c40ddcd7e32ca4959915982d04b590247083d162cab4b86", 1e-3},
+    {"qwen35", SHAPE " --ffn 512", "F16",
+     "52becc29e0ad714828b1beee83bf45541f9e152f3de6cbb26cb96a833a2c7816", 1e-4},
+    {"qwen35", SHAPE " --ffn 512", "Q8_0",
+     "154c9ee043b9bb464c40ddcd7e32ca4959915982d04b590247083d162cab4b86", 1e-3},
+    {"qwen35moe", SHAPE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128", "F16",
+     "6a06c6040ed10154cd59d345f40c865d01f79223abfc663a35dab8a5f63df39f", 1e-4},
+    {"qwen35moe", SHAPE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128", "Q8_0",
+     "d9cdeec9bf182a585713c95c7a8d5713ca062d7cce487b23fd63a44c563cdc38", 1e-3},
 };
+enum { N_MODELS = sizeof models / sizeof *models };
 
 static char dir[64];
-static char paths[2][128];
-static bool have[2];
+static char paths[N_MODELS][128];
+static bool have[N_MODELS];
 
 static const char *build_dir(void) {
     const char *b = getenv("BUILD");
@@ -49,10 +58,10 @@ static const char *build_dir(void) {
  * either fails. */
 static bool make_model(int i) {
     char cmd[512], line[160] = "";
-    snprintf(paths[i], sizeof paths[i], "%s/qwen35-%s.gguf", dir, models[i].type);
-    snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s --arch qwen35 --dim 256 --layers 4 "
-             "--heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 512 --type %s -t 2 "
-             ">/dev/null 2>&1 && sha256sum %s", build_dir(), paths[i], models[i].type, paths[i]);
+    snprintf(paths[i], sizeof paths[i], "%s/%s-%s.gguf", dir, models[i].arch, models[i].type);
+    snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s --arch %s %s --type %s -t 2 "
+             ">/dev/null 2>&1 && sha256sum %s", build_dir(), paths[i], models[i].arch,
+             models[i].flags, models[i].type, paths[i]);
     FILE *p = popen(cmd, "r");
     if (!p) return false;
     if (!fgets(line, sizeof line, p)) line[0] = 0;
@@ -65,9 +74,9 @@ static bool make_model(int i) {
     return true;
 }
 
-static float *read_ref(const char *type) {
+static float *read_ref(int i) {
     char path[256];
-    snprintf(path, sizeof path, "tests/data/qwen35-%s.logits.f32", strcmp(type, "F16") ? type : "f16");
+    snprintf(path, sizeof path, "tests/data/%s-%s.logits.f32", models[i].arch, models[i].type);
     FILE *f = fopen(path, "rb");
     float *buf = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
     size_t got = f && buf ? fread(buf, sizeof(float), (size_t)N_TOK * N_VOCAB, f) : 0;
@@ -120,14 +129,14 @@ static void reference_case(int i, const char *backend) {
         CHECK_MSG(false, "the model could not be made (above)");
         return;
     }
-    float *ref = read_ref(models[i].type);
+    float *ref = read_ref(i);
     al_model *m = load(i, backend);
     al_context *c = m ? context(m) : NULL;
     float *out = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
     if (ref && c && out) {
         CHECK(al_eval(c, tokens, N_TOK, out, true) == AL_OK);
         char what[64];
-        snprintf(what, sizeof what, "%s on %s", models[i].type, backend);
+        snprintf(what, sizeof what, "%s %s on %s", models[i].arch, models[i].type, backend);
         compare(out, ref, models[i].max_nmse, what);
     } else {
         CHECK(ref && c && out);
@@ -138,18 +147,21 @@ static void reference_case(int i, const char *backend) {
     al_model_destroy(m);
 }
 
-static void test_f16_reference(void) { reference_case(0, "cpu"); }
-static void test_f16_reference_precise(void) { reference_case(0, "cpu:q8x2"); }
-static void test_q8_0_reference(void) { reference_case(1, "cpu"); }
+static void test_qwen35_f16(void) { reference_case(0, "cpu"); }
+static void test_qwen35_f16_precise(void) { reference_case(0, "cpu:q8x2"); }
+static void test_qwen35_q8_0(void) { reference_case(1, "cpu"); }
+static void test_qwen35moe_f16(void) { reference_case(2, "cpu"); }
+static void test_qwen35moe_f16_precise(void) { reference_case(2, "cpu:q8x2"); }
+static void test_qwen35moe_q8_0(void) { reference_case(3, "cpu"); }
 
 /* The batch's logits against token by token, two chunks, and al_eval_multi; reset and
  * truncate. The state's update is the same arithmetic however the positions come. */
-static void test_decode_matches_batch(void) {
-    if (!have[0]) {
+static void decode_case(int mi) {
+    if (!have[mi]) {
         CHECK_MSG(false, "the model could not be made (above)");
         return;
     }
-    al_model *m = load(0, "cpu");
+    al_model *m = load(mi, "cpu");
     al_context *c = m ? context(m) : NULL, *c2 = m ? context(m) : NULL;
     const size_t nl = (size_t)N_TOK * N_VOCAB;
     float *batch = malloc(nl * sizeof(float)), *one = malloc(nl * sizeof(float));
@@ -202,6 +214,9 @@ done:
     al_model_destroy(m);
 }
 
+static void test_qwen35_decode(void) { decode_case(0); }
+static void test_qwen35moe_decode(void) { decode_case(2); }
+
 /* The states count in the memory a context needs: more than the one attention layer's
  * keys and values. */
 static void test_kv_bytes_include_states(void) {
@@ -225,13 +240,17 @@ int main(void) {
         fprintf(stderr, "mkdtemp failed\n");
         return 1;
     }
-    for (int i = 0; i < 2; i++) have[i] = make_model(i);
-    TEST_RUN(test_f16_reference);
-    TEST_RUN(test_f16_reference_precise);
-    TEST_RUN(test_q8_0_reference);
-    TEST_RUN(test_decode_matches_batch);
+    for (int i = 0; i < N_MODELS; i++) have[i] = make_model(i);
+    TEST_RUN(test_qwen35_f16);
+    TEST_RUN(test_qwen35_f16_precise);
+    TEST_RUN(test_qwen35_q8_0);
+    TEST_RUN(test_qwen35moe_f16);
+    TEST_RUN(test_qwen35moe_f16_precise);
+    TEST_RUN(test_qwen35moe_q8_0);
+    TEST_RUN(test_qwen35_decode);
+    TEST_RUN(test_qwen35moe_decode);
     TEST_RUN(test_kv_bytes_include_states);
-    for (int i = 0; i < 2; i++) remove(paths[i]);
+    for (int i = 0; i < N_MODELS; i++) remove(paths[i]);
     rmdir(dir);
     return test_finish();
 }

@@ -476,6 +476,7 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_SSM_STATE: return o->ssm_state;
     case D_SSM_VHEADS: return o->ssm_heads;
     case D_SSM_KERNEL: return o->ssm_conv;
+    case D_FF_SHEXP: return o->ffn;
     }
     return 1;
 }
