@@ -245,7 +245,9 @@ void al_context_reset(al_context *c);
  * AL_ERR_ARG if n_past is negative or beyond the positions held. A model with
  * sliding-window layers keeps only the recent positions those layers need, about a
  * batch (512) beyond the window: cut back further, the context starts over (keeps 0
- * positions). Read al_context_n_past afterwards for what was kept. */
+ * positions). A model with recurrent layers (qwen35, qwen35moe) keeps their state at
+ * its last position only: cut back at all, it starts over too. Read al_context_n_past
+ * afterwards for what was kept. */
 al_status al_context_truncate(al_context *c, int n_past);
 
 /* Positions the context holds at most. */
