@@ -296,7 +296,8 @@ clean:
 # `make bench-models` writes build/models/bench-1b-{Q4_0,Q8_0,Q4_K_M}.gguf (llama, 1.10 B
 # parameters, the TinyLlama shape) and build/models/bench-qwen-0.5b-Q4_0.gguf (qwen2,
 # the Qwen2-0.5B shape with a 32000-token vocabulary, tied embeddings), and the two
-# mixture-of-experts models below (bench-qwen3moe-Q4_K_M, bench-gpt-oss-MXFP4_MOE). The output of
+# mixture-of-experts models below (bench-qwen3moe-Q4_K_M, bench-gpt-oss-MXFP4_MOE,
+# bench-qwen35moe-Q4_K_M). The output of
 # these models is noise. They depend on the CLI order-only, so that rebuilding anyllm
 # does not regenerate them; `rm -r build/models` does.
 BENCH_1B   := --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000
@@ -306,11 +307,17 @@ BENCH_QWEN := --arch qwen2 --dim 896 --layers 24 --heads 14 --kv-heads 2 --ffn 4
 # (128 experts, 8 per token) and gpt-oss-20b's (32 experts, 4 per token, MXFP4).
 BENCH_QWEN3MOE := --arch qwen3moe --dim 2048 --layers 6 --heads 32 --kv-heads 4 --head-dim 128 \
               --ffn 6144 --vocab 32000 --experts 128 --experts-used 8 --ffn-exp 768
+# Qwen3.6-35B-A3B's layer shapes, four layers (three gated delta-net, one attention):
+# 256 experts of 512, 8 per token, a shared expert of 512, delta-net heads of 128
+# (32 value, 16 key) from --dim
+BENCH_QWEN35MOE := --arch qwen35moe --dim 2048 --layers 4 --heads 16 --kv-heads 2 \
+              --head-dim 256 --ffn 512 --vocab 32000 --experts 256 --experts-used 8 --ffn-exp 512
 BENCH_GPTOSS := --arch gpt-oss --dim 2880 --layers 4 --heads 64 --kv-heads 8 --head-dim 64 \
               --ffn 2880 --vocab 32000 --experts 32 --experts-used 4 --ffn-exp 2880 --swa 128
 BENCH_MODELS := $(foreach t,Q4_0 Q8_0 Q4_K_M,$(BUILD)/models/bench-1b-$(t).gguf) \
                 $(BUILD)/models/bench-qwen-0.5b-Q4_0.gguf \
-                $(BUILD)/models/bench-qwen3moe-Q4_K_M.gguf $(BUILD)/models/bench-gpt-oss-MXFP4_MOE.gguf
+                $(BUILD)/models/bench-qwen3moe-Q4_K_M.gguf $(BUILD)/models/bench-gpt-oss-MXFP4_MOE.gguf \
+                $(BUILD)/models/bench-qwen35moe-Q4_K_M.gguf
 .PHONY: bench-models
 bench-models: $(BENCH_MODELS)
 $(BUILD)/models/bench-1b-%.gguf: | $(BUILD)/anyllm
@@ -322,6 +329,9 @@ $(BUILD)/models/bench-qwen-0.5b-%.gguf: | $(BUILD)/anyllm
 $(BUILD)/models/bench-qwen3moe-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN3MOE) --type $*
+$(BUILD)/models/bench-qwen35moe-%.gguf: | $(BUILD)/anyllm
+	@mkdir -p $(dir $@)
+	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN35MOE) --type $*
 $(BUILD)/models/bench-gpt-oss-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_GPTOSS) --type $*
