@@ -256,29 +256,44 @@ static al_status read_head_dim(al_model *m) {
     return AL_OK;
 }
 
-/* Which layers slide: ARCH.attention.sliding_window_pattern is a period (layer i slides
- * unless (i + 1) % period == 0) or one bool per layer; absent, the descriptor's period. */
-static al_status read_swa_pattern(al_model *m) {
+/* A per-layer flag: ARCH.<array> as one bool per layer, or else ARCH.<period> (default
+ * dflt): layer i is set unless (i + 1) % period == 0. The two keys may be one, whose
+ * type then says which it is. */
+static al_status read_layer_pattern(const al_model *m, const char *array, const char *period_key,
+                                    int dflt, bool *out) {
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
+    snprintf(key, sizeof key, "%s.%s", m->arch, array);
     const gguf_kv *kv = gguf_find_key(m->file, key);
-    if (kv && kv->type == GGUF_VT_ARRAY) {
-        if ((kv->v.arr.type != GGUF_VT_BOOL && kv->v.arr.type != GGUF_VT_U8 &&
-             kv->v.arr.type != GGUF_VT_I8) || kv->v.arr.n != (uint64_t)m->n_layer)
+    if (kv && (kv->type == GGUF_VT_ARRAY || strcmp(array, period_key))) {
+        if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_BOOL &&
+            kv->v.arr.type != GGUF_VT_U8 && kv->v.arr.type != GGUF_VT_I8) ||
+            kv->v.arr.n != (uint64_t)m->n_layer)
             return al_error(AL_ERR_FORMAT, "%s: %s must be %d bools (one per layer)",
                             m->file->path, key, m->n_layer);
         for (int il = 0; il < m->n_layer; il++)
-            m->layers[il].swa = ((const uint8_t *)kv->v.arr.data)[il] != 0;
+            out[il] = ((const uint8_t *)kv->v.arr.data)[il] != 0;
         return AL_OK;
     }
     int period;
-    al_status st = get_arch_u32(m, "attention.sliding_window_pattern",
-                                (uint32_t)m->ad->swa_period, false, &period);
+    al_status st = get_arch_u32(m, period_key, (uint32_t)dflt, false, &period);
     if (st != AL_OK) return st;
     if (period <= 0)
-        return al_error(AL_ERR_FORMAT, "%s: %s = %d must be positive", m->file->path, key, period);
-    for (int il = 0; il < m->n_layer; il++) m->layers[il].swa = (il + 1) % period != 0;
+        return al_error(AL_ERR_FORMAT, "%s: %s.%s = %d must be positive", m->file->path,
+                        m->arch, period_key, period);
+    for (int il = 0; il < m->n_layer; il++) out[il] = (il + 1) % period != 0;
     return AL_OK;
+}
+
+/* Which layers slide: ARCH.attention.sliding_window_pattern, a period or one bool per
+ * layer; absent, the descriptor's period. */
+static al_status read_swa_pattern(al_model *m) {
+    bool *swa = al_malloc((size_t)m->n_layer * sizeof *swa);
+    if (!swa) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
+    al_status st = read_layer_pattern(m, "attention.sliding_window_pattern",
+                                      "attention.sliding_window_pattern", m->ad->swa_period, swa);
+    for (int il = 0; st == AL_OK && il < m->n_layer; il++) m->layers[il].swa = swa[il];
+    al_free(swa);
+    return st;
 }
 
 /* Sliding-window attention (ARCH_SLIDING): the window, the layers and their rope. */
@@ -326,29 +341,10 @@ static al_status read_moe(al_model *m) {
 /* Which layers are recurrent: ARCH.attention.recurrent_layers (one bool per layer), or
  * every layer but each full_attention_interval-th (default 4). */
 static al_status read_recurrent_layers(al_model *m) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch);
     if (!(m->recr = al_calloc((size_t)m->n_layer, sizeof *m->recr)))
         return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
-    const gguf_kv *kv = gguf_find_key(m->file, key);
-    if (kv) {
-        if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_BOOL &&
-            kv->v.arr.type != GGUF_VT_U8 && kv->v.arr.type != GGUF_VT_I8) ||
-            kv->v.arr.n != (uint64_t)m->n_layer)
-            return al_error(AL_ERR_FORMAT, "%s: %s must be %d bools (one per layer)",
-                            m->file->path, key, m->n_layer);
-        for (int il = 0; il < m->n_layer; il++)
-            m->recr[il] = ((const uint8_t *)kv->v.arr.data)[il] != 0;
-        return AL_OK;
-    }
-    int period;
-    al_status st = get_arch_u32(m, "full_attention_interval", 4, false, &period);
-    if (st != AL_OK) return st;
-    if (period <= 0)
-        return al_error(AL_ERR_FORMAT, "%s: %s.full_attention_interval = %d must be positive",
-                        m->file->path, m->arch, period);
-    for (int il = 0; il < m->n_layer; il++) m->recr[il] = (il + 1) % period != 0;
-    return AL_OK;
+    return read_layer_pattern(m, "attention.recurrent_layers", "full_attention_interval", 4,
+                              m->recr);
 }
 
 /* Rope sections (qwen35's interleaved M-RoPE): text gives every section the same
