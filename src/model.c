@@ -442,6 +442,27 @@ static al_status read_hparams(al_model *m) {
 
 /* ---- binding tensors ------------------------------------------------------------- */
 
+/* Replaces a small weight stored in another type by an owned f32 copy (the ops read
+ * vectors and the convolution's taps as f32). */
+static al_status own_f32(al_model *m, const char *name, al_tensor *t) {
+    if (t->type == AL_TYPE_F32 || !t->data) return AL_OK;
+    const int64_t n = t->ne[0] * t->ne[1];
+    float *copy = al_malloc((size_t)n * sizeof(float));
+    float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
+    if (owned) m->owned = owned;
+    if (!copy || !owned) {
+        al_free(copy);
+        return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
+    }
+    m->owned[m->n_owned++] = copy;
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        quant_dequantize(t->type, (const uint8_t *)t->data + r * t->row_bytes,
+                         copy + r * t->ne[0], t->ne[0]);
+    *t = (al_tensor){.type = AL_TYPE_F32, .ne = {t->ne[0], t->ne[1]}, .data = copy,
+                     .row_bytes = (uint64_t)t->ne[0] * sizeof(float)};
+    return AL_OK;
+}
+
 /* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector), or ne0 x
  * ne1 x ne2 stacked matrices (ne2 > 0), bound as ne1 * ne2 rows. Missing optional
  * tensors leave out zeroed. */
@@ -469,22 +490,9 @@ static al_status bind3(al_model *m, const char *name, int64_t ne0, int64_t ne1, 
                         "supported for weights", path, name, quant_type_name(t->type), t->type);
     *out = (al_tensor){.type = t->type, .ne = {t->ne[0], want1 * want2}, .data = (void *)t->data,
                        .row_bytes = quant_row_bytes(t->type, t->ne[0])};
-    if (ne1 == 0 && t->type != AL_TYPE_F32) {
-        /* vectors are read as f32 by every op; the rare file storing them otherwise
-         * gets a small owned copy */
-        float *copy = al_malloc((size_t)ne0 * sizeof(float));
-        float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
-        if (!copy || !owned) {
-            al_free(copy);
-            if (owned) m->owned = owned;
-            return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
-        }
-        m->owned = owned;
-        m->owned[m->n_owned++] = copy;
-        quant_dequantize(t->type, t->data, copy, ne0);
-        *out = (al_tensor){.type = AL_TYPE_F32, .ne = {ne0, 1}, .data = copy,
-                           .row_bytes = (uint64_t)ne0 * sizeof(float)};
-    }
+    /* vectors are read as f32 by every op; the rare file storing them otherwise gets a
+     * small owned copy */
+    if (ne1 == 0) return own_f32(m, name, out);
     return AL_OK;
 }
 
@@ -513,27 +521,6 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_FF_SHEXP: return m->n_ff_shexp;
     }
     return 0;
-}
-
-/* Replaces a small weight stored in another type by an owned f32 copy (the ops read
- * vectors and the convolution's taps as f32). */
-static al_status own_f32(al_model *m, const char *name, al_tensor *t) {
-    if (t->type == AL_TYPE_F32 || !t->data) return AL_OK;
-    const int64_t n = t->ne[0] * t->ne[1];
-    float *copy = al_malloc((size_t)n * sizeof(float));
-    float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
-    if (owned) m->owned = owned;
-    if (!copy || !owned) {
-        al_free(copy);
-        return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
-    }
-    m->owned[m->n_owned++] = copy;
-    for (int64_t r = 0; r < t->ne[1]; r++)
-        quant_dequantize(t->type, (const uint8_t *)t->data + r * t->row_bytes,
-                         copy + r * t->ne[0], t->ne[0]);
-    *t = (al_tensor){.type = AL_TYPE_F32, .ne = {t->ne[0], t->ne[1]}, .data = copy,
-                     .row_bytes = (uint64_t)t->ne[0] * sizeof(float)};
-    return AL_OK;
 }
 
 /* Binds layer il's tensors as the architecture's table lists them. */
