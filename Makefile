@@ -102,6 +102,7 @@ VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k 
 VK_MOE_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k mxfp4
 VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
 	attention attention_sg attention_rows attention_rows_sg \
+	sigmoid_mul ssm_conv delta_net delta_net_sg \
 	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) \
 	  matmul_cm_$(t) matmul_cm_emu_$(t) matmul_rows_$(t) \
 	  matvec_glu_$(t) matvec_glu_$(t)_sg matmul_rows_glu_$(t) \
@@ -111,7 +112,8 @@ LDLIBS   += -ldl
 $(BUILD)/libanyllm.a: $(VK_OBJ)
 $(VK_OBJ): $(wildcard src/vulkan/*.h)
 $(VK_OBJ) $(BUILD)/src/backend.o $(BUILD)/tools/cmd_devices.o $(BUILD)/tools/cmd_info.o $(BUILD)/tools/cmd_bench.o \
-	$(BUILD)/tests/test_vulkan.o $(BUILD)/tests/test_vkmoe.o $(BUILD)/tests/test_vkattn.o: \
+	$(BUILD)/tests/test_vulkan.o $(BUILD)/tests/test_vkmoe.o $(BUILD)/tests/test_vkattn.o \
+	$(BUILD)/tests/test_vkdelta.o: \
 	CFLAGS += -DAL_HAVE_VULKAN
 $(BUILD)/src/vulkan/pipelines.o: CFLAGS += -I$(VK_GEN)
 $(BUILD)/src/vulkan/pipelines.o: $(VK_GEN)/vk_spirv.h
@@ -124,8 +126,9 @@ $(VK_GEN)/$(1).inc: src/vulkan/shaders/$(2).comp $(wildcard src/vulkan/shaders/*
 	$(if $(SPIRV_VAL),$(SPIRV_VAL) --target-env vulkan1.1 $(VK_GEN)/$(1).spv)
 	$(VK_GLSLC) $(if $(3),-DTYPE_$$$$(echo $(3) | tr a-z A-Z)) $(4) -mfmt=c $$< -o $$@
 endef
-$(foreach s,add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm attention,\
-	$(eval $(call VK_SHADER,$(s),$(s),,)))
+$(foreach s,add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm attention \
+	sigmoid_mul ssm_conv delta_net,$(eval $(call VK_SHADER,$(s),$(s),,)))
+$(eval $(call VK_SHADER,delta_net_sg,delta_net,,-DUSE_SHUFFLE))
 $(foreach s,rms_norm attention,$(eval $(call VK_SHADER,$(s)_sg,$(s),,-DUSE_SUBGROUP)))
 # attention_rows: one token of each of several sequences (al_eval_multi)
 $(eval $(call VK_SHADER,attention_rows,attention,,-DROWS))

@@ -7,11 +7,14 @@
 #    machine has none (see the device machine's notes), NVIDIA's driver file when the
 #    loader finds no driver
 # 2. the op tests against the CPU reference (build/test_vulkan, build/test_vkattn: the
-#    decode attention with its rope and cache stores)
+#    decode attention with its rope and cache stores; build/test_vkdelta: the delta-net
+#    hybrids' sigmoid_mul, ssm_conv and delta_net, its rows over 32 lanes by default)
 # 3. the reference logits with --backend vulkan (llama, qwen2, qwen3, qwen3moe, gpt-oss,
 #    also in pieces through the KV cache), and the no-Vulkan
 #    fall-back (tests/vulkan.sh); Gemma 3 270M too when ANYLLM_GEMMA3 names the file
-#    (241 MiB, more than a device run carries: there it is skipped unless present)
+#    (241 MiB, more than a device run carries: there it is skipped unless present);
+#    qwen35 and qwen35moe (build/test_hybrid: llama.cpp's logits, the reference ops',
+#    decoding against the batch)
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
@@ -31,7 +34,8 @@
 #    as on a device run, else $BUILD)
 #
 # Uses $BUILD/anyllm, test_vulkan, test_vkattn and test_ref when they exist (build them
-# elsewhere and carry them: a GPU machine may lack glslc), else runs make. Environment:
+# elsewhere and carry them: a GPU machine may lack glslc), else runs make; test_vkdelta
+# and test_hybrid where they were built or carried. Environment:
 # BUILD (build), SHARED (../shared, else ./shared), MODELS ($BUILD/models), PP and TG
 # (512, 128), REPS (3), BENCH_MODEL (a model file instead of bench-1b Q4_0), ANYLLM_LIBS
 # (a folder of carried shared libraries for LD_LIBRARY_PATH). The last line says
@@ -79,7 +83,7 @@ if [ -x "$bin" ] && [ -x "$BUILD/test_vulkan" ] && [ -x "$BUILD/test_vkattn" ] &
     echo "using the binaries in $BUILD"
 else
     make -j"$(nproc 2>/dev/null || echo 4)" BUILD="$BUILD" "$bin" "$BUILD/test_vulkan" \
-        "$BUILD/test_vkattn" "$BUILD/test_ref" ||
+        "$BUILD/test_vkattn" "$BUILD/test_vkdelta" "$BUILD/test_hybrid" "$BUILD/test_ref" ||
         { echo "gpu-check: 0 passed, 1 failed (build)"; exit 1; }
 fi
 
@@ -106,10 +110,20 @@ SHARED=$SHARED "$BUILD/test_vkattn" >"$BUILD/gpu-check-attn.log" 2>&1
 rc=$?
 grep -E '^(ok|FAIL|SKIP|skip|note|--)|passed|FAIL' "$BUILD/gpu-check-attn.log"
 result $rc
+# optional: the delta-net hybrids' ops (here, and qwen35's logits after vulkan.sh)
+run_opt() { # LOG PATTERN PROGRAM
+    if [ ! -x "$3" ]; then echo "skip: $3 not built or carried"; return; fi
+    BUILD=$BUILD SHARED=$SHARED "$3" >"$1" 2>&1
+    rc=$?
+    grep -E "$2" "$1"
+    result $rc
+}
+run_opt "$BUILD/gpu-check-delta.log" '^(ok|FAIL|SKIP|skip|--)|passed' "$BUILD/test_vkdelta"
 
 step "reference logits with --backend vulkan"
 BUILD=$BUILD SHARED=$SHARED sh tests/vulkan.sh
 result $?
+run_opt "$BUILD/gpu-check-hybrid.log" 'vulkan|FAIL|passed' "$BUILD/test_hybrid"
 
 step "bench"
 model=${BENCH_MODEL:-$MODELS/bench-1b-Q4_0.gguf}

@@ -40,6 +40,9 @@ typedef enum arch_slot {
      * norm's weights and the output projection */
     L_SSM_QKV, L_SSM_Z, L_SSM_CONV, L_SSM_DT, L_SSM_A, L_SSM_BETA, L_SSM_ALPHA,
     L_SSM_NORM, L_SSM_OUT,
+    /* qwen3next's older layout: q|k|v|z in one projection and beta|alpha in another,
+     * interleaved per key head (the binder splits them into the slots above) */
+    L_SSM_IN, L_SSM_BA,
     /* a shared expert beside the routed ones (qwen35moe): its gate logit (one per
      * token, through a sigmoid) and its gated FFN */
     L_GATE_INP_SHEXP, L_GATE_SHEXP, L_UP_SHEXP, L_DOWN_SHEXP,
@@ -64,6 +67,8 @@ typedef enum arch_dim {
     D_SSM_VHEADS, /* n_v_heads */
     D_SSM_KERNEL, /* the convolution's taps */
     D_FF_SHEXP,   /* the shared expert's width (expert_shared_feed_forward_length) */
+    D_SSM_QKVZ,   /* ssm_in's rows: D_SSM_CONV + D_SSM_INNER (qwen3next) */
+    D_SSM_BA,     /* ssm_ba's rows: 2 n_v_heads (qwen3next) */
 } arch_dim;
 
 /* Which layers have a tensor, where an architecture mixes two kinds (ARCH_HYBRID). */
@@ -73,7 +78,7 @@ typedef struct arch_tensor {
     arch_slot slot;
     const char *name;   /* after "blk.N.", e.g. "attn_q.weight" */
     arch_dim ne0, ne1;  /* ne1 = D_ONE for a vector */
-    bool required;
+    bool required;      /* false: used where present (an alternative layout's tensor) */
     arch_dim ne2;       /* D_ONE, or the experts of a stacked [ne0, ne1, n_expert] tensor */
     arch_where where;   /* W_ALL, or only attention / only recurrent layers */
 } arch_tensor;
@@ -92,6 +97,9 @@ enum {
      * layers whose query projection also gives a sigmoid gate of their output
      * (ARCH.full_attention_interval or ARCH.attention.recurrent_layers; ARCH.ssm.*) */
     ARCH_HYBRID = 1 << 4,
+    /* ARCH_HYBRID whose value heads share key heads in consecutive groups (qwen3next),
+     * not tiled over them (qwen35): al_delta_shape.grouped */
+    ARCH_GDN_GROUPED = 1 << 5,
 };
 
 typedef struct arch_desc {

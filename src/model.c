@@ -20,6 +20,7 @@
  *   logits = Wout norm(x) [soft-capped: c * tanh(logits / c)]
  */
 #include "model.h"
+#include "model_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,107 +31,10 @@
 #include "tokenizer.h"
 #include "util.h"
 
-typedef struct layer_weights {
-    al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */
-    bool swa;             /* attends to a sliding window, with the model's rope_swa */
-    bool recr;            /* ARCH_HYBRID: a gated delta-net layer (no KV cache) */
-} layer_weights;
-
-struct al_model {
-    gguf_file *file;
-    al_backend *be;
-    const arch_desc *ad;
-    char arch[64];
-    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
-    int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
-    int n_ff_shexp;        /* the shared expert's width (qwen35moe), else 0 */
-    /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
-     * and value heads of the delta rule; which layers are recurrent, read before the
-     * layers are bound */
-    int ssm_kernel, ssm_inner, ssm_state, ssm_k_heads, ssm_v_heads;
-    bool *recr;
-    float norm_eps;
-    al_rope rope;          /* global layers */
-    al_rope rope_swa;      /* sliding-window layers */
-    int swa_window;        /* positions a sliding layer sees (0: none slide) */
-    float embd_scale;      /* token embeddings are multiplied by it (1: not at all) */
-    float softcap;         /* final logits soft-cap (0: none) */
-    float attn_scale;      /* of q.k: 0 for 1 / sqrt(head_dim), else YaRN's (read_yarn) */
-    float *yarn_factors;   /* [n_rot / 2] the rope's frequency factors under YaRN */
-    char features[256];    /* al_model_info.features */
-    al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
-    al_tensor output_norm; /* [n_embd] f32 */
-    al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied (the backend may
-                            * hold its own copy for matmul: weight_pack) */
-    bool tied;             /* output.weight is token_embd.weight */
-    layer_weights *layers; /* [n_layer] */
-    float **owned;         /* f32 copies of 1-D tensors stored in other types */
-    int n_owned;
-    double load_s;         /* how long al_model_load took */
-    uint64_t n_params, n_bytes;
-    al_vocab *vocab;       /* NULL if the file has no usable tokenizer */
-    char vocab_error[256]; /* why vocab is NULL */
-    char *chat_template;   /* tokenizer.chat_template, NUL-terminated, or NULL */
-};
-
-/* Rows of logits computed per output matmul: all-position logits of a long batch
- * are produced a slice at a time, so scratch never holds [n_batch][n_vocab]. */
-enum { LOGIT_ROWS = 16 };
-
-/* Tokens per forward chunk at most (a context's n_batch). */
-enum { MAX_BATCH = 512 };
-
-/* Tokens of a batch for whose (token, expert) pairs the MoE scratch holds a row each,
- * so that a backend may run all the batch's experts at once (al_moe, moe_ffn):
- * decoding, and the small batches of a few sequences or of a draft. The CPU's fused
- * experts pay up to about this many tokens (cpu/moe.c). */
-enum { MOE_FEW_TOKENS = 16 };
-
-struct al_context {
-    const al_model *m;
-    al_backend *be;
-    int n_ctx;             /* positions the context holds */
-    int n_batch;           /* tokens per forward chunk */
-    int n_past;
-    /* The context that owns the caches' memory: this one, or the one named by
-     * kv_shared_with (its owner), whose pages this context's backend uses too */
-    const al_context *kv_root;
-    uint64_t kv_bytes_copied; /* by al_context_handoff into this context */
-    al_tensor *k_cache;    /* [n_layer] each [cap][n_head_kv * head_dim], a ring (backend.h) */
-    al_tensor *v_cache;    /* [n_layer] each [cap][n_head_kv * head_dim] */
-    al_tensor x;           /* [n_batch][n_embd] residual stream */
-    al_tensor xb;          /* [n_batch][n_embd] normed input / sublayer output */
-    al_tensor q;           /* [n_batch][n_head * head_dim] */
-    al_tensor k, v;        /* [n_batch][n_head_kv * head_dim] */
-    al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
-    al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
-    al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
-    int32_t *seq_pos;      /* [n_batch] al_eval_multi: the position of each row's sequence */
-    al_tensor **seq_kc, **seq_vc; /* [n_batch] al_eval_multi: its caches of one layer */
-    /* ARCH_MOE: router logits [n_batch][n_expert]; the experts' scratch (al_moe) of
-     * moe_rows rows: rows routed to an expert [moe_rows][n_embd] and its output, its
-     * gate and up [moe_rows][n_ff_exp]; on the host the router's logits and each
-     * expert's rows and weights */
-    al_tensor router, xe, ye, he, he2;
-    int moe_rows;          /* n_batch, or a row per (token, expert) of MOE_FEW_TOKENS */
-    float *router_host;    /* [n_batch][n_expert] the router's logits, on the host */
-    int32_t *sel;          /* [n_batch][n_expert_used] the experts each token picked */
-    float *sel_w;          /* [n_batch][n_expert_used] their weights */
-    int32_t *rows;         /* [moe_rows] the tokens routed to one expert */
-    float *rows_w;         /* [moe_rows] and their weights */
-    /* ARCH_HYBRID: the query and its gate [n_batch][2 n_head head_dim]; a recurrent
-     * layer's projections q|k|v [n_batch][conv channels], z [n_batch][d_inner], alpha
-     * and beta [n_batch][n_v_heads], the convolution's output and the delta rule's */
-    al_tensor qg, ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_conv, ssm_o;
-    /* [n_layer], data NULL on attention layers: the convolution's last inputs
-     * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
-    al_tensor *conv_state, *ssm_state;
-};
-
 /* ---- hyper-parameters ------------------------------------------------------------ */
 
-static al_status get_arch_u32(const al_model *m, const char *suffix, uint32_t dflt,
-                              bool required, int *out) {
+al_status model_get_u32(const al_model *m, const char *suffix, uint32_t dflt, bool required,
+                        int *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
     uint32_t v;
@@ -161,7 +65,7 @@ static al_status read_yarn(al_model *m) {
     int n_orig;
     al_status st;
     if ((st = get_arch_f32(m, "rope.scaling.factor", 0.0f, &factor)) ||
-        (st = get_arch_u32(m, "rope.scaling.original_context_length", (uint32_t)m->n_ctx_train,
+        (st = model_get_u32(m, "rope.scaling.original_context_length", (uint32_t)m->n_ctx_train,
                            false, &n_orig)) ||
         (st = get_arch_f32(m, "rope.scaling.yarn_ext_factor", 1.0f, &ext)) ||
         (st = get_arch_f32(m, "rope.scaling.yarn_attn_factor", 1.0f, &attn)) ||
@@ -239,9 +143,9 @@ static al_status read_head_dim(al_model *m) {
                         path, m->n_embd, m->n_head);
     int dflt = given ? 0 : m->n_embd / m->n_head, vlen;
     al_status st;
-    if ((st = get_arch_u32(m, "attention.key_length", (uint32_t)dflt, false, &m->head_dim)) ||
-        (st = get_arch_u32(m, "attention.value_length", (uint32_t)m->head_dim, false, &vlen)) ||
-        (st = get_arch_u32(m, "rope.dimension_count", (uint32_t)m->head_dim, false,
+    if ((st = model_get_u32(m, "attention.key_length", (uint32_t)dflt, false, &m->head_dim)) ||
+        (st = model_get_u32(m, "attention.value_length", (uint32_t)m->head_dim, false, &vlen)) ||
+        (st = model_get_u32(m, "rope.dimension_count", (uint32_t)m->head_dim, false,
                            &m->rope.n_rot)))
         return st;
     if (m->head_dim <= 0 || m->head_dim > 4096)
@@ -259,7 +163,7 @@ static al_status read_head_dim(al_model *m) {
 /* A per-layer flag: ARCH.<array> as one bool per layer, or else ARCH.<period> (default
  * dflt): layer i is set unless (i + 1) % period == 0. The two keys may be one, whose
  * type then says which it is. */
-static al_status read_layer_pattern(const al_model *m, const char *array, const char *period_key,
+al_status model_layer_pattern(const al_model *m, const char *array, const char *period_key,
                                     int dflt, bool *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->arch, array);
@@ -267,15 +171,16 @@ static al_status read_layer_pattern(const al_model *m, const char *array, const 
     if (kv && (kv->type == GGUF_VT_ARRAY || strcmp(array, period_key))) {
         if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_BOOL &&
             kv->v.arr.type != GGUF_VT_U8 && kv->v.arr.type != GGUF_VT_I8) ||
-            kv->v.arr.n != (uint64_t)m->n_layer)
+            (kv->v.arr.n != (uint64_t)m->n_layer &&
+             kv->v.arr.n != (uint64_t)(m->n_layer + m->n_nextn)))
             return al_error(AL_ERR_FORMAT, "%s: %s must be %d bools (one per layer)",
-                            m->file->path, key, m->n_layer);
+                            m->file->path, key, m->n_layer + m->n_nextn);
         for (int il = 0; il < m->n_layer; il++)
             out[il] = ((const uint8_t *)kv->v.arr.data)[il] != 0;
         return AL_OK;
     }
     int period;
-    al_status st = get_arch_u32(m, period_key, (uint32_t)dflt, false, &period);
+    al_status st = model_get_u32(m, period_key, (uint32_t)dflt, false, &period);
     if (st != AL_OK) return st;
     if (period <= 0)
         return al_error(AL_ERR_FORMAT, "%s: %s.%s = %d must be positive", m->file->path,
@@ -289,7 +194,7 @@ static al_status read_layer_pattern(const al_model *m, const char *array, const 
 static al_status read_swa_pattern(al_model *m) {
     bool *swa = al_malloc((size_t)m->n_layer * sizeof *swa);
     if (!swa) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
-    al_status st = read_layer_pattern(m, "attention.sliding_window_pattern",
+    al_status st = model_layer_pattern(m, "attention.sliding_window_pattern",
                                       "attention.sliding_window_pattern", m->ad->swa_period, swa);
     for (int il = 0; st == AL_OK && il < m->n_layer; il++) m->layers[il].swa = swa[il];
     al_free(swa);
@@ -300,7 +205,7 @@ static al_status read_swa_pattern(al_model *m) {
 static al_status read_sliding(al_model *m) {
     if (!(m->ad->flags & ARCH_SLIDING)) return AL_OK;
     al_status st;
-    if ((st = get_arch_u32(m, "attention.sliding_window", 0, true, &m->swa_window)))
+    if ((st = model_get_u32(m, "attention.sliding_window", 0, true, &m->swa_window)))
         return st;
     if (m->swa_window <= 0)
         return al_error(AL_ERR_FORMAT, "%s: %s.attention.sliding_window must be positive",
@@ -321,12 +226,12 @@ static al_status read_sliding(al_model *m) {
 static al_status read_moe(al_model *m) {
     if (!(m->ad->flags & ARCH_MOE)) return AL_OK;
     al_status st;
-    if ((st = get_arch_u32(m, "expert_count", 0, true, &m->n_expert)) ||
-        (st = get_arch_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
-        (st = get_arch_u32(m, "expert_feed_forward_length", 0, true, &m->n_ff_exp)))
+    if ((st = model_get_u32(m, "expert_count", 0, true, &m->n_expert)) ||
+        (st = model_get_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
+        (st = model_get_u32(m, "expert_feed_forward_length", 0, true, &m->n_ff_exp)))
         return st;
     if (arch_tensor_of(m->ad, L_GATE_SHEXP) &&
-        (st = get_arch_u32(m, "expert_shared_feed_forward_length", (uint32_t)m->n_ff, false,
+        (st = model_get_u32(m, "expert_shared_feed_forward_length", (uint32_t)m->n_ff, false,
                            &m->n_ff_shexp)))
         return st;
     if (m->n_expert <= 0 || m->n_expert > 4096 || m->n_expert_used <= 0 ||
@@ -338,76 +243,14 @@ static al_status read_moe(al_model *m) {
     return AL_OK;
 }
 
-/* Which layers are recurrent: ARCH.attention.recurrent_layers (one bool per layer), or
- * every layer but each full_attention_interval-th (default 4). */
-static al_status read_recurrent_layers(al_model *m) {
-    if (!(m->recr = al_calloc((size_t)m->n_layer, sizeof *m->recr)))
-        return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
-    return read_layer_pattern(m, "attention.recurrent_layers", "full_attention_interval", 4,
-                              m->recr);
-}
-
-/* Rope sections (qwen35's interleaved M-RoPE): text gives every section the same
- * position but the fourth, whose pairs do not turn. A file where some pair falls in no
- * turning section is refused rather than run with a rope of its own. */
-static al_status check_rope_sections(const al_model *m) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
-    const gguf_kv *kv = gguf_find_key(m->file, key);
-    if (!kv) return AL_OK;
-    if (kv->type != GGUF_VT_ARRAY || (kv->v.arr.type != GGUF_VT_I32 &&
-        kv->v.arr.type != GGUF_VT_U32) || kv->v.arr.n < 3 || kv->v.arr.n > 4)
-        return al_error(AL_ERR_FORMAT, "%s: %s must be 3 or 4 integers", m->file->path, key);
-    int32_t sec[4] = {0}; /* the array lies in the file unaligned */
-    memcpy(sec, kv->v.arr.data, kv->v.arr.n * sizeof *sec);
-    int64_t n_sect = 0;
-    for (uint64_t i = 0; i < kv->v.arr.n; i++) {
-        if (sec[i] < 0 || sec[i] > 65536)
-            return al_error(AL_ERR_FORMAT, "%s: %s[%d] = %d is out of range", m->file->path,
-                            key, (int)i, sec[i]);
-        n_sect += sec[i];
-    }
-    if (n_sect <= 0) return al_error(AL_ERR_FORMAT, "%s: %s are all zero", m->file->path, key);
-    for (int i = 0; i < m->rope.n_rot / 2; i++) {
-        const int64_t r = i % n_sect;
-        if (!(r < 3 * (int64_t)sec[r % 3]))
-            return al_error(AL_ERR_UNSUPPORTED, "%s: %s leave rope pair %d unrotated, which "
-                            "is not supported", m->file->path, key, i);
-    }
-    return AL_OK;
-}
-
-/* Gated delta-net layers (ARCH_HYBRID): the ssm.* sizes, which must agree. */
-static al_status read_hybrid(al_model *m) {
-    if (!(m->ad->flags & ARCH_HYBRID)) return AL_OK;
-    al_status st;
-    if ((st = get_arch_u32(m, "ssm.conv_kernel", 0, true, &m->ssm_kernel)) ||
-        (st = get_arch_u32(m, "ssm.inner_size", 0, true, &m->ssm_inner)) ||
-        (st = get_arch_u32(m, "ssm.state_size", 0, true, &m->ssm_state)) ||
-        (st = get_arch_u32(m, "ssm.time_step_rank", 0, true, &m->ssm_v_heads)) ||
-        (st = get_arch_u32(m, "ssm.group_count", 0, true, &m->ssm_k_heads)))
-        return st;
-    if (m->ssm_kernel < 2 || m->ssm_kernel > 16 || m->ssm_state <= 0 || m->ssm_state > 512 ||
-        m->ssm_k_heads <= 0 || m->ssm_v_heads <= 0 || m->ssm_v_heads % m->ssm_k_heads ||
-        (int64_t)m->ssm_state * m->ssm_v_heads != m->ssm_inner)
-        return al_error(AL_ERR_FORMAT, "%s: ssm.conv_kernel %d, inner_size %d, state_size %d, "
-                        "time_step_rank %d, group_count %d: expected a kernel of 2..16, a "
-                        "state of 1..512, inner_size = state_size x time_step_rank and "
-                        "time_step_rank a multiple of group_count", m->file->path,
-                        m->ssm_kernel, m->ssm_inner, m->ssm_state, m->ssm_v_heads,
-                        m->ssm_k_heads);
-    if ((st = check_rope_sections(m))) return st;
-    return read_recurrent_layers(m);
-}
-
 static al_status read_hparams(al_model *m) {
     const char *path = m->file->path;
     al_status st;
-    if ((st = get_arch_u32(m, "embedding_length", 0, true, &m->n_embd)) ||
-        (st = get_arch_u32(m, "block_count", 0, true, &m->n_layer)) ||
-        (st = get_arch_u32(m, "feed_forward_length", 0, true, &m->n_ff)) ||
-        (st = get_arch_u32(m, "attention.head_count", 0, true, &m->n_head)) ||
-        (st = get_arch_u32(m, "context_length", 2048, false, &m->n_ctx_train)) ||
+    if ((st = model_get_u32(m, "embedding_length", 0, true, &m->n_embd)) ||
+        (st = model_get_u32(m, "block_count", 0, true, &m->n_layer)) ||
+        (st = model_get_u32(m, "feed_forward_length", 0, true, &m->n_ff)) ||
+        (st = model_get_u32(m, "attention.head_count", 0, true, &m->n_head)) ||
+        (st = model_get_u32(m, "context_length", 2048, false, &m->n_ctx_train)) ||
         (st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", m->ad->norm_eps,
                            &m->norm_eps)) ||
         (st = get_arch_f32(m, "rope.freq_base", m->ad->rope_base, &m->rope.freq_base)) ||
@@ -416,7 +259,13 @@ static al_status read_hparams(al_model *m) {
     if (m->n_embd <= 0 || m->n_layer <= 0 || m->n_ff <= 0 || m->n_head <= 0)
         return al_error(AL_ERR_FORMAT, "%s: embedding_length, block_count, "
                         "feed_forward_length and head_count must be positive", path);
-    if ((st = get_arch_u32(m, "attention.head_count_kv", (uint32_t)m->n_head, false,
+    /* next-token-prediction blocks follow the trunk's; decoding does not run them */
+    if ((st = model_get_u32(m, "nextn_predict_layers", 0, false, &m->n_nextn))) return st;
+    if (m->n_nextn < 0 || m->n_nextn >= m->n_layer)
+        return al_error(AL_ERR_FORMAT, "%s: nextn_predict_layers %d must be below block_count "
+                        "%d", path, m->n_nextn, m->n_layer);
+    m->n_layer -= m->n_nextn;
+    if ((st = model_get_u32(m, "attention.head_count_kv", (uint32_t)m->n_head, false,
                            &m->n_head_kv)))
         return st;
     if (m->n_head_kv <= 0 || m->n_head % m->n_head_kv != 0)
@@ -433,7 +282,7 @@ static al_status read_hparams(al_model *m) {
         return al_error(AL_ERR_FORMAT, "%s: final_logit_softcapping %g must be a positive "
                         "number", path, (double)m->softcap);
     if ((st = read_moe(m))) return st;
-    if ((st = read_hybrid(m))) return st;
+    if ((st = hybrid_read(m))) return st;
     m->rope.neox = (m->ad->flags & ARCH_ROPE_NEOX) != 0;
     m->embd_scale = m->ad->flags & ARCH_EMBD_SCALE ? sqrtf((float)m->n_embd) : 1.0f;
     if ((st = read_rope_scaling(m))) return st;
@@ -442,19 +291,25 @@ static al_status read_hparams(al_model *m) {
 
 /* ---- binding tensors ------------------------------------------------------------- */
 
+al_status model_own(al_model *m, void *p, const char *what) {
+    void **owned = p ? al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned) : NULL;
+    if (!owned) {
+        al_free(p);
+        return al_error(AL_ERR_NOMEM, "out of memory for a copy of '%s'", what);
+    }
+    m->owned = owned;
+    m->owned[m->n_owned++] = p;
+    return AL_OK;
+}
+
 /* Replaces a small weight stored in another type by an owned f32 copy (the ops read
  * vectors and the convolution's taps as f32). */
-static al_status own_f32(al_model *m, const char *name, al_tensor *t) {
+al_status model_own_f32(al_model *m, const char *name, al_tensor *t) {
     if (t->type == AL_TYPE_F32 || !t->data) return AL_OK;
     const int64_t n = t->ne[0] * t->ne[1];
     float *copy = al_malloc((size_t)n * sizeof(float));
-    float **owned = al_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *owned);
-    if (owned) m->owned = owned;
-    if (!copy || !owned) {
-        al_free(copy);
-        return al_error(AL_ERR_NOMEM, "out of memory converting '%s'", name);
-    }
-    m->owned[m->n_owned++] = copy;
+    al_status st = model_own(m, copy, name);
+    if (st != AL_OK) return st;
     for (int64_t r = 0; r < t->ne[1]; r++)
         quant_dequantize(t->type, (const uint8_t *)t->data + r * t->row_bytes,
                          copy + r * t->ne[0], t->ne[0]);
@@ -492,7 +347,7 @@ static al_status bind3(al_model *m, const char *name, int64_t ne0, int64_t ne1, 
                        .row_bytes = quant_row_bytes(t->type, t->ne[0])};
     /* vectors are read as f32 by every op; the rare file storing them otherwise gets a
      * small owned copy */
-    if (ne1 == 0) return own_f32(m, name, out);
+    if (ne1 == 0) return model_own_f32(m, name, out);
     return AL_OK;
 }
 
@@ -501,7 +356,7 @@ static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return bind3(m, name, ne0, ne1, 0, optional, out);
 }
 
-static int64_t dim_of(const al_model *m, arch_dim d) {
+int64_t model_dim(const al_model *m, arch_dim d) {
     switch (d) {
     case D_ONE: return 0;
     case D_EMBD: return m->n_embd;
@@ -519,6 +374,8 @@ static int64_t dim_of(const al_model *m, arch_dim d) {
     case D_SSM_VHEADS: return m->ssm_v_heads;
     case D_SSM_KERNEL: return m->ssm_kernel;
     case D_FF_SHEXP: return m->n_ff_shexp;
+    case D_SSM_QKVZ: return 2 * (int64_t)m->ssm_k_heads * m->ssm_state + 2 * (int64_t)m->ssm_inner;
+    case D_SSM_BA: return 2 * (int64_t)m->ssm_v_heads;
     }
     return 0;
 }
@@ -531,12 +388,12 @@ static al_status bind_layer(al_model *m, int il, layer_weights *l) {
         if (at->where != W_ALL && (at->where == W_RECR) != l->recr) continue;
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
-        al_status st = bind3(m, name, dim_of(m, at->ne0), dim_of(m, at->ne1),
-                             dim_of(m, at->ne2), !at->required, &l->t[at->slot]);
-        if (st == AL_OK && at->slot == L_SSM_CONV) st = own_f32(m, name, &l->t[at->slot]);
+        al_status st = bind3(m, name, model_dim(m, at->ne0), model_dim(m, at->ne1),
+                             model_dim(m, at->ne2), !at->required, &l->t[at->slot]);
+        if (st == AL_OK && at->slot == L_SSM_CONV) st = model_own_f32(m, name, &l->t[at->slot]);
         if (st != AL_OK) return st;
     }
-    return AL_OK;
+    return hybrid_bind_layer(m, il, l);
 }
 
 static al_status bind_weights(al_model *m) {
@@ -584,7 +441,7 @@ static al_status bind_weights(al_model *m) {
 static int64_t layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
-        if ((int)at->slot == slot && at->ne2 != D_ONE) return dim_of(m, at->ne1);
+        if ((int)at->slot == slot && at->ne2 != D_ONE) return model_dim(m, at->ne1);
     }
     return t->ne[1];
 }
@@ -696,6 +553,8 @@ static void describe_features(al_model *m) {
             m->n_layer, m->ssm_kernel, m->ssm_k_heads, m->ssm_v_heads, m->ssm_state,
             m->rope.n_rot, m->head_dim);
     }
+    if (m->n_nextn) ADD(", %d next-token-prediction block%s (not run)", m->n_nextn,
+                        m->n_nextn > 1 ? "s" : "");
     ADD(", %s output", m->tied ? "tied" : "separate");
 #undef ADD
 }
@@ -865,21 +724,10 @@ static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows) {
     return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
 }
 
-/* Bytes of one sequence's recurrent state: the convolution's inputs and the delta
- * rule's matrices of every recurrent layer. */
-static uint64_t state_bytes(const al_model *m) {
-    const uint64_t conv = (uint64_t)(m->ssm_kernel - 1) * (uint64_t)dim_of(m, D_SSM_CONV);
-    const uint64_t delta = (uint64_t)m->ssm_v_heads * m->ssm_state * m->ssm_state;
-    uint64_t n = 0;
-    for (int il = 0; il < m->n_layer; il++)
-        if (m->layers[il].recr) n += (conv + delta) * sizeof(float);
-    return n;
-}
-
 uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
-    return kv_rows_bytes(m, rows) + state_bytes(m);
+    return kv_rows_bytes(m, rows) + hybrid_state_bytes(m);
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -1003,34 +851,6 @@ static al_status context_alloc_moe(al_context *c) {
     return AL_OK;
 }
 
-/* ARCH_HYBRID: the recurrent layers' states and the gated layers' scratch. */
-static al_status context_alloc_hybrid(al_context *c) {
-    const al_model *m = c->m;
-    al_backend *be = c->be;
-    const int64_t nb = c->n_batch, conv = dim_of(m, D_SSM_CONV);
-    al_status st;
-    c->conv_state = al_calloc((size_t)m->n_layer, sizeof *c->conv_state);
-    c->ssm_state = al_calloc((size_t)m->n_layer, sizeof *c->ssm_state);
-    if (!c->conv_state || !c->ssm_state)
-        return al_error(AL_ERR_NOMEM, "out of memory for the recurrent states");
-    for (int il = 0; il < m->n_layer; il++) {
-        if (!m->layers[il].recr) continue;
-        if ((st = be->ops->tensor_alloc(be, conv, m->ssm_kernel - 1, &c->conv_state[il])) ||
-            (st = be->ops->tensor_alloc(be, (int64_t)m->ssm_state * m->ssm_state,
-                                        m->ssm_v_heads, &c->ssm_state[il])))
-            return st;
-    }
-    if ((st = be->ops->tensor_alloc(be, dim_of(m, D_Q_GATE), nb, &c->qg)) ||
-        (st = be->ops->tensor_alloc(be, conv, nb, &c->ssm_qkv)) ||
-        (st = be->ops->tensor_alloc(be, conv, nb, &c->ssm_conv)) ||
-        (st = be->ops->tensor_alloc(be, m->ssm_inner, nb, &c->ssm_z)) ||
-        (st = be->ops->tensor_alloc(be, m->ssm_inner, nb, &c->ssm_o)) ||
-        (st = be->ops->tensor_alloc(be, m->ssm_v_heads, nb, &c->ssm_alpha)) ||
-        (st = be->ops->tensor_alloc(be, m->ssm_v_heads, nb, &c->ssm_beta)))
-        return st;
-    return AL_OK;
-}
-
 static al_status context_alloc(al_context *c, const al_context *peer) {
     const al_model *m = c->m;
     al_backend *be = c->be;
@@ -1050,7 +870,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         (st = be->ops->tensor_alloc(be, m->n_vocab, LOGIT_ROWS, &c->logits)))
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
-    if (m->ad->flags & ARCH_HYBRID && (st = context_alloc_hybrid(c))) return st;
+    if (m->ad->flags & ARCH_HYBRID && (st = hybrid_context_alloc(c))) return st;
     c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
     c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
     c->seq_vc = al_malloc((size_t)nb * sizeof *c->seq_vc);
@@ -1060,8 +880,8 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     if (qd > max_cols) max_cols = qd;
     if (m->n_ff_exp > max_cols) max_cols = m->n_ff_exp;
     if (m->n_expert > max_cols) max_cols = m->n_expert;
-    if (dim_of(m, D_Q_GATE) > max_cols) max_cols = dim_of(m, D_Q_GATE);
-    if (dim_of(m, D_SSM_CONV) > max_cols) max_cols = dim_of(m, D_SSM_CONV);
+    if (model_dim(m, D_Q_GATE) > max_cols) max_cols = model_dim(m, D_Q_GATE);
+    if (model_dim(m, D_SSM_CONV) > max_cols) max_cols = model_dim(m, D_SSM_CONV);
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
@@ -1076,7 +896,7 @@ uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
         const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
         if (!m->layers[il].recr) rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
     }
-    return kv_rows_bytes(m, rows) + state_bytes(m); /* a state is read whole per token */
+    return kv_rows_bytes(m, rows) + hybrid_state_bytes(m); /* a state is read whole per token */
 }
 
 int al_model_default_n_ctx(const al_model *m) {
@@ -1190,7 +1010,7 @@ int al_context_n_ctx(const al_context *c) { return c ? c->n_ctx : 0; }
 
 /* Per-head RMSNorm of q or k in place (the Q/K norm of qwen3 and gemma3): the rows
  * are viewed as n_heads rows of head_dim each (backend.h: rms_norm). */
-static void head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
+void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
                       const al_tensor *w) {
     AL_ASSERT(x->row_bytes == (uint64_t)n_heads * m->head_dim * sizeof(float));
     al_tensor h = *x;
@@ -1200,12 +1020,10 @@ static void head_norm(const al_model *m, al_backend *be, const al_tensor *x, int
     be->ops->rms_norm(be, &h, w, m->norm_eps, &h);
 }
 
-static const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
-
 /* Rotary positions and attention for rows of one sequence, or of several: when seqs
  * is NULL the n rows are consecutive positions of c; otherwise row i is the next
  * position of seqs[i], attending to that sequence's own cache. */
-static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
+void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
                         al_tensor *k, al_tensor *v, al_tensor *att) {
     const al_model *m = c->m;
     al_backend *be = c->be;
@@ -1237,7 +1055,7 @@ static void attend_rows(al_context *c, al_context *const *seqs, int il, int n, a
 /* x += [post-norm](in . w + bias): the output projection and the residual add that
  * close each block, xb the scratch. Without a post-norm the add goes into the matmul
  * (backend_matmul_add: one pass on a GPU). */
-static void project_residual(const al_model *m, al_backend *be, const al_tensor *in,
+void model_project_residual(const al_model *m, al_backend *be, const al_tensor *in,
                              const al_tensor *w, const al_tensor *bias, al_tensor *x,
                              al_tensor *xb, const al_tensor *post_norm) {
     if (!post_norm->data) {
@@ -1250,7 +1068,7 @@ static void project_residual(const al_model *m, al_backend *be, const al_tensor 
 }
 
 /* The attention block of layer il over the n rows of c's residual stream (see
- * attend_rows for seqs). */
+ * model_attend_rows for seqs). */
 static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
@@ -1263,93 +1081,10 @@ static void attn_block(al_context *c, al_context *const *seqs, int il, int n) {
     const al_tensor *b[3] = {opt(&t[L_BQ]), opt(&t[L_BK]), opt(&t[L_BV])};
     al_tensor *qkv[3] = {&q, &k, &v};
     backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, qkv);
-    if (t[L_Q_NORM].data) head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
-    if (t[L_K_NORM].data) head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
-    attend_rows(c, seqs, il, n, &q, &k, &v, &att);
-    project_residual(m, be, &att, &t[L_WO], opt(&t[L_BO]), &x, &xb, &t[L_ATTN_POST_NORM]);
-}
-
-/* A view of the heads of rows: n_rows rows of n_heads heads of head_dim floats, each
- * stride floats from the next, the first at float `first` of t. */
-static al_tensor heads_view(const al_tensor *t, int64_t n_rows, int n_heads, int head_dim,
-                            int64_t stride, int64_t first) {
-    al_tensor h = *t;
-    h.offset += (uint64_t)first * sizeof(float);
-    h.ne[0] = head_dim;
-    h.ne[1] = n_rows * n_heads;
-    h.row_bytes = (uint64_t)stride * sizeof(float);
-    return h;
-}
-
-/* The gated attention block of a hybrid (qwen35) layer: the query projection gives
- * each head's query and, beside it, a gate; the attention's output is multiplied by
- * sigmoid(gate) before the output projection. */
-static void gated_attn_block(al_context *c, al_context *const *seqs, int il, int n) {
-    const al_model *m = c->m;
-    const al_tensor *t = m->layers[il].t;
-    al_backend *be = c->be;
-    const int hd = m->head_dim;
-    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
-    al_tensor qg = al_tensor_rows(&c->qg, 0, n), q = al_tensor_rows(&c->q, 0, n);
-    al_tensor k = al_tensor_rows(&c->k, 0, n), v = al_tensor_rows(&c->v, 0, n);
-    al_tensor att = al_tensor_rows(&c->att, 0, n);
-    const al_tensor *w[3] = {&t[L_WQ], &t[L_WK], &t[L_WV]};
-    const al_tensor *b[3] = {NULL, NULL, NULL};
-    al_tensor *qkv[3] = {&qg, &k, &v};
-    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, qkv);
-    /* the query's norm reads it out of [query | gate] per head into q */
-    al_tensor qin = heads_view(&qg, n, m->n_head, hd, 2 * hd, 0);
-    al_tensor qout = heads_view(&q, n, m->n_head, hd, hd, 0);
-    be->ops->rms_norm(be, &qin, &t[L_Q_NORM], m->norm_eps, &qout);
-    head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
-    attend_rows(c, seqs, il, n, &q, &k, &v, &att);
-    al_tensor gate = heads_view(&qg, n, m->n_head, hd, 2 * hd, hd);
-    al_tensor ah = heads_view(&att, n, m->n_head, hd, hd, 0);
-    be->ops->sigmoid_mul(be, &ah, &gate);
-    project_residual(m, be, &att, &t[L_WO], NULL, &x, &xb, &t[L_ATTN_POST_NORM]);
-}
-
-/* The convolution and the delta rule of recurrent layer il over rows [r0, r0 + n) of
- * the projections, consecutive positions of sequence s (fresh: it holds nothing yet). */
-static void delta_rows(al_context *c, al_context *s, int il, int r0, int n) {
-    const al_model *m = c->m;
-    const al_tensor *t = m->layers[il].t;
-    al_backend *be = c->be;
-    const bool fresh = s->n_past == 0;
-    al_tensor qkv = al_tensor_rows(&c->ssm_qkv, r0, n), conv = al_tensor_rows(&c->ssm_conv, r0, n);
-    al_tensor alpha = al_tensor_rows(&c->ssm_alpha, r0, n);
-    al_tensor beta = al_tensor_rows(&c->ssm_beta, r0, n), o = al_tensor_rows(&c->ssm_o, r0, n);
-    const al_delta_shape shape = {.n_k_heads = m->ssm_k_heads, .n_v_heads = m->ssm_v_heads,
-                                  .head_dim = m->ssm_state, .eps = m->norm_eps};
-    be->ops->ssm_conv(be, &qkv, &t[L_SSM_CONV], &s->conv_state[il], fresh, &conv);
-    be->ops->delta_net(be, &conv, &alpha, &beta, &t[L_SSM_DT], &t[L_SSM_A], &s->ssm_state[il],
-                       fresh, &shape, &o);
-}
-
-/* A gated delta-net layer: projections of the normed input, the causal convolution,
- * the delta rule over the sequence's state, a per-head RMSNorm of its output gated by
- * silu(z), and the output projection. With seqs each row is its own sequence's. */
-static void recurrent_block(al_context *c, al_context *const *seqs, int il, int n) {
-    const al_model *m = c->m;
-    const al_tensor *t = m->layers[il].t;
-    al_backend *be = c->be;
-    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
-    al_tensor qkv = al_tensor_rows(&c->ssm_qkv, 0, n), z = al_tensor_rows(&c->ssm_z, 0, n);
-    al_tensor alpha = al_tensor_rows(&c->ssm_alpha, 0, n);
-    al_tensor beta = al_tensor_rows(&c->ssm_beta, 0, n), o = al_tensor_rows(&c->ssm_o, 0, n);
-    const al_tensor *w[3] = {&t[L_SSM_QKV], &t[L_SSM_Z], &t[L_SSM_BETA]};
-    const al_tensor *b[3] = {NULL, NULL, NULL};
-    al_tensor *out[3] = {&qkv, &z, &beta};
-    backend_matmul_multi(be, &x, &t[L_ATTN_NORM], m->norm_eps, 3, w, b, &xb, out);
-    be->ops->matmul(be, &xb, &t[L_SSM_ALPHA], NULL, &alpha);
-    if (!seqs)
-        delta_rows(c, c, il, 0, n);
-    else
-        for (int i = 0; i < n; i++) delta_rows(c, seqs[i], il, i, 1);
-    al_tensor oh = heads_view(&o, n, m->ssm_v_heads, m->ssm_state, m->ssm_state, 0);
-    be->ops->rms_norm(be, &oh, &t[L_SSM_NORM], m->norm_eps, &oh);
-    be->ops->silu_mul(be, &z, &o); /* z = silu(z) * norm(o) */
-    project_residual(m, be, &z, &t[L_SSM_OUT], NULL, &x, &xb, &t[L_ATTN_POST_NORM]);
+    if (t[L_Q_NORM].data) model_head_norm(m, be, &q, m->n_head, &t[L_Q_NORM]);
+    if (t[L_K_NORM].data) model_head_norm(m, be, &k, m->n_head_kv, &t[L_K_NORM]);
+    model_attend_rows(c, seqs, il, n, &q, &k, &v, &att);
+    model_project_residual(m, be, &att, &t[L_WO], opt(&t[L_BO]), &x, &xb, &t[L_ATTN_POST_NORM]);
 }
 
 /* The dense FFN block of layer il: a gated SiLU or GELU feed-forward. */
@@ -1362,7 +1097,7 @@ static void ffn_block(al_context *c, int il, int n) {
     /* the FFN norm, gate and up projections and activation: one dispatch on a GPU */
     backend_norm_matmul_glu(be, &x, &t[L_FFN_NORM], m->norm_eps, &t[L_GATE], &t[L_UP],
                             m->ad->act == ACT_GELU ? AL_GLU_GELU : AL_GLU_SILU, &xb, &hb2, &hb);
-    project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
+    model_project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
 /* Each token's experts: the n_expert_used largest router logits (the lower index
@@ -1388,33 +1123,6 @@ static void route(const al_model *m, const float *logits, int n, int32_t *sel, f
         for (int j = 0; j < k; j++) sum += w[j] = (float)exp((double)l[s[j]] - l[s[0]]);
         for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sum);
     }
-}
-
-/* qwen35moe's shared expert over the normed rows in xb: x += sigmoid(xb . g) times
- * its gated FFN, the gate a logit per token that comes to the host (as the router's)
- * and weights an add_rows of the FFN's output. */
-static void shared_expert(al_context *c, int il, int n) {
-    const al_model *m = c->m;
-    const al_tensor *t = m->layers[il].t;
-    al_backend *be = c->be;
-    const al_backend_ops *op = be->ops;
-    al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
-    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
-    al_tensor gate = al_tensor_rows(&c->router, 0, n);
-    gate.ne[0] = 1; /* one logit per row, in the router's rows */
-    hb.ne[0] = hb2.ne[0] = m->n_ff_shexp;
-    op->matmul(be, &xb, &t[L_GATE_INP_SHEXP], NULL, &gate);
-    backend_matmul_glu(be, &xb, &t[L_GATE_SHEXP], &t[L_UP_SHEXP], AL_GLU_SILU, &hb2, &hb);
-    al_tensor y = al_tensor_rows(&c->ye, 0, n);
-    op->matmul(be, &hb, &t[L_DOWN_SHEXP], NULL, &y);
-    for (int r = 0; r < n; r++) {
-        al_tensor g1 = al_tensor_rows(&gate, r, 1);
-        float g;
-        op->tensor_read(be, &g1, &g, sizeof g);
-        c->rows[r] = r;
-        c->rows_w[r] = 1.0f / (1.0f + expf(-g));
-    }
-    op->add_rows(be, &x, &y, c->rows, c->rows_w, n);
 }
 
 /* The mixture-of-experts FFN of layer il: the router's logits come to the host to pick
@@ -1444,7 +1152,7 @@ static void moe_block(al_context *c, int il, int n) {
         .rows = c->rows, .rows_w = c->rows_w, .n_scratch = c->moe_rows,
     };
     backend_moe_ffn(be, &xb, &moe, &x);
-    if (t[L_GATE_SHEXP].data) shared_expert(c, il, n);
+    if (t[L_GATE_SHEXP].data) hybrid_shared_expert(c, il, n);
 }
 
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */
@@ -1462,8 +1170,8 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
     if (m->embd_scale != 1.0f) be->ops->scale(be, &x, m->embd_scale);
     for (int il = 0; il < m->n_layer; il++) {
-        if (m->layers[il].recr) recurrent_block(c, seqs, il, n);
-        else if (m->ad->flags & ARCH_HYBRID) gated_attn_block(c, seqs, il, n);
+        if (m->layers[il].recr) hybrid_recurrent_block(c, seqs, il, n);
+        else if (m->ad->flags & ARCH_HYBRID) hybrid_attn_block(c, seqs, il, n);
         else attn_block(c, seqs, il, n);
         if (m->n_expert) moe_block(c, il, n);
         else ffn_block(c, il, n);

@@ -1,13 +1,16 @@
-/* test_hybrid.c: qwen35 and qwen35moe, the gated delta-net hybrids, on the CPU.
+/* test_hybrid.c: the gated delta-net hybrids (qwen35, qwen35moe, qwen3next), on the
+ * CPU and, where there is a device, on Vulkan.
  *
  * The models are written by `anyllm gen-model` (deterministic: their sha256 is checked
  * against the files the reference logits in tests/data were computed from, by llama.cpp
  * of llama-cpp-python 0.3.36's tree, CPU, one thread, no flash attention, one batch):
  *   anyllm gen-model M --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2
  *     --head-dim 64 --ffn 512 --vocab 512 --type F16 | Q8_0
- * and qwen35moe with --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 (the shared
- * expert 256 wide), which gives three delta-net layers (conv 4, 8 key / 16 value heads of 32) and one
- * gated attention layer with 16 of 64 dimensions rotating.
+ * and qwen35moe and qwen3next with --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128
+ * (the shared expert 256 wide), which gives three delta-net layers (conv 4, 8 key / 16
+ * value heads of 32) and one gated attention layer with 16 of 64 dimensions rotating.
+ * qwen3next is written in both its layouts (ssm_in, and --ssm-split), and qwen35moe
+ * once more with an MTP block (--mtp 1), which must change nothing.
  *
  * Checked: the logits of a 48-token batch against the reference (default numerics and
  * cpu:q8x2 for F16; default for Q8_0, whose reference rounds activations as the
@@ -30,18 +33,31 @@ static const int32_t tokens[N_TOK] = {
     325, 324, 301, 488, 34,  298, 302, 206, 28,  502, 116, 26,  288, 442, 71,  151};
 
 #define SHAPE "--dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --vocab 512"
+#define MOE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128"
 static const struct {
-    const char *arch, *flags, *type, *sha256;
-    double max_nmse; /* the reference bars of ref_check.h: F16 1e-4, quantized 1e-3 */
+    const char *name, *arch, *flags, *type, *sha256;
+    const char *ref;  /* tests/data/REF.logits.f32 */
+    double max_nmse;  /* the reference bars of ref_check.h: F16 1e-4, quantized 1e-3 */
 } models[] = {
-    {"qwen35", SHAPE " --ffn 512", "F16",
-     "52becc29e0ad714828b1beee83bf45541f9e152f3de6cbb26cb96a833a2c7816", 1e-4},
-    {"qwen35", SHAPE " --ffn 512", "Q8_0",
-     "154c9ee043b9bb464c40ddcd7e32ca4959915982d04b590247083d162cab4b86", 1e-3},
-    {"qwen35moe", SHAPE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128", "F16",
-     "6a06c6040ed10154cd59d345f40c865d01f79223abfc663a35dab8a5f63df39f", 1e-4},
-    {"qwen35moe", SHAPE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128", "Q8_0",
-     "d9cdeec9bf182a585713c95c7a8d5713ca062d7cce487b23fd63a44c563cdc38", 1e-3},
+    {"qwen35-F16", "qwen35", SHAPE " --ffn 512", "F16",
+     "52becc29e0ad714828b1beee83bf45541f9e152f3de6cbb26cb96a833a2c7816", "qwen35-F16", 1e-4},
+    {"qwen35-Q8_0", "qwen35", SHAPE " --ffn 512", "Q8_0",
+     "154c9ee043b9bb464c40ddcd7e32ca4959915982d04b590247083d162cab4b86", "qwen35-Q8_0", 1e-3},
+    {"qwen35moe-F16", "qwen35moe", SHAPE MOE, "F16",
+     "6a06c6040ed10154cd59d345f40c865d01f79223abfc663a35dab8a5f63df39f", "qwen35moe-F16", 1e-4},
+    {"qwen35moe-Q8_0", "qwen35moe", SHAPE MOE, "Q8_0",
+     "d9cdeec9bf182a585713c95c7a8d5713ca062d7cce487b23fd63a44c563cdc38", "qwen35moe-Q8_0", 1e-3},
+    /* qwen3next: q|k|v|z in one matrix (ssm_in, the older layout), and split */
+    {"qwen3next-F16", "qwen3next", SHAPE MOE, "F16",
+     "a9b6f03adbe14ee75acd6a2f67e066048b9a199a0fc2965720bcd54630cd207f", "qwen3next-F16", 1e-4},
+    {"qwen3next-Q8_0", "qwen3next", SHAPE MOE, "Q8_0",
+     "c65d192870086b10d713ee37852bd1a2118a6c0754aec839b3ba6c1ab0489035", "qwen3next-Q8_0", 1e-3},
+    {"qwen3next-split-F16", "qwen3next", SHAPE MOE " --ssm-split", "F16",
+     "3deb40e5b3e693f8534a42376b99d6032c625e4109516d46b390f46c27e8a6ba", "qwen3next-split-F16",
+     1e-4},
+    /* an MTP block after the trunk: loaded, not run, so the logits are qwen35moe-F16's */
+    {"qwen35moe-mtp-F16", "qwen35moe", SHAPE MOE " --mtp 1", "F16",
+     "6181a74095f9a64d31b1c73b475fb1ac9630912842f5daee2dcd6feed3982c1a", "qwen35moe-F16", 1e-4},
 };
 enum { N_MODELS = sizeof models / sizeof *models };
 
@@ -58,7 +74,7 @@ static const char *build_dir(void) {
  * either fails. */
 static bool make_model(int i) {
     char cmd[512], line[160] = "";
-    snprintf(paths[i], sizeof paths[i], "%s/%s-%s.gguf", dir, models[i].arch, models[i].type);
+    snprintf(paths[i], sizeof paths[i], "%s/%s.gguf", dir, models[i].name);
     snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s --arch %s %s --type %s -t 2 "
              ">/dev/null 2>&1 && sha256sum %s", build_dir(), paths[i], models[i].arch,
              models[i].flags, models[i].type, paths[i]);
@@ -67,7 +83,7 @@ static bool make_model(int i) {
     if (!fgets(line, sizeof line, p)) line[0] = 0;
     const int rc = pclose(p);
     if (rc != 0 || strncmp(line, models[i].sha256, 64) != 0) {
-        fprintf(stderr, "  gen-model %s: exit %d, sha256 '%.64s', expected %s\n", models[i].type,
+        fprintf(stderr, "  gen-model %s: exit %d, sha256 '%.64s', expected %s\n", models[i].name,
                 rc, line, models[i].sha256);
         return false;
     }
@@ -76,7 +92,7 @@ static bool make_model(int i) {
 
 static float *read_ref(int i) {
     char path[256];
-    snprintf(path, sizeof path, "tests/data/%s-%s.logits.f32", models[i].arch, models[i].type);
+    snprintf(path, sizeof path, "tests/data/%s.logits.f32", models[i].ref);
     FILE *f = fopen(path, "rb");
     float *buf = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
     size_t got = f && buf ? fread(buf, sizeof(float), (size_t)N_TOK * N_VOCAB, f) : 0;
@@ -136,7 +152,7 @@ static void reference_case(int i, const char *backend) {
     if (ref && c && out) {
         CHECK(al_eval(c, tokens, N_TOK, out, true) == AL_OK);
         char what[64];
-        snprintf(what, sizeof what, "%s %s on %s", models[i].arch, models[i].type, backend);
+        snprintf(what, sizeof what, "%s on %s", models[i].name, backend);
         compare(out, ref, models[i].max_nmse, what);
     } else {
         CHECK(ref && c && out);
@@ -153,6 +169,35 @@ static void test_qwen35_q8_0(void) { reference_case(1, "cpu"); }
 static void test_qwen35moe_f16(void) { reference_case(2, "cpu"); }
 static void test_qwen35moe_f16_precise(void) { reference_case(2, "cpu:q8x2"); }
 static void test_qwen35moe_q8_0(void) { reference_case(3, "cpu"); }
+static void test_qwen3next_f16(void) { reference_case(4, "cpu"); }
+static void test_qwen3next_f16_precise(void) { reference_case(4, "cpu:q8x2"); }
+static void test_qwen3next_q8_0(void) { reference_case(5, "cpu"); }
+static void test_qwen3next_split(void) { reference_case(6, "cpu"); }
+
+static bool eval_logits(int i, const char *backend, const char *isa, float *out);
+
+/* A file with an MTP block gives, bit for bit, the logits of the same file without it
+ * (gen-model writes the block after the trunk, whose weights do not change). */
+static void test_mtp_block_ignored(void) {
+    if (!have[2] || !have[7]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    reference_case(7, "cpu");
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *a = malloc(nl * sizeof(float)), *b = malloc(nl * sizeof(float));
+    al_model *m = load(7, "cpu");
+    al_model_info info;
+    if (m) {
+        al_model_get_info(m, &info);
+        CHECK_MSG(info.n_layer == 4, "n_layer %d: the MTP block counted as a layer", info.n_layer);
+    }
+    al_model_destroy(m);
+    if (a && b && eval_logits(2, "cpu", NULL, a) && eval_logits(7, "cpu", NULL, b))
+        CHECK_MSG(!memcmp(a, b, nl * sizeof(float)), "the MTP file's logits differ");
+    free(a);
+    free(b);
+}
 
 /* The batch's logits against token by token, two chunks, and al_eval_multi; reset and
  * truncate. The state's update is the same arithmetic however the positions come. */
@@ -216,6 +261,7 @@ done:
 
 static void test_qwen35_decode(void) { decode_case(0); }
 static void test_qwen35moe_decode(void) { decode_case(2); }
+static void test_qwen3next_decode(void) { decode_case(4); }
 
 /* The states count in the memory a context needs: more than the one attention layer's
  * keys and values. */
@@ -234,6 +280,141 @@ static void test_kv_bytes_include_states(void) {
     al_model_destroy(m);
 }
 
+/* ---- the same models on the Vulkan backend (recurrent.c: ssm_conv, delta_net;
+ * sigmoid_mul): the reference logits, the CPU's reference ops, and decoding against
+ * the batch. Skipped, saying why, where no Vulkan device is present.
+ * The GPU's activations are f32, as the CPU's reference ops' (ANYLLM_ISA=ref) are,
+ * where llama.cpp rounds them to 8 bits for Q8_0 weights: its Q8_0 logits are then
+ * further away (NMSE 1.0e-3 for qwen35, 3.8e-3 for qwen35moe, whose router turns
+ * near-ties the other way; the reference ops' too) than F16's, and are held to 1e-2;
+ * the reference ops' logits hold every case to 1e-9. */
+static bool have_gpu(void) {
+    if (al_gpu_count() > 0) return true;
+    TEST_SKIP("no Vulkan device (%s)", *al_last_error() ? al_last_error() : "none found");
+    return false;
+}
+
+/* The logits of the 48 tokens of model i on backend (isa: ANYLLM_ISA for a CPU), into
+ * out; false where the model, context or evaluation fails (checked). */
+static bool eval_logits(int i, const char *backend, const char *isa, float *out) {
+    if (isa) setenv("ANYLLM_ISA", isa, 1);
+    al_model *m = load(i, backend);
+    if (isa) unsetenv("ANYLLM_ISA");
+    al_context *c = m ? context(m) : NULL;
+    const bool ok = c && al_eval(c, tokens, N_TOK, out, true) == AL_OK;
+    CHECK(ok);
+    al_context_destroy(c);
+    al_model_destroy(m);
+    return ok;
+}
+
+/* Model i on the GPU against llama.cpp's logits (max_nmse; 0: reference_case has
+ * compared them) and the reference ops'. */
+static void vulkan_case(int i, double max_nmse) {
+    if (!have_gpu()) return;
+    if (!have[i]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *ref = read_ref(i), *gpu = malloc(nl * sizeof(float)), *ops = malloc(nl * sizeof(float));
+    char what[80];
+    snprintf(what, sizeof what, "%s on vulkan", models[i].name);
+    if (ref && gpu && ops && eval_logits(i, "vulkan", NULL, gpu) &&
+        eval_logits(i, "cpu", "ref", ops)) {
+        if (max_nmse > 0) compare(gpu, ref, max_nmse, what);
+        const double e = test_nmse(gpu, ops, (int64_t)nl);
+        printf("  %s against the CPU's reference ops: NMSE %.3g\n", what, e);
+        CHECK_MSG(e <= 1e-9, "%s: NMSE %g against the reference ops", what, e);
+    } else {
+        CHECK(ref && gpu && ops);
+    }
+    free(ref);
+    free(gpu);
+    free(ops);
+}
+
+static void test_qwen35_f16_vulkan(void) {
+    if (!have_gpu()) return;
+    reference_case(0, "vulkan"); /* as the CPU's cases; then the reference ops' */
+    vulkan_case(0, 0);
+}
+static void test_qwen35_q8_0_vulkan(void) { vulkan_case(1, 1e-2); }
+static void test_qwen35moe_f16_vulkan(void) {
+    if (!have_gpu()) return;
+    reference_case(2, "vulkan");
+    vulkan_case(2, 0);
+}
+static void test_qwen35moe_q8_0_vulkan(void) { vulkan_case(3, 1e-2); }
+static void test_qwen3next_f16_vulkan(void) {
+    if (!have_gpu()) return;
+    reference_case(4, "vulkan");
+    vulkan_case(4, 0);
+    vulkan_case(6, 1e-4);
+}
+static void test_qwen3next_q8_0_vulkan(void) { vulkan_case(5, 1e-2); }
+
+/* al_eval_multi on the GPU: a context 20 tokens in and a fresh one take their next
+ * token in one call (two states, two positions), against the batch's rows 20 and 0. */
+static void vulkan_multi_rows(const al_model *m, const float *batch) {
+    al_context *c1 = context(m), *c2 = context(m);
+    float *two = malloc(2 * N_VOCAB * sizeof(float));
+    if (c1 && c2 && two && al_eval(c1, tokens, 20, two, false) == AL_OK) {
+        al_context *both[2] = {c1, c2};
+        const int32_t next[2] = {tokens[20], tokens[0]};
+        CHECK(al_eval_multi(both, next, 2, two) == AL_OK);
+        const double e0 = test_nmse(two, batch + (size_t)20 * N_VOCAB, N_VOCAB);
+        const double e1 = test_nmse(two + N_VOCAB, batch, N_VOCAB);
+        printf("  eval_multi rows vs batch: NMSE %.3g, %.3g\n", e0, e1);
+        CHECK_MSG(e0 < 1e-9 && e1 < 1e-9, "NMSE %g, %g", e0, e1);
+    } else {
+        CHECK(false);
+    }
+    free(two);
+    al_context_destroy(c1);
+    al_context_destroy(c2);
+}
+
+/* Token by token, then a chunk of 20 and one of 28, against the batch, on the GPU: the
+ * states carry across calls as on the CPU. Not bit for bit: a batch's matmuls and a
+ * token's (matvec) sum in other orders. */
+static void vulkan_decode_case(int mi) {
+    if (!have_gpu()) return;
+    if (!have[mi]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    al_model *m = load(mi, "vulkan");
+    al_context *c = m ? context(m) : NULL;
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *batch = malloc(nl * sizeof(float)), *one = malloc(nl * sizeof(float));
+    if (c && batch && one) {
+        CHECK(al_eval(c, tokens, N_TOK, batch, true) == AL_OK);
+        al_context_reset(c);
+        for (int t = 0; t < N_TOK; t++)
+            CHECK(al_eval(c, &tokens[t], 1, one + (size_t)t * N_VOCAB, false) == AL_OK);
+        const double e_one = test_nmse(one, batch, (int64_t)nl);
+        al_context_reset(c);
+        CHECK(al_eval(c, tokens, 20, one, true) == AL_OK);
+        CHECK(al_eval(c, tokens + 20, N_TOK - 20, one + (size_t)20 * N_VOCAB, true) == AL_OK);
+        const double e_chunk = test_nmse(one, batch, (int64_t)nl);
+        printf("  %s on vulkan: token by token vs batch NMSE %.3g, chunks of 20 and 28 %.3g\n",
+               models[mi].name, e_one, e_chunk);
+        CHECK_MSG(e_one < 1e-9 && e_chunk < 1e-9, "NMSE %g, %g", e_one, e_chunk);
+        vulkan_multi_rows(m, batch);
+    } else {
+        CHECK(c && batch && one);
+    }
+    free(batch);
+    free(one);
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
+static void test_qwen35_decode_vulkan(void) { vulkan_decode_case(0); }
+static void test_qwen35moe_decode_vulkan(void) { vulkan_decode_case(3); }
+static void test_qwen3next_decode_vulkan(void) { vulkan_decode_case(4); }
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anyllm-hybrid-XXXXXX");
     if (!mkdtemp(dir)) {
@@ -249,7 +430,22 @@ int main(void) {
     TEST_RUN(test_qwen35moe_q8_0);
     TEST_RUN(test_qwen35_decode);
     TEST_RUN(test_qwen35moe_decode);
+    TEST_RUN(test_qwen3next_f16);
+    TEST_RUN(test_qwen3next_f16_precise);
+    TEST_RUN(test_qwen3next_q8_0);
+    TEST_RUN(test_qwen3next_split);
+    TEST_RUN(test_qwen3next_decode);
+    TEST_RUN(test_mtp_block_ignored);
     TEST_RUN(test_kv_bytes_include_states);
+    TEST_RUN(test_qwen35_f16_vulkan);
+    TEST_RUN(test_qwen35_q8_0_vulkan);
+    TEST_RUN(test_qwen35moe_f16_vulkan);
+    TEST_RUN(test_qwen35moe_q8_0_vulkan);
+    TEST_RUN(test_qwen35_decode_vulkan);
+    TEST_RUN(test_qwen35moe_decode_vulkan);
+    TEST_RUN(test_qwen3next_f16_vulkan);
+    TEST_RUN(test_qwen3next_q8_0_vulkan);
+    TEST_RUN(test_qwen3next_decode_vulkan);
     for (int i = 0; i < N_MODELS; i++) remove(paths[i]);
     rmdir(dir);
     return test_finish();

@@ -2,8 +2,9 @@
  * tensor on both backends (pair: the CPU reference's and the Vulkan backend's, filled
  * with the same floats), NMSE between them, and random weights of every type with
  * small finite scales. Included once per test program (test_vulkan.c,
- * test_vkattn.c), after the Vulkan headers: the globals and helpers are its own
- * (static; the weight helpers inline, as a program may not use them).
+ * test_vkattn.c, test_vkdelta.c), after the Vulkan headers: the globals and helpers
+ * are its own (static; the weight helpers and comparisons inline, as a program may not
+ * use them).
  */
 #ifndef AL_TEST_VK_PAIRS_H
 #define AL_TEST_VK_PAIRS_H
@@ -93,7 +94,7 @@ static void free_pair(pair *p) {
 }
 
 /* NMSE of the Vulkan tensor against the CPU one, rows [row0, row0 + n). */
-static double compare_rows(const pair *p, int64_t row0, int64_t n) {
+static inline double compare_rows(const pair *p, int64_t row0, int64_t n) {
     size_t count = (size_t)(n * p->cols);
     float *a = malloc(count * sizeof *a);
     al_tensor v = al_tensor_rows(&p->vk, row0, n), c = al_tensor_rows(&p->cpu, row0, n);
@@ -103,7 +104,7 @@ static double compare_rows(const pair *p, int64_t row0, int64_t n) {
     return e;
 }
 
-static double compare(const pair *p) { return compare_rows(p, 0, p->rows); }
+static inline double compare(const pair *p) { return compare_rows(p, 0, p->rows); }
 
 /* ---- random weights of every type ----------------------------------------------------------- */
 

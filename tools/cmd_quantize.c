@@ -126,6 +126,8 @@ typedef struct gen_opts {
     /* hybrid architectures (qwen35): the convolution's taps, a delta-net head's size,
      * its value and key heads, and one full-attention layer in this many */
     int64_t ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn;
+    int64_t mtp;             /* next-token-prediction blocks after the trunk's */
+    bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -149,9 +151,12 @@ static void gen_usage(void) {
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
            "         [--experts E --experts-used K --ffn-exp F] [--yarn FACTOR]\n"
            "         [--ssm-conv K --ssm-state S --ssm-heads V --ssm-groups G --full-attn-interval N]\n"
+           "         [--mtp N] [--ssm-split]\n"
            "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
            "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
            "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
+           "--mtp N adds N next-token-prediction blocks to a hybrid (qwen35...); --ssm-split\n"
+           "gives qwen3next the split q|k|v and z projections instead of the older ssm_in.\n"
            "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
            "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
            "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
@@ -181,10 +186,11 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
         {"--yarn", &o->yarn, 1, 1024},       {"--ssm-conv", &o->ssm_conv, 2, 16},
         {"--ssm-state", &o->ssm_state, 2, 512}, {"--ssm-heads", &o->ssm_heads, 1, 1024},
         {"--ssm-groups", &o->ssm_groups, 1, 1024},
-        {"--full-attn-interval", &o->full_attn, 1, 1024},
+        {"--full-attn-interval", &o->full_attn, 1, 1024}, {"--mtp", &o->mtp, 1, 4},
     };
     if (!strcmp(a, "--tied")) return o->tied = true, 0;
     if (!strcmp(a, "--pure")) return o->pure = true, 0;
+    if (!strcmp(a, "--ssm-split")) return o->ssm_split = true, 0;
     if (*i + 1 >= argc) return cli_fail("gen-model: option %s needs a value", a);
     const char *val = argv[++*i];
     for (size_t k = 0; k < sizeof nums / sizeof *nums; k++) {
@@ -262,10 +268,13 @@ static int gen_parse(int argc, char **argv, gen_opts *o) {
         if (o->ssm_heads % o->ssm_groups)
             return cli_fail("gen-model: --ssm-heads %" PRId64 " is not a multiple of "
                             "--ssm-groups %" PRId64, o->ssm_heads, o->ssm_groups);
-    } else if (o->full_attn || o->ssm_conv || o->ssm_state || o->ssm_heads || o->ssm_groups) {
-        return cli_fail("gen-model: the --ssm-* options and --full-attn-interval: %s has no "
-                        "recurrent layers", o->arch);
+    } else if (o->full_attn || o->ssm_conv || o->ssm_state || o->ssm_heads || o->ssm_groups ||
+               o->mtp) {
+        return cli_fail("gen-model: the --ssm-* options, --mtp and --full-attn-interval: %s "
+                        "has no recurrent layers", o->arch);
     }
+    if (o->ssm_split && !(o->ad->flags & ARCH_GDN_GROUPED))
+        return cli_fail("gen-model: --ssm-split: %s has only the split projections", o->arch);
     if (o->experts_used > o->experts)
         return cli_fail("gen-model: --experts-used %" PRId64 " exceeds --experts %" PRId64,
                         o->experts_used, o->experts);
@@ -345,6 +354,9 @@ static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
         snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
         st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
     }
+    snprintf(key, sizeof key, "%s.nextn_predict_layers", o->arch);
+    if (st == AL_OK && o->mtp) st = gguf_writer_set_u32(w, key, (uint32_t)o->mtp);
+    if (o->ad->flags & ARCH_GDN_GROUPED) return st; /* qwen3next: a plain partial rope */
     const int32_t pairs = (int32_t)(gen_rot(o) / 2);
     const int32_t sec[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
     snprintf(key, sizeof key, "%s.rope.dimension_sections", o->arch);
@@ -355,7 +367,7 @@ static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
 static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     struct { const char *suffix; int64_t v; } u32s[] = {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
-        {"block_count", o->layers},          {"feed_forward_length", o->ffn},
+        {"block_count", o->layers + o->mtp}, {"feed_forward_length", o->ffn},
         {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
         {"rope.dimension_count", gen_rot(o)},
     };
@@ -477,23 +489,50 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_SSM_VHEADS: return o->ssm_heads;
     case D_SSM_KERNEL: return o->ssm_conv;
     case D_FF_SHEXP: return o->ffn;
+    case D_SSM_QKVZ: return 2 * o->ssm_groups * o->ssm_state + 2 * o->ssm_heads * o->ssm_state;
+    case D_SSM_BA: return 2 * o->ssm_heads;
     }
     return 1;
 }
 
+/* Whether gen-model writes layer tensor `at`: qwen3next's optional projections come in
+ * one of two layouts (--ssm-split). */
+static bool gen_writes(const gen_opts *o, const arch_tensor *at, bool recr) {
+    if (at->where != W_ALL && (at->where == W_RECR) != recr) return false;
+    if (!(o->ad->flags & ARCH_GDN_GROUPED)) return true;
+    if (at->slot == L_SSM_IN) return !o->ssm_split;
+    if (at->slot == L_SSM_QKV || at->slot == L_SSM_Z) return o->ssm_split;
+    return true;
+}
+
+/* A next-token-prediction block's own tensors, after its attention and FFN: the
+ * projection of [embedding | hidden state] and the norms of both. */
+static void gen_plan_nextn(gen_tensor *ts, int *n, int max, int64_t il, int64_t dim) {
+    static const char *const norms[] = {"enorm", "hnorm", "shared_head_norm"};
+    char name[64];
+    snprintf(name, sizeof name, "blk.%" PRId64 ".nextn.eh_proj.weight", il);
+    add_tensor(ts, n, max, name, 2 * dim, dim, 1, FILL_RANDOM, 0.02f);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%" PRId64 ".nextn.%s.weight", il, norms[i]);
+        add_tensor(ts, n, max, name, dim, 1, 1, FILL_ONES, 0);
+    }
+}
+
 /* The tensors of the architecture's descriptor (arch.c), with their types under the
- * scheme: norms are ones, biases small, matrices ~0.02. Returns the count (at most max). */
+ * scheme: norms are ones, biases small, matrices ~0.02. The MTP blocks come last, so
+ * that the trunk's tensors are the same with and without them. Returns the count (at
+ * most max). */
 static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     int n = 0;
     add_tensor(ts, &n, max, "token_embd.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
     add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, 1, FILL_ONES, 0);
     if (!o->tied)
         add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
-    for (int64_t il = 0; il < o->layers; il++) {
-        const bool recr = o->full_attn && (il + 1) % o->full_attn != 0;
+    for (int64_t il = 0; il < o->layers + o->mtp; il++) {
+        const bool recr = o->full_attn && il < o->layers && (il + 1) % o->full_attn != 0;
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
-            if (at->where != W_ALL && (at->where == W_RECR) != recr) continue;
+            if (!gen_writes(o, at, recr)) continue;
             const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
             char name[64];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
@@ -505,6 +544,7 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
                        gen_dim(o, at->ne2), fill, norm ? 0 : vec ? 0.01f : 0.02f);
             if (at->slot == L_SSM_CONV || at->slot == L_SSM_A) ts[n - 1].std = 0.5f;
         }
+        if (il >= o->layers) gen_plan_nextn(ts, &n, max, il, o->dim);
     }
     quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
                           .has_output = !o->tied, .pure = o->pure};
@@ -570,7 +610,7 @@ int cmd_gen_model(int argc, char **argv) {
     gen_opts o;
     int rc = gen_parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    const int max = 3 + o.ad->n_layer_tensors * (int)o.layers;
+    const int max = 3 + (o.ad->n_layer_tensors + 4) * (int)(o.layers + o.mtp);
     gen_tensor *ts = calloc((size_t)max, sizeof *ts);
     if (!ts) return cli_fail("gen-model: out of memory");
     const int n = gen_plan(&o, ts, max);

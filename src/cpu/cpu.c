@@ -17,6 +17,10 @@
  * Weights that only matmul reads are rewritten at load into the x16 layout (ops.h),
  * which a GEMV streams in one pass: decoding reads about a quarter faster from it
  * than from the file's rows. ANYLLM_X16=0 keeps the rows (and no copy of the weights).
+ * Whether the in-place kernels prefetch that stream themselves or leave it to the
+ * hardware (kernels_avx512.c: prefetch_rows) depends on the CPU: on by default on
+ * Intel's, where the hardware alone fell behind, off on the others (a Zen 4 read
+ * faster without); ANYLLM_X16_PF=0 or 1 overrides. The bits are the same either way.
  *
  * A few tokens' routed experts run in two pool runs per layer (moe.c), where the plain
  * ops take three matmuls per expert; ANYLLM_MOE_FUSE=0 keeps the plain ops, which give
@@ -65,6 +69,17 @@ static bool cpu_has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
 }
 #endif
+
+/* Whether CPUID's vendor is Intel's (cpu.c's header: the x16 prefetches). */
+static bool cpu_is_intel(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* "GenuineIntel" in EBX, EDX, ECX */
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
+#else
+    return false;
+#endif
+}
 
 bool cpu_isa_available(cpu_isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -325,12 +340,20 @@ static al_status cpu_tensor_import(al_backend *be, void *host, uint64_t n_bytes,
 
 /* ---- per-row ops ------------------------------------------------------------------------ */
 
-typedef enum { ROW_NORM, ROW_SILU, ROW_GELU, ROW_SWIGLU_OAI, ROW_SCALE, ROW_ADD } row_op;
+typedef enum {
+    ROW_NORM,
+    ROW_SILU,
+    ROW_GELU,
+    ROW_SWIGLU_OAI,
+    ROW_SCALE,
+    ROW_ADD,
+    ROW_SIGMOID
+} row_op;
 
 typedef struct rows_job {
     const cpu_kernels *k;
     row_op op;
-    const al_tensor *x, *y; /* y: the norm weight, the gated ops' u, add's addend */
+    const al_tensor *x, *y; /* y: the norm weight, the gated ops' u, add's addend, the gate */
     al_tensor *out;
     float f;  /* the norm's epsilon, scale's factor, or swiglu_oai's alpha */
     float f2; /* swiglu_oai's limit */
@@ -359,6 +382,9 @@ static void rows_part(void *arg, int ith, int nth) {
             break;
         case ROW_ADD:
             j->k->add(x, cpu_f32_row(j->y, r), n);
+            break;
+        case ROW_SIGMOID:
+            j->k->sigmoid_mul(x, cpu_f32_row(j->y, r), n);
             break;
         }
     }
@@ -402,6 +428,13 @@ static void fast_scale(al_backend *be, al_tensor *x, float s) {
 
 static void fast_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     rows_job j = {.op = ROW_ADD, .x = x, .y = y};
+    run_rows((cpu_backend *)be, &j);
+}
+
+/* x and g may be views of heads with row strides of their own (backend.h): the rows
+ * are the heads, each a row op. */
+static void fast_sigmoid_mul(al_backend *be, al_tensor *x, const al_tensor *g) {
+    rows_job j = {.op = ROW_SIGMOID, .x = x, .y = g};
     run_rows((cpu_backend *)be, &j);
 }
 
@@ -653,9 +686,9 @@ static const al_backend_ops cpu_fast_ops = {
     .swiglu_oai = fast_swiglu_oai,
     .scale = fast_scale,
     .add = fast_add,
-    .sigmoid_mul = ref_sigmoid_mul,
-    .ssm_conv = ref_ssm_conv,
-    .delta_net = ref_delta_net,
+    .sigmoid_mul = fast_sigmoid_mul,
+    .ssm_conv = fast_ssm_conv,
+    .delta_net = fast_delta_net,
     .add_rows = ref_add_rows, /* a few rows: memory-light, not worth threads */
     .weight_pack = cpu_weight_pack,
     /* a few tokens' matmuls of one input in one pool run (fuse.c); the norms and
@@ -710,6 +743,7 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     }
     cb->act_passes = (int)act;
     cb->x16 = true;
+    cb->x16_pf = cpu_is_intel();
     cb->moe_fuse = true;
     cb->fuse = true;
     cb->base.ops = cb->k ? &cpu_fast_ops : &cpu_ref_ops;
@@ -765,6 +799,12 @@ al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
     if (x16 && *x16 && strcmp(x16, "0") != 0 && strcmp(x16, "1") != 0)
         fprintf(stderr, "anyllm: ANYLLM_X16=%s is not one of 0, 1; using the x16 layout\n", x16);
     if (x16 && !strcmp(x16, "0")) cpu_backend_set_x16(*out, false);
+    const char *pf = getenv("ANYLLM_X16_PF");
+    if (pf && *pf && strcmp(pf, "0") != 0 && strcmp(pf, "1") != 0)
+        fprintf(stderr, "anyllm: ANYLLM_X16_PF=%s is not one of 0, 1; keeping the CPU's default\n",
+                pf);
+    else if (pf && *pf)
+        ((cpu_backend *)*out)->x16_pf = !strcmp(pf, "1");
     const char *moe = getenv("ANYLLM_MOE_FUSE");
     if (moe && *moe && strcmp(moe, "0") != 0 && strcmp(moe, "1") != 0)
         fprintf(stderr, "anyllm: ANYLLM_MOE_FUSE=%s is not one of 0, 1; fusing the experts\n",

@@ -1279,6 +1279,9 @@ const cpu_kernels cpu_kernels_avx2 = {
     .swiglu_oai = cpu_swiglu_oai_avx2,
     .scale = cpu_scale_avx2,
     .add = cpu_add_avx2,
+    .sigmoid_mul = cpu_sigmoid_mul_avx2,
+    .delta = cpu_delta_avx2,
+    .conv = cpu_conv_avx2,
     .sum_u64 = cpu_sum_u64_avx2,
 };
 

@@ -186,7 +186,13 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
  * GB/s with them and ~53 without, in windows where plain reads gave ~51 (and the same
  * at ~35 GB/s); bench-1b Q8_0 tg64 at ~61 GB/s: 39 -> 53 t/s.
  * Q6_K keeps them: its sub-fields are read out of order, and without them bench-1b
- * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%. */
+ * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%.
+ * Q4_K/Q5_K over x16 prefetch too where the backend says so (cpu_mk_args.w_x16_pf: by
+ * default on Intel CPUs). On this 2-core Emerald Rapids VM the hardware alone left the
+ * x16 stream well short of the memory: bench-qwen35moe's experts, 589 KB matrices that
+ * each start a new stream, read at ~20 GB/s where plain reads gave ~32, and its decode
+ * ran at 78-83% of the roofline with these prefetches off, 98-103% with them on;
+ * bench-1b Q4_K_M 65-67% against 85%. */
 INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
     if (rs->x16) { /* one stream, which runs on into the next panel */
         const uintptr_t a0 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD)) & ~(uintptr_t)63;
@@ -1014,7 +1020,7 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
     inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 8; i++) {
         const int64_t off = i * t;
-        if (!x16) prefetch_rows(&rs, off, 3, (int)t);
+        if (!x16 || a->w_x16_pf) prefetch_rows(&rs, off, 3, (int)t);
         k4_scales16(&rs, off, sc);
         __m512i h[8];
         if (five) load_16x32(&rs, off + 16, h);
@@ -1429,6 +1435,9 @@ const cpu_kernels cpu_kernels_avx512 = {
     .swiglu_oai = swiglu_oai_512,
     .scale = scale_512,
     .add = add_512,
+    .sigmoid_mul = cpu_sigmoid_mul_512,
+    .delta = cpu_delta_512,
+    .conv = cpu_conv_512,
     .sum_u64 = sum_u64_512,
 };
 

@@ -561,5 +561,8 @@ const cpu_kernels cpu_kernels_scalar = {
     .swiglu_oai = swiglu_oai_scalar,
     .scale = scale_scalar,
     .add = add_scalar,
+    .sigmoid_mul = cpu_sigmoid_mul_scalar,
+    .delta = cpu_delta_scalar,
+    .conv = cpu_conv_scalar,
     .sum_u64 = sum_u64_scalar,
 };

@@ -243,6 +243,7 @@ mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk, i
         .w_x16 = false,
         .w_x16_row = 0,
         .x16_group = false,
+        .w_x16_pf = false,
         .act = NULL,
         .pass_hi = NULL,
         .n_sb = 0,
@@ -277,6 +278,7 @@ mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk, i
         a.w_type = j->w->type;
         a.w_x16 = j->w->layout == AL_LAYOUT_X16;
         a.w_x16_row = (int)(p * r % 16);
+        a.w_x16_pf = j->cb->x16_pf;
     }
     a.n_sb = div_p2(nk, b);
     a.bsize = b;

@@ -203,6 +203,8 @@ typedef struct cpu_mk_args {
     int w_x16_row;     /* in place, x16: the panel's row 0 within its group of 16 */
     bool x16_group;    /* in place, x16, w_x16_row 0, R 8: the call takes the whole group,
                         * rows 0..15 of out (cpu_kernels.x16_group) */
+    bool w_x16_pf;     /* in place, x16: prefetch ahead of the reads where the kernel
+                        * would leave the stream to the hardware (cpu_backend.x16_pf) */
     const void *act;   /* quantized: the tile at the same sub-block; float: x[t*ldx + k];
                         * AMX: the tile (AMX layout) at the same sub-block */
     const float *pass_hi; /* AMX: the call is the second activation pass (lo), summed
@@ -370,6 +372,78 @@ static inline int64_t cpu_attn_scratch(int lanes, int head_dim) {
     return (int64_t)lanes * (2 * head_dim + CPU_ATTN_KEYS + 8);
 }
 
+/* ---- gated delta-net layers (delta.c) ------------------------------------------------- */
+
+/* One value head of a delta_net call (backend.h: al_delta_shape): rows [r0, r1) of its
+ * state, over the call's n positions one after another. Each row's arithmetic depends
+ * on nothing but the row, the position's q, k, v and gates, so a position gives the
+ * same bits whatever else is in its batch, whichever rows a thread takes. */
+typedef struct cpu_delta_args {
+    float *S;                /* the head's state [d][d]; row r: value dimension r */
+    int d, r0, r1;
+    int64_t n;               /* positions */
+    const float *q, *k, *v;  /* position 0's query and key of the head's key head, as
+                              * the convolution gives them (l2-normed by the kernel),
+                              * and its value; position t's at + t ld */
+    int64_t ld;
+    const float *alpha, *beta; /* position 0's raw gates of the head; t's at + t
+                                * ld_alpha, + t ld_beta */
+    int64_t ld_alpha, ld_beta;
+    float dt_bias, a;        /* the head's dt_bias and a (cpu_delta_gates) */
+    float eps;
+    float *out;              /* position 0's output of the head; t's at + t ldo */
+    int64_t ldo;
+    float *scratch;          /* 2 d floats, 64-byte aligned: the normed q and k */
+} cpu_delta_args;
+typedef void (*cpu_delta_fn)(const cpu_delta_args *a);
+
+/* A position's decay e^g, g = softplus(alpha + dt_bias) a, and b = sigmoid(beta), as
+ * the reference computes them (libm's expf and log1pf, whatever the ISA). */
+static inline void cpu_delta_gates(const cpu_delta_args *a, int64_t t, float *decay, float *b) {
+    const float x = a->alpha[t * a->ld_alpha] + a->dt_bias;
+    const float softplus = x > 20.0f ? x : log1pf(expf(x));
+    *decay = expf(softplus * a->a);
+    *b = 1.0f / (1.0f + expf(-a->beta[t * a->ld_beta]));
+}
+
+enum { CPU_CONV_MAX_K = 16 }; /* wider convolutions take the reference's */
+
+/* Channels [c0, c1) of an ssm_conv call (backend.h) over its n positions: input s of
+ * the sequence is state row s for s < K - 1 (zeros where fresh), else x row s - K + 1. */
+typedef struct cpu_conv_args {
+    const float *x;      /* [n][C], rows ldx floats apart */
+    int64_t ldx;
+    float *state;        /* [K - 1][C], rows lds floats apart */
+    int64_t lds;
+    const float *w;      /* channel c's K taps at w + c ldw */
+    int64_t ldw;
+    float *out;          /* [n][C], rows ldo floats apart */
+    int64_t ldo;
+    int64_t n, c0, c1;
+    int k;
+    bool fresh;
+} cpu_conv_args;
+typedef void (*cpu_conv_fn)(const cpu_conv_args *a);
+
+/* Input s of a convolution's sequence (cpu_conv_args), or NULL for a fresh state's. */
+static inline const float *cpu_conv_input(const cpu_conv_args *a, int64_t s) {
+    const int64_t k1 = a->k - 1;
+    if (s >= k1) return a->x + (s - k1) * a->ldx;
+    return a->fresh ? NULL : a->state + s * a->lds;
+}
+
+/* The per-ISA kernels of delta_net, ssm_conv and sigmoid_mul: delta_avx512.c,
+ * delta_avx2.c, and the portable ones in delta.c. */
+void cpu_delta_scalar(const cpu_delta_args *a);
+void cpu_conv_scalar(const cpu_conv_args *a);
+void cpu_sigmoid_mul_scalar(float *x, const float *g, int64_t n);
+void cpu_delta_avx2(const cpu_delta_args *a);
+void cpu_conv_avx2(const cpu_conv_args *a);
+void cpu_sigmoid_mul_avx2(float *x, const float *g, int64_t n);
+void cpu_delta_512(const cpu_delta_args *a);
+void cpu_conv_512(const cpu_conv_args *a);
+void cpu_sigmoid_mul_512(float *x, const float *g, int64_t n);
+
 typedef struct cpu_kernels {
     cpu_isa isa;
     int rows;              /* R: panel rows (lanes of the matmul kernels) */
@@ -411,6 +485,10 @@ typedef struct cpu_kernels {
     void (*swiglu_oai)(float *g, const float *u, float alpha, float limit, int64_t n);
     void (*scale)(float *x, float s, int64_t n);
     void (*add)(float *x, const float *y, int64_t n);
+    /* x *= sigmoid(g) as x / (1 + e^-g) (backend.h sigmoid_mul) on one row */
+    void (*sigmoid_mul)(float *x, const float *g, int64_t n);
+    cpu_delta_fn delta; /* one head's rows of delta_net (cpu_delta_args) */
+    cpu_conv_fn conv;   /* channels of ssm_conv (cpu_conv_args) */
     /* the sum of n 64-bit words (n a multiple of 16, p 64-byte aligned): a read at the
      * ISA's full width, for bench's memory bandwidth test */
     uint64_t (*sum_u64)(const uint64_t *p, int64_t n);
@@ -547,6 +625,7 @@ typedef struct cpu_backend {
     bool moe_fuse;   /* moe_ffn fuses where it can (else the plain ops run) */
     bool fuse;       /* matmul_multi, matmul_glu and matmul_add fuse where they can */
     bool x16;        /* weight_pack moves weights into AL_LAYOUT_X16 where they fit */
+    bool x16_pf;     /* the in-place kernels prefetch x16 streams (cpu_mk_args.w_x16_pf) */
     void **x16_mem;  /* [n_x16] the weights it moved; freed with the backend */
     int n_x16;
     cpu_rope_memo rope_memo[CPU_ROPE_MEMO]; /* a decoded token's cos/sin; under lock */
@@ -627,6 +706,13 @@ bool fast_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,
                      const al_tensor *wu, al_glu act, al_tensor *out);
 bool fast_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
                      const al_tensor *bias, al_tensor *out);
+/* The recurrent ops of gated delta-net layers on the kernels (delta.c); the lock is
+ * taken inside. */
+void fast_delta_net(al_backend *be, const al_tensor *qkv, const al_tensor *alpha,
+                    const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
+                    al_tensor *state, bool fresh, const al_delta_shape *s, al_tensor *out);
+void fast_ssm_conv(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
+                   bool fresh, al_tensor *out);
 /* Bytes of the plan fast_moe_ffn keeps in cpu_backend.moe_job. */
 uint64_t fast_moe_job_bytes(void);
 /* Per-thread bytes the fast matmul and attention need for rows of max_cols. */

@@ -191,6 +191,7 @@ al_status vk_instance_create(vk_device *d) {
         !d->fn.vkCreateDevice || !d->fn.vkGetDeviceProcAddr)
         return al_error(AL_ERR_UNSUPPORTED, "the Vulkan instance lacks Vulkan 1.1 entry points");
     if (validate && d->fn.vkCreateDebugUtilsMessengerEXT) {
+        mci.pNext = NULL; /* the validation features belong to the instance's chain only */
         r = d->fn.vkCreateDebugUtilsMessengerEXT(d->instance, &mci, NULL, &d->messenger);
         if (r != VK_SUCCESS)
             return al_error(AL_ERR_DEVICE, "vkCreateDebugUtilsMessengerEXT failed (%s)",

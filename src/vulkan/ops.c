@@ -199,6 +199,11 @@ void vk_op_silu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
     binary((vk_backend *)base, VK_OP_SILU_MUL, g, u, &pc, sizeof pc);
 }
 
+void vk_op_sigmoid_mul(al_backend *base, al_tensor *x, const al_tensor *g) {
+    vk_pc_binary pc = {0};
+    binary((vk_backend *)base, VK_OP_SIGMOID_MUL, x, g, &pc, sizeof pc);
+}
+
 void vk_op_gelu_mul(al_backend *base, al_tensor *g, const al_tensor *u) {
     vk_pc_binary pc = {0};
     binary((vk_backend *)base, VK_OP_GELU_MUL, g, u, &pc, sizeof pc);

@@ -67,6 +67,11 @@ static const struct {
     [VK_OP_MOE_ROWS] = {"moe_rows", 5, 1u << 0, false, true, 0},
     [VK_OP_MOE_ROWS_GLU] = {"moe_rows_glu", 7, 1u << 0, false, true, 0},
     [VK_OP_MOE_SUM] = {"moe_sum", 3, 0, false, false, 0},
+    [VK_OP_SIGMOID_MUL] = {"sigmoid_mul", 2, 0, false, false, 0},
+    [VK_OP_SSM_CONV] = {"ssm_conv", 4, 0, false, false, 0}, /* x, taps, state, out */
+    /* qkv, alpha, beta, dt_bias, a, state, out */
+    [VK_OP_DELTA_NET] = {"delta_net", 7, 0, false, false, 0},
+    [VK_OP_DELTA_NET_SG] = {"delta_net_sg", 7, 0, false, false, 0},
 };
 
 VkDescriptorType vk_binding_type(vk_op op, int i) {
@@ -119,6 +124,7 @@ static vk_tuning default_tuning(const vk_caps *c) {
         .mv_wg = 64, .mv_nr = 2, .mv_max_tok = 8,
         .mm_bm = 64, .mm_bn = 64, .mm_tm = 4, .mm_tn = 4,
         .fuse = 1, .fuse_norm = 0, .fuse_attn = 1, .cm_bm = 64, .cm_bn = 64,
+        .dn_wg = 64, .dn_lanes = 1,
     };
     /* fuse_norm=0: on an H200 the norm inside the matvecs (every workgroup summing the
      * squares of the whole input again) cost more than its dispatch saved: bench-1b Q4_0
@@ -140,6 +146,14 @@ static vk_tuning default_tuning(const vk_caps *c) {
     t.mr_wg = 16 > c->subgroup_size ? 16 : c->subgroup_size;
     t.cpu_rows = c->type == VK_PHYSICAL_DEVICE_TYPE_CPU && c->subgroup_shuffle &&
                  c->subgroup_size >= 4 && pow2(c->subgroup_size) && c->max_ubo_range >= 65536;
+    /* delta_net.comp: a GPU spreads a state row over up to 32 lanes (4 registers of it
+     * each at head size 128, where a lane per row would hold 128), four rows to a
+     * workgroup of 128; a CPU device keeps a row per lane, with no shuffles. Unmeasured
+     * on a GPU yet (gpu-check.sh) */
+    if (c->type != VK_PHYSICAL_DEVICE_TYPE_CPU && c->subgroup_shuffle && pow2(c->subgroup_size)) {
+        t.dn_lanes = c->subgroup_size < 32 ? c->subgroup_size : 32;
+        t.dn_wg = 4 * t.dn_lanes > c->subgroup_size ? 4 * t.dn_lanes : c->subgroup_size;
+    }
     return t;
 }
 
@@ -163,6 +177,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"fuse_attn", offsetof(vk_tuning, fuse_attn)}, {"chunk", offsetof(vk_tuning, chunk)},
         {"coopmat", offsetof(vk_tuning, coopmat)}, {"cm_bm", offsetof(vk_tuning, cm_bm)},
         {"cm_bn", offsetof(vk_tuning, cm_bn)},
+        {"dn_wg", offsetof(vk_tuning, dn_wg)},     {"dn_lanes", offsetof(vk_tuning, dn_lanes)},
     };
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
@@ -180,12 +195,21 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
     return AL_OK;
 }
 
+/* delta_net.comp's rows: whole rows to a workgroup; with lanes per row, the row's lanes
+ * in one subgroup and the workgroup whole subgroups (the shader numbers rows by them). */
+static bool dn_ok(const vk_tuning *t, const vk_caps *c) {
+    if (!pow2(t->dn_lanes) || t->dn_lanes > 32 || t->dn_wg > c->max_wg || t->dn_wg % t->dn_lanes)
+        return false;
+    return t->dn_lanes == 1 || (c->subgroup_shuffle && t->dn_lanes <= c->subgroup_size &&
+                                t->dn_wg % c->subgroup_size == 0);
+}
+
 /* The shaders' assumptions about the sizes, checked once instead of trusted. */
 static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
     const uint32_t sizes[] = {t->ew_wg,   t->norm_wg, t->rope_wg,      t->rows_wg,
                               t->attn_wg, t->attn_rows_wg, t->attn_max_hd, t->mv_wg,
                               t->mv_nr,   t->mv_max_tok,   t->mr_wg,       t->mm_bm,
-                              t->mm_bn,   t->mm_tm,   t->mm_tn};
+                              t->mm_bn,   t->mm_tm,   t->mm_tn,   t->dn_wg, t->dn_lanes};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (sizes[i] == 0) return al_error(AL_ERR_ARG, "Vulkan tuning: a size is 0");
     uint32_t mm_wg = (t->mm_bm / t->mm_tm) * (t->mm_bn / t->mm_tn);
@@ -209,7 +233,7 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
               (!t->coopmat || (t->cm_bm % 32 == 0 && t->cm_bn % 32 == 0 && t->cm_bm >= 32 &&
                                t->cm_bn >= 32 && t->cm_bm <= 128 && t->cm_bn <= 128 &&
                                c->max_wg >= 128 && cm_shared <= c->shared_bytes)) &&
-              attn_shared <= c->shared_bytes;
+              attn_shared <= c->shared_bytes && dn_ok(t, c);
     return ok ? AL_OK : al_error(AL_ERR_ARG, "Vulkan tuning sizes do not fit the shaders or %s",
                                  c->name);
 }
@@ -308,6 +332,13 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
         v[1] = t->mm_bm, v[2] = t->mm_bn, v[3] = t->mm_tm, v[4] = t->mm_tn;
         *wg = v[0];
         return 5;
+    case VK_OP_SIGMOID_MUL: case VK_OP_SSM_CONV: v[0] = t->ew_wg; *wg = v[0]; return 1;
+    case VK_OP_DELTA_NET: case VK_OP_DELTA_NET_SG:
+        /* variant: the head size class, 32 << variant; E its elements per lane */
+        v[0] = t->dn_wg, v[1] = op == VK_OP_DELTA_NET ? 1 : t->dn_lanes;
+        v[2] = (32u << variant) / v[1];
+        *wg = v[0];
+        return 3;
     case VK_OP_MATMUL_CM: case VK_OP_MATMUL_CM_EMU: /* four subgroups of 32 */
         v[0] = t->cm_bm, v[1] = t->cm_bn;
         *wg = 128;

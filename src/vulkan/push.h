@@ -184,6 +184,38 @@ typedef struct vk_pc_attention_rows {
 } vk_pc_attention_rows;
 _Static_assert(sizeof(vk_pc_attention_rows) == 80, "mirror of attention.comp");
 
+/* sigmoid_mul.comp: x[r][c] /= 1 + e^-y[r][c], x and y as for the binary ops: vk_pc_binary. */
+
+/* ssm_conv.comp: the causal convolution of n_tok positions of n_ch channels with k taps
+ * (w_stride floats between channels' taps), over the state's k - 1 rows (s_stride
+ * floats apart; not read where fresh) and x's rows; workgroups in y take `chunk`
+ * positions each. mode: bit 0 the outputs, bit 1 the state's update. */
+typedef struct vk_pc_ssm_conv {
+    uint32_t n_ch, n_tok, k;
+    uint32_t x_off, x_stride;
+    uint32_t w_off, w_stride;
+    uint32_t s_off, s_stride;
+    uint32_t o_off, o_stride;
+    uint32_t fresh, chunk, mode;
+} vk_pc_ssm_conv;
+_Static_assert(sizeof(vk_pc_ssm_conv) == 56, "mirror of ssm_conv.comp");
+
+/* delta_net.comp: the gated delta rule (backend.h al_delta_shape) over n_tok positions:
+ * qkv, alpha, beta and out by rows; dt_bias and a at dt_off and a_off; value head h's
+ * state at s_off + h s_stride (not read where fresh); q_scale = 1 / sqrt(head_dim) as
+ * the reference rounds it. */
+typedef struct vk_pc_delta_net {
+    uint32_t n_tok, head_dim, n_k_heads, n_v_heads, grouped, fresh;
+    uint32_t qkv_off, qkv_stride;
+    uint32_t al_off, al_stride;
+    uint32_t be_off, be_stride;
+    uint32_t dt_off, a_off;
+    uint32_t s_off, s_stride;
+    uint32_t o_off, o_stride;
+    float eps, q_scale;
+} vk_pc_delta_net;
+_Static_assert(sizeof(vk_pc_delta_net) == 80, "mirror of delta_net.comp");
+
 /* copy.comp: n 16-byte words (bandwidth measurement). */
 typedef struct vk_pc_copy {
     uint32_t n;

@@ -11,6 +11,7 @@
  *                wait; one stream per backend object, so one per context
  *   ops.c        every op, recorded into the calling backend's stream
  *   moe.c        moe_ffn: a mixture's routed experts for a few tokens, 3 dispatches
+ *   recurrent.c  the recurrences of gated delta-net layers: ssm_conv, delta_net
  *   vk_backend.c the al_backend_ops table, the backend objects (the model's, which
  *                owns the device and weights, and one per context), load-time
  *                capability checks, reports
@@ -199,6 +200,8 @@ typedef enum vk_op {
     VK_OP_MATVEC_MULTI, VK_OP_MATMUL_ROWS_MULTI, /* the MULTI builds: matmul_multi */
     VK_OP_COPY,
     VK_OP_MOE_MV, VK_OP_MOE_MV_GLU, VK_OP_MOE_ROWS, VK_OP_MOE_ROWS_GLU, VK_OP_MOE_SUM, /* moe.c */
+    VK_OP_SIGMOID_MUL, VK_OP_SSM_CONV, /* qwen35's gate; the recurrent layers' (recurrent.c) */
+    VK_OP_DELTA_NET, VK_OP_DELTA_NET_SG, /* delta_net: a lane per row; rows over shuffles */
     VK_OP_COUNT
 } vk_op;
 
@@ -241,6 +244,8 @@ typedef struct vk_tuning {
                                            * device has it (caps.coopmat), else 0; 2:
                                            * its emulation on any device (tests) */
     uint32_t cm_bm, cm_bn;                /* matmul_cm: tile (multiples of 32, <= 128) */
+    uint32_t dn_wg;                       /* delta_net: invocations per workgroup */
+    uint32_t dn_lanes;                    /* delta_net: lanes per state row (1: no shuffles) */
 } vk_tuning;
 
 /* The op of a prompt's matmul on a GPU (not cpu_rows): matmul.comp, or matmul_cm.comp
@@ -480,6 +485,17 @@ uint32_t vk_bind_f32(const vk_backend *be, VkDescriptorBufferInfo *info, const a
 void vk_dispatch(vk_backend *be, vk_op op, uint32_t type, int variant,
                  const VkDescriptorBufferInfo *infos, const void *push, uint32_t push_bytes,
                  uint64_t groups_x, uint32_t groups_y);
+
+/* ---- the recurrent layers' ops (recurrent.c; sigmoid_mul in ops.c) ------------------- */
+
+void vk_op_sigmoid_mul(al_backend *be, al_tensor *x, const al_tensor *g);
+void vk_op_ssm_conv(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
+                    bool fresh, al_tensor *out);
+void vk_op_delta_net(al_backend *be, const al_tensor *qkv, const al_tensor *alpha,
+                     const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
+                     al_tensor *state, bool fresh, const al_delta_shape *shape, al_tensor *out);
+/* The largest delta-net head recurrent.c runs (the CPU's, model.c's bound). */
+enum { VK_DELTA_MAX_DIM = 512 };
 
 /* ---- mixtures of experts (moe.c) --------------------------------------------------- */
 

@@ -1,0 +1,151 @@
+/* model_impl.h: the model and context objects, shared by the files of model.c's
+ * forward pass (model.c, model_hybrid.c) and by nothing else.
+ *
+ * model.c reads the hyper-parameters, binds the tensors and runs the shared blocks;
+ * model_hybrid.c adds the gated delta-net hybrids' parts (qwen35, qwen35moe,
+ * qwen3next): their sizes, their recurrent states and checkpoints, and their blocks.
+ */
+#ifndef AL_MODEL_IMPL_H
+#define AL_MODEL_IMPL_H
+
+#include "arch.h"
+#include "model.h"
+
+typedef struct layer_weights {
+    al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */
+    bool swa;             /* attends to a sliding window, with the model's rope_swa */
+    bool recr;            /* ARCH_HYBRID: a gated delta-net layer (no KV cache) */
+} layer_weights;
+
+struct al_model {
+    gguf_file *file;
+    al_backend *be;
+    const arch_desc *ad;
+    char arch[64];
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
+    int n_ff_shexp;        /* the shared expert's width (qwen35moe), else 0 */
+    /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
+     * and value heads of the delta rule; which layers are recurrent, read before the
+     * layers are bound */
+    int ssm_kernel, ssm_inner, ssm_state, ssm_k_heads, ssm_v_heads;
+    int n_nextn;           /* next-token-prediction blocks after the n_layer trunk's */
+    bool *recr;
+    float norm_eps;
+    al_rope rope;          /* global layers */
+    al_rope rope_swa;      /* sliding-window layers */
+    int swa_window;        /* positions a sliding layer sees (0: none slide) */
+    float embd_scale;      /* token embeddings are multiplied by it (1: not at all) */
+    float softcap;         /* final logits soft-cap (0: none) */
+    float attn_scale;      /* of q.k: 0 for 1 / sqrt(head_dim), else YaRN's (read_yarn) */
+    float *yarn_factors;   /* [n_rot / 2] the rope's frequency factors under YaRN */
+    char features[256];    /* al_model_info.features */
+    al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
+    al_tensor output_norm; /* [n_embd] f32 */
+    al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied (the backend may
+                            * hold its own copy for matmul: weight_pack) */
+    bool tied;             /* output.weight is token_embd.weight */
+    layer_weights *layers; /* [n_layer] */
+    void **owned;          /* copies of tensors the file stores otherwise (model_own) */
+    int n_owned;
+    double load_s;         /* how long al_model_load took */
+    uint64_t n_params, n_bytes;
+    al_vocab *vocab;       /* NULL if the file has no usable tokenizer */
+    char vocab_error[256]; /* why vocab is NULL */
+    char *chat_template;   /* tokenizer.chat_template, NUL-terminated, or NULL */
+};
+
+/* Rows of logits computed per output matmul: all-position logits of a long batch
+ * are produced a slice at a time, so scratch never holds [n_batch][n_vocab]. */
+enum { LOGIT_ROWS = 16 };
+
+/* Tokens per forward chunk at most (a context's n_batch). */
+enum { MAX_BATCH = 512 };
+
+/* Tokens of a batch for whose (token, expert) pairs the MoE scratch holds a row each,
+ * so that a backend may run all the batch's experts at once (al_moe, moe_ffn):
+ * decoding, and the small batches of a few sequences or of a draft. The CPU's fused
+ * experts pay up to about this many tokens (cpu/moe.c). */
+enum { MOE_FEW_TOKENS = 16 };
+
+struct al_context {
+    const al_model *m;
+    al_backend *be;
+    int n_ctx;             /* positions the context holds */
+    int n_batch;           /* tokens per forward chunk */
+    int n_past;
+    /* The context that owns the caches' memory: this one, or the one named by
+     * kv_shared_with (its owner), whose pages this context's backend uses too */
+    const al_context *kv_root;
+    uint64_t kv_bytes_copied; /* by al_context_handoff into this context */
+    al_tensor *k_cache;    /* [n_layer] each [cap][n_head_kv * head_dim], a ring (backend.h) */
+    al_tensor *v_cache;    /* [n_layer] each [cap][n_head_kv * head_dim] */
+    al_tensor x;           /* [n_batch][n_embd] residual stream */
+    al_tensor xb;          /* [n_batch][n_embd] normed input / sublayer output */
+    al_tensor q;           /* [n_batch][n_head * head_dim] */
+    al_tensor k, v;        /* [n_batch][n_head_kv * head_dim] */
+    al_tensor att;         /* [n_batch][n_head * head_dim] attention output */
+    al_tensor hb, hb2;     /* [n_batch][n_ff] feed-forward gate and up */
+    al_tensor logits;      /* [LOGIT_ROWS][n_vocab] */
+    int32_t *seq_pos;      /* [n_batch] al_eval_multi: the position of each row's sequence */
+    al_tensor **seq_kc, **seq_vc; /* [n_batch] al_eval_multi: its caches of one layer */
+    /* ARCH_MOE: router logits [n_batch][n_expert]; the experts' scratch (al_moe) of
+     * moe_rows rows: rows routed to an expert [moe_rows][n_embd] and its output, its
+     * gate and up [moe_rows][n_ff_exp]; on the host the router's logits and each
+     * expert's rows and weights */
+    al_tensor router, xe, ye, he, he2;
+    int moe_rows;          /* n_batch, or a row per (token, expert) of MOE_FEW_TOKENS */
+    float *router_host;    /* [n_batch][n_expert] the router's logits, on the host */
+    int32_t *sel;          /* [n_batch][n_expert_used] the experts each token picked */
+    float *sel_w;          /* [n_batch][n_expert_used] their weights */
+    int32_t *rows;         /* [moe_rows] the tokens routed to one expert */
+    float *rows_w;         /* [moe_rows] and their weights */
+    /* ARCH_HYBRID: the query and its gate [n_batch][2 n_head head_dim]; a recurrent
+     * layer's projections q|k|v [n_batch][conv channels], z [n_batch][d_inner], alpha
+     * and beta [n_batch][n_v_heads], the convolution's output and the delta rule's */
+    al_tensor qg, ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_conv, ssm_o;
+    /* [n_layer], data NULL on attention layers: the convolution's last inputs
+     * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
+    al_tensor *conv_state, *ssm_state;
+};
+
+/* An optional tensor as an op argument: NULL where the file has none. */
+static inline const al_tensor *opt(const al_tensor *t) { return t->data ? t : NULL; }
+
+/* ---- model.c, for model_hybrid.c ---- */
+
+/* ARCH.<suffix> as a u32 into *out (dflt when absent and not required). */
+al_status model_get_u32(const al_model *m, const char *suffix, uint32_t dflt, bool required,
+                        int *out);
+/* A per-layer flag from ARCH.<array> or the period ARCH.<period_key> (model.c). */
+al_status model_layer_pattern(const al_model *m, const char *array, const char *period_key,
+                              int dflt, bool *out);
+/* A descriptor dimension (arch_dim) of this model. */
+int64_t model_dim(const al_model *m, arch_dim d);
+/* Replaces *t, a small weight stored in another type, by an owned f32 copy. */
+al_status model_own_f32(al_model *m, const char *name, al_tensor *t);
+/* Keeps p (al_malloc'd) until the model is destroyed; frees it and fails on NOMEM. */
+al_status model_own(al_model *m, void *p, const char *what);
+void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
+                     const al_tensor *w);
+void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
+                       al_tensor *k, al_tensor *v, al_tensor *att);
+void model_project_residual(const al_model *m, al_backend *be, const al_tensor *in,
+                            const al_tensor *w, const al_tensor *bias, al_tensor *x,
+                            al_tensor *xb, const al_tensor *post_norm);
+
+/* ---- model_hybrid.c ---- */
+
+/* ARCH_HYBRID's sizes and recurrent layers (a no-op for other architectures). */
+al_status hybrid_read(al_model *m);
+/* Bytes of one sequence's recurrent state (0 without recurrent layers). */
+uint64_t hybrid_state_bytes(const al_model *m);
+/* The states and scratch of a context of a hybrid model. */
+al_status hybrid_context_alloc(al_context *c);
+/* Splits qwen3next's fused projections of recurrent layer il into qwen35's slots. */
+al_status hybrid_bind_layer(al_model *m, int il, layer_weights *l);
+void hybrid_attn_block(al_context *c, al_context *const *seqs, int il, int n);
+void hybrid_recurrent_block(al_context *c, al_context *const *seqs, int il, int n);
+void hybrid_shared_expert(al_context *c, int il, int n);
+
+#endif /* AL_MODEL_IMPL_H */
