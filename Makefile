@@ -164,7 +164,7 @@ endif
 # ---- sanitizers: the malformed-file suite and the CPU kernels with ASan + UBSan --------
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_DIR := $(BUILD)/asan
-ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels
+ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels $(ASAN_DIR)/test_delta
 $(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \

@@ -114,6 +114,9 @@ typedef struct al_model_info {
     double load_s;       /* seconds al_model_load took                   */
     const char *features; /* what the layers do, e.g. "neox rope (base 1e+06),
                              per-head Q/K norm, SiLU-gated FFN, tied output" */
+    int n_recurrent;     /* layers with a recurrent state instead of a KV cache
+                            (qwen35...): see al_context_checkpoint */
+    uint64_t state_bytes; /* bytes of that state, per sequence and per checkpoint */
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -211,6 +214,10 @@ typedef struct al_context_params {
      * outlive this one, and n_ctx must equal its size (AL_ERR_ARG otherwise).
      * al_context_get_info says whether the memory is shared. */
     const struct al_context *kv_shared_with;
+    /* Models with recurrent layers: how many checkpoints of the state the context keeps
+     * (al_context_checkpoint), each al_model_info.state_bytes of host memory; the
+     * oldest goes when one more is made. 0 = the default, 4; -1 = none. */
+    int n_checkpoints;
 } al_context_params;
 
 /* Bytes of KV cache a context of n_ctx positions allocates: to check before creating
@@ -245,10 +252,23 @@ void al_context_reset(al_context *c);
  * AL_ERR_ARG if n_past is negative or beyond the positions held. A model with
  * sliding-window layers keeps only the recent positions those layers need, about a
  * batch (512) beyond the window: cut back further, the context starts over (keeps 0
- * positions). A model with recurrent layers (qwen35, qwen35moe) keeps their state at
- * its last position only: cut back at all, it starts over too. Read al_context_n_past
- * afterwards for what was kept. */
+ * positions). A model with recurrent layers (qwen35, qwen35moe, qwen3next) has their
+ * state at its last position only: cut back, it goes back to the latest checkpoint at
+ * or before n_past (al_context_checkpoint), or starts over where there is none. Read
+ * al_context_n_past afterwards for what was kept. */
 al_status al_context_truncate(al_context *c, int n_past);
+
+/* Models with recurrent layers: saves their state at the current position, so that a
+ * later al_context_truncate to this position or beyond can go back to it (a server
+ * reusing the prefix of the previous request, a chat its previous turns). Only the
+ * latest n_checkpoints (al_context_params) are kept; al_context_reset and a truncate
+ * before a checkpoint drop it. AL_OK and nothing saved for other models, at position
+ * 0, or where a checkpoint of this position exists. AL_ERR_NOMEM where the host has no
+ * room for one (the context is unchanged). */
+al_status al_context_checkpoint(al_context *c);
+
+/* Checkpoints a context holds and the latest one's position (0 if none). */
+int al_context_n_checkpoints(const al_context *c, int *latest);
 
 /* Positions the context holds at most. */
 int al_context_n_ctx(const al_context *c);
@@ -354,6 +374,10 @@ void al_detok_destroy(al_detok *d);
 al_status al_detok_push(al_detok *d, int32_t id, const char **text, size_t *len);
 /* Returns whatever is held back (possibly an invalid tail) and resets. */
 void al_detok_flush(al_detok *d, const char **text, size_t *len);
+
+/* Bytes of the UTF-8 character that starts at s (n bytes there): 1 to 4, or 0 where
+ * they are no valid character (a model's text may end inside one, or be any bytes). */
+size_t al_utf8_char_len(const char *s, size_t n);
 
 /* ---- sampling -------------------------------------------------------------------------
  * Picks the next token from logits. Steps, in order: repetition/frequency/presence

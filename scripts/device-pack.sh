@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 DIR=${1:-.dev}
 BUILD=${BUILD:-build}
 SHARED=${SHARED:-../shared}
-bins="anyllm test_vulkan test_vkattn test_ref"
+bins="anyllm test_vulkan test_vkattn test_vkdelta test_hybrid test_ref"
 make -j"$(nproc)" BUILD="$BUILD" $(for b in $bins; do printf '%s/%s ' "$BUILD" "$b"; done) >/dev/null
 rm -rf "$DIR" && mkdir -p "$DIR/stage" "$DIR/libs" "$DIR/shared"
 for b in $bins; do strip -o "$DIR/stage/$b" "$BUILD/$b"; done

@@ -13,8 +13,9 @@
 #    also in pieces through the KV cache), and the no-Vulkan
 #    fall-back (tests/vulkan.sh); Gemma 3 270M too when ANYLLM_GEMMA3 names the file
 #    (241 MiB, more than a device run carries: there it is skipped unless present);
-#    qwen35 and qwen35moe (build/test_hybrid: llama.cpp's logits, the reference ops',
-#    decoding against the batch)
+#    qwen35, qwen35moe and qwen3next (build/test_hybrid: llama.cpp's logits, the exact
+#    result for the Q8_0 weights, the reference ops', decoding against the batch,
+#    checkpoints)
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a

@@ -537,6 +537,8 @@ static void describe_features(al_model *m) {
     if (m->n_expert)
         ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
             m->n_ff_exp);
+    if (has_slot(m, L_GATE_SHEXP))
+        ADD(" and a sigmoid-gated shared expert (width %d)", m->n_ff_shexp);
     if (m->embd_scale != 1.0f) ADD(", embeddings x %.4g", (double)m->embd_scale);
     if (m->swa_window) {
         int n_swa = 0;
@@ -548,10 +550,10 @@ static void describe_features(al_model *m) {
     if (m->ad->flags & ARCH_HYBRID) {
         int n_recr = 0;
         for (int il = 0; il < m->n_layer; il++) n_recr += m->layers[il].recr;
-        ADD(", gated delta-net on %d of %d layers (conv %d, %d key / %d value heads of %d, "
+        ADD(", gated delta-net on %d of %d layers (conv %d, %d key / %d value heads of %d%s, "
             "recurrent state), gated attention with %d of %d dims rotating", n_recr,
             m->n_layer, m->ssm_kernel, m->ssm_k_heads, m->ssm_v_heads, m->ssm_state,
-            m->rope.n_rot, m->head_dim);
+            m->ad->flags & ARCH_GDN_GROUPED ? " grouped" : "", m->rope.n_rot, m->head_dim);
     }
     if (m->n_nextn) ADD(", %d next-token-prediction block%s (not run)", m->n_nextn,
                         m->n_nextn > 1 ? "s" : "");
@@ -690,6 +692,8 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
         .features = m->features,
         .load_s = m->load_s,
     };
+    for (int il = 0; il < m->n_layer; il++) out->n_recurrent += m->layers[il].recr;
+    if (out->n_recurrent) out->state_bytes = hybrid_state_bytes(m);
 }
 
 const gguf_file *model_file(const al_model *m) { return m->file; }
@@ -941,6 +945,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     }
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
+    c->max_ckpt = p.n_checkpoints < 0 ? 0 : p.n_checkpoints ? p.n_checkpoints : 4;
     st = context_alloc(c, peer);
     if (st != AL_OK) {
         al_context_destroy(c);
@@ -968,6 +973,7 @@ void al_context_destroy(al_context *c) {
     }
     al_free(c->conv_state);
     al_free(c->ssm_state);
+    hybrid_checkpoints_free(c);
     al_free(c->router_host);
     al_free(c->sel);
     al_free(c->sel_w);
@@ -983,7 +989,9 @@ void al_context_destroy(al_context *c) {
 int al_context_n_past(const al_context *c) { return c ? c->n_past : 0; }
 
 void al_context_reset(al_context *c) {
-    if (c) c->n_past = 0;
+    if (!c) return;
+    c->n_past = 0;
+    c->n_ckpt = 0; /* a new sequence: no position of the old one is reached again */
 }
 
 al_status al_context_truncate(al_context *c, int n_past) {
@@ -994,8 +1002,9 @@ al_status al_context_truncate(al_context *c, int n_past) {
     /* A sliding layer's ring keeps its last cap positions: the window of position
      * n_past must still be there, else the context starts over (anyllm.h). */
     const al_model *m = c->m;
-    /* a recurrent state holds the last position only: an earlier one starts over */
-    if (m->ad->flags & ARCH_HYBRID && n_past < c->n_past) n_past = 0;
+    /* a recurrent state holds the last position only: an earlier one goes back to a
+     * checkpoint, or starts over */
+    if (m->ad->flags & ARCH_HYBRID && n_past < c->n_past) n_past = hybrid_restore(c, n_past);
     for (int il = 0; il < m->n_layer && n_past > 0; il++) {
         const int64_t cap = c->k_cache[il].ne[1], lo = n_past - m->swa_window + 1;
         if (m->layers[il].swa && (lo > 0 ? lo : 0) + cap <= (int64_t)c->n_past - 1) n_past = 0;

@@ -263,8 +263,9 @@ void hybrid_recurrent_block(al_context *c, al_context *const *seqs, int il, int 
 }
 
 /* qwen35moe's shared expert over the normed rows in xb: x += sigmoid(xb . g) times
- * its gated FFN, the gate a logit per token that comes to the host (as the router's)
- * and weights an add_rows of the FFN's output. */
+ * its gated FFN, the gate a logit per token that comes to the host (as the router's,
+ * into the first column of its rows, which moe_block has read already) and weights an
+ * add_rows of the FFN's output. */
 void hybrid_shared_expert(al_context *c, int il, int n) {
     const al_model *m = c->m;
     const al_tensor *t = m->layers[il].t;
@@ -279,12 +280,94 @@ void hybrid_shared_expert(al_context *c, int il, int n) {
     backend_matmul_glu(be, &xb, &t[L_GATE_SHEXP], &t[L_UP_SHEXP], AL_GLU_SILU, &hb2, &hb);
     al_tensor y = al_tensor_rows(&c->ye, 0, n);
     op->matmul(be, &hb, &t[L_DOWN_SHEXP], NULL, &y);
+    /* one read of the rows the logits lie in (a GPU syncs per read), not one per row */
+    al_tensor rows = al_tensor_rows(&c->router, 0, n);
+    AL_ASSERT(rows.row_bytes == (uint64_t)m->n_expert * sizeof(float)); /* router_host's rows */
+    op->tensor_read(be, &rows, c->router_host, (uint64_t)n * rows.row_bytes);
+    const int64_t stride = (int64_t)(rows.row_bytes / sizeof(float));
     for (int r = 0; r < n; r++) {
-        al_tensor g1 = al_tensor_rows(&gate, r, 1);
-        float g;
-        op->tensor_read(be, &g1, &g, sizeof g);
         c->rows[r] = r;
-        c->rows_w[r] = 1.0f / (1.0f + expf(-g));
+        c->rows_w[r] = 1.0f / (1.0f + expf(-c->router_host[r * stride]));
     }
     op->add_rows(be, &x, &y, c->rows, c->rows_w, n);
+}
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+/* The recurrent states of every layer after the first n_past positions, on the host:
+ * per recurrent layer its convolution's inputs, then its delta rule's matrices. */
+struct hybrid_checkpoint {
+    int n_past;
+    uint8_t *data; /* checkpoint_bytes */
+};
+
+/* Bytes of one checkpoint: the states' rows as the backend stores them. */
+static uint64_t checkpoint_bytes(const al_context *c) {
+    uint64_t n = 0;
+    for (int il = 0; il < c->m->n_layer; il++)
+        if (c->m->layers[il].recr)
+            n += (uint64_t)c->conv_state[il].ne[1] * c->conv_state[il].row_bytes +
+                 (uint64_t)c->ssm_state[il].ne[1] * c->ssm_state[il].row_bytes;
+    return n;
+}
+
+/* Copies every recurrent layer's state between the context and data (to the host when
+ * save, else back). */
+static void copy_states(al_context *c, uint8_t *data, bool save) {
+    const al_model *m = c->m;
+    al_backend *be = c->be;
+    for (int il = 0; il < m->n_layer; il++) {
+        if (!m->layers[il].recr) continue;
+        al_tensor *st[2] = {&c->conv_state[il], &c->ssm_state[il]};
+        for (int k = 0; k < 2; k++) {
+            const uint64_t n = (uint64_t)st[k]->ne[1] * st[k]->row_bytes;
+            if (save)
+                be->ops->tensor_read(be, st[k], data, n);
+            else
+                be->ops->tensor_write(be, st[k], data, n);
+            data += n;
+        }
+    }
+}
+
+al_status al_context_checkpoint(al_context *c) {
+    if (!c) return al_error(AL_ERR_ARG, "al_context_checkpoint: context is NULL");
+    if (!(c->m->ad->flags & ARCH_HYBRID) || !c->max_ckpt || c->n_past == 0 ||
+        (c->n_ckpt && c->ckpt[c->n_ckpt - 1].n_past == c->n_past))
+        return AL_OK;
+    if (!c->ckpt && !(c->ckpt = al_calloc((size_t)c->max_ckpt, sizeof *c->ckpt)))
+        return al_error(AL_ERR_NOMEM, "out of memory for %d checkpoints", c->max_ckpt);
+    if (c->n_ckpt == c->max_ckpt) { /* the oldest goes; its buffer is reused */
+        struct hybrid_checkpoint old = c->ckpt[0];
+        memmove(c->ckpt, c->ckpt + 1, (size_t)(c->n_ckpt - 1) * sizeof *c->ckpt);
+        c->ckpt[--c->n_ckpt] = old;
+    }
+    struct hybrid_checkpoint *k = &c->ckpt[c->n_ckpt];
+    const uint64_t n = checkpoint_bytes(c);
+    if (!k->data && !(k->data = al_malloc((size_t)n)))
+        return al_error(AL_ERR_NOMEM, "out of memory for a checkpoint of %llu bytes",
+                        (unsigned long long)n);
+    copy_states(c, k->data, true);
+    k->n_past = c->n_past;
+    c->n_ckpt++;
+    return AL_OK;
+}
+
+int al_context_n_checkpoints(const al_context *c, int *latest) {
+    const int n = c ? c->n_ckpt : 0;
+    if (latest) *latest = n ? c->ckpt[n - 1].n_past : 0;
+    return n;
+}
+
+int hybrid_restore(al_context *c, int n_past) {
+    while (c->n_ckpt && c->ckpt[c->n_ckpt - 1].n_past > n_past) c->n_ckpt--;
+    if (!c->n_ckpt) return 0;
+    const struct hybrid_checkpoint *k = &c->ckpt[c->n_ckpt - 1];
+    copy_states(c, k->data, false);
+    return k->n_past;
+}
+
+void hybrid_checkpoints_free(al_context *c) {
+    for (int i = 0; c->ckpt && i < c->max_ckpt; i++) al_free(c->ckpt[i].data);
+    al_free(c->ckpt);
 }

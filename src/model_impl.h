@@ -39,7 +39,7 @@ struct al_model {
     float softcap;         /* final logits soft-cap (0: none) */
     float attn_scale;      /* of q.k: 0 for 1 / sqrt(head_dim), else YaRN's (read_yarn) */
     float *yarn_factors;   /* [n_rot / 2] the rope's frequency factors under YaRN */
-    char features[256];    /* al_model_info.features */
+    char features[512];    /* al_model_info.features */
     al_tensor tok_embd;    /* [n_embd] x n_vocab rows, any type */
     al_tensor output_norm; /* [n_embd] f32 */
     al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied (the backend may
@@ -107,6 +107,10 @@ struct al_context {
     /* [n_layer], data NULL on attention layers: the convolution's last inputs
      * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
     al_tensor *conv_state, *ssm_state;
+    /* ARCH_HYBRID: copies of those states on the host, oldest first, at increasing
+     * positions (al_context_checkpoint) */
+    struct hybrid_checkpoint *ckpt;
+    int n_ckpt, max_ckpt;
 };
 
 /* An optional tensor as an op argument: NULL where the file has none. */
@@ -147,5 +151,9 @@ al_status hybrid_bind_layer(al_model *m, int il, layer_weights *l);
 void hybrid_attn_block(al_context *c, al_context *const *seqs, int il, int n);
 void hybrid_recurrent_block(al_context *c, al_context *const *seqs, int il, int n);
 void hybrid_shared_expert(al_context *c, int il, int n);
+/* Drops the checkpoints after position n_past and goes back to the latest one left;
+ * returns its position (0: none, the state starts over). */
+int hybrid_restore(al_context *c, int n_past);
+void hybrid_checkpoints_free(al_context *c);
 
 #endif /* AL_MODEL_IMPL_H */

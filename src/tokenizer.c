@@ -43,6 +43,10 @@ uint32_t tok_hash_bytes(const char *s, size_t n, uint32_t seed) {
     return h;
 }
 
+size_t al_utf8_char_len(const char *s, size_t n) {
+    return utf8_valid_len((const unsigned char *)s, n);
+}
+
 size_t utf8_valid_len(const unsigned char *s, size_t n) {
     if (n == 0) return 0;
     unsigned c = s[0];

@@ -1,9 +1,9 @@
 # hybrid.sh: a qwen35 file (gated delta-net layers, test_hybrid checks its logits)
-# through the commands: run, bench (pp, tg, at depth), perplexity, info, serve (two
-# slots; the same request twice gives the same text; a stream), a GPU backend without
-# the recurrent ops (refused with one line; auto runs on the CPU), and malformed
-# files (sizes that disagree or overflow, a missing convolution), each refused with one
-# line, through the ASan build where there is one.
+# through the commands: run, bench (pp, tg, at depth), perplexity, info, run on Vulkan
+# where there is a device, serve (checkpoint reuse, two slots, a cancelled stream),
+# chat (turns, /save, /load, a full context), and malformed files (sizes that disagree
+# or overflow, a missing convolution, a layer array of the wrong length), each refused
+# with one line, through the ASan build where there is one.
 . tests/lib.sh
 m=$tmp/q35.gguf
 asan=$BUILD/asan/anyllm
@@ -58,8 +58,9 @@ else
     echo "skip: no Vulkan device here, so --backend vulkan is not run"
 fi
 
-# serve: two slots; the same request twice gives the same text (the second cannot
-# reuse the first's recurrent state at an earlier position: it starts over)
+# serve: two slots; a second request reuses a checkpoint of the state, the next turn of
+# a conversation too; two requests at once; a stream whose client hangs up is cancelled
+# (tests/hybrid_serve.py)
 port=$((20000 + $$ % 20000))
 "$bin" serve -m "$m" --port $port --parallel 2 --chat-template chatml >"$tmp/serve.log" 2>&1 &
 spid=$!
@@ -67,25 +68,32 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
     curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
     sleep 0.3
 done
-req='{"messages":[{"role":"user","content":"hi there"}],"max_tokens":8,"temperature":0}'
-for i in 1 2; do
-    curl -s -m 30 -H 'Content-Type: application/json' -d "$req" \
-        "http://127.0.0.1:$port/v1/chat/completions" >"$tmp/r$i.json"
-done
-if grep -q '"finish_reason"' "$tmp/r1.json" &&
-        [ "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$tmp/r1.json")" = \
-          "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$tmp/r2.json")" ]; then
-    ok "serve: the same request twice, the same reply"
+if python3 "$(dirname "$0")/hybrid_serve.py" $port >"$tmp/serve.out" 2>&1; then
+    ok "serve: $(grep -c '^ok' "$tmp/serve.out") checks: $(grep 'cached' "$tmp/serve.out" | sed 's/^ok *//' | tr '\n' ';')"
 else
-    bad "serve: $(cat "$tmp/r1.json" "$tmp/r2.json" "$tmp/serve.log")"
+    bad "serve: $(cat "$tmp/serve.out" "$tmp/serve.log")"
 fi
-curl -s -m 30 -H 'Content-Type: application/json' \
-    -d '{"messages":[{"role":"user","content":"again"}],"max_tokens":6,"stream":true}' \
-    "http://127.0.0.1:$port/v1/chat/completions" >"$tmp/stream"
-if grep -q 'data: \[DONE\]' "$tmp/stream"; then ok "serve: a stream ends"
-else bad "serve stream: $(cat "$tmp/stream")"; fi
 kill $spid 2>/dev/null
 wait $spid 2>/dev/null
+
+# chat: turns, /save, /load and a context that fills (the oldest turns go, the rest is
+# evaluated again: a recurrent state cannot be shifted); the replies are the same
+# without checkpoints, which only save work
+printf '%s\n' "hello there my friend" "what is the sea" "/save $tmp/conv.json" \
+    "tell me more about it" "/load $tmp/conv.json" "and the river" "and mountains too" \
+    "last one please" >"$tmp/chat.in"
+for k in 4 -1; do
+    "$bin" chat -m "$m" --chat-template chatml --temp 0 -t 2 -c 320 -n 16 \
+        --ctx-checkpoints $k <"$tmp/chat.in" >"$tmp/chat$k.out" 2>"$tmp/chat$k.err"
+    echo "exit $?" >>"$tmp/chat$k.err"
+done
+if grep -q "exit 0" "$tmp/chat4.err" && grep -q "saved 4 messages" "$tmp/chat4.err" &&
+        grep -q "loaded 4 messages" "$tmp/chat4.err" && grep -q "context full: dropped" "$tmp/chat4.err" &&
+        [ "$(wc -l <"$tmp/chat4.out")" -ge 6 ] && cmp -s "$tmp/chat4.out" "$tmp/chat-1.out"; then
+    ok "chat: 6 turns, /save, /load, a full context; the same replies without checkpoints"
+else
+    bad "chat: $(cat "$tmp/chat4.err" "$tmp/chat-1.err"; diff "$tmp/chat4.out" "$tmp/chat-1.out")"
+fi
 
 # malformed files: the same bytes with one field changed (same length)
 patch_file() { # OUT FROM TO: replace the first occurrence of bytes FROM by TO
@@ -109,6 +117,37 @@ assert struct.unpack_from('<I', d, i)[0] == 4
 open(out, 'wb').write(d[:i + 4] + struct.pack('<I', v) + d[i + 8:])
 EOF
 }
+# a key added: a bool array KEY of N entries, or a u32 (N < 0: -N); the header grows, so
+# the data section moves (to the file's alignment, 32)
+add_key() { # OUT KEY N
+    python3 - "$m" "$1" "$2" "$3" <<'EOF'
+import struct, sys
+src, out, key, n = sys.argv[1], sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
+d = open(src, 'rb').read()
+n_t, n_kv = struct.unpack_from('<QQ', d, 8)
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def skip(i, t):
+    if t == 8: return i + 8 + struct.unpack_from('<Q', d, i)[0]
+    if t == 9:
+        et, cnt = struct.unpack_from('<IQ', d, i); i += 12
+        for _ in range(cnt): i = skip(i, et)
+        return i
+    return i + size[t]
+i = 24
+for _ in range(n_kv):
+    i += 8 + struct.unpack_from('<Q', d, i)[0]
+    i = skip(i + 4, struct.unpack_from('<I', d, i)[0])
+kv_end = i
+for _ in range(n_t):
+    i += 8 + struct.unpack_from('<Q', d, i)[0]
+    i += 4 + 8 * struct.unpack_from('<I', d, i)[0] + 4 + 8
+data = (i + 31) // 32 * 32
+val = struct.pack('<IIQ', 9, 7, n) + bytes([1, 1, 1, 0] * n)[:n] if n >= 0 else struct.pack('<II', 4, -n)
+kv = struct.pack('<Q', len(key)) + key + val
+head = d[:16] + struct.pack('<Q', n_kv + 1) + d[24:kv_end] + kv + d[kv_end:i]
+open(out, 'wb').write(head + bytes((-len(head)) % 32) + d[data:])
+EOF
+}
 patch_u32 "$tmp/m1.gguf" qwen35.ssm.time_step_rank 12
 expect_error "value heads that disagree with inner_size" "$asan" run -m "$tmp/m1.gguf" -p hi -n 1
 patch_u32 "$tmp/m2.gguf" qwen35.ssm.state_size 4294967295
@@ -121,6 +160,42 @@ patch_file "$tmp/m5.gguf" blk.1.ssm_conv1d.weight blk.1.ssm_conv1x.weight
 expect_error "a missing convolution" "$asan" run -m "$tmp/m5.gguf" -p hi -n 1
 patch_u32 "$tmp/m6.gguf" qwen35.full_attention_interval 0
 expect_error "a full-attention interval of 0" "$asan" run -m "$tmp/m6.gguf" -p hi -n 1
+add_key "$tmp/m7.gguf" qwen35.attention.recurrent_layers 4
+if "$bin" run -m "$tmp/m7.gguf" -p hi -n 1 >/dev/null 2>&1; then
+    ok "the key writer makes a file that runs (recurrent_layers of 4 entries)"
+else
+    bad "add_key: a file with the right recurrent_layers does not run"
+fi
+add_key "$tmp/m8.gguf" qwen35.attention.recurrent_layers 3
+expect_error "a recurrent-layer array of 3 for 4 layers" "$asan" run -m "$tmp/m8.gguf" -p hi -n 1
+add_key "$tmp/m9.gguf" qwen35.nextn_predict_layers -4
+expect_error "as many MTP blocks as blocks" "$asan" run -m "$tmp/m9.gguf" -p hi -n 1
+
+# qwen3next: a recurrent layer with neither layout of its input projection
+m=$tmp/q3n.gguf
+if "$bin" gen-model "$m" --arch qwen3next --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+        --head-dim 64 --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 --vocab 512 \
+        --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+    patch_file "$tmp/n1.gguf" blk.1.ssm_in.weight blk.1.ssm_xx.weight
+    expect_error "qwen3next without ssm_in or attn_qkv" "$asan" run -m "$tmp/n1.gguf" -p hi -n 1
+    patch_file "$tmp/n2.gguf" blk.2.ssm_ba.weight blk.2.ssm_xx.weight
+    expect_error "qwen3next without ssm_ba" "$asan" run -m "$tmp/n2.gguf" -p hi -n 1
+else
+    bad "gen-model qwen3next: $(cat "$tmp/out")"
+fi
+
+# qwen35moe: a layer without its shared expert's gate
+m=$tmp/q35moe.gguf
+if "$bin" gen-model "$m" --arch qwen35moe --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+        --head-dim 64 --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 --vocab 512 \
+        --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+    patch_file "$tmp/e1.gguf" blk.3.ffn_gate_inp_shexp.weight blk.3.ffn_gate_inp_shexx.weight
+    expect_error "qwen35moe without a shared expert's gate" "$asan" run -m "$tmp/e1.gguf" -p hi -n 1
+    patch_u32 "$tmp/e2.gguf" qwen35moe.expert_used_count 9
+    expect_error "qwen35moe using 9 of 8 experts" "$asan" run -m "$tmp/e2.gguf" -p hi -n 1
+else
+    bad "gen-model qwen35moe: $(cat "$tmp/out")"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

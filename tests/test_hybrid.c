@@ -10,13 +10,16 @@
  * (the shared expert 256 wide), which gives three delta-net layers (conv 4, 8 key / 16
  * value heads of 32) and one gated attention layer with 16 of 64 dimensions rotating.
  * qwen3next is written in both its layouts (ssm_in, and --ssm-split), and qwen35moe
- * once more with an MTP block (--mtp 1), which must change nothing.
+ * once more with an MTP block (--mtp 1), which must change nothing. For the Q8_0
+ * files, NAME.exact.logits.f32 is the exact result for their weights: llama.cpp's logits
+ * of the file with every tensor dequantized to F32 (gguf-py's dequantize).
  *
  * Checked: the logits of a 48-token batch against the reference (default numerics and
  * cpu:q8x2 for F16; default for Q8_0, whose reference rounds activations as the
  * default does); the same positions token by token, in two chunks, and as one of two
  * sequences of al_eval_multi, against the batch (the recurrent state carries across
- * calls and rows); reset and truncate start the state over. */
+ * calls and rows); reset and truncate start the state over, or truncate goes back to a
+ * checkpoint (al_context_checkpoint), from which decoding gives the batch's logits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,9 +93,10 @@ static bool make_model(int i) {
     return true;
 }
 
-static float *read_ref(int i) {
+/* tests/data/NAME.KIND.f32: the logits of the 48 tokens. */
+static float *read_data(const char *name, const char *kind) {
     char path[256];
-    snprintf(path, sizeof path, "tests/data/%s.logits.f32", models[i].ref);
+    snprintf(path, sizeof path, "tests/data/%s.%s.f32", name, kind);
     FILE *f = fopen(path, "rb");
     float *buf = malloc((size_t)N_TOK * N_VOCAB * sizeof(float));
     size_t got = f && buf ? fread(buf, sizeof(float), (size_t)N_TOK * N_VOCAB, f) : 0;
@@ -104,6 +108,8 @@ static float *read_ref(int i) {
     }
     return buf;
 }
+
+static float *read_ref(int i) { return read_data(models[i].ref, "logits"); }
 
 static int argmax(const float *x) {
     int best = 0;
@@ -259,6 +265,122 @@ done:
     al_model_destroy(m);
 }
 
+/* Checkpoints: a truncate goes back to the latest one at or before the position kept,
+ * and decoding from it gives the batch's logits; later ones go, the oldest goes when
+ * there are too many, and reset drops them all. */
+static void checkpoint_case(int mi, const char *backend) {
+    if (!have[mi]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    al_model *m = load(mi, backend);
+    al_context *c = m ? context(m) : NULL;
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *batch = malloc(nl * sizeof(float)), *rest = malloc(nl * sizeof(float));
+    if (!c || !batch || !rest) {
+        CHECK(c && batch && rest);
+        goto done;
+    }
+    int latest = -1;
+    CHECK(al_eval(c, tokens, N_TOK, batch, true) == AL_OK);
+    al_context_reset(c);
+    CHECK(al_context_checkpoint(c) == AL_OK); /* position 0: nothing to save */
+    CHECK(al_context_n_checkpoints(c, NULL) == 0);
+    CHECK(al_eval(c, tokens, 20, NULL, false) == AL_OK && al_context_checkpoint(c) == AL_OK);
+    CHECK(al_eval(c, tokens + 20, 10, NULL, false) == AL_OK && al_context_checkpoint(c) == AL_OK);
+    CHECK(al_context_checkpoint(c) == AL_OK); /* the same position again: kept once */
+    CHECK(al_context_n_checkpoints(c, &latest) == 2 && latest == 30);
+    CHECK(al_eval(c, tokens + 30, N_TOK - 30, NULL, false) == AL_OK);
+    const int cut[2] = {33, 25}, back[2] = {30, 20};
+    for (int k = 0; k < 2; k++) {
+        CHECK(al_context_truncate(c, cut[k]) == AL_OK);
+        CHECK_MSG(al_context_n_past(c) == back[k], "truncate %d kept %d, expected %d", cut[k],
+                  al_context_n_past(c), back[k]);
+        const int p = al_context_n_past(c);
+        CHECK(al_eval(c, tokens + p, N_TOK - p, rest, true) == AL_OK);
+        const double e = test_nmse(rest, batch + (size_t)p * N_VOCAB, (int64_t)(N_TOK - p) * N_VOCAB);
+        printf("  %s on %s: from the checkpoint at %d vs batch NMSE %.3g\n", models[mi].name,
+               backend, p, e);
+        CHECK_MSG(e < 1e-9, "NMSE %g", e);
+    }
+    CHECK(al_context_n_checkpoints(c, &latest) == 1 && latest == 20);
+    CHECK(al_context_truncate(c, 10) == AL_OK && al_context_n_past(c) == 0);
+    CHECK(al_context_n_checkpoints(c, NULL) == 0);
+    /* five checkpoints in a context that keeps four: the first goes */
+    for (int k = 1; k <= 5; k++) {
+        CHECK(al_eval(c, tokens + al_context_n_past(c), 4, NULL, false) == AL_OK);
+        CHECK(al_context_checkpoint(c) == AL_OK);
+    }
+    CHECK(al_context_n_checkpoints(c, &latest) == 4 && latest == 20);
+    CHECK(al_context_truncate(c, 5) == AL_OK && al_context_n_past(c) == 0);
+    CHECK(al_eval(c, tokens, 8, NULL, false) == AL_OK && al_context_checkpoint(c) == AL_OK);
+    al_context_reset(c);
+    CHECK(al_context_n_checkpoints(c, NULL) == 0);
+done:
+    free(batch);
+    free(rest);
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
+static void test_checkpoints(void) { checkpoint_case(2, "cpu"); }
+
+/* n_checkpoints = -1: none are made, and a truncate starts over. */
+static void test_no_checkpoints(void) {
+    al_model *m = have[0] ? load(0, "cpu") : NULL;
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_checkpoints = -1;
+    al_context *c = NULL;
+    if (m && al_context_create(m, &cp, &c) == AL_OK) {
+        CHECK(al_eval(c, tokens, 10, NULL, false) == AL_OK && al_context_checkpoint(c) == AL_OK);
+        CHECK(al_context_n_checkpoints(c, NULL) == 0);
+        CHECK(al_eval(c, tokens + 10, 5, NULL, false) == AL_OK);
+        CHECK(al_context_truncate(c, 12) == AL_OK && al_context_n_past(c) == 0);
+    } else {
+        CHECK_MSG(false, "%s", have[0] ? al_last_error() : "the model could not be made");
+    }
+    al_context_destroy(c);
+    al_model_destroy(m);
+}
+
+/* Q8_0 model i against the exact result for its weights (tests/data/NAME.exact.logits:
+ * llama.cpp on the file dequantized to F32, which anyllm's CPU matches to 4e-9): the
+ * GPU and --precise (cpu:q8x2) to 1e-6, the default no further than llama.cpp's own
+ * logits (which round activations to 8 bits, as the default does) are, within 5%. */
+static void exact_case(int i) {
+    if (!have[i]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *exact = read_data(models[i].name, "exact.logits"), *ref = read_ref(i);
+    float *out = malloc(nl * sizeof(float));
+    if (!exact || !ref || !out) {
+        CHECK(exact && ref && out);
+        goto done;
+    }
+    const double e_llama = test_nmse(ref, exact, (int64_t)nl);
+    printf("  %s: llama.cpp's NMSE from the exact result %.3g\n", models[i].name, e_llama);
+    const char *backends[3] = {"cpu", "cpu:q8x2", al_gpu_count() > 0 ? "vulkan" : NULL};
+    for (int b = 0; b < 3 && backends[b]; b++) {
+        if (!eval_logits(i, backends[b], NULL, out)) continue;
+        const double e = test_nmse(out, exact, (int64_t)nl);
+        const double bar = b == 0 ? 1.05 * e_llama : 1e-6;
+        printf("  %s on %s: NMSE from the exact result %.3g (bar %.3g)\n", models[i].name,
+               backends[b], e, bar);
+        CHECK_MSG(e <= bar, "%s on %s: NMSE %g above %g", models[i].name, backends[b], e, bar);
+    }
+done:
+    free(exact);
+    free(ref);
+    free(out);
+}
+
+static void test_exact_qwen35(void) { exact_case(1); }
+static void test_exact_qwen35moe(void) { exact_case(3); }
+static void test_exact_qwen3next(void) { exact_case(5); }
+
 static void test_qwen35_decode(void) { decode_case(0); }
 static void test_qwen35moe_decode(void) { decode_case(2); }
 static void test_qwen3next_decode(void) { decode_case(4); }
@@ -287,7 +409,8 @@ static void test_kv_bytes_include_states(void) {
  * where llama.cpp rounds them to 8 bits for Q8_0 weights: its Q8_0 logits are then
  * further away (NMSE 1.0e-3 for qwen35, 3.8e-3 for qwen35moe, whose router turns
  * near-ties the other way; the reference ops' too) than F16's, and are held to 1e-2;
- * the reference ops' logits hold every case to 1e-9. */
+ * the reference ops' logits hold every case to 1e-9, and the exact result (exact_case)
+ * the Q8_0 ones to 1e-6. */
 static bool have_gpu(void) {
     if (al_gpu_count() > 0) return true;
     TEST_SKIP("no Vulkan device (%s)", *al_last_error() ? al_last_error() : "none found");
@@ -414,6 +537,9 @@ static void vulkan_decode_case(int mi) {
 static void test_qwen35_decode_vulkan(void) { vulkan_decode_case(0); }
 static void test_qwen35moe_decode_vulkan(void) { vulkan_decode_case(3); }
 static void test_qwen3next_decode_vulkan(void) { vulkan_decode_case(4); }
+static void test_checkpoints_vulkan(void) {
+    if (have_gpu()) checkpoint_case(4, "vulkan");
+}
 
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anyllm-hybrid-XXXXXX");
@@ -436,6 +562,11 @@ int main(void) {
     TEST_RUN(test_qwen3next_split);
     TEST_RUN(test_qwen3next_decode);
     TEST_RUN(test_mtp_block_ignored);
+    TEST_RUN(test_checkpoints);
+    TEST_RUN(test_exact_qwen35);
+    TEST_RUN(test_exact_qwen35moe);
+    TEST_RUN(test_exact_qwen3next);
+    TEST_RUN(test_no_checkpoints);
     TEST_RUN(test_kv_bytes_include_states);
     TEST_RUN(test_qwen35_f16_vulkan);
     TEST_RUN(test_qwen35_q8_0_vulkan);
@@ -446,6 +577,7 @@ int main(void) {
     TEST_RUN(test_qwen3next_f16_vulkan);
     TEST_RUN(test_qwen3next_q8_0_vulkan);
     TEST_RUN(test_qwen3next_decode_vulkan);
+    TEST_RUN(test_checkpoints_vulkan);
     for (int i = 0; i < N_MODELS; i++) remove(paths[i]);
     rmdir(dir);
     return test_finish();

@@ -39,6 +39,19 @@ else
     bad "$(basename "$first"): weights copied: '$c1' by default, '$c0' with ANYLLM_X16=0, '$cn' with --no-repack"
 fi
 expect_flag_default ANYLLM_X16 "$first"
+expect_flag_default ANYLLM_X16_PF "$first"
+# the in-place K-quant kernels' own prefetches (on by default on Intel CPUs) change no
+# bit
+kq=$SHARED/models/ref/ref-llama-Q4_K_M.gguf
+for pf in 0 1; do
+    ANYLLM_X16=0 ANYLLM_X16_PF=$pf "$bin" logits -m "$kq" --tokens 1,45,74,31,26 \
+        --backend cpu -t 2 --out "$tmp/pf$pf.f32" 2>/dev/null
+done
+if [ -s "$tmp/pf0.f32" ] && cmp -s "$tmp/pf0.f32" "$tmp/pf1.f32"; then
+    ok "ANYLLM_X16_PF=0 and 1 on $(basename "$kq"): the same logits, byte for byte"
+else
+    bad "ANYLLM_X16_PF=0 and 1 give different logits (or none)"
+fi
 
 models="$refs $(real_models)"
 for isa in $isas; do

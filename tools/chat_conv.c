@@ -73,12 +73,36 @@ void conv_free(chat_conv *cv) {
     *cv = (chat_conv){0};
 }
 
+/* s with each byte that starts no valid UTF-8 character replaced by U+FFFD (JSON
+ * strings are UTF-8; a reply may be cut inside a character, or be any bytes); NULL
+ * when out of memory. */
+static char *utf8_fixed(const char *s) {
+    const size_t n = strlen(s);
+    char *out = malloc(3 * n + 1), *o = out;
+    for (size_t i = 0; out && i < n;) {
+        const size_t k = al_utf8_char_len(s + i, n - i);
+        if (k) {
+            memcpy(o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    if (out) *o = 0;
+    return out;
+}
+
 int conv_save(const chat_conv *cv, const char *path) {
     json_t *root = json_object(), *arr = json_array();
     bool ok = root && arr && json_object_set(root, "messages", arr) == 0;
     for (int i = 0; ok && i < cv->n; i++) {
-        json_t *m = json_pack("{s:s, s:s}", "role", cv->msgs[i].role, "content",
-                              cv->msgs[i].content);
+        char *content = utf8_fixed(cv->msgs[i].content);
+        json_t *m = content ? json_pack("{s:s, s:s}", "role", cv->msgs[i].role, "content",
+                                        content) : NULL;
+        free(content);
         ok = m && json_array_append_new(arr, m) == 0;
     }
     json_decref(arr);

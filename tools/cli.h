@@ -43,6 +43,7 @@ typedef struct cli_opts {
     al_sampler_params sampling;
     bool no_context_shift;     /* --no-context-shift (chat): when the conversation no longer
                                   fits the context, exit instead of dropping the oldest turns */
+    int ctx_checkpoints;       /* --ctx-checkpoints (chat): al_context_params.n_checkpoints */
 } cli_opts;
 
 /* Prints "anyllm: MESSAGE" on one line to stderr and returns 1 (an exit status). */

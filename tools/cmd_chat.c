@@ -28,6 +28,7 @@ typedef struct chat_session {
     int n_cached;    /* how many of them it holds: fewer if the prompt was interrupted */
     int n_vocab;     /* logits per position */
     al_context *decode; /* the generated tokens' context, on another backend (split.h) */
+    bool recurrent;  /* the model has a recurrent state: each prompt is checkpointed */
 } chat_session;
 
 /* ---- fitting the conversation into the context ---------------------------------------- */
@@ -151,7 +152,7 @@ static int chat_turn(chat_session *s) {
     al_sampler_reset(s->smp);
     gen_stats gs = {0};
     gen_params gp = {.n_max = s->o->n_predict, .ignore_eos = s->o->ignore_eos, .quiet_full = true,
-                     .decode = s->decode, .hand_back = true};
+                     .decode = s->decode, .hand_back = true, .checkpoint = s->recurrent};
     rc = generate(s->c, s->v, s->n_vocab, s->smp, ids + keep, n - keep, &gp, &sink, &gs);
     al_harmony_destroy(sink.harmony);
     printf("\n");
@@ -279,6 +280,7 @@ int cmd_chat(const cli_opts *o) {
     s.tmpl_name = o->chat_template;
     al_model_info mi;
     al_model_get_info(m, &mi);
+    s.recurrent = mi.n_recurrent > 0;
     al_status st = AL_OK;
     char *probe = NULL;
     if (!s.v) {

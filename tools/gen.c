@@ -131,16 +131,22 @@ static al_status sink_end(gen_sink *o, al_detok *dt) {
  * The logits do not depend on it: every position's activations are its own. */
 enum { PROMPT_CHUNK = 256 };
 
-static int eval_prompt(al_context *c, const int32_t *prompt, int n_prompt, float *logits,
-                       gen_stats *gs) {
+static int eval_prompt(al_context *c, const int32_t *prompt, int n_prompt, bool checkpoint,
+                       float *logits, gen_stats *gs) {
     progress pr;
     progress_start(&pr, "prompt", "tokens", n_prompt);
     al_status st = AL_OK;
     int done = 0;
+    /* a checkpoint before the last token: a chunk ends there */
+    const int stop = checkpoint && n_prompt > 1 ? n_prompt - 1 : n_prompt;
     while (done < n_prompt && !cli_interrupted) {
-        int nb = n_prompt - done < PROMPT_CHUNK ? n_prompt - done : PROMPT_CHUNK;
+        const int end = done < stop ? stop : n_prompt;
+        int nb = end - done < PROMPT_CHUNK ? end - done : PROMPT_CHUNK;
         if ((st = al_eval(c, prompt + done, nb, logits, false)) != AL_OK) break;
         done += nb;
+        /* without room for one, the next turn evaluates more: nothing is lost */
+        if (done == stop && stop < n_prompt && al_context_checkpoint(c) != AL_OK)
+            fprintf(stderr, "anyllm: no checkpoint of the state: %s\n", al_last_error());
         progress_update(&pr, done);
     }
     progress_end(&pr);
@@ -189,7 +195,7 @@ int generate(al_context *c, const al_vocab *v, int n_vocab, al_sampler *smp,
     *gs = (gen_stats){.n_prompt = n_prompt, .end = GEN_LIMIT};
     for (int i = 0; i < n_prompt; i++) al_sampler_accept(smp, prompt[i]);
     double t0 = cli_now_s();
-    int rc = eval_prompt(c, prompt, n_prompt, logits, gs);
+    int rc = eval_prompt(c, prompt, n_prompt, gp->checkpoint, logits, gs);
     gs->t_prompt = cli_now_s() - t0;
     al_context *dc = gp->decode ? gp->decode : c; /* where the tokens are evaluated */
     if (!rc && gp->decode) rc = hand_over(dc, c, gs);

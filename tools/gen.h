@@ -56,6 +56,10 @@ typedef struct gen_params {
     al_context *decode;
     bool hand_back;    /* and takes the sequence back at the end (chat's next turn
                           starts from the prompt's context) */
+    /* a model with a recurrent state: checkpoint it before the prompt's last token
+     * (al_context_checkpoint), where the next turn's prompt, which starts with this
+     * one, can go back to */
+    bool checkpoint;
 } gen_params;
 
 /* Logits per position (the model's count, which al_eval writes). */

@@ -95,6 +95,9 @@ static const opt_spec specs[] = {
     {"--no-context-shift", NULL, C_CHAT, K_FLAG, F(no_context_shift), 0, 0,
      "end the chat when the conversation outgrows the context, instead of dropping its "
      "oldest turns", "off"},
+    {"--ctx-checkpoints", "N", C_CHAT, K_INT, F(ctx_checkpoints), -1, 64,
+     "a model with a recurrent state (qwen35...): checkpoints of it kept, where a turn "
+     "goes back to when the next one shares its start; -1: none", "4"},
     {"--tokens", "IDS", C_LOGITS, K_STR, F(tokens), 0, 0, "token ids: 1,2,3", "required"},
     {"-o, --out", "FILE", C_LOGITS, K_STR, F(out), 0, 0,
      "where float32 [n_tokens][n_vocab] logits go", "required"},

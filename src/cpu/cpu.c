@@ -73,7 +73,7 @@ static bool cpu_has_f16c(void) {
 /* Whether CPUID's vendor is Intel's (cpu.c's header: the x16 prefetches). */
 static bool cpu_is_intel(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0;
     /* "GenuineIntel" in EBX, EDX, ECX */
     return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
 #else

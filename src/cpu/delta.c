@@ -12,7 +12,7 @@
  * ISA), each block running over every position.
  *
  * The kernels sum in float with several accumulators where the reference sums in
- * double: tests/test_kernels.c holds them to it within 1e-5 relative.
+ * double: tests/test_delta.c holds them to it within 1e-5 relative.
  */
 #include <string.h>
 

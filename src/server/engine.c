@@ -34,6 +34,10 @@ struct srv_engine {
     const al_model *decode_model; /* NULL: model decodes too */
     const al_vocab *vocab;
     int n_vocab, n_ctx;
+    /* the model has a recurrent state, which goes back only to checkpoints: one before
+     * each prompt's last token and one at each job's end, where the next request of a
+     * conversation (or the same request again) starts */
+    bool recurrent;
     srv_metrics *metrics;
     slot *slots;
     int n_slots;
@@ -318,6 +322,10 @@ static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) 
     if (why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH) {
         flush_text(e, j);
         release_text(e, j, true);
+    }
+    if (why != SRV_FINISH_ERROR && e->recurrent) {
+        /* without room for it, a later request evaluates more: nothing is lost */
+        al_context_checkpoint(seq_ctx(s));
     } else if (why == SRV_FINISH_ERROR) {
         al_context_reset(s->ctx);
         if (s->dctx) al_context_reset(s->dctx);
@@ -424,6 +432,7 @@ static void prefill_one(srv_engine *e) {
     srv_job *j = s->job;
     int n = j->n_prompt - j->n_prefilled;
     if (n > PREFILL_CHUNK) n = PREFILL_CHUNK;
+    if (e->recurrent && n > 1 && j->n_prefilled + n == j->n_prompt) n--; /* a checkpoint first */
     bool last = j->n_prefilled + n == j->n_prompt;
     double t0 = al_time_s();
     al_status st = al_eval(s->ctx, j->prompt + j->n_prefilled, n, last ? e->logits : NULL, false);
@@ -435,7 +444,13 @@ static void prefill_one(srv_engine *e) {
     memcpy(s->cached + s->n_cached, j->prompt + j->n_prefilled, (size_t)n * sizeof(int32_t));
     s->n_cached += n;
     j->n_prefilled += n;
+    if (e->recurrent && j->n_prefilled == j->n_prompt - 1) al_context_checkpoint(s->ctx);
     if (!last) return;
+    /* the prompt's positions count before its first token reaches the client, who may
+     * read the gauges as soon as it has it */
+    pthread_mutex_lock(&e->lock);
+    publish_kv_locked(e);
+    pthread_mutex_unlock(&e->lock);
     srv_metrics_prompt(e->metrics, j->n_prompt, j->n_prompt - j->n_reused, j->t_prefill);
     if (slot_move(e, s, true) != AL_OK) {
         slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
@@ -578,6 +593,7 @@ al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, 
     al_model_get_info(m, &pi);
     al_model_get_info(dm ? dm : m, &di);
     srv_metrics_backends(metrics, pi.backend, di.backend);
+    e->recurrent = pi.n_recurrent > 0;
     for (int i = 0; st == AL_OK && i < n_slots; i++) {
         st = slot_contexts(e, &e->slots[i], n_ctx);
         e->slots[i].cached = malloc((size_t)n_ctx * sizeof(int32_t));
