@@ -711,6 +711,7 @@ al_status quant_rows(uint32_t type, int64_t n_per_row, int64_t row0, int64_t n_r
 /* ---- schemes ------------------------------------------------------------------------ */
 
 static const quant_scheme g_schemes[] = {
+    {"F32", 0, AL_TYPE_F32, "single precision"},
     {"F16", 1, AL_TYPE_F16, "half precision"},
     {"BF16", 32, AL_TYPE_BF16, "bfloat16"},
     {"Q8_0", 7, AL_TYPE_Q8_0, "8.5 bits per weight"},
@@ -808,7 +809,8 @@ uint32_t quant_pick_type(const quant_scheme *s, const quant_model_desc *m, const
     if (fell_back) *fell_back = false;
     if (!is_quantizable(name, real_dims(n_dims, ne))) return cur_type;
     uint32_t t = s->type;
-    if (t == AL_TYPE_F16 || t == AL_TYPE_BF16) return t; /* no mix, every ne[0] fits */
+    /* no mix, every ne[0] fits */
+    if (t == AL_TYPE_F32 || t == AL_TYPE_F16 || t == AL_TYPE_BF16) return t;
     if (!m->pure) {
         const int64_t ne_real[4] = {ne[0], n_dims > 1 ? ne[1] : 1, n_dims > 2 ? ne[2] : 1,
                                     n_dims > 3 ? ne[3] : 1};

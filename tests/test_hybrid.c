@@ -5,7 +5,7 @@
  * against the files the reference logits in tests/data were computed from, by llama.cpp
  * of llama-cpp-python 0.3.36's tree, CPU, one thread, no flash attention, one batch):
  *   anyllm gen-model M --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2
- *     --head-dim 64 --ffn 512 --vocab 512 --type F16 | Q8_0
+ *     --head-dim 64 --ffn 512 --vocab 512 --type F32 | F16 | Q8_0
  * and qwen35moe and qwen3next with --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128
  * (the shared expert 256 wide), which gives three delta-net layers (conv 4, 8 key / 16
  * value heads of 32) and one gated attention layer with 16 of 64 dimensions rotating.
@@ -61,6 +61,13 @@ static const struct {
     /* an MTP block after the trunk: loaded, not run, so the logits are qwen35moe-F16's */
     {"qwen35moe-mtp-F16", "qwen35moe", SHAPE MOE " --mtp 1", "F16",
      "6181a74095f9a64d31b1c73b475fb1ac9630912842f5daee2dcd6feed3982c1a", "qwen35moe-F16", 1e-4},
+    /* F32: nothing rounds but the order of the sums (measured 3.3e-9 to 3.9e-9) */
+    {"qwen35-F32", "qwen35", SHAPE " --ffn 512", "F32",
+     "6cca30c84a7ef993a8d64b5b8426ab8d5cec56ae1e50dc04cb17b5ab37e3a01f", "qwen35-F32", 1e-6},
+    {"qwen35moe-F32", "qwen35moe", SHAPE MOE, "F32",
+     "30e99d8119a652c665b63cd584953687af4fa84d4a72b40ccb52e82db64ded04", "qwen35moe-F32", 1e-6},
+    {"qwen3next-F32", "qwen3next", SHAPE MOE, "F32",
+     "14eb47493bcea9c04e0d9cf71f69e51c3ac169fde6c46c940b25cfdcffa3a107", "qwen3next-F32", 1e-6},
 };
 enum { N_MODELS = sizeof models / sizeof *models };
 
@@ -179,6 +186,9 @@ static void test_qwen3next_f16(void) { reference_case(4, "cpu"); }
 static void test_qwen3next_f16_precise(void) { reference_case(4, "cpu:q8x2"); }
 static void test_qwen3next_q8_0(void) { reference_case(5, "cpu"); }
 static void test_qwen3next_split(void) { reference_case(6, "cpu"); }
+static void test_f32_models(void) {
+    for (int i = 8; i <= 10; i++) reference_case(i, "cpu");
+}
 
 static bool eval_logits(int i, const char *backend, const char *isa, float *out);
 
@@ -476,6 +486,9 @@ static void test_qwen3next_f16_vulkan(void) {
     vulkan_case(6, 1e-4);
 }
 static void test_qwen3next_q8_0_vulkan(void) { vulkan_case(5, 1e-2); }
+static void test_f32_vulkan(void) {
+    for (int i = 8; i <= 10 && have_gpu(); i++) reference_case(i, "vulkan");
+}
 
 /* al_eval_multi on the GPU: a context 20 tokens in and a fresh one take their next
  * token in one call (two states, two positions), against the batch's rows 20 and 0. */
@@ -560,6 +573,7 @@ int main(void) {
     TEST_RUN(test_qwen3next_f16_precise);
     TEST_RUN(test_qwen3next_q8_0);
     TEST_RUN(test_qwen3next_split);
+    TEST_RUN(test_f32_models);
     TEST_RUN(test_qwen3next_decode);
     TEST_RUN(test_mtp_block_ignored);
     TEST_RUN(test_checkpoints);
@@ -576,6 +590,7 @@ int main(void) {
     TEST_RUN(test_qwen35moe_decode_vulkan);
     TEST_RUN(test_qwen3next_f16_vulkan);
     TEST_RUN(test_qwen3next_q8_0_vulkan);
+    TEST_RUN(test_f32_vulkan);
     TEST_RUN(test_qwen3next_decode_vulkan);
     TEST_RUN(test_checkpoints_vulkan);
     for (int i = 0; i < N_MODELS; i++) remove(paths[i]);
