@@ -75,6 +75,26 @@ else
 fi
 kill $spid 2>/dev/null
 wait $spid 2>/dev/null
+# --ctx-checkpoints -1: none are kept, so the same request again reuses nothing
+"$bin" serve -m "$m" --port $port --parallel 1 --chat-template chatml --ctx-checkpoints -1 \
+    >"$tmp/serve.log" 2>&1 &
+spid=$!
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
+    sleep 0.3
+done
+req='{"messages":[{"role":"user","content":"hi there"}],"max_tokens":4,"temperature":0}'
+for i in 1 2; do
+    curl -s -m 30 -H 'Content-Type: application/json' -d "$req" \
+        "http://127.0.0.1:$port/v1/chat/completions" >"$tmp/n$i.json"
+done
+if grep -q '"cached_tokens":0' "$tmp/n2.json" && grep -q '"finish_reason"' "$tmp/n2.json"; then
+    ok "serve --ctx-checkpoints -1: the same request again reuses nothing"
+else
+    bad "serve --ctx-checkpoints -1: $(cat "$tmp/n2.json" "$tmp/serve.log")"
+fi
+kill $spid 2>/dev/null
+wait $spid 2>/dev/null
 
 # chat: turns, /save, /load and a context that fills (the oldest turns go, the rest is
 # evaluated again: a recurrent state cannot be shifted); the replies are the same

@@ -73,6 +73,9 @@ static void serve_usage(FILE *f) {
         "  --prefix-hash-tokens K  answers carry X-Prefix-Hash, a hash of the prompt's\n"
         "                     first K tokens, for balancers that route by prefix (default\n"
         "                     64; 0: none; prompts shorter than K get none)\n"
+        "  --ctx-checkpoints N  a model with a recurrent state (qwen35...): checkpoints of\n"
+        "                     it per sequence, where a later request sharing the prompt's\n"
+        "                     start goes back to (default 4, each the state's size; -1: none)\n"
         "  -v, --verbose      one line per request on stderr\n");
 }
 
@@ -122,6 +125,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"-t", "--threads", &o->n_threads, 1, 256, NULL},
         {"--drain-timeout", NULL, &o->drain_timeout_s, 0, 86400, NULL},
         {"--prefix-hash-tokens", NULL, &o->p.prefix_hash_tokens, 0, 1 << 20, NULL},
+        {"--ctx-checkpoints", NULL, &o->p.n_checkpoints, -1, 64, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -542,9 +542,9 @@ static bool on_cpu(const al_model *m) {
 
 /* A slot's contexts: with a decode model, the one on the CPU first (if either is), so
  * that a GPU imports the CPU's ordinary memory, and the other on its KV memory. */
-static al_status slot_contexts(srv_engine *e, slot *s, int n_ctx) {
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = n_ctx;
+static al_status slot_contexts(srv_engine *e, slot *s, const al_context_params *params) {
+    al_context_params cp = *params;
+    cp.kv_shared_with = NULL;
     if (!e->decode_model) return al_context_create(e->model, &cp, &s->ctx);
     const bool decode_first = on_cpu(e->decode_model) && !on_cpu(e->model);
     al_context **c1 = decode_first ? &s->dctx : &s->ctx, **c2 = decode_first ? &s->ctx : &s->dctx;
@@ -562,9 +562,11 @@ static void slot_free(srv_engine *e, slot *s) {
     free(s->cached);
 }
 
-al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, int n_ctx,
-                            int max_queued, srv_metrics *metrics, srv_engine **out) {
+al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
+                            const al_context_params *cp, int max_queued, srv_metrics *metrics,
+                            srv_engine **out) {
     *out = NULL;
+    const int n_ctx = cp->n_ctx;
     const al_vocab *v = al_model_vocab(m);
     if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
     if (n_slots < 1 || max_queued < 0)
@@ -595,7 +597,7 @@ al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, 
     srv_metrics_backends(metrics, pi.backend, di.backend);
     e->recurrent = pi.n_recurrent > 0;
     for (int i = 0; st == AL_OK && i < n_slots; i++) {
-        st = slot_contexts(e, &e->slots[i], n_ctx);
+        st = slot_contexts(e, &e->slots[i], cp);
         e->slots[i].cached = malloc((size_t)n_ctx * sizeof(int32_t));
         if (st == AL_OK && !e->slots[i].cached)
             st = al_error(AL_ERR_NOMEM, "out of memory for sequence %d", i);

@@ -91,13 +91,15 @@ typedef struct srv_job_state {
 
 typedef struct srv_engine srv_engine;
 
-/* Creates n_slots contexts of n_ctx positions each and starts the thread. At most
+/* Creates n_slots contexts with cp's parameters (n_ctx positions each; n_checkpoints of
+ * a recurrent state; kv_shared_with is ignored) and starts the thread. At most
  * max_queued jobs wait for a slot; more are refused. With a decode model dm (the same
  * file on another backend; NULL: none) each slot has a second context on dm, made on
  * the KV memory of the first where both backends see it (kv_shared_with): prompts run
  * on m, and the sequence is handed to dm's context to generate. */
-al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots, int n_ctx, int max_queued,
-                            srv_metrics *metrics, srv_engine **out);
+al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
+                            const al_context_params *cp, int max_queued, srv_metrics *metrics,
+                            srv_engine **out);
 /* Ends every job (SRV_FINISH_ERROR, which wakes their readers), refuses new ones and
  * joins the thread. The engine's lock stays usable, so readers can still poll and
  * release their jobs; call this before stopping the threads that hold jobs. */

@@ -942,8 +942,11 @@ al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_mod
                        .max_tokens_default = s->p.max_tokens_default,
                        .tmpl_name = chat_format(m, s->p.chat_template),
                        .tmpl = al_model_chat_template(m), .model_name = s->model_name};
-    al_status st = srv_engine_create(m, s->p.decode_model, s->p.n_parallel, n_ctx,
-                                     s->p.n_queue, &s->metrics, &s->engine);
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_checkpoints = s->p.n_checkpoints;
+    al_status st = srv_engine_create(m, s->p.decode_model, s->p.n_parallel, &cp, s->p.n_queue,
+                                     &s->metrics, &s->engine);
     if (st != AL_OK) return st;
     __atomic_store_n(&s->state, SRV_STATE_READY, __ATOMIC_RELEASE);
     return AL_OK;

@@ -30,6 +30,8 @@ typedef struct srv_params {
     int port;                  /* TCP port; 0 picks a free one (srv_port tells which)  */
     int n_parallel;            /* sequences decoded together                           */
     int n_ctx;                 /* positions per sequence                               */
+    int n_checkpoints;         /* a recurrent state's checkpoints per sequence (0: the
+                                  library's default; -1: none): al_context_params     */
     int n_queue;               /* requests that may wait for a free sequence           */
     int timeout_s;             /* idle time before a connection is dropped             */
     int head_timeout_s;        /* a request's head and body must arrive within this,
