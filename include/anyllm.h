@@ -294,8 +294,10 @@ void al_context_get_info(const al_context *c, al_context_info *out);
  * src's backend has written its cache. When the two share KV memory (kv_shared_with)
  * nothing is copied, and src is emptied (0 positions), since dst's next evaluation
  * writes the rows src would read; otherwise the rows are copied once (counted in dst's
- * kv_bytes_copied) and src keeps its positions. Neither context may be in use by another
- * thread meanwhile. */
+ * kv_bytes_copied) and src keeps its positions. A model's recurrent states (qwen35...)
+ * are each context's own: they are copied either way (counted too), and the
+ * checkpoints (al_context_checkpoint) move to dst. Neither context may be in use by
+ * another thread meanwhile. */
 al_status al_context_handoff(al_context *dst, al_context *src);
 
 /* Evaluates n_tokens tokens as one batch at positions n_past .. n_past+n_tokens-1 and

@@ -809,11 +809,10 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
     c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
     if (!c->k_cache || !c->v_cache) return al_error(AL_ERR_NOMEM, "out of memory for KV cache");
-    if (peer && m->ad->flags & ARCH_HYBRID)
-        return al_error(AL_ERR_UNSUPPORTED, "kv_shared_with: %s keeps recurrent states, which "
-                        "contexts do not share yet", m->arch);
+    /* a recurrent layer has no cache to share: its state is each context's own, and
+     * al_context_handoff copies it */
     for (int il = 0; peer && il < m->n_layer && st == AL_OK; il++)
-        st = kv_import_layer(c, peer, il);
+        if (peer->k_cache[il].data) st = kv_import_layer(c, peer, il);
     if (peer && st == AL_OK) {
         c->kv_root = peer->kv_root;
         return AL_OK;
@@ -1293,7 +1292,7 @@ enum { HANDOFF_CHUNK = 4 << 20 }; /* bytes through the host at once, between two
 
 /* Copies n bytes from s (on sb) to d (on db): straight into d where the host sees its
  * memory, or straight out of s, else through a host buffer *tmp (made on first use). */
-static al_status copy_rows(al_backend *db, al_tensor *d, al_backend *sb, const al_tensor *s,
+al_status model_copy_rows(al_backend *db, al_tensor *d, al_backend *sb, const al_tensor *s,
                            uint64_t n, char **tmp) {
     uint64_t avail;
     void *h = db->ops->tensor_host ? db->ops->tensor_host(db, d, &avail) : NULL;
@@ -1336,8 +1335,8 @@ static al_status copy_layer(al_context *dst, const al_context *src, int il, char
         al_tensor vs = al_tensor_rows(&src->v_cache[il], rs, n);
         al_tensor kd = al_tensor_rows(&dst->k_cache[il], rd, n);
         al_tensor vd = al_tensor_rows(&dst->v_cache[il], rd, n);
-        if ((st = copy_rows(dst->be, &kd, src->be, &ks, (uint64_t)n * row, tmp)) == AL_OK)
-            st = copy_rows(dst->be, &vd, src->be, &vs, (uint64_t)n * row, tmp);
+        if ((st = model_copy_rows(dst->be, &kd, src->be, &ks, (uint64_t)n * row, tmp)) == AL_OK)
+            st = model_copy_rows(dst->be, &vd, src->be, &vs, (uint64_t)n * row, tmp);
         *n_bytes += 2 * (uint64_t)n * row;
         p += n;
     }
@@ -1349,9 +1348,6 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
     if (dst == src) return AL_OK;
     al_status st = same_shape(dst->m, src->m, "al_context_handoff");
     if (st != AL_OK) return st;
-    if (src->m->ad->flags & ARCH_HYBRID)
-        return al_error(AL_ERR_UNSUPPORTED, "al_context_handoff: %s keeps recurrent states, "
-                        "which are not handed over yet", src->m->arch);
     if (src->n_past > dst->n_ctx)
         return al_error(AL_ERR_ARG, "al_context_handoff: %d positions do not fit the %d of the "
                         "destination", src->n_past, dst->n_ctx);
@@ -1359,6 +1355,10 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
      * and a later submission of dst's makes host writes visible to dst's GPU); dst's
      * own recorded work, which may use its cache, is done */
     if ((st = backend_sync(src->be)) || (st = backend_sync(dst->be))) return st;
+    if (src->m->ad->flags & ARCH_HYBRID && (st = hybrid_handoff(dst, src)) != AL_OK) {
+        dst->n_past = 0;
+        return st;
+    }
     if (dst->kv_root == src->kv_root) { /* one memory: nothing moves */
         dst->n_past = src->n_past;
         src->n_past = 0;

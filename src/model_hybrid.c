@@ -371,3 +371,29 @@ void hybrid_checkpoints_free(al_context *c) {
     for (int i = 0; c->ckpt && i < c->max_ckpt; i++) al_free(c->ckpt[i].data);
     al_free(c->ckpt);
 }
+
+al_status hybrid_handoff(al_context *dst, al_context *src) {
+    const al_model *m = src->m;
+    char *tmp = NULL;
+    al_status st = AL_OK;
+    for (int il = 0; il < m->n_layer && st == AL_OK; il++) {
+        if (!m->layers[il].recr) continue;
+        al_tensor *d[2] = {&dst->conv_state[il], &dst->ssm_state[il]};
+        const al_tensor *s[2] = {&src->conv_state[il], &src->ssm_state[il]};
+        for (int k = 0; k < 2 && st == AL_OK; k++) {
+            const uint64_t n = (uint64_t)s[k]->ne[1] * s[k]->row_bytes;
+            AL_ASSERT(n == (uint64_t)d[k]->ne[1] * d[k]->row_bytes);
+            st = model_copy_rows(dst->be, d[k], src->be, s[k], n, &tmp);
+            dst->kv_bytes_copied += n;
+        }
+    }
+    al_free(tmp);
+    if (st != AL_OK) return st;
+    /* the checkpoints are the sequence's, in host memory laid out alike on every
+     * backend (the states' rows are unpadded f32): they go along */
+    struct hybrid_checkpoint *k = dst->ckpt;
+    const int max = dst->max_ckpt;
+    dst->ckpt = src->ckpt, dst->n_ckpt = src->n_ckpt, dst->max_ckpt = src->max_ckpt;
+    src->ckpt = k, src->max_ckpt = max, src->n_ckpt = 0;
+    return AL_OK;
+}

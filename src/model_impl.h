@@ -130,6 +130,10 @@ int64_t model_dim(const al_model *m, arch_dim d);
 al_status model_own_f32(al_model *m, const char *name, al_tensor *t);
 /* Keeps p (al_malloc'd) until the model is destroyed; frees it and fails on NOMEM. */
 al_status model_own(al_model *m, void *p, const char *what);
+/* Copies n bytes of s (on sb) into d (on db), through *tmp (al_free'd by the caller)
+ * where neither side is host memory. */
+al_status model_copy_rows(al_backend *db, al_tensor *d, al_backend *sb, const al_tensor *s,
+                          uint64_t n, char **tmp);
 void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
                      const al_tensor *w);
 void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
@@ -155,5 +159,8 @@ void hybrid_shared_expert(al_context *c, int il, int n);
  * returns its position (0: none, the state starts over). */
 int hybrid_restore(al_context *c, int n_past);
 void hybrid_checkpoints_free(al_context *c);
+/* al_context_handoff's part for the states: src's go into dst's, and its checkpoints
+ * with them (both backends synced). */
+al_status hybrid_handoff(al_context *dst, al_context *src);
 
 #endif /* AL_MODEL_IMPL_H */

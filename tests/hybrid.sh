@@ -54,6 +54,15 @@ if "$bin" devices 2>/dev/null | grep -q 'vulkan:0'; then
     else
         bad "run --backend vulkan: $(cat "$tmp/err")"
     fi
+    # the prompt on the GPU, the tokens on the CPU: the states go with the sequence
+    if "$bin" run -m "$m" --prefill-backend vulkan --decode-backend cpu -p "one two three" \
+            -n 12 -s 1 >"$tmp/run" 2>"$tmp/err" && grep -q "generated 12 tokens" "$tmp/err" &&
+            grep -q "^split: prompt on vulkan" "$tmp/err"; then
+        ok "run --prefill-backend vulkan --decode-backend cpu: $(grep '^split' "$tmp/err")"
+    else
+        bad "run split: $(cat "$tmp/err")"
+    fi
+    split_serve=1
 else
     echo "skip: no Vulkan device here, so --backend vulkan is not run"
 fi
@@ -75,6 +84,24 @@ else
 fi
 kill $spid 2>/dev/null
 wait $spid 2>/dev/null
+# the same with prompts on the GPU and tokens on the CPU: the states and checkpoints
+# are handed over with the sequence
+if [ -n "${split_serve:-}" ]; then
+    "$bin" serve -m "$m" --port $port --parallel 2 --chat-template chatml \
+        --prefill-backend vulkan --decode-backend cpu >"$tmp/serve.log" 2>&1 &
+    spid=$!
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+        curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
+        sleep 0.3
+    done
+    if python3 "$(dirname "$0")/hybrid_serve.py" $port >"$tmp/serve.out" 2>&1; then
+        ok "serve --prefill-backend vulkan --decode-backend cpu: $(grep -c '^ok' "$tmp/serve.out") checks"
+    else
+        bad "serve split: $(cat "$tmp/serve.out" "$tmp/serve.log")"
+    fi
+    kill $spid 2>/dev/null
+    wait $spid 2>/dev/null
+fi
 # --ctx-checkpoints -1: none are kept, so the same request again reuses nothing
 "$bin" serve -m "$m" --port $port --parallel 1 --chat-template chatml --ctx-checkpoints -1 \
     >"$tmp/serve.log" 2>&1 &

@@ -335,6 +335,66 @@ done:
 
 static void test_checkpoints(void) { checkpoint_case(2, "cpu"); }
 
+/* A sequence handed from one context to another (al_context_handoff) mid-prompt: the
+ * states and checkpoints go along, so the rest of the batch gives its logits, with
+ * the KV memory shared (kv_shared_with) and with a copy; a truncate on dst goes back to
+ * a checkpoint made on src. prefill/decode: the backends of the two sides. */
+static void handoff_case(int mi, const char *prefill, const char *decode, double bar) {
+    if (!have[mi]) {
+        CHECK_MSG(false, "the model could not be made (above)");
+        return;
+    }
+    al_model *mp = load(mi, prefill), *md = load(mi, decode);
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *batch = malloc(nl * sizeof(float)), *rest = malloc(nl * sizeof(float));
+    al_context *ref = md ? context(md) : NULL;
+    if (!mp || !md || !ref || !batch || !rest ||
+        al_eval(ref, tokens, N_TOK, batch, true) != AL_OK) {
+        CHECK_MSG(false, "setup: %s", al_last_error());
+        goto done;
+    }
+    for (int shared = 0; shared < 2; shared++) {
+        al_context_params cp = al_context_default_params();
+        cp.n_ctx = 128;
+        al_context *src = NULL, *dst = NULL;
+        if (al_context_create(mp, &cp, &src) != AL_OK) {
+            CHECK_MSG(false, "%s", al_last_error());
+            continue;
+        }
+        cp.kv_shared_with = shared ? src : NULL;
+        al_status st = al_context_create(md, &cp, &dst);
+        if (st != AL_OK) { /* two backends that cannot see one memory */
+            printf("  %s -> %s, shared: %s\n", prefill, decode, al_last_error());
+            CHECK(shared);
+            al_context_destroy(src);
+            continue;
+        }
+        CHECK(al_eval(src, tokens, 20, NULL, false) == AL_OK && al_context_checkpoint(src) == AL_OK);
+        CHECK(al_eval(src, tokens + 20, 5, NULL, false) == AL_OK);
+        CHECK(al_context_handoff(dst, src) == AL_OK && al_context_n_past(dst) == 25);
+        CHECK(al_context_n_checkpoints(dst, NULL) == 1 && al_context_n_checkpoints(src, NULL) == 0);
+        CHECK(al_eval(dst, tokens + 25, N_TOK - 25, rest, true) == AL_OK);
+        double e = test_nmse(rest, batch + (size_t)25 * N_VOCAB, (int64_t)(N_TOK - 25) * N_VOCAB);
+        CHECK(al_context_truncate(dst, 22) == AL_OK && al_context_n_past(dst) == 20);
+        CHECK(al_eval(dst, tokens + 20, N_TOK - 20, rest, true) == AL_OK);
+        const double e2 = test_nmse(rest, batch + (size_t)20 * N_VOCAB,
+                                    (int64_t)(N_TOK - 20) * N_VOCAB);
+        printf("  %s %s -> %s (%s): after the hand-off NMSE %.3g, from src's checkpoint %.3g\n",
+               models[mi].name, prefill, decode, shared ? "shared KV" : "copied", e, e2);
+        CHECK_MSG(e <= bar && e2 <= bar, "NMSE %g, %g above %g", e, e2, bar);
+        al_context_destroy(dst);
+        al_context_destroy(src);
+    }
+done:
+    free(batch);
+    free(rest);
+    al_context_destroy(ref);
+    al_model_destroy(mp);
+    al_model_destroy(md);
+}
+
+static void test_handoff(void) { handoff_case(4, "cpu", "cpu", 1e-12); }
+
 /* n_checkpoints = -1: none are made, and a truncate starts over. */
 static void test_no_checkpoints(void) {
     al_model *m = have[0] ? load(0, "cpu") : NULL;
@@ -553,6 +613,11 @@ static void test_qwen3next_decode_vulkan(void) { vulkan_decode_case(4); }
 static void test_checkpoints_vulkan(void) {
     if (have_gpu()) checkpoint_case(4, "vulkan");
 }
+/* prompts on the GPU, tokens on the CPU: against the CPU's batch, as far as the two
+ * backends' F16 arithmetic lies apart */
+static void test_handoff_vulkan(void) {
+    if (have_gpu()) handoff_case(4, "vulkan", "cpu", 1e-6);
+}
 
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/anyllm-hybrid-XXXXXX");
@@ -581,6 +646,7 @@ int main(void) {
     TEST_RUN(test_exact_qwen35moe);
     TEST_RUN(test_exact_qwen3next);
     TEST_RUN(test_no_checkpoints);
+    TEST_RUN(test_handoff);
     TEST_RUN(test_kv_bytes_include_states);
     TEST_RUN(test_qwen35_f16_vulkan);
     TEST_RUN(test_qwen35_q8_0_vulkan);
@@ -593,6 +659,7 @@ int main(void) {
     TEST_RUN(test_f32_vulkan);
     TEST_RUN(test_qwen3next_decode_vulkan);
     TEST_RUN(test_checkpoints_vulkan);
+    TEST_RUN(test_handoff_vulkan);
     for (int i = 0; i < N_MODELS; i++) remove(paths[i]);
     rmdir(dir);
     return test_finish();
