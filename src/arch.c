@@ -94,24 +94,45 @@ static const arch_tensor gpt_oss_layer[] = {
  * "post_attention_norm" is the FFN's input norm */
 #define A W_ATTN
 #define R W_RECR
-#define QWEN35_MIXER                                                         \
+/* the gated attention layers */
+#define QWEN35_ATTN                                                          \
     {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},     \
     {L_WQ, "attn_q.weight", D_EMBD, D_Q_GATE, true, D_ONE, A},                \
     {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, A},                    \
     {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, A},                    \
     {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},          \
     {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},          \
-    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A},                \
-    {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, true, D_ONE, R},       \
-    {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, true, D_ONE, R},       \
+    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A}
+/* a delta-net layer's convolution and decay */
+#define QWEN35_CONV                                                          \
     {L_SSM_CONV, "ssm_conv1d.weight", D_SSM_KERNEL, D_SSM_CONV, true, D_ONE, R}, \
     {L_SSM_DT, "ssm_dt.bias", D_SSM_VHEADS, D_ONE, true, D_ONE, R},           \
-    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R},                  \
-    {L_SSM_BETA, "ssm_beta.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},    \
-    {L_SSM_ALPHA, "ssm_alpha.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},  \
+    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R}
+/* its output's norm and projection, and the FFN's norm */
+#define QWEN35_OUT                                                           \
     {L_SSM_NORM, "ssm_norm.weight", D_SSM_STATE, D_ONE, true, D_ONE, R},      \
     {L_SSM_OUT, "ssm_out.weight", D_SSM_INNER, D_EMBD, true, D_ONE, R},       \
     {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL}
+/* the routed experts, and a shared expert whose output a per-token sigmoid gate scales */
+#define QWEN35_MOE                                                           \
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},  \
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL}, \
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL}, \
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL}, \
+    {L_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL}, \
+    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL}, \
+    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL}, \
+    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_ALL}
+/* qwen35's delta-net layer, in the order gen-model writes the tensors (which its
+ * weights depend on) */
+#define QWEN35_MIXER                                                         \
+    QWEN35_ATTN,                                                              \
+    {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, true, D_ONE, R},       \
+    {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, true, D_ONE, R},       \
+    QWEN35_CONV,                                                              \
+    {L_SSM_BETA, "ssm_beta.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},    \
+    {L_SSM_ALPHA, "ssm_alpha.weight", D_EMBD, D_SSM_VHEADS, true, D_ONE, R},  \
+    QWEN35_OUT
 
 static const arch_tensor qwen35_layer[] = {
     QWEN35_MIXER,
@@ -120,52 +141,28 @@ static const arch_tensor qwen35_layer[] = {
     {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_ALL},
 };
 
-/* qwen35moe: the routed experts, and a shared expert whose output a per-token
- * sigmoid gate scales */
-static const arch_tensor qwen35moe_layer[] = {
-    QWEN35_MIXER,
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL},
-    {L_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
-    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
-    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_ALL},
-};
+static const arch_tensor qwen35moe_layer[] = {QWEN35_MIXER, QWEN35_MOE};
+
 /* qwen3next (Qwen3-Next): qwen35moe's blocks with value heads grouped over key heads,
  * no rope sections, and beta|alpha in one projection. Older files also project q|k|v|z
  * in one matrix (ssm_in); newer ones split it as qwen35 does. The binder takes either
  * and splits the older matrices into the slots the forward pass reads. */
 static const arch_tensor qwen3next_layer[] = {
-    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_WQ, "attn_q.weight", D_EMBD, D_Q_GATE, true, D_ONE, A},
-    {L_WK, "attn_k.weight", D_EMBD, D_KV, true, D_ONE, A},
-    {L_WV, "attn_v.weight", D_EMBD, D_KV, true, D_ONE, A},
-    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
-    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, A},
-    {L_WO, "attn_output.weight", D_Q, D_EMBD, true, D_ONE, A},
+    QWEN35_ATTN,
     {L_SSM_IN, "ssm_in.weight", D_EMBD, D_SSM_QKVZ, false, D_ONE, R},
     {L_SSM_QKV, "attn_qkv.weight", D_EMBD, D_SSM_CONV, false, D_ONE, R},
     {L_SSM_Z, "attn_gate.weight", D_EMBD, D_SSM_INNER, false, D_ONE, R},
-    {L_SSM_CONV, "ssm_conv1d.weight", D_SSM_KERNEL, D_SSM_CONV, true, D_ONE, R},
-    {L_SSM_DT, "ssm_dt.bias", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
-    {L_SSM_A, "ssm_a", D_SSM_VHEADS, D_ONE, true, D_ONE, R},
+    QWEN35_CONV,
     {L_SSM_BA, "ssm_ba.weight", D_EMBD, D_SSM_BA, true, D_ONE, R},
-    {L_SSM_NORM, "ssm_norm.weight", D_SSM_STATE, D_ONE, true, D_ONE, R},
-    {L_SSM_OUT, "ssm_out.weight", D_SSM_INNER, D_EMBD, true, D_ONE, R},
-    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_ALL},
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_ALL},
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_ALL},
-    {L_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
-    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_ALL},
-    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_ALL},
+    QWEN35_OUT,
+    QWEN35_MOE,
 };
 #undef A
 #undef R
+#undef QWEN35_ATTN
+#undef QWEN35_CONV
+#undef QWEN35_OUT
+#undef QWEN35_MOE
 #undef QWEN35_MIXER
 
 static const arch_desc archs[] = {

@@ -73,7 +73,7 @@ fi
 port=$((20000 + $$ % 20000))
 "$bin" serve -m "$m" --port $port --parallel 2 --chat-template chatml >"$tmp/serve.log" 2>&1 &
 spid=$!
-for i in 1 2 3 4 5 6 7 8 9 10; do
+for i in $(seq 50); do
     curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
     sleep 0.3
 done
@@ -90,7 +90,7 @@ if [ -n "${split_serve:-}" ]; then
     "$bin" serve -m "$m" --port $port --parallel 2 --chat-template chatml \
         --prefill-backend vulkan --decode-backend cpu >"$tmp/serve.log" 2>&1 &
     spid=$!
-    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+    for i in $(seq 50); do
         curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
         sleep 0.3
     done
@@ -106,7 +106,7 @@ fi
 "$bin" serve -m "$m" --port $port --parallel 1 --chat-template chatml --ctx-checkpoints -1 \
     >"$tmp/serve.log" 2>&1 &
 spid=$!
-for i in 1 2 3 4 5 6 7 8 9 10; do
+for i in $(seq 50); do
     curl -s -o /dev/null "http://127.0.0.1:$port/health" && break
     sleep 0.3
 done
@@ -218,30 +218,28 @@ expect_error "a recurrent-layer array of 3 for 4 layers" "$asan" run -m "$tmp/m8
 add_key "$tmp/m9.gguf" qwen35.nextn_predict_layers -4
 expect_error "as many MTP blocks as blocks" "$asan" run -m "$tmp/m9.gguf" -p hi -n 1
 
-# qwen3next: a recurrent layer with neither layout of its input projection
-m=$tmp/q3n.gguf
-if "$bin" gen-model "$m" --arch qwen3next --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+# gen_moe ARCH: a mixture-of-experts hybrid of the same shape into $m
+gen_moe() {
+    m=$tmp/$1.gguf
+    "$bin" gen-model "$m" --arch "$1" --dim 256 --layers 4 --heads 4 --kv-heads 2 \
         --head-dim 64 --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 --vocab 512 \
-        --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+        --type Q8_0 -t 2 >"$tmp/out" 2>&1 || { bad "gen-model $1: $(cat "$tmp/out")"; return 1; }
+}
+
+# qwen3next: a recurrent layer with neither layout of its input projection
+if gen_moe qwen3next; then
     patch_file "$tmp/n1.gguf" blk.1.ssm_in.weight blk.1.ssm_xx.weight
     expect_error "qwen3next without ssm_in or attn_qkv" "$asan" run -m "$tmp/n1.gguf" -p hi -n 1
     patch_file "$tmp/n2.gguf" blk.2.ssm_ba.weight blk.2.ssm_xx.weight
     expect_error "qwen3next without ssm_ba" "$asan" run -m "$tmp/n2.gguf" -p hi -n 1
-else
-    bad "gen-model qwen3next: $(cat "$tmp/out")"
 fi
 
-# qwen35moe: a layer without its shared expert's gate
-m=$tmp/q35moe.gguf
-if "$bin" gen-model "$m" --arch qwen35moe --dim 256 --layers 4 --heads 4 --kv-heads 2 \
-        --head-dim 64 --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 --vocab 512 \
-        --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+# qwen35moe: a layer without its shared expert's gate, more experts used than there are
+if gen_moe qwen35moe; then
     patch_file "$tmp/e1.gguf" blk.3.ffn_gate_inp_shexp.weight blk.3.ffn_gate_inp_shexx.weight
     expect_error "qwen35moe without a shared expert's gate" "$asan" run -m "$tmp/e1.gguf" -p hi -n 1
     patch_u32 "$tmp/e2.gguf" qwen35moe.expert_used_count 9
     expect_error "qwen35moe using 9 of 8 experts" "$asan" run -m "$tmp/e2.gguf" -p hi -n 1
-else
-    bad "gen-model qwen35moe: $(cat "$tmp/out")"
 fi
 
 echo "$pass passed, $fail failed"
