@@ -186,19 +186,23 @@ INLINE const uint8_t *row_at(const rows16 *rs, int r, int64_t off) {
  * GB/s with them and ~53 without, in windows where plain reads gave ~51 (and the same
  * at ~35 GB/s); bench-1b Q8_0 tg64 at ~61 GB/s: 39 -> 53 t/s.
  * Q6_K keeps them: its sub-fields are read out of order, and without them bench-1b
- * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%.
+ * Q4_K_M's decode fell to 50-71% of the roofline from 77-94%. Its in-place GEMV over
+ * x16 prefetches into L1 (l1), where the other types go to L2: in alternating decode
+ * runs of bench-qwen35moe (a Q6_K output matrix of 54 MB) that was 3-5% faster than
+ * L2, and L1 for the Q4_K experts too was slower.
  * Q4_K/Q5_K over x16 prefetch too where the backend says so (cpu_mk_args.w_x16_pf: by
  * default on Intel CPUs). On this 2-core Emerald Rapids VM the hardware alone left the
  * x16 stream well short of the memory: bench-qwen35moe's experts, 589 KB matrices that
  * each start a new stream, read at ~20 GB/s where plain reads gave ~32, and its decode
  * ran at 78-83% of the roofline with these prefetches off, 98-103% with them on;
  * bench-1b Q4_K_M 65-67% against 85%. */
-INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
+INLINE void prefetch_rows_to(const rows16 *rs, int64_t off, int n_lines, int span, bool l1) {
     if (rs->x16) { /* one stream, which runs on into the next panel */
         const uintptr_t a0 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD)) & ~(uintptr_t)63;
         const uintptr_t a1 = (uintptr_t)(rs->pk + 16 * (off + PF_AHEAD + span));
         for (uintptr_t a = a0; a < a1; a += 64)
-            _mm_prefetch((const char *)a, _MM_HINT_T1);
+            if (l1) _mm_prefetch((const char *)a, _MM_HINT_T0);
+            else _mm_prefetch((const char *)a, _MM_HINT_T1);
         return;
     }
     const int64_t at = off + PF_AHEAD + (rs->skip + off + PF_AHEAD >= rs->rb ? 15 * rs->rb : 0);
@@ -207,6 +211,10 @@ INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) 
 #pragma GCC unroll 4
         for (int l = 0; l < n_lines; l++)
             _mm_prefetch((const char *)row_at(rs, r, at + 64 * l), _MM_HINT_T1);
+}
+
+INLINE void prefetch_rows(const rows16 *rs, int64_t off, int n_lines, int span) {
+    prefetch_rows_to(rs, off, n_lines, span, false);
 }
 
 /* The 4 bytes at offset off of every row (with x16, a field of 4-byte units). */
@@ -628,18 +636,21 @@ static void pack_q5_k_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, i
 
 /* 4-byte group j (elements 4j..4j+3 of each 32) of quarter g of a half: a nibble of
  * l0 or l1, and bits 2g..2g+1 of h moved to 4..5. It belongs to sub-block
- * 2g + j / 4 of the half, as its group j % 4. */
+ * 2g + j / 4 of the half, as its group j % 4. One vpternlogd (0x0F ? nibble : high
+ * bits) both masks the nibble and joins the two: the high bits' byte has bits 6..7
+ * clear, because h is masked (0x33 or 0xCC) before the 16-bit shift that would move
+ * a neighbour's bits there. Three or four ops a group where and/or took four or five. */
 INLINE __m512i q6_group(const __m512i l0[8], const __m512i l1[8], const __m512i h[8], int g, int j) {
-    const __m512i top = _mm512_set1_epi8(0x30);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i h02 = _mm512_and_si512(h[j], _mm512_set1_epi8(0x33));       /* g 0 and 2 */
+    const __m512i h13 = _mm512_and_si512(h[j], _mm512_set1_epi8((char)0xCC)); /* g 1 and 3 */
     switch (g) {
-    case 0:
-        return _mm512_or_si512(lo4(l0[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 4), top));
-    case 1:
-        return _mm512_or_si512(lo4(l1[j]), _mm512_and_si512(_mm512_slli_epi16(h[j], 2), top));
-    case 2:
-        return _mm512_or_si512(hi4(l0[j]), _mm512_and_si512(h[j], top));
+    case 0: return _mm512_ternarylogic_epi32(nib, l0[j], _mm512_slli_epi16(h02, 4), 0xCA);
+    case 1: return _mm512_ternarylogic_epi32(nib, l1[j], _mm512_slli_epi16(h13, 2), 0xCA);
+    case 2: return _mm512_ternarylogic_epi32(nib, _mm512_srli_epi16(l0[j], 4), h02, 0xCA);
     default:
-        return _mm512_or_si512(hi4(l1[j]), _mm512_and_si512(_mm512_srli_epi16(h[j], 2), top));
+        return _mm512_ternarylogic_epi32(nib, _mm512_srli_epi16(l1[j], 4), _mm512_srli_epi16(h13, 2),
+                                         0xCA);
     }
 }
 
@@ -1068,7 +1079,7 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, 
     inplace_start(a, nt, acc);
     for (int64_t i = 0; i < a->n_sb / 16; i++) {
         const int64_t off = i * 210;
-        prefetch_rows(&rs, off, 4, 210);
+        prefetch_rows_to(&rs, off, 4, 210, x16);
         q6_scales16(&rs, off, sc);
         const float *da = (const float *)(x + tt * 16);
         __m512 sacc[TT];
