@@ -40,6 +40,16 @@ const char *al_status_str(al_status s);
 /* The message of the last failure on the calling thread. Never NULL; "" if none. */
 const char *al_last_error(void);
 
+/* What the library has to say that is not a failure: a fallback it took (a GPU that
+ * cannot run a model, so the CPU does), a setting it could not honour, the Vulkan
+ * validation layer's messages. One line per call, without a newline. */
+typedef enum al_log_level { AL_LOG_INFO, AL_LOG_WARN } al_log_level;
+typedef void (*al_log_fn)(void *user, al_log_level level, const char *line);
+/* Where those lines go, process-wide: fn(user, level, line) from whichever thread
+ * speaks, so fn must be thread-safe. NULL (the default) drops them; the library never
+ * writes to stdout or stderr itself. */
+void al_set_log(al_log_fn fn, void *user);
+
 /* The library's version, e.g. "0.5.0". */
 const char *al_version(void);
 /* The backends this build has, e.g. "cpu (avx512-vnni), vulkan": the CPU's instruction

@@ -3,7 +3,7 @@
  * "cpu" is always there. "vulkan" and "vulkan:N" exist when the build has the Vulkan
  * backend (AL_HAVE_VULKAN), which loads libvulkan at run time, so the same binary
  * runs where Vulkan is absent. "auto" takes the first GPU that works and otherwise
- * falls back to the CPU, saying why on stderr: a missing driver or device is a
+ * falls back to the CPU, saying why in the log (al_set_log): a missing driver or device is a
  * normal situation for "auto", not an error.
  */
 #include <stdio.h>
@@ -50,7 +50,7 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out) {
         /* -1: the first real GPU; a software Vulkan device is slower than the CPU */
         al_status st = vulkan_create(-1, out);
         if (st == AL_OK || st == AL_ERR_NOMEM) return st;
-        fprintf(stderr, "anyllm: no usable GPU (%s); using the CPU\n", al_last_error());
+        al_log(AL_LOG_WARN, "no usable GPU (%s); using the CPU", al_last_error());
         return cpu_backend_create(n_threads, NULL, out);
     }
     int dev = vulkan_device_index(spec);

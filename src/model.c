@@ -502,7 +502,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     if (runs) st = load_weights(m, p);
     const bool gpu = strcmp(m->be->ops->name, "cpu") != 0;
     if (st == AL_OK || !gpu || !p->backend || strcmp(p->backend, "auto")) return st;
-    fprintf(stderr, "anyllm: the GPU (%s) cannot %s (%s); using the CPU\n", m->be->desc,
+    al_log(AL_LOG_WARN, "the GPU (%s) cannot %s (%s); using the CPU", m->be->desc,
             runs ? "take the weights" : "run this model", al_last_error());
     m->be->ops->destroy(m->be);
     m->be = NULL;

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,33 @@ al_status al_error(al_status status, const char *fmt, ...) {
     vsnprintf(g_error, sizeof g_error, fmt, ap);
     va_end(ap);
     return status;
+}
+
+/* The callback and its argument change together: readers take the lock too, which
+ * costs nothing next to what a log line is about. */
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static al_log_fn g_log_fn;
+static void *g_log_user;
+
+void al_set_log(al_log_fn fn, void *user) {
+    pthread_mutex_lock(&g_log_lock);
+    g_log_fn = fn;
+    g_log_user = user;
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+void al_log(al_log_level level, const char *fmt, ...) {
+    pthread_mutex_lock(&g_log_lock);
+    const al_log_fn fn = g_log_fn;
+    void *user = g_log_user;
+    pthread_mutex_unlock(&g_log_lock);
+    if (!fn) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fn(user, level, line);
 }
 
 const char *al_status_str(al_status s) {

@@ -24,6 +24,12 @@ __attribute__((format(printf, 2, 3)))
 #endif
 al_status al_error(al_status status, const char *fmt, ...);
 
+/* One line to the log callback (al_set_log), if there is one. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void al_log(al_log_level level, const char *fmt, ...);
+
 /* The allocator. al_free(NULL) is a no-op. Sizes are checked for overflow. */
 void *al_malloc(size_t n_bytes);
 void *al_calloc(size_t n, size_t size);

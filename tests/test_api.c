@@ -85,8 +85,55 @@ static void test_null_out(void) {
     al_model_destroy(m);
 }
 
+typedef struct log_seen {
+    int n, n_warn;
+    char last[256];
+} log_seen;
+
+static void log_catch(void *user, al_log_level level, const char *line) {
+    log_seen *s = user;
+    s->n++;
+    s->n_warn += level == AL_LOG_WARN;
+    snprintf(s->last, sizeof s->last, "%s", line);
+}
+
+/* The library speaks through al_set_log only: with --backend auto and no GPU it takes
+ * (no device, or only a software one), the fall-back to the CPU arrives as a warning
+ * line there; with the callback removed, the same load calls nothing. */
+static void test_log(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    log_seen seen = {0};
+    al_set_log(log_catch, &seen);
+    al_model_params mp = al_model_default_params();
+    mp.backend = "auto";
+    al_model *m = NULL;
+    const al_status st = al_model_load(path, &mp, &m);
+    al_set_log(NULL, NULL);
+    if (st != AL_OK) {
+        TEST_SKIP("%s: %s (the shared test data is missing)", path, al_last_error());
+        return;
+    }
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    char backend[128];
+    snprintf(backend, sizeof backend, "%s", mi.backend);
+    al_model_destroy(m);
+    if (strncmp(backend, "cpu", 3) != 0) {
+        TEST_SKIP("--backend auto took a GPU here (%s): no fall-back to log", backend);
+        return;
+    }
+    CHECK_MSG(seen.n_warn >= 1 && strstr(seen.last, "using the CPU") && !strchr(seen.last, '\n'),
+              "%d lines, %d warnings, last '%s'", seen.n, seen.n_warn, seen.last);
+    const int before = seen.n;
+    CHECK(al_model_load(path, &mp, &m) == AL_OK);
+    al_model_destroy(m);
+    CHECK_MSG(seen.n == before, "%d lines after the callback was removed", seen.n - before);
+}
+
 int main(void) {
     TEST_RUN(test_null_handles);
     TEST_RUN(test_null_out);
+    TEST_RUN(test_log);
     return test_finish();
 }

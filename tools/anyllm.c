@@ -185,7 +185,15 @@ static int version(void) {
     return 0;
 }
 
+/* The library's notes go to stderr, as the CLI's own do. */
+static void log_to_stderr(void *user, al_log_level level, const char *line) {
+    (void)user;
+    (void)level;
+    fprintf(stderr, "anyllm: %s\n", line);
+}
+
 int main(int argc, char **argv) {
+    al_set_log(log_to_stderr, NULL);
     static const struct {
         const char *name;
         int (*fn)(const cli_opts *);
