@@ -27,7 +27,10 @@ AL_BUILD := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE
 LDLIBS  := -lpcre2-8 -lm -lpthread
 
-LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
+# the library: one folder per subsystem (README: layout); the server and the Vulkan
+# backend below
+LIB_DIRS := src src/format src/text src/model src/cpu
+LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -43,7 +46,7 @@ TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 .SECONDARY:
 all: $(BUILD)/anyllm
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h tools/*.h)
+$(BUILD)/%.o: %.c $(wildcard include/*.h $(foreach d,$(LIB_DIRS),$(d)/*.h) tests/*.h tools/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -216,18 +219,17 @@ malformed: $(ASAN_CLI) $(GEN_MALFORMED)
 
 # ---- libFuzzer on the GGUF reader (clang) ---------------------------------------------
 FUZZ_BIN := $(BUILD)/fuzz/fuzz_gguf
-$(FUZZ_BIN): tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c $(wildcard src/*.h include/*.h)
+$(FUZZ_BIN): tests/fuzz_gguf.c src/format/gguf.c src/format/quant.c src/util.c \
+		$(wildcard src/*.h src/format/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		tests/fuzz_gguf.c src/gguf.c src/quant.c src/util.c -o $@ -lm
+		tests/fuzz_gguf.c src/format/gguf.c src/format/quant.c src/util.c -o $@ -lm
 # ... and on the tokenizer, the detokenizer, the chat templates and the Harmony reply
 # parser (tests/fuzz_text.c)
 FUZZ_TEXT_BIN := $(BUILD)/fuzz/fuzz_text
-FUZZ_TEXT_SRC := src/tokenizer.c src/tokenizer_bpe.c src/tokenizer_spm.c src/tokenizer_special.c src/chat.c \
-	src/harmony.c src/gguf.c \
-	src/quant.c src/util.c
-$(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h include/*.h)
+FUZZ_TEXT_SRC := $(wildcard src/text/*.c) src/format/gguf.c src/format/quant.c src/util.c
+$(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h src/text/*.h src/format/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \

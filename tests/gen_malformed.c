@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantize.h"
+#include "format/quantize.h"
 
 /* ---- the description being built -------------------------------------------------- */
 

@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gguf_write.h"
-#include "quant.h"
+#include "format/gguf_write.h"
+#include "format/quant.h"
 
 enum {
     GM_DIM = 32, GM_LAYERS = 2, GM_HEADS = 4, GM_KV_HEADS = 2, GM_FFN = 64,

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
-#include "quant.h"
+#include "format/quant.h"
 
 static int test_n_pass, test_n_fail, test_n_skip, test_cur_failed, test_cur_skipped;
 

@@ -19,8 +19,8 @@
 
 #include "backend.h"
 #include "cpu/ops.h"
-#include "quant.h"
-#include "quantize.h"
+#include "format/quant.h"
+#include "format/quantize.h"
 #include "test.h"
 #include "util.h"
 

@@ -36,7 +36,7 @@
 #include "cpu/mm.h"
 #include "cpu/ops.h"
 #include "kernel_check.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "test.h"
 #include "util.h"
 

@@ -13,10 +13,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "gguf_write.h"
-#include "model.h"
+#include "format/gguf_write.h"
+#include "model/model.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 /* ---- rewriting a file -------------------------------------------------------------- */

@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "quant.h"
-#include "quantize.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "format/quantize.h"
 #include "test.h"
 #include "util.h"
 

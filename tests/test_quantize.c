@@ -24,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "gguf_write.h"
-#include "quant.h"
-#include "quantize.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "format/quant.h"
+#include "format/quantize.h"
 #include "test.h"
 #include "util.h"
 

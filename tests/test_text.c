@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "anyllm.h"
-#include "gguf.h"
-#include "gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "test.h"
 #include "util.h"
 

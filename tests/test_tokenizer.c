@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */

@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "backend.h"
-#include "quant.h"
-#include "quantize.h"
+#include "format/quant.h"
+#include "format/quantize.h"
 #include "test.h"
 #include "util.h"
 

@@ -35,8 +35,8 @@
 
 #include "anyllm.h"
 #include "backend.h"
-#include "model.h"
-#include "quant.h"
+#include "model/model.h"
+#include "format/quant.h"
 #include "test.h"
 #include "util.h"
 

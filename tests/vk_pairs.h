@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "test.h"
 #include "util.h"
 

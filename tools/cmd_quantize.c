@@ -17,12 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "arch.h"
+#include "model/arch.h"
 #include "cli.h"
 #include "cmd_quantize.h"
-#include "gguf_write.h"
-#include "quant.h"
-#include "quantize.h"
+#include "format/gguf_write.h"
+#include "format/quant.h"
+#include "format/quantize.h"
 #include "util.h"
 
 static int default_threads(void) {

@@ -30,7 +30,7 @@
 
 #include "avx2.h"
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 enum { LANES = 8 };

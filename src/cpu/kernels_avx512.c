@@ -44,7 +44,7 @@
 
 #include "avx512.h"
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 enum { R = 16, TT = 8, LANES = 16 };

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 enum { R = 1, TT = 1, LANES = 8 };

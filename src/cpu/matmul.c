@@ -57,7 +57,7 @@
 
 #include "mm.h"
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 enum {

@@ -61,7 +61,7 @@
 
 #include "backend.h"
 #include "pool.h"
-#include "quant.h"
+#include "format/quant.h"
 
 /* ---- instruction sets --------------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 /* Makes sure every thread has n floats of workspace. Called with the lock held. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 /* The fields of each type's block, as quant.c decodes them. */

@@ -45,7 +45,7 @@
 #include <vulkan/vulkan.h>
 
 #include "backend.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "vk_backend.h"
 
 /* ---- entry points ----------------------------------------------------------------- */

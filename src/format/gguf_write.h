@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "anyllm.h"
-#include "gguf.h"
+#include "format/gguf.h"
 
 typedef struct gguf_writer gguf_writer;
 

@@ -20,7 +20,7 @@
  * kernels and shaders are compared with. Formats: ggml's ggml-common.h (block
  * structs) and ggml-quants.c (dequantize_row_*), which these match.
  */
-#include "quant.h"
+#include "format/quant.h"
 
 #include <string.h>
 

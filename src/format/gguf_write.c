@@ -11,7 +11,7 @@
  * or fclose (a full disk often shows only there) removes the partial file.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "gguf_write.h"
+#include "format/gguf_write.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 #define DEFAULT_ALIGNMENT 32

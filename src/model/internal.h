@@ -8,8 +8,8 @@
 #ifndef AL_MODEL_IMPL_H
 #define AL_MODEL_IMPL_H
 
-#include "arch.h"
-#include "model.h"
+#include "model/arch.h"
+#include "model/model.h"
 
 typedef struct layer_weights {
     al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */

@@ -1,4 +1,4 @@
-/* tokenizer_spm.c: SentencePiece-style tokenization by scores, as llama.cpp does it for
+/* spm.c: SentencePiece-style tokenization by scores, as llama.cpp does it for
  * tokenizer.ggml.model "llama" (Llama 1/2, Mistral, Phi-3, ...).
  *
  * The text is written with "▁" (U+2581) for every space, optionally with one "▁" in
@@ -17,8 +17,8 @@
  * Bytes that are not well-formed UTF-8 become one-byte symbols and so byte tokens; the
  * characters around them tokenize as usual.
  */
-#define TOKENIZER_INTERNAL
-#include "tokenizer.h"
+#define TEXT_INTERNAL
+#include "text/spm.h"
 
 #include <string.h>
 

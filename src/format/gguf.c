@@ -23,7 +23,7 @@
  * Reference: the GGUF specification, docs/gguf.md in the ggml repository.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "gguf.h"
+#include "format/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 #define GGUF_HEADER_BYTES 24 /* magic, u32 version, u64 n_tensors, u64 n_kv */

@@ -19,16 +19,16 @@
  *                 x += [norm](Wdown (act(Wgate norm(x)) * Wup norm(x)))  act: SiLU or GELU
  *   logits = Wout norm(x) [soft-capped: c * tanh(logits / c)]
  */
-#include "model.h"
-#include "model_impl.h"
+#include "model/model.h"
+#include "model/internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "arch.h"
-#include "quant.h"
-#include "tokenizer.h"
+#include "model/arch.h"
+#include "format/quant.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 /* ---- hyper-parameters ------------------------------------------------------------ */

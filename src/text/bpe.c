@@ -1,4 +1,4 @@
-/* tokenizer_bpe.c: byte-level BPE (GPT-2 and its descendants: tokenizer.ggml.model
+/* bpe.c: byte-level BPE (GPT-2 and its descendants: tokenizer.ggml.model
  * "gpt2"), as Hugging Face tokenizers and llama.cpp do it.
  *
  *   1. Pre-tokenize: the regexes named by tokenizer.ggml.pre cut the text into pieces.
@@ -11,7 +11,7 @@
  *   3. Merge inside each piece: starting from one symbol per byte, repeatedly merge the
  *      neighbouring pair whose merge rule ("left right" in tokenizer.ggml.merges) has the
  *      lowest rank; on a tie the leftmost pair. Stale heap entries are skipped as in
- *      tokenizer_spm.c.
+ *      spm.c.
  *   4. Each final symbol is its token; a symbol the vocabulary lacks falls back to the
  *      tokens of its single bytes.
  *
@@ -22,8 +22,8 @@
  * tokens spell the original bytes exactly.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#define TOKENIZER_INTERNAL
-#include "tokenizer.h"
+#define TEXT_INTERNAL
+#include "text/bpe.h"
 
 #include <pcre2.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* tokenizer_special.c: cutting special and user-defined tokens out of text (step 1 of
+/* special.c: cutting special and user-defined tokens out of text (step 1 of
  * tokenizer.c's header comment) in time linear in the text plus the matches.
  *
  * The rule, from llama.cpp, is defined by a slow procedure: take the special tokens
@@ -20,8 +20,8 @@
  * accepted only when it lies wholly outside them. User-defined tokens are plain text
  * to the model and are cut everywhere, as without parse_special.
  */
-#define TOKENIZER_INTERNAL
-#include "tokenizer.h"
+#define TEXT_INTERNAL
+#include "text/special.h"
 
 #include <string.h>
 

@@ -16,7 +16,7 @@
  * Block layouts are the ones quant.c dequantizes (ggml-common.h); they are repeated
  * here as byte structs with the same size assertions.
  */
-#include "quantize.h"
+#include "format/quantize.h"
 
 #include <float.h>
 #include <math.h>
@@ -27,9 +27,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "gguf.h"
-#include "gguf_write.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "format/quant.h"
 #include "util.h"
 
 #if defined(__clang__)

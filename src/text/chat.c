@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "anyllm.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 /* ---- a growable string ---------------------------------------------------------- */

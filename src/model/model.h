@@ -8,7 +8,7 @@
 
 #include "anyllm.h"
 #include "backend.h"
-#include "gguf.h"
+#include "format/gguf.h"
 
 /* The parsed file behind a model (metadata and tensor table), owned by the model. */
 const gguf_file *model_file(const al_model *m);

@@ -1,6 +1,7 @@
 /* tokenizer.c: the vocabulary (loading and validating tokenizer.ggml.*), its lookup
  * tables, special tokens, the al_tokenize() driver, token decoding and the streaming
- * detokenizer. The merge algorithms live in tokenizer_spm.c and tokenizer_bpe.c.
+ * detokenizer. The merge algorithms live in spm.c and bpe.c, the special-token matcher
+ * in special.c, and the tables they all read in vocab.c, below them.
  *
  * Tokenization follows llama.cpp (src/llama-vocab.cpp), whose test vectors are in
  * ../shared/vocab:
@@ -17,124 +18,23 @@
  * or a valid id, every merge has two non-empty parts, and piece[] holds the bytes each
  * token decodes to, so decoding and streaming never allocate per token.
  */
-#define TOKENIZER_INTERNAL
-#include "tokenizer.h"
+#define TEXT_INTERNAL
+#include "text/tokenizer.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/bpe.h"
+#include "text/special.h"
+#include "text/spm.h"
 #include "util.h"
 
 /* Sizes past these are refused: they keep every offset in 32 bits and every hash table
  * at most half full with 32-bit masks. Real vocabularies have under a million tokens. */
 #define VOCAB_MAX_TOKENS (1 << 26)
 #define VOCAB_MAX_POOL UINT32_MAX
-
-/* ---- small shared helpers ------------------------------------------------------------ */
-
-uint32_t tok_hash_bytes(const char *s, size_t n, uint32_t seed) {
-    uint32_t h = 2166136261u ^ seed;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 16777619u;
-    }
-    return h;
-}
-
-size_t al_utf8_char_len(const char *s, size_t n) {
-    return utf8_valid_len((const unsigned char *)s, n);
-}
-
-size_t utf8_valid_len(const unsigned char *s, size_t n) {
-    if (n == 0) return 0;
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* no overlongs */
-        else if (c == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F; /* nothing above U+10FFFF */
-    } else
-        return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
-al_status tok_vec_push(tok_vec *tv, int32_t id) {
-    if (tv->n == tv->cap) {
-        size_t cap = tv->cap ? tv->cap * 2 : 64;
-        int32_t *ids = al_realloc(tv->ids, cap * sizeof *ids);
-        if (ids == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        tv->ids = ids;
-        tv->cap = cap;
-    }
-    tv->ids[tv->n++] = id;
-    return AL_OK;
-}
-
-static al_status hash_init(tok_hash *h, size_t n_entries) {
-    size_t n_slots = 16;
-    while (n_slots < 2 * n_entries)
-        n_slots *= 2;
-    h->slots = al_malloc(n_slots * sizeof *h->slots);
-    if (h->slots == NULL) return al_error(AL_ERR_NOMEM, "vocab: out of memory");
-    memset(h->slots, 0xff, n_slots * sizeof *h->slots); /* every slot -1 */
-    h->mask = (uint32_t)(n_slots - 1);
-    return AL_OK;
-}
-
-int32_t vocab_lookup(const al_vocab *v, const char *s, size_t n) {
-    uint32_t i = tok_hash_bytes(s, n, 0) & v->by_text.mask;
-    for (;; i = (i + 1) & v->by_text.mask) {
-        int32_t id = v->by_text.slots[i];
-        if (id < 0) return -1;
-        if (v->text_len[id] == n && memcmp(v->text + v->text_off[id], s, n) == 0) return id;
-    }
-}
-
-/* Inserts token id; returns the id that already has the same text, or -1. */
-static int32_t vocab_insert(al_vocab *v, int32_t id) {
-    const char *s = v->text + v->text_off[id];
-    uint32_t n = v->text_len[id];
-    uint32_t i = tok_hash_bytes(s, n, 0) & v->by_text.mask;
-    for (;; i = (i + 1) & v->by_text.mask) {
-        int32_t other = v->by_text.slots[i];
-        if (other < 0) {
-            v->by_text.slots[i] = id;
-            return -1;
-        }
-        if (v->text_len[other] == n && memcmp(v->text + v->text_off[other], s, n) == 0)
-            return other;
-    }
-}
-
-/* The merge table is keyed by the concatenated text plus the length of the left part,
- * so "ab c" and "a bc" are different keys. */
-int32_t merge_lookup(const al_vocab *v, const char *s, size_t n_left, size_t n) {
-    uint32_t i = tok_hash_bytes(s, n, (uint32_t)n_left * 0x9E3779B1u) & v->merges.mask;
-    for (;; i = (i + 1) & v->merges.mask) {
-        int32_t r = v->merges.slots[i];
-        if (r < 0) return -1;
-        if (v->merge_n[r] == n && v->merge_n_left[r] == n_left &&
-            memcmp(v->merge_text + v->merge_off[r], s, n) == 0)
-            return r;
-    }
-}
 
 int32_t vocab_merge_rank(const al_vocab *v, const char *a, size_t n_a, const char *b, size_t n_b) {
     if (v == NULL || v->is_spm || a == NULL || b == NULL) return -1;
@@ -187,7 +87,7 @@ static al_status load_tokens(al_vocab *v, const gguf_file *f) {
     v->text = al_malloc((size_t)pool);
     v->text_off = al_calloc((size_t)n, sizeof *v->text_off);
     v->text_len = al_calloc((size_t)n, sizeof *v->text_len);
-    if (!v->text || !v->text_off || !v->text_len || hash_init(&v->by_text, n) != AL_OK)
+    if (!v->text || !v->text_off || !v->text_len || tok_hash_init(&v->by_text, n) != AL_OK)
         return al_error(AL_ERR_NOMEM, "%s: out of memory for %llu tokens", f->path,
                         (unsigned long long)n);
     uint32_t off = 0;
@@ -355,7 +255,7 @@ static al_status load_merges(al_vocab *v, const gguf_file *f) {
     v->merge_n_left = al_calloc((size_t)n, sizeof *v->merge_n_left);
     v->merge_n = al_calloc((size_t)n, sizeof *v->merge_n);
     if (!v->merge_text || !v->merge_off || !v->merge_n_left || !v->merge_n ||
-        hash_init(&v->merges, n) != AL_OK)
+        tok_hash_init(&v->merges, n) != AL_OK)
         return al_error(AL_ERR_NOMEM, "%s: out of memory for %llu merges", f->path,
                         (unsigned long long)n);
     uint32_t off = 0;
@@ -943,44 +843,4 @@ void al_detok_flush(al_detok *d, const char **text, size_t *len) {
     *text = d->flushed;
     *len = d->n_hold;
     d->n_hold = 0;
-}
-
-/* ---- the merge queue shared by both tokenizers ----------------------------------------- */
-
-static bool pair_before(const tok_pair *a, const tok_pair *b) {
-    return a->key < b->key || (a->key == b->key && a->left < b->left);
-}
-
-al_status tok_heap_push(tok_heap *h, tok_pair p) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap * 2 + 16;
-        tok_pair *a = al_realloc(h->a, cap * sizeof *a);
-        if (a == NULL) return al_error(AL_ERR_NOMEM, "tokenize: out of memory");
-        h->a = a;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &h->a[up])) break;
-        h->a[i] = h->a[up];
-        i = up;
-    }
-    h->a[i] = p;
-    return AL_OK;
-}
-
-tok_pair tok_heap_pop(tok_heap *h) {
-    tok_pair top = h->a[0], last = h->a[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&h->a[c + 1], &h->a[c])) c++;
-        if (!pair_before(&h->a[c], &last)) break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (n > 0) h->a[i] = last;
-    return top;
 }

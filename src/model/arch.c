@@ -14,7 +14,7 @@
  * The output projection is the token embedding when output.weight is absent, for
  * every architecture (the binder's rule, not a flag).
  */
-#include "arch.h"
+#include "model/arch.h"
 
 #include <stdio.h>
 #include <string.h>

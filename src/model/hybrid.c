@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model_impl.h"
+#include "model/internal.h"
 #include "util.h"
 
 /* Rope sections (qwen35's interleaved M-RoPE): text gives every section the same
