@@ -188,6 +188,10 @@ al_status backend_supports(al_backend *be, const al_model_shape *shape) {
     return be->ops->supports ? be->ops->supports(be, shape) : AL_OK;
 }
 
+al_status backend_sync(al_backend *be) {
+    return be->ops->sync ? be->ops->sync(be) : AL_OK;
+}
+
 al_status backend_for_context(al_backend *be, al_backend **out) {
     *out = be;
     if (!be->ops->context_backend) return AL_OK;

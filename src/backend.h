@@ -318,6 +318,8 @@ al_status backend_create(const char *spec, int n_threads, al_backend **out);
 
 /* be->ops->supports, or AL_OK when the backend has no limits to check. */
 al_status backend_supports(al_backend *be, const al_model_shape *shape);
+/* Waits for the ops so far; a GPU reports the failures of recorded ops here (sync). */
+al_status backend_sync(al_backend *be);
 
 /* The backend a new context of a model on be uses: a fresh object from
  * context_backend, or be itself; release it with backend_context_release. */

@@ -41,6 +41,7 @@
 #include "util.h"
 
 #ifdef AL_HAVE_VULKAN
+#include "vulkan/vk.h" /* VK_SEQ_ROWS */
 #include "vulkan/vk_backend.h"
 
 #include "vk_pairs.h" /* g_cpu, g_vk, pair, random weights */

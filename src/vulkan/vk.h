@@ -46,7 +46,10 @@
 
 #include "backend.h"
 #include "format/quant.h"
-#include "vk_backend.h"
+
+/* Rows of attention_rows one dispatch takes: al_eval_multi's step of n sequences is
+ * ceil(n / VK_SEQ_ROWS) attention dispatches per layer. */
+enum { VK_SEQ_ROWS = 8 };
 
 /* ---- entry points ----------------------------------------------------------------- */
 

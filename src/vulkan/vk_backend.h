@@ -32,10 +32,6 @@ int vk_device_name(int index, char *buf, size_t size);
  * do not fit); 0, or -1 when there is no such device. */
 int vk_device_details(int index, char *buf, size_t size);
 
-/* Rows of attention_rows one dispatch takes: al_eval_multi's step of n sequences is
- * ceil(n / VK_SEQ_ROWS) attention dispatches per layer. */
-enum { VK_SEQ_ROWS = 8 };
-
 /* What a backend did, for reports. */
 typedef struct vk_backend_stats {
     const char *weight_path;  /* "import", "host copy" or "staging copy" */
