@@ -21,7 +21,7 @@ check() {
     done
     if [ -z "$failed" ]; then ok "clang: $name ($# files)"; else bad "clang: $name:$failed"; fi
 }
-check "src" "" src/*.c
+check "src" "" src/*.c src/format/*.c src/text/*.c src/model/*.c
 check "src/cpu" "" src/cpu/*.c
 check "src/server" "" src/server/*.c
 check "tools" "$vk" tools/*.c

@@ -40,7 +40,7 @@ int profile_save(const char *model, const profile_point *pts, int n, char *path,
  * threads (0: all cores). */
 typedef struct profile_choice {
     char prefill[32], decode[32]; /* backend names */
-    char prefill_why[128];        /* e.g. "pp512 at depth 0: 61.2 t/s; cpu 40.1" */
+    char prefill_why[128];        /* e.g. "pp512 at depth 0: <speed>; cpu <speed>" */
     char decode_why[128];
     char path[768];               /* the profile read */
     char why[1024];               /* when there is no choice: why not */

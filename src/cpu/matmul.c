@@ -583,8 +583,8 @@ void mm_plan(mm_job *j) {
     /* one token over whole panels in place: a tile of that token alone. In a tile of TT
      * its 4-byte groups lie TT * 4 bytes apart, and on AVX-512 a token of K = 2048 had
      * spread over 20 KiB, which with the panel's 18 KiB of weights outgrew L1: the
-     * activations came from L2 for every panel, and a GEMV from DRAM ran at 18 GB/s on
-     * one core of a Zen 4 (AVX2, with 10 KiB: 29). Paired passes make it a tile of 2,
+     * activations came from L2 for every panel, and a GEMV from DRAM ran well below
+     * AVX2's (whose 10 KiB fit; docs/benchmarks.md). Paired passes make it a tile of 2,
      * the token's hi and lo */
     j->narrow = k->narrow && j->inplace && j->n_tok == 1 && j->w->ne[1] % k->rows == 0;
     j->kc = mm_chunk(j);

@@ -56,11 +56,10 @@ static inline int64_t mm_grain_x16(const cpu_kernels *k, int64_t grain) {
  *
  * Why not guided takes from one counter over all items (as GEMVs and then the experts
  * of a mixture had): every take there starts where the other thread's last one ended,
- * so each is a new stream from memory, and a new stream costs ~0.9 us before the
- * prefetches run ahead of the reads. Decoding bench-1b Q4_0 on two Zen 2 cores, takes
- * of ~23 KB of weights ran at 10 GB/s per thread and takes of ~750 KB at 16.5 GB/s, and
- * the ~7 takes per thread per matmul cost ~6% of the GEMVs; a qwen3moe of 64 experts
- * (8 used, 384 wide) decoded 262 -> 288 t/s on a Zen 4 with the shares. An owner's
+ * so each is a new stream from memory, and a new stream costs about a microsecond
+ * before the prefetches run ahead of the reads: small takes read markedly slower than
+ * large ones, and a mixture of experts decoded faster with the shares
+ * (docs/benchmarks.md, "Figures from source comments"). An owner's
  * takes follow one another, so its prefetches run on into its next take; only the
  * steals at the end start new streams. The shares' bounds are multiples of per (a
  * whole x16 group, mm_grain_x16). */

@@ -30,8 +30,8 @@
  * model.c), and whose experts' quantized activations, a tile each, fit the backend's
  * activation buffer. On this 2-core VM, one layer of bench-qwen3moe's shape (8 of 128
  * Q4_K experts, 2048 x 768), best of 30: 0.66 against 0.81 ms for one token, 1.15-1.2x
- * up to 48 tokens; the whole model decodes 7-11% faster (86 against 79 t/s, fused and
- * plain alternating in one process), batches of 4 13%, of 16 3%, of 32 none. gpt-oss's
+ * up to 48 tokens; the whole model decodes 7-11% faster (fused and plain alternating in
+ * one process), batches of 4 13%, of 16 3%, of 32 none. gpt-oss's
  * shape (4 of 32 MXFP4 experts, 2880 x 2880, 4.4 MB a matrix) gains 1-4%: its matmuls
  * are long enough to hide a pool run's start and finish.
  */
