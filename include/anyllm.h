@@ -552,6 +552,132 @@ al_status al_harmony_finish(al_harmony *h, const al_chat_piece **pieces, int *n_
 /* True once the reply is complete: generation should stop. */
 bool al_harmony_done(const al_harmony *h);
 
+/* ---- Files: quantize and generate ------------------------------------------------------
+ * Two ways to write a GGUF model file:
+ *   - al_quantize: an F32/F16/BF16 model quantized as llama.cpp's llama-quantize does it
+ *     (the same bytes; no importance matrix), every key kept;
+ *   - al_gen_model: a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY, with the real shapes
+ *     and hyper-parameters of an architecture and a minimal vocabulary: it loads and
+ *     runs wherever a real model of that shape does, so it measures speed and memory,
+ *     but its output is noise.
+ * Both stream the tensors a chunk of rows at a time on worker threads (memory bounded by
+ * the chunk, not the model) and give a file that does not depend on the thread count.
+ * The file is written as OUT.partial and renamed at the end: on failure OUT is untouched.
+ * Type names are quantization schemes, case-insensitive: "Q8_0", "Q4_K_M", ...
+ * (al_quantize_types lists them; "Q4_K" and "Q5_K" mean Q4_K_M and Q5_K_M, as in
+ * llama.cpp). */
+
+/* The schemes, for usage messages: returns how many; fills names[0 .. min(count, max))
+ * with each name and help (either may be NULL) with a one-line description of it
+ * (static strings). */
+int al_quantize_types(const char **names, const char **help, int max);
+
+/* Sent to al_quantize_params.progress once per tensor, after it is written. */
+typedef struct al_quantize_progress {
+    int index, count;        /* this is tensor index (from 1) of count */
+    const char *name;        /* the tensor's; valid during the call */
+    const char *from_type;   /* the tensor's type in the input, e.g. "F16" (static) */
+    const char *to_type;     /* its type in the output, e.g. "Q4_K" (static) */
+    int n_dims;              /* dimensions up to the last above 1 */
+    int64_t ne[4];           /* elements per dimension, ne[0] the row */
+    uint64_t from_bytes, to_bytes;
+    bool fell_back;          /* the scheme's type does not divide ne[0] into blocks: the
+                                tensor has llama.cpp's fallback type instead */
+} al_quantize_progress;
+
+typedef struct al_quantize_params {
+    const char *type;        /* the scheme; required (NULL in the defaults) */
+    int n_threads;           /* 0 = number of cores */
+    bool pure;               /* every weight matrix in the scheme's type: no Q6_K output,
+                                no per-layer mix */
+    /* Called on the calling thread after each tensor; NULL: none. */
+    void (*progress)(void *user, const al_quantize_progress *p);
+    void *progress_user;
+} al_quantize_params;
+
+typedef struct al_quantize_report {
+    const char *type;        /* the scheme's own name ("Q4_K_M" for "q4_k"; static) */
+    uint64_t in_bytes, out_bytes; /* tensor data read and written */
+    int n_tensors, n_quantized, n_fallback; /* tensors; those whose type changed; those
+                                               that fell back */
+    int n_threads;           /* the threads used */
+} al_quantize_report;
+
+al_quantize_params al_quantize_default_params(void);
+
+/* Reads in_path (a GGUF whose tensors are F32, F16 or BF16) and writes out_path: every
+ * key kept but split.*, general.file_type and general.quantization_version set, the
+ * tensors in llama.cpp's order (by layer, then by name) with the types the scheme gives
+ * them. *report (may be NULL) is zeroed on failure. AL_ERR_ARG for a NULL path or
+ * params, an unknown type (named, with the known ones) or out_path the same file as
+ * in_path; AL_ERR_UNSUPPORTED for an input already quantized. */
+al_status al_quantize(const char *in_path, const char *out_path, const al_quantize_params *p,
+                      al_quantize_report *report);
+
+/* The architectures al_gen_model writes ("llama, qwen2, ..."), into buf (size bytes,
+ * NUL-terminated, cut short where it does not fit); returns buf, or "" for a NULL buf. */
+const char *al_gen_arch_names(char *buf, size_t size);
+
+/* A model to generate. Sizes of 0 take the default said; the others are required. */
+typedef struct al_gen_params {
+    const char *arch;        /* general.architecture, one of al_gen_arch_names */
+    const char *type;        /* the scheme, as al_quantize_params.type */
+    int dim;                 /* embedding length, in [1, 65536] */
+    int layers;              /* blocks, in [1, 1024] */
+    int heads, kv_heads;     /* query and key/value heads, in [1, 1024]; kv_heads divides
+                                heads */
+    int head_dim;            /* even, in [2, 4096]; 0: dim / heads, which must be even */
+    int ffn;                 /* feed-forward width, in [1, 262144] */
+    int vocab;               /* tokens, in [259, 4194304]: <unk>, <s>, </s>, the 256 byte
+                                tokens, then filler words */
+    int ctx;                 /* training context, in [1, 16777216]; 0: 4096 */
+    uint64_t seed;           /* of the weights: any value, 0 included (the defaults: 1) */
+    int n_threads;           /* in [1, 256]; 0 = number of cores */
+    int swa;                 /* sliding window of an architecture that has one, in
+                                [1, 1048576]; 0: 512 */
+    /* a mixture of experts (qwen3moe, gpt-oss, ...) needs all three, the others none:
+     * experts (in [1, 4096]), experts_used per token (at most experts), and the width of
+     * one expert's FFN (in [1, 262144]) */
+    int experts, experts_used, ffn_exp;
+    int yarn;                /* YaRN rope scaling by this factor over ctx, in [1, 1024];
+                                0: none */
+    /* hybrid architectures (qwen35, qwen3next, ...) only, 0 for the defaults that follow
+     * Qwen3.6-35B-A3B's proportions: the convolution's taps (in [2, 16]; 4), a delta-net
+     * head's size (in [2, 512]; dim / 8 up to 128), its value heads (in [1, 1024];
+     * 2 dim / ssm_state) and key heads (in [1, 1024], dividing ssm_heads; ssm_heads / 2
+     * when even), one full-attention layer in full_attn_interval (in [1, 1024]; 4) and
+     * mtp next-token-prediction blocks after the trunk's (in [1, 4]; 0: none) */
+    int ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn_interval, mtp;
+    bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
+    double rope_base;        /* in (0, 1e12); 0: the architecture's */
+    bool tied;               /* no output.weight: the embeddings are the output */
+    bool pure;               /* as al_quantize_params.pure */
+    /* Called on the calling thread as each block's tensors are written, with the blocks
+     * done and their count (layers + mtp); NULL: none. */
+    void (*progress)(void *user, int done, int count);
+    void *progress_user;
+} al_gen_params;
+
+typedef struct al_gen_report {
+    const char *type;        /* the scheme's own name (static) */
+    uint64_t n_params;       /* elements over all tensors */
+    uint64_t n_bytes;        /* bytes of tensor data */
+    int n_tensors, n_fallback; /* tensors; those in llama.cpp's fallback type */
+    int n_threads;           /* the threads used */
+} al_gen_report;
+
+/* All zero but ctx 4096 and seed 1: arch, type and the required sizes are to be set. */
+al_gen_params al_gen_default_params(void);
+
+/* Writes a model of random weights to out_path: real shapes and hyper-parameters,
+ * general.name "anyllm random benchmark model", norms of ones, weights ~ N(0, 0.02)-like,
+ * quantized as the scheme says. Every row depends only on the seed, the tensor and the
+ * row: the file is the same for a seed whatever n_threads. *report (may be NULL) is
+ * zeroed on failure. AL_ERR_ARG for a NULL path or params, an unknown arch or type, a
+ * size out of its range and sizes that do not fit together, naming the fields and
+ * values (e.g. "heads 6 is not a multiple of kv_heads 4"). */
+al_status al_gen_model(const char *out_path, const al_gen_params *p, al_gen_report *report);
+
 #ifdef __cplusplus
 }
 #endif

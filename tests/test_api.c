@@ -2,7 +2,10 @@
  * ids out of range: each call returns what the header's conventions say (AL_ERR_ARG
  * with a message, or zeros, -1, NULL) and crashes nothing. A crash ends the program
  * without its result line, which tests/run.sh counts as a failure. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "anyllm.h"
 #include "test.h"
@@ -131,9 +134,94 @@ static void test_log(void) {
     CHECK_MSG(seen.n == before, "%d lines after the callback was removed", seen.n - before);
 }
 
+static void count_progress(void *user, const al_quantize_progress *p) {
+    int *n = user;
+    (*n)++;
+    CHECK_MSG(p->index == *n && p->name && p->from_type && p->to_type && p->ne[0] > 0,
+              "progress %d: index %d", *n, p->index);
+}
+
+/* The files section: al_gen_model and al_quantize refuse NULL arguments and values that
+ * do not fit with AL_ERR_ARG and a message naming them; a tiny generated model loads,
+ * and so does its F32 version quantized to Q8_0, the architecture kept. */
+static void test_gen_quantize(void) {
+    const char *names[64] = {0};
+    const int n_types = al_quantize_types(names, NULL, 64);
+    CHECK(n_types > 0 && n_types <= 64 && al_quantize_types(NULL, NULL, 0) == n_types);
+    bool q8 = false;
+    for (int i = 0; i < n_types && i < 64; i++) q8 |= names[i] && strcmp(names[i], "Q8_0") == 0;
+    CHECK(q8);
+    char archs[256];
+    CHECK(strstr(al_gen_arch_names(archs, sizeof archs), "qwen3") != NULL);
+    CHECK(strcmp(al_gen_arch_names(NULL, 8), "") == 0);
+
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char f32[1024], q8_0[1024];
+    snprintf(f32, sizeof f32, "%s/test_api_%d_f32.gguf", dir, (int)getpid());
+    snprintf(q8_0, sizeof q8_0, "%s/test_api_%d_q8_0.gguf", dir, (int)getpid());
+    al_gen_params gp = al_gen_default_params();
+    ARG_ERROR(al_gen_model(NULL, &gp, NULL));
+    ARG_ERROR(al_gen_model(f32, NULL, NULL));
+    gp.arch = "qwen3";
+    gp.type = "F32";
+    gp.dim = 64;
+    gp.layers = 2;
+    gp.heads = 6;
+    gp.kv_heads = 4;
+    gp.head_dim = 16;
+    gp.ffn = 128;
+    gp.vocab = 300;
+    gp.n_threads = 2;
+    ARG_ERROR(al_gen_model(f32, &gp, NULL));
+    CHECK_MSG(strstr(al_last_error(), "heads 6") && strstr(al_last_error(), "kv_heads 4"), "%s",
+              al_last_error());
+    gp.heads = 4;
+    gp.kv_heads = 2;
+    gp.type = "Q3_X";
+    ARG_ERROR(al_gen_model(f32, &gp, NULL));
+    CHECK_MSG(strstr(al_last_error(), "Q3_X") != NULL, "%s", al_last_error());
+    gp.type = "f32";
+    al_gen_report gr;
+    al_status st = al_gen_model(f32, &gp, &gr);
+    CHECK_MSG(st == AL_OK, "%s", al_last_error());
+    if (st != AL_OK) return;
+    CHECK(gr.n_tensors > 0 && gr.n_params > 0 && gr.n_bytes == 4 * gr.n_params &&
+          strcmp(gr.type, "F32") == 0 && gr.n_threads == 2);
+    al_model *m = NULL;
+    al_model_info mi;
+    CHECK_MSG(al_model_load(f32, NULL, &m) == AL_OK, "%s", al_last_error());
+    al_model_get_info(m, &mi);
+    CHECK(mi.arch && strcmp(mi.arch, "qwen3") == 0 && mi.n_embd == 64 && mi.n_vocab == 300);
+    al_model_destroy(m);
+
+    al_quantize_params qp = al_quantize_default_params();
+    ARG_ERROR(al_quantize(f32, q8_0, NULL, NULL));
+    ARG_ERROR(al_quantize(f32, q8_0, &qp, NULL)); /* no type */
+    qp.type = "Q3_X";
+    ARG_ERROR(al_quantize(f32, q8_0, &qp, NULL));
+    CHECK_MSG(strstr(al_last_error(), "Q3_X") != NULL, "%s", al_last_error());
+    qp.type = "q8_0";
+    int n_progress = 0;
+    qp.progress = count_progress;
+    qp.progress_user = &n_progress;
+    al_quantize_report qr;
+    st = al_quantize(f32, q8_0, &qp, &qr);
+    CHECK_MSG(st == AL_OK, "%s", al_last_error());
+    CHECK(qr.n_tensors == gr.n_tensors && n_progress == qr.n_tensors && qr.n_quantized > 0 &&
+          strcmp(qr.type, "Q8_0") == 0 && qr.out_bytes < qr.in_bytes);
+    m = NULL;
+    CHECK_MSG(st == AL_OK && al_model_load(q8_0, NULL, &m) == AL_OK, "%s", al_last_error());
+    al_model_get_info(m, &mi);
+    CHECK(mi.arch && strcmp(mi.arch, "qwen3") == 0 && mi.n_layer == 2);
+    al_model_destroy(m);
+    remove(f32);
+    remove(q8_0);
+}
+
 int main(void) {
     TEST_RUN(test_null_handles);
     TEST_RUN(test_null_out);
     TEST_RUN(test_log);
+    TEST_RUN(test_gen_quantize);
     return test_finish();
 }

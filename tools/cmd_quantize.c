@@ -1,94 +1,85 @@
 /* cmd_quantize.c: `anyllm quantize` (F32/F16/BF16 GGUF -> a quantized GGUF, the way
- * llama.cpp's llama-quantize does it, byte for byte) and `anyllm gen-model`.
- *
- * gen-model writes models with RANDOM WEIGHTS, FOR BENCHMARKS ONLY: real shapes and
- * hyper-parameters, a minimal vocabulary, general.name "anyllm random benchmark
- * model". They load and run everywhere a real model of that shape does and so measure
- * speed and memory, but their output is noise. Each tensor is generated and quantized
- * a chunk of rows at a time on worker threads, so a 1.1 B-parameter model never needs
- * its f32 weights in memory; every row's values depend only on the seed, the tensor
- * and the row, so the file is the same for any thread count.
+ * llama.cpp's llama-quantize does it, byte for byte) and `anyllm gen-model` (a model of
+ * random weights, for benchmarks only): the command lines, usage texts and progress
+ * lines over the library's al_quantize and al_gen_model (anyllm.h), which check the
+ * values and do the work.
  */
-#include <errno.h>
 #include <inttypes.h>
-#include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "model/arch.h"
+#include "anyllm.h"
 #include "cli.h"
 #include "cmd_quantize.h"
-#include "format/gguf_write.h"
-#include "format/quant.h"
-#include "format/quantize.h"
-#include "util.h"
-
-static int default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
 
 static double mib(uint64_t n) { return (double)n / (1024.0 * 1024.0); }
 
 /* "Q8_0, Q6_K, ..." for messages. */
 static const char *scheme_list(void) {
     static char list[256];
-    int n;
-    const quant_scheme *s = quant_schemes(&n);
+    const char *names[64];
+    const int n = al_quantize_types(names, NULL, 64);
+    size_t len = 0;
     list[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        strncat(list, s[i].name, sizeof list - strlen(list) - 1);
-        if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
-    }
+    for (int i = 0; i < n && i < 64 && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
     return list;
+}
+
+/* A library failure: the checks of the arguments (AL_ERR_ARG) under the command's name,
+ * the others with their status. */
+static int fail(const char *command, al_status st) {
+    if (st == AL_ERR_ARG) return cli_fail("%s: %s", command, al_last_error());
+    return cli_fail_status(st);
 }
 
 /* ---- quantize ----------------------------------------------------------------------- */
 
 static void quantize_usage(void) {
-    int n;
-    const quant_scheme *s = quant_schemes(&n);
+    const char *names[64], *help[64];
+    const int n = al_quantize_types(names, help, 64);
     printf("usage: anyllm quantize IN.gguf OUT.gguf TYPE [-t N] [--pure]\n"
            "Quantizes an F32/F16/BF16 GGUF model as llama.cpp's llama-quantize does (same\n"
            "bytes, no importance matrix). TYPE (case-insensitive; Q4_K and Q5_K mean Q4_K_M\n"
            "and Q5_K_M, as in llama.cpp):\n");
-    for (int i = 0; i < n; i++) printf("  %-9s %s\n", s[i].name, s[i].help);
+    for (int i = 0; i < n && i < 64; i++) printf("  %-9s %s\n", names[i], help[i]);
     printf("options:\n"
            "  -t N     threads (default: all cores)\n"
            "  --pure   every weight matrix in TYPE: no Q6_K output, no per-layer mix\n");
 }
 
-static void print_progress(void *ud, const quant_progress *p) {
-    (void)ud;
+static void print_progress(void *user, const al_quantize_progress *p) {
+    (void)user;
     char shape[96];
     int len = snprintf(shape, sizeof shape, "[%" PRId64, p->ne[0]);
-    for (uint32_t d = 1; d < p->n_dims && d < 4; d++)
+    for (int d = 1; d < p->n_dims && d < 4; d++)
         len += snprintf(shape + len, sizeof shape - (size_t)len, ", %" PRId64, p->ne[d]);
     snprintf(shape + len, sizeof shape - (size_t)len, "]");
     fprintf(stderr, "[%4d/%4d] %-36s %-14s %5s -> %-5s %9.2f MiB -> %8.2f MiB%s\n", p->index,
-            p->count, p->name, shape, quant_type_name(p->from_type), quant_type_name(p->to_type),
-            mib(p->from_bytes), mib(p->to_bytes),
+            p->count, p->name, shape, p->from_type, p->to_type, mib(p->from_bytes),
+            mib(p->to_bytes),
             p->fell_back ? "  (fallback: ne[0] is not a multiple of the block size)" : "");
 }
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
-    int n_pos = 0, n_threads = default_threads();
-    bool pure = false;
+    int n_pos = 0;
+    al_quantize_params p = al_quantize_default_params();
+    p.progress = print_progress;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             quantize_usage();
             return 0;
         } else if (!strcmp(a, "--pure")) {
-            pure = true;
+            p.pure = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             int64_t v;
             if (i + 1 >= argc || !cli_parse_i64(argv[i + 1], 1, 256, &v))
                 return cli_fail("quantize: %s needs a thread count in [1, 256]", a);
-            n_threads = (int)v;
+            p.n_threads = (int)v;
             i++;
         } else if (a[0] == '-' && a[1] != '\0') {
             return cli_fail("quantize: unknown option %s (see anyllm quantize --help)", a);
@@ -99,53 +90,21 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (n_pos < 3) return cli_fail("usage: anyllm quantize IN.gguf OUT.gguf TYPE [-t N] [--pure]");
-    const quant_scheme *s = quant_scheme_find(pos[2]);
-    if (s == NULL) return cli_fail("quantize: unknown type '%s' (one of %s)", pos[2], scheme_list());
-
-    quant_params p = {.scheme = s, .n_threads = n_threads, .pure = pure,
-                      .progress = print_progress};
-    quant_report r;
-    double t0 = al_time_s();
-    al_status st = quant_model(pos[0], pos[1], &p, &r);
-    if (st != AL_OK) return cli_fail_status(st);
+    p.type = pos[2];
+    al_quantize_report r;
+    const double t0 = cli_now_s();
+    al_status st = al_quantize(pos[0], pos[1], &p, &r);
+    if (st != AL_OK) return fail("quantize", st);
     printf("%s: %s%s, %d tensors (%d converted, %d fallbacks), %.2f MiB -> %.2f MiB, %.1f s on "
-           "%d threads\n", pos[1], s->name, pure ? " (pure)" : "", r.n_tensors, r.n_quantized,
-           r.n_fallback, mib(r.in_bytes), mib(r.out_bytes), al_time_s() - t0, n_threads);
+           "%d threads\n", pos[1], r.type, p.pure ? " (pure)" : "", r.n_tensors, r.n_quantized,
+           r.n_fallback, mib(r.in_bytes), mib(r.out_bytes), cli_now_s() - t0, r.n_threads);
     return 0;
 }
 
-/* ---- gen-model: options -------------------------------------------------------------- */
-
-typedef struct gen_opts {
-    const char *out;
-    const char *arch;        /* general.architecture */
-    const arch_desc *ad;
-    int64_t dim, layers, heads, kv_heads, head_dim, ffn, vocab, ctx, seed, threads, swa;
-    int64_t experts, experts_used, ffn_exp; /* mixture-of-experts architectures */
-    int64_t yarn;            /* > 0: YaRN rope scaling by this factor over --ctx */
-    /* hybrid architectures (qwen35): the convolution's taps, a delta-net head's size,
-     * its value and key heads, and one full-attention layer in this many */
-    int64_t ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn;
-    int64_t mtp;             /* next-token-prediction blocks after the trunk's */
-    bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
-    double rope_base;
-    bool tied, pure;
-    const quant_scheme *scheme;
-} gen_opts;
-
-static int64_t gen_head_dim(const gen_opts *o) {
-    return o->head_dim ? o->head_dim : o->dim / o->heads;
-}
-
-/* Dimensions of a head that rotate: all of them, or a quarter in a hybrid (even). */
-static int64_t gen_rot(const gen_opts *o) {
-    const int64_t hd = gen_head_dim(o);
-    return o->full_attn ? (hd / 4 + 1) / 2 * 2 : hd;
-}
+/* ---- gen-model ------------------------------------------------------------------------ */
 
 static void gen_usage(void) {
-    char archs[128];
-    arch_names(archs, sizeof archs);
+    char archs[256];
     printf("usage: anyllm gen-model OUT.gguf --arch A --dim D --layers L --heads H\n"
            "         --kv-heads K --ffn F --vocab V --type TYPE [--tied] [--rope-base B]\n"
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
@@ -163,56 +122,51 @@ static void gen_usage(void) {
            "a seed (default 1). TYPE as for `anyllm quantize`: %s.\n"
            "example (a 1.1 B llama):\n"
            "  anyllm gen-model bench-1b.gguf --arch llama --dim 2048 --layers 16 --heads 32 \\\n"
-           "    --kv-heads 8 --ffn 8192 --vocab 32000 --type Q4_0\n", archs, scheme_list());
+           "    --kv-heads 8 --ffn 8192 --vocab 32000 --type Q4_0\n",
+           al_gen_arch_names(archs, sizeof archs), scheme_list());
 }
 
-/* The numeric options: name, field, range. */
-typedef struct gen_num {
-    const char *name;
-    int64_t *v;
-    int64_t lo, hi;
-} gen_num;
-
-static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
+/* One option and its value, into p. The library checks the ranges and how the values
+ * fit together; here a number only has to be one, and above 0 (0 is its "default"). */
+static int gen_parse_one(al_gen_params *p, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    const gen_num nums[] = {
-        {"--dim", &o->dim, 1, 1 << 16},      {"--layers", &o->layers, 1, 1024},
-        {"--heads", &o->heads, 1, 1024},     {"--kv-heads", &o->kv_heads, 1, 1024},
-        {"--head-dim", &o->head_dim, 2, 4096}, {"--swa", &o->swa, 1, 1 << 20},
-        {"--ffn", &o->ffn, 1, 1 << 18},      {"--vocab", &o->vocab, 259, 1 << 22},
-        {"--ctx", &o->ctx, 1, 1 << 24},      {"--seed", &o->seed, 0, INT64_MAX},
-        {"-t", &o->threads, 1, 256},         {"--experts", &o->experts, 1, 4096},
-        {"--experts-used", &o->experts_used, 1, 4096}, {"--ffn-exp", &o->ffn_exp, 1, 1 << 18},
-        {"--yarn", &o->yarn, 1, 1024},       {"--ssm-conv", &o->ssm_conv, 2, 16},
-        {"--ssm-state", &o->ssm_state, 2, 512}, {"--ssm-heads", &o->ssm_heads, 1, 1024},
-        {"--ssm-groups", &o->ssm_groups, 1, 1024},
-        {"--full-attn-interval", &o->full_attn, 1, 1024}, {"--mtp", &o->mtp, 1, 4},
+    const struct { const char *name; int *v; } nums[] = {
+        {"--dim", &p->dim},           {"--layers", &p->layers},     {"--heads", &p->heads},
+        {"--kv-heads", &p->kv_heads}, {"--head-dim", &p->head_dim}, {"--swa", &p->swa},
+        {"--ffn", &p->ffn},           {"--vocab", &p->vocab},       {"--ctx", &p->ctx},
+        {"-t", &p->n_threads},        {"--experts", &p->experts},
+        {"--experts-used", &p->experts_used}, {"--ffn-exp", &p->ffn_exp},
+        {"--yarn", &p->yarn},         {"--ssm-conv", &p->ssm_conv},
+        {"--ssm-state", &p->ssm_state}, {"--ssm-heads", &p->ssm_heads},
+        {"--ssm-groups", &p->ssm_groups}, {"--full-attn-interval", &p->full_attn_interval},
+        {"--mtp", &p->mtp},
     };
-    if (!strcmp(a, "--tied")) return o->tied = true, 0;
-    if (!strcmp(a, "--pure")) return o->pure = true, 0;
-    if (!strcmp(a, "--ssm-split")) return o->ssm_split = true, 0;
+    if (!strcmp(a, "--tied")) return p->tied = true, 0;
+    if (!strcmp(a, "--pure")) return p->pure = true, 0;
+    if (!strcmp(a, "--ssm-split")) return p->ssm_split = true, 0;
     if (*i + 1 >= argc) return cli_fail("gen-model: option %s needs a value", a);
     const char *val = argv[++*i];
+    int64_t v;
     for (size_t k = 0; k < sizeof nums / sizeof *nums; k++) {
         if (strcmp(a, nums[k].name)) continue;
-        if (!cli_parse_i64(val, nums[k].lo, nums[k].hi, nums[k].v))
-            return cli_fail("gen-model: %s %s: expected an integer in [%" PRId64 ", %" PRId64 "]",
-                            a, val, nums[k].lo, nums[k].hi);
+        if (!cli_parse_i64(val, 1, INT_MAX, &v))
+            return cli_fail("gen-model: %s %s: expected a positive integer", a, val);
+        *nums[k].v = (int)v;
         return 0;
     }
-    if (!strcmp(a, "--arch")) {
-        char archs[128];
-        if (!(o->ad = arch_find(val)))
-            return cli_fail("gen-model: --arch %s: expected one of %s", val,
-                            arch_names(archs, sizeof archs));
-        o->arch = val;
+    if (!strcmp(a, "--seed")) {
+        if (!cli_parse_i64(val, 0, INT64_MAX, &v))
+            return cli_fail("gen-model: --seed %s: expected an integer in [0, %" PRId64 "]", val,
+                            INT64_MAX);
+        p->seed = (uint64_t)v;
+    } else if (!strcmp(a, "--arch")) {
+        p->arch = val;
     } else if (!strcmp(a, "--type")) {
-        if (!(o->scheme = quant_scheme_find(val)))
-            return cli_fail("gen-model: unknown type '%s' (one of %s)", val, scheme_list());
+        p->type = val;
     } else if (!strcmp(a, "--rope-base")) {
         char *end;
-        o->rope_base = strtod(val, &end);
-        if (end == val || *end || !(o->rope_base > 0 && o->rope_base < 1e12))
+        p->rope_base = strtod(val, &end);
+        if (end == val || *end || !(p->rope_base > 0 && p->rope_base < 1e12))
             return cli_fail("gen-model: --rope-base %s: expected a positive number", val);
     } else {
         return cli_fail("gen-model: unknown option %s (see anyllm gen-model --help)", a);
@@ -220,412 +174,34 @@ static int gen_parse_one(gen_opts *o, int argc, char **argv, int *i) {
     return 0;
 }
 
-/* Returns 0, 1 after an error, or -1 after --help. */
-static int gen_parse(int argc, char **argv, gen_opts *o) {
-    *o = (gen_opts){.ctx = 4096, .seed = 1, .threads = default_threads()};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return gen_usage(), -1;
-        if (argv[i][0] != '-') {
-            if (o->out) return cli_fail("gen-model: unexpected argument '%s'", argv[i]);
-            o->out = argv[i];
-            continue;
-        }
-        int rc = gen_parse_one(o, argc, argv, &i);
-        if (rc) return rc;
-    }
-    if (!o->out) return cli_fail("gen-model: OUT.gguf is required (see anyllm gen-model --help)");
-    if (!o->arch || !o->dim || !o->layers || !o->heads || !o->kv_heads || !o->ffn || !o->vocab ||
-        !o->scheme)
-        return cli_fail("gen-model: --arch, --dim, --layers, --heads, --kv-heads, --ffn, --vocab "
-                        "and --type are required");
-    if (!o->head_dim && (o->dim % o->heads || (o->dim / o->heads) % 2))
-        return cli_fail("gen-model: --dim %" PRId64 " must be --heads %" PRId64 " times an even "
-                        "head size (or give --head-dim)", o->dim, o->heads);
-    if (o->head_dim % 2)
-        return cli_fail("gen-model: --head-dim %" PRId64 " must be even", o->head_dim);
-    if (o->heads % o->kv_heads)
-        return cli_fail("gen-model: --heads %" PRId64 " is not a multiple of --kv-heads %" PRId64,
-                        o->heads, o->kv_heads);
-    if (o->rope_base == 0) o->rope_base = o->ad->rope_base;
-    if (o->swa && !(o->ad->flags & ARCH_SLIDING))
-        return cli_fail("gen-model: --swa: %s has no sliding-window layers", o->arch);
-    if (!o->swa) o->swa = 512;
-    const bool moe = o->ad->flags & ARCH_MOE;
-    if (moe && !(o->experts && o->experts_used && o->ffn_exp))
-        return cli_fail("gen-model: %s is a mixture of experts: --experts, --experts-used "
-                        "and --ffn-exp are required", o->arch);
-    if (!moe && (o->experts || o->experts_used || o->ffn_exp))
-        return cli_fail("gen-model: --experts, --experts-used and --ffn-exp: %s has no "
-                        "experts", o->arch);
-    if (o->ad->flags & ARCH_HYBRID) {
-        /* Qwen3.6-35B-A3B's proportions: heads of 128 (of dim / 8 when smaller), value
-         * heads giving twice the embedding, half as many key heads, a 4-tap conv */
-        if (!o->full_attn) o->full_attn = 4;
-        if (!o->ssm_conv) o->ssm_conv = 4;
-        if (!o->ssm_state) o->ssm_state = o->dim / 8 < 128 ? (o->dim / 8 < 2 ? 2 : o->dim / 8) : 128;
-        if (!o->ssm_heads) o->ssm_heads = 2 * o->dim / o->ssm_state > 0 ? 2 * o->dim / o->ssm_state : 1;
-        if (!o->ssm_groups) o->ssm_groups = o->ssm_heads % 2 ? o->ssm_heads : o->ssm_heads / 2;
-        if (o->ssm_heads % o->ssm_groups)
-            return cli_fail("gen-model: --ssm-heads %" PRId64 " is not a multiple of "
-                            "--ssm-groups %" PRId64, o->ssm_heads, o->ssm_groups);
-    } else if (o->full_attn || o->ssm_conv || o->ssm_state || o->ssm_heads || o->ssm_groups ||
-               o->mtp) {
-        return cli_fail("gen-model: the --ssm-* options, --mtp and --full-attn-interval: %s "
-                        "has no recurrent layers", o->arch);
-    }
-    if (o->ssm_split && !(o->ad->flags & ARCH_GDN_GROUPED))
-        return cli_fail("gen-model: --ssm-split: %s has only the split projections", o->arch);
-    if (o->experts_used > o->experts)
-        return cli_fail("gen-model: --experts-used %" PRId64 " exceeds --experts %" PRId64,
-                        o->experts_used, o->experts);
-    return 0;
-}
-
-/* ---- gen-model: the vocabulary and the metadata -------------------------------------- */
-
-enum { N_SPECIAL = 3, N_BYTES = 256 };
-
-/* Token i of the vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>,
- * then distinct filler pieces: words of letters a..z in bijective base 26, alternately
- * with and without the SentencePiece word marker U+2581. */
-static void token_text(int64_t i, char *buf, size_t size) {
-    static const char *const special[N_SPECIAL] = {"<unk>", "<s>", "</s>"};
-    if (i < N_SPECIAL) {
-        snprintf(buf, size, "%s", special[i]);
-        return;
-    }
-    if (i < N_SPECIAL + N_BYTES) {
-        snprintf(buf, size, "<0x%02X>", (unsigned)(i - N_SPECIAL));
-        return;
-    }
-    int64_t k = i - N_SPECIAL - N_BYTES;
-    char word[16];
-    int n = 0;
-    for (int64_t v = k / 2 + 1; v > 0 && n < (int)sizeof word; v = (v - 1) / 26)
-        word[n++] = (char)('a' + (v - 1) % 26);
-    size_t len = 0;
-    if (k % 2 == 0) len = (size_t)snprintf(buf, size, "\xe2\x96\x81"); /* U+2581 */
-    for (int j = n - 1; j >= 0 && len + 1 < size; j--) buf[len++] = word[j];
-    buf[len] = '\0';
-}
-
-static al_status gen_vocab(gguf_writer *w, int64_t n_vocab) {
-    char **toks = calloc((size_t)n_vocab, sizeof *toks);
-    float *scores = malloc((size_t)n_vocab * sizeof *scores);
-    int32_t *types = malloc((size_t)n_vocab * sizeof *types);
-    al_status st = AL_OK;
-    if (!toks || !scores || !types) st = al_error(AL_ERR_NOMEM, "out of memory for the vocabulary");
-    for (int64_t i = 0; st == AL_OK && i < n_vocab; i++) {
-        char buf[32];
-        token_text(i, buf, sizeof buf);
-        if (!(toks[i] = strdup(buf))) st = al_error(AL_ERR_NOMEM, "out of memory for the vocabulary");
-        /* token_type: 1 normal, 2 unknown, 3 control, 6 byte; later pieces merge last */
-        types[i] = i == 0 ? 2 : i < N_SPECIAL ? 3 : i < N_SPECIAL + N_BYTES ? 6 : 1;
-        scores[i] = i < N_SPECIAL + N_BYTES ? 0.0f : -(float)(i - N_SPECIAL - N_BYTES);
-    }
-    if (st == AL_OK) st = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    if (st == AL_OK)
-        st = gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL,
-                                       (uint64_t)n_vocab);
-    if (st == AL_OK) st = gguf_writer_set_array(w, "tokenizer.ggml.scores", GGUF_VT_F32, scores, (uint64_t)n_vocab);
-    if (st == AL_OK) st = gguf_writer_set_array(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types, (uint64_t)n_vocab);
-    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    if (st == AL_OK) st = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    if (st == AL_OK) st = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
-    for (int64_t i = 0; toks && i < n_vocab; i++) free(toks[i]);
-    free(toks);
-    free(scores);
-    free(types);
-    return st;
-}
-
-/* The delta-net sizes, the full-attention period and the rope sections of a hybrid
- * architecture (a partial rope: a quarter of each head turns, as in Qwen3.5). */
-static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
-    const struct { const char *suffix; int64_t v; } u32s[] = {
-        {"ssm.conv_kernel", o->ssm_conv}, {"ssm.state_size", o->ssm_state},
-        {"ssm.inner_size", o->ssm_heads * o->ssm_state}, {"ssm.time_step_rank", o->ssm_heads},
-        {"ssm.group_count", o->ssm_groups}, {"full_attention_interval", o->full_attn},
-    };
-    char key[128];
-    al_status st = AL_OK;
-    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
-        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
-        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
-    }
-    snprintf(key, sizeof key, "%s.nextn_predict_layers", o->arch);
-    if (st == AL_OK && o->mtp) st = gguf_writer_set_u32(w, key, (uint32_t)o->mtp);
-    if (o->ad->flags & ARCH_GDN_GROUPED) return st; /* qwen3next: a plain partial rope */
-    const int32_t pairs = (int32_t)(gen_rot(o) / 2);
-    const int32_t sec[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_array(w, key, GGUF_VT_I32, sec, 4);
-    return st;
-}
-
-static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
-    struct { const char *suffix; int64_t v; } u32s[] = {
-        {"context_length", o->ctx},          {"embedding_length", o->dim},
-        {"block_count", o->layers + o->mtp}, {"feed_forward_length", o->ffn},
-        {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
-        {"rope.dimension_count", gen_rot(o)},
-    };
-    char key[128];
-    al_status st = gguf_writer_set_str(w, "general.architecture", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_str(w, "general.name", "anyllm random benchmark model");
-    if (st == AL_OK)
-        st = gguf_writer_set_str(w, "general.description", "random weights for benchmarks only, "
-                                 "written by anyllm gen-model; not a language model");
-    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
-        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
-        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
-    }
-    snprintf(key, sizeof key, "%s.rope.freq_base", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_f32(w, key, (float)o->rope_base);
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_f32(w, key, o->ad->norm_eps);
-    snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
-    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
-    /* other readers (llama.cpp) take V's head size from n_embd / n_head without it */
-    snprintf(key, sizeof key, "%s.attention.value_length", o->arch);
-    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
-    const struct { const char *suffix; int64_t v; } moe[] = {
-        {"expert_count", o->experts}, {"expert_used_count", o->experts_used},
-        {"expert_feed_forward_length", o->ffn_exp},
-    };
-    for (size_t i = 0; st == AL_OK && o->ad->flags & ARCH_MOE && i < 3; i++) {
-        snprintf(key, sizeof key, "%s.%s", o->arch, moe[i].suffix);
-        st = gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
-    }
-    snprintf(key, sizeof key, "%s.rope.scaling.type", o->arch);
-    if (st == AL_OK && o->yarn) st = gguf_writer_set_str(w, key, "yarn");
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", o->arch);
-    if (st == AL_OK && o->yarn) st = gguf_writer_set_f32(w, key, (float)o->yarn);
-    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", o->arch);
-    if (st == AL_OK && o->yarn) st = gguf_writer_set_u32(w, key, (uint32_t)o->ctx);
-    snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
-    if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
-        st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
-    if (st == AL_OK && o->full_attn) st = gen_hybrid_metadata(w, o);
-    if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
-    if (st == AL_OK) st = gen_vocab(w, o->vocab);
-    return st;
-}
-
-/* ---- gen-model: tensors ------------------------------------------------------------- */
-
-typedef enum { FILL_RANDOM, FILL_ONES, FILL_NEGATIVE } fill_kind;
-
-typedef struct gen_tensor {
-    char name[64];
-    int64_t ne[3];      /* ne[1] = 1 for a vector; ne[2] experts of a stacked tensor, or 1 */
-    fill_kind fill;
-    float std;          /* of FILL_RANDOM */
-    uint32_t type;
-    bool fell_back;
-} gen_tensor;
-
-/* The row source: row `row` of tensor `id` from the seed alone. */
-typedef struct gen_source {
-    uint64_t seed, id;
-    const gen_tensor *t;
-} gen_source;
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Triangular noise (the sum of two uniforms): bell-shaped enough for weights, cheap,
- * and scaled so its standard deviation is t->std (the triangle on [-a, a] has std
- * a / sqrt(6)). */
-static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
-    const gen_source *g = ctx;
-    if (g->t->fill == FILL_ONES) {
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
-        return;
-    }
-    uint64_t s = g->seed * 0xD1B54A32D192ED03ull ^ (g->id << 40) ^ (uint64_t)row;
-    splitmix64(&s);
-    const float a = g->t->std * 2.4494897f / 4294967296.0f;
-    for (int64_t i = 0; i < n; i++) {
-        const uint64_t r = splitmix64(&s);
-        dst[i] = ((float)(uint32_t)r + (float)(uint32_t)(r >> 32) - 4294967296.0f) * a;
-        if (g->t->fill == FILL_NEGATIVE) dst[i] = -0.1f - fabsf(dst[i]);
-    }
-}
-
-static void add_tensor(gen_tensor *ts, int *n, int max, const char *name, int64_t ne0,
-                       int64_t ne1, int64_t ne2, fill_kind fill, float std) {
-    if (*n >= max) return;
-    ts[*n] = (gen_tensor){.ne = {ne0, ne1, ne2}, .fill = fill, .std = std};
-    snprintf(ts[*n].name, sizeof ts[*n].name, "%s", name);
-    (*n)++;
-}
-
-static int gen_dims(const gen_tensor *t) {
-    return t->ne[2] > 1 ? 3 : t->ne[1] > 1 ? 2 : 1;
-}
-
-static int64_t gen_dim(const gen_opts *o, arch_dim d) {
-    switch (d) {
-    case D_ONE: return 1;
-    case D_EMBD: return o->dim;
-    case D_Q: return o->heads * gen_head_dim(o);
-    case D_KV: return o->kv_heads * gen_head_dim(o);
-    case D_HEAD: return gen_head_dim(o);
-    case D_FF: return o->ffn;
-    case D_N_HEAD: return o->heads;
-    case D_EXPERT: return o->experts;
-    case D_FF_EXP: return o->ffn_exp;
-    case D_Q_GATE: return 2 * o->heads * gen_head_dim(o);
-    case D_SSM_CONV: return 2 * o->ssm_groups * o->ssm_state + o->ssm_heads * o->ssm_state;
-    case D_SSM_INNER: return o->ssm_heads * o->ssm_state;
-    case D_SSM_STATE: return o->ssm_state;
-    case D_SSM_VHEADS: return o->ssm_heads;
-    case D_SSM_KERNEL: return o->ssm_conv;
-    case D_FF_SHEXP: return o->ffn;
-    case D_SSM_QKVZ: return 2 * o->ssm_groups * o->ssm_state + 2 * o->ssm_heads * o->ssm_state;
-    case D_SSM_BA: return 2 * o->ssm_heads;
-    }
-    return 1;
-}
-
-/* Whether gen-model writes layer tensor `at`: qwen3next's optional projections come in
- * one of two layouts (--ssm-split). */
-static bool gen_writes(const gen_opts *o, const arch_tensor *at, bool recr) {
-    if (at->where != W_ALL && (at->where == W_RECR) != recr) return false;
-    if (!(o->ad->flags & ARCH_GDN_GROUPED)) return true;
-    if (at->slot == L_SSM_IN) return !o->ssm_split;
-    if (at->slot == L_SSM_QKV || at->slot == L_SSM_Z) return o->ssm_split;
-    return true;
-}
-
-/* A next-token-prediction block's own tensors, after its attention and FFN: the
- * projection of [embedding | hidden state] and the norms of both. */
-static void gen_plan_nextn(gen_tensor *ts, int *n, int max, int64_t il, int64_t dim) {
-    static const char *const norms[] = {"enorm", "hnorm", "shared_head_norm"};
-    char name[64];
-    snprintf(name, sizeof name, "blk.%" PRId64 ".nextn.eh_proj.weight", il);
-    add_tensor(ts, n, max, name, 2 * dim, dim, 1, FILL_RANDOM, 0.02f);
-    for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "blk.%" PRId64 ".nextn.%s.weight", il, norms[i]);
-        add_tensor(ts, n, max, name, dim, 1, 1, FILL_ONES, 0);
-    }
-}
-
-/* The tensors of the architecture's descriptor (arch.c), with their types under the
- * scheme: norms are ones, biases small, matrices ~0.02. The MTP blocks come last, so
- * that the trunk's tensors are the same with and without them. Returns the count (at
- * most max). */
-static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
-    int n = 0;
-    add_tensor(ts, &n, max, "token_embd.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
-    add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, 1, FILL_ONES, 0);
-    if (!o->tied)
-        add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
-    for (int64_t il = 0; il < o->layers + o->mtp; il++) {
-        const bool recr = o->full_attn && il < o->layers && (il + 1) % o->full_attn != 0;
-        for (int k = 0; k < o->ad->n_layer_tensors; k++) {
-            const arch_tensor *at = &o->ad->layer[k];
-            if (!gen_writes(o, at, recr)) continue;
-            const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
-            char name[64];
-            snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
-            /* the decay rate a = -exp(A_log) is negative: a state that grew would
-             * not be a delta-net's */
-            const fill_kind fill = norm ? FILL_ONES : at->slot == L_SSM_A ? FILL_NEGATIVE
-                                                                           : FILL_RANDOM;
-            add_tensor(ts, &n, max, name, gen_dim(o, at->ne0), gen_dim(o, at->ne1),
-                       gen_dim(o, at->ne2), fill, norm ? 0 : vec ? 0.01f : 0.02f);
-            if (at->slot == L_SSM_CONV || at->slot == L_SSM_A) ts[n - 1].std = 0.5f;
-        }
-        if (il >= o->layers) gen_plan_nextn(ts, &n, max, il, o->dim);
-    }
-    quant_model_desc m = {.n_layer = (int)o->layers, .n_attn_v = (int)o->layers,
-                          .has_output = !o->tied, .pure = o->pure};
-    for (int i = 0; i < n; i++) {
-        const int64_t ne[4] = {ts[i].ne[0], ts[i].ne[1], ts[i].ne[2], 1};
-        ts[i].type = quant_pick_type(o->scheme, &m, ts[i].name, gen_dims(&ts[i]), ne,
-                                     AL_TYPE_F32, &ts[i].fell_back);
-        /* llama.cpp convolves with f32 taps only */
-        if (strstr(ts[i].name, "ssm_conv1d")) ts[i].type = AL_TYPE_F32;
-    }
-    return n;
-}
-
-/* Generates and writes one tensor, a chunk of rows at a time. */
-static al_status gen_tensor_data(gguf_writer *w, const gen_opts *o, const gen_tensor *t, int id,
-                                 uint8_t *buf, uint64_t buf_bytes) {
-    const uint64_t row_bytes = quant_row_bytes(t->type, t->ne[0]);
-    int64_t chunk = (int64_t)(buf_bytes / row_bytes);
-    gen_source src = {.seed = (uint64_t)o->seed, .id = (uint64_t)id, .t = t};
-    al_status st = AL_OK;
-    const int64_t n_rows = t->ne[1] * t->ne[2];
-    for (int64_t r = 0; r < n_rows && st == AL_OK; r += chunk) {
-        const int64_t k = n_rows - r < chunk ? n_rows - r : chunk;
-        st = quant_rows(t->type, t->ne[0], r, k, gen_row, &src, buf, (int)o->threads);
-        if (st == AL_OK) st = gguf_writer_write(w, buf, row_bytes * (uint64_t)k);
-    }
-    return st;
-}
-
-static al_status gen_write(const gen_opts *o, gen_tensor *ts, int n, uint64_t *n_bytes) {
-    gguf_writer *w = NULL;
-    uint8_t *buf = NULL;
-    uint64_t buf_bytes = 32u << 20, total = 0;
-    al_status st = gguf_writer_create(&w);
-    if (st == AL_OK) st = gen_metadata(w, o);
-    for (int i = 0; st == AL_OK && i < n; i++) {
-        st = gguf_writer_add_tensor(w, ts[i].name, gen_dims(&ts[i]), ts[i].ne, ts[i].type);
-        const uint64_t rb = quant_row_bytes(ts[i].type, ts[i].ne[0]);
-        if (rb > buf_bytes) buf_bytes = rb;
-    }
-    if (st == AL_OK && !(buf = al_malloc((size_t)buf_bytes)))
-        st = al_error(AL_ERR_NOMEM, "out of memory for %" PRIu64 " bytes", buf_bytes);
-    if (st == AL_OK) st = gguf_writer_open(w, o->out);
-    const double t0 = al_time_s();
-    for (int i = 0; st == AL_OK && i < n; i++) {
-        st = gen_tensor_data(w, o, &ts[i], i, buf, buf_bytes);
-        total += gguf_writer_tensor_bytes(w, (uint64_t)i);
-        /* one line per layer: its last tensor is ffn_down */
-        int layer;
-        if (st == AL_OK && strstr(ts[i].name, "ffn_down") && !strstr(ts[i].name, ".bias") &&
-            sscanf(ts[i].name, "blk.%d.", &layer) == 1)
-            fprintf(stderr, "gen-model: layer %d/%" PRId64 " written, %.1f s\n", layer + 1, o->layers,
-                    al_time_s() - t0);
-    }
-    if (st == AL_OK) st = gguf_writer_close(w);
-    gguf_writer_destroy(w);
-    al_free(buf);
-    *n_bytes = total;
-    return st;
+/* A line per block written, to stderr: a large model takes minutes. */
+static void gen_progress(void *user, int done, int count) {
+    const double *t0 = user;
+    fprintf(stderr, "gen-model: layer %d/%d written, %.1f s\n", done, count, cli_now_s() - *t0);
 }
 
 int cmd_gen_model(int argc, char **argv) {
-    gen_opts o;
-    int rc = gen_parse(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
-    const int max = 3 + (o.ad->n_layer_tensors + 4) * (int)(o.layers + o.mtp);
-    gen_tensor *ts = calloc((size_t)max, sizeof *ts);
-    if (!ts) return cli_fail("gen-model: out of memory");
-    const int n = gen_plan(&o, ts, max);
-    uint64_t n_params = 0, n_bytes = 0;
-    int n_fallback = 0;
-    for (int i = 0; i < n; i++) {
-        n_params += (uint64_t)(ts[i].ne[0] * ts[i].ne[1] * ts[i].ne[2]);
-        n_fallback += ts[i].fell_back;
+    const char *out = NULL;
+    al_gen_params p = al_gen_default_params();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return gen_usage(), 0;
+        if (argv[i][0] != '-') {
+            if (out) return cli_fail("gen-model: unexpected argument '%s'", argv[i]);
+            out = argv[i];
+            continue;
+        }
+        int rc = gen_parse_one(&p, argc, argv, &i);
+        if (rc) return rc;
     }
-    const double t0 = al_time_s();
-    al_status st = gen_write(&o, ts, n, &n_bytes);
-    free(ts);
-    if (st != AL_OK) return cli_fail_status(st);
+    if (!out) return cli_fail("gen-model: OUT.gguf is required (see anyllm gen-model --help)");
+    double t0 = cli_now_s();
+    p.progress = gen_progress;
+    p.progress_user = &t0;
+    al_gen_report r;
+    al_status st = al_gen_model(out, &p, &r);
+    if (st != AL_OK) return fail("gen-model", st);
     printf("%s: random benchmark model, %s, %.3f B parameters, %s, %.2f MiB of tensors "
-           "(%d fallbacks), %.1f s on %" PRId64 " threads\n", o.out, o.arch, (double)n_params / 1e9,
-           o.scheme->name, mib(n_bytes), n_fallback, al_time_s() - t0, o.threads);
+           "(%d fallbacks), %.1f s on %d threads\n", out, p.arch, (double)r.n_params / 1e9,
+           r.type, mib(r.n_bytes), r.n_fallback, cli_now_s() - t0, r.n_threads);
     return 0;
 }

@@ -27,6 +27,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "cpu/pool.h"
 #include "format/gguf.h"
 #include "format/gguf_write.h"
 #include "format/quant.h"
@@ -732,6 +733,14 @@ const quant_scheme *quant_schemes(int *n) {
     return g_schemes;
 }
 
+const char *quant_scheme_names(char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof g_schemes / sizeof *g_schemes && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", g_schemes[i].name);
+    return buf;
+}
+
 const quant_scheme *quant_scheme_find(const char *name) {
     if (name == NULL) return NULL;
     /* llama-quantize's aliases: a bare K type means its _M mix */
@@ -1007,5 +1016,66 @@ al_status quant_model(const char *in_path, const char *out_path, const quant_par
     al_free(types);
     al_free(fell);
     if (st == AL_OK && report) *report = rep;
+    return st;
+}
+
+/* ---- the public calls (anyllm.h: al_quantize) -------------------------------------- */
+
+int al_quantize_types(const char **names, const char **help, int max) {
+    int n;
+    const quant_scheme *s = quant_schemes(&n);
+    for (int i = 0; i < n && i < max; i++) {
+        if (names) names[i] = s[i].name;
+        if (help) help[i] = s[i].help;
+    }
+    return n;
+}
+
+al_quantize_params al_quantize_default_params(void) {
+    return (al_quantize_params){0};
+}
+
+/* Passes quant_model's progress on in the public struct: type names, not numbers. */
+typedef struct public_progress {
+    const al_quantize_params *p;
+} public_progress;
+
+static void progress_to_public(void *ud, const quant_progress *q) {
+    const public_progress *pp = ud;
+    al_quantize_progress a = {.index = q->index, .count = q->count, .name = q->name,
+                              .from_type = quant_type_name(q->from_type),
+                              .to_type = quant_type_name(q->to_type), .n_dims = (int)q->n_dims,
+                              .from_bytes = q->from_bytes, .to_bytes = q->to_bytes,
+                              .fell_back = q->fell_back};
+    for (int d = 0; d < 4; d++) a.ne[d] = q->ne[d];
+    pp->p->progress(pp->p->progress_user, &a);
+}
+
+al_status al_quantize(const char *in_path, const char *out_path, const al_quantize_params *p,
+                      al_quantize_report *report) {
+    if (report) *report = (al_quantize_report){0};
+    if (in_path == NULL || out_path == NULL || p == NULL || p->type == NULL)
+        return al_error(AL_ERR_ARG, "al_quantize: NULL %s", in_path == NULL ? "in_path"
+                        : out_path == NULL ? "out_path" : p == NULL ? "params" : "type");
+    const quant_scheme *s = quant_scheme_find(p->type);
+    char list[256];
+    if (s == NULL)
+        return al_error(AL_ERR_ARG, "unknown type '%s' (one of %s)", p->type,
+                        quant_scheme_names(list, sizeof list));
+    if (p->n_threads < 0)
+        return al_error(AL_ERR_ARG, "n_threads %d: expected 0 (all cores) or more", p->n_threads);
+    /* quant_rows runs at most MAX_THREADS: the report says what ran */
+    int n_threads = p->n_threads ? p->n_threads : pool_n_cpus();
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    public_progress pp = {.p = p};
+    quant_params qp = {.scheme = s, .n_threads = n_threads, .pure = p->pure,
+                       .progress = p->progress ? progress_to_public : NULL, .progress_ud = &pp};
+    quant_report r;
+    al_status st = quant_model(in_path, out_path, &qp, &r);
+    if (st == AL_OK && report)
+        *report = (al_quantize_report){.type = s->name, .in_bytes = r.in_bytes,
+                                       .out_bytes = r.out_bytes, .n_tensors = r.n_tensors,
+                                       .n_quantized = r.n_quantized, .n_fallback = r.n_fallback,
+                                       .n_threads = n_threads};
     return st;
 }

@@ -9,7 +9,8 @@
  *      it gives each tensor, following llama.cpp's rules (output.weight in Q6_K, more
  *      bits for some attn_v and ffn_down layers, MXFP4_MOE's MXFP4 experts and Q8_0
  *      elsewhere, fallbacks for rows whose length the block size does not divide).
- *   3. quant_model(): GGUF in, GGUF out, streamed tensor by tensor with worker threads.
+ *   3. quant_model(): GGUF in, GGUF out, streamed tensor by tensor with worker threads;
+ *      anyllm.h's al_quantize() is this with the scheme and the types named by strings.
  *
  * Types quantized: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4.
  * Every function is thread-safe; none keeps state between calls.
@@ -18,6 +19,7 @@
 #define AL_QUANTIZE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "anyllm.h"
@@ -57,6 +59,10 @@ const quant_scheme *quant_scheme_find(const char *name);
 
 /* The schemes, for usage messages: *n is set to their number. */
 const quant_scheme *quant_schemes(int *n);
+
+/* "F32, F16, ..., MXFP4_MOE": the schemes' names for messages, into buf (size > 0 bytes,
+ * cut short where they do not fit); returns buf. */
+const char *quant_scheme_names(char *buf, size_t size);
 
 /* What quant_pick_type() needs to know of the whole model. */
 typedef struct quant_model_desc {

@@ -6,7 +6,7 @@
  * (rope style, FFN activation, embedding scale, sliding-window layers). The binder
  * (model.c) reads the table to find and check tensors, the forward pass runs the
  * shared blocks and applies an optional tensor exactly when the file has it, and
- * `anyllm gen-model` writes the same table with random weights. A new dense
+ * al_gen_model (gen.c, `anyllm gen-model`) writes the same table with random weights. A new dense
  * architecture is one more descriptor here.
  */
 #ifndef AL_ARCH_H
