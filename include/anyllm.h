@@ -77,8 +77,77 @@ al_status al_gpu_details(const char *name, char *buf, size_t size);
  * the best of a few runs of a copy shader over a large buffer. */
 al_status al_gpu_bandwidth(const char *name, double *gbs);
 
+/* The Vulkan loader and validation layer, process-wide: they act when the library
+ * creates a Vulkan instance, which al_backend_list, al_gpu_count, al_backend_describe,
+ * al_gpu_details and al_gpu_bandwidth do before any model exists, so they cannot be
+ * parameters of a model. Call it before the first Vulkan use: every instance created
+ * after the call has these values (NULL, false until then).
+ *   loader      the file dlopen opens as libvulkan; NULL or "": "libvulkan.so.1"
+ *               (the CLI: ANYLLM_VK_LOADER)
+ *   validation  the Khronos validation layer with its synchronization checks; its
+ *               messages go to the log (al_set_log) and are counted, and the count is
+ *               logged as a model's Vulkan backend ends. Where the layer is not
+ *               installed, Vulkan backends fail to start (ANYLLM_VK_VALIDATION=1)
+ * AL_ERR_ARG for a loader path over 4095 bytes. A build without Vulkan keeps nothing
+ * and returns AL_OK: there is no instance to configure. */
+al_status al_set_vulkan_instance(const char *loader, bool validation);
+
 typedef struct al_model al_model;     /* weights + hyper-parameters; immutable; shared */
 typedef struct al_context al_context; /* KV cache + scratch for one sequence          */
+
+/* How the CPU backend runs (al_model_params.cpu), for comparisons and benchmarks; the
+ * defaults are the fastest this machine has. The int switches are -1 for the backend's
+ * default, 0 off, 1 on; any other value, or a name not listed, fails al_model_load
+ * with AL_ERR_ARG naming the field. The library reads no environment: the CLI maps
+ * the ANYLLM_* variable in parentheses onto each field. */
+typedef struct al_cpu_settings {
+    const char *isa;  /* the kernels' instruction set: NULL or "best" (the best this CPU
+                         runs), "avx512", "avx2", "scalar" (portable C) or "ref" (the
+                         plain reference ops, the oracle). One this CPU cannot run gives
+                         way to the best, with a warning in the log (ANYLLM_ISA) */
+    const char *act;  /* how the fast kernels round activations: NULL or "q8" (8 bits,
+                         as llama.cpp), "q8x2" or "precise" (~15 bits); a backend name
+                         with a mode ("cpu:precise") wins over it (ANYLLM_ACT) */
+    int amx;          /* prompts on AMX tiles where the CPU and the OS allow (default
+                         on); 1 where they do not logs why (ANYLLM_AMX) */
+    int x16;          /* weights moved into the x16 layout at load (default on); off,
+                         they are read in place: a quicker load (ANYLLM_X16) */
+    int x16_prefetch; /* the x16 kernels prefetch into L1 (default: on Intel CPUs)
+                         (ANYLLM_X16_PF) */
+    int moe_fuse;     /* a few tokens' experts in one pass (default on) (ANYLLM_MOE_FUSE) */
+    int fuse;         /* a few tokens' matmuls fused (default on) (ANYLLM_CPU_FUSE) */
+} al_cpu_settings;
+
+/* How the Vulkan backend runs (al_model_params.vulkan); the defaults are zeros and
+ * NULLs, but for timeout_ms (-1). Mostly for tests and tuning; a bad value fails
+ * al_model_load with AL_ERR_ARG naming the field. The CLI maps the variable in
+ * parentheses. */
+typedef struct al_vulkan_settings {
+    const char *tune;   /* "key=value,...": shader sizes and fusions over the device's
+                           defaults (src/vulkan/pipelines.c lists the keys); NULL: none.
+                           A key not known or a value outside 0..4096 is AL_ERR_ARG
+                           (ANYLLM_VK_TUNE) */
+    bool no_subgroup;   /* the shaders without subgroup arithmetic, even where the device
+                           has it (ANYLLM_VK_NO_SUBGROUP) */
+    int64_t timeout_ms; /* a fence wait longer than this loses the device; < 0: 600000
+                           (lavapipe runs a 1B prompt in minutes); 0: never wait, only
+                           look (tests) (ANYLLM_VK_TIMEOUT_MS) */
+    bool auto_software; /* "auto" may take a software renderer such as lavapipe (tests)
+                           (ANYLLM_VK_AUTO_SOFTWARE) */
+    bool pretend_discrete; /* a unified-memory device treated as discrete: the weights
+                              staged into its own memory (tests of those paths)
+                              (ANYLLM_VK_PRETEND_DISCRETE) */
+    uint64_t max_weight_bytes; /* > 0: the device takes at most this many bytes of
+                                  weights, as a small one would (tests); 0: no limit
+                                  (ANYLLM_VK_MAX_WEIGHT_BYTES) */
+    const char *weights; /* how the weights reach the device: NULL (imported where the
+                            memory is unified and the driver imports host memory, else
+                            a host-visible copy; a discrete GPU: staged), "import",
+                            "host" or "staging"; one the device cannot do is AL_ERR_ARG
+                            (ANYLLM_VK_WEIGHTS) */
+    bool profile;       /* time each dispatch for al_model_get_dispatch_times
+                           (ANYLLM_VK_PROFILE) */
+} al_vulkan_settings;
 
 typedef struct al_model_params {
     int n_threads;       /* worker threads for the CPU backend; 0 = number of cores   */
@@ -91,8 +160,15 @@ typedef struct al_model_params {
      * while) with the share done so far, 0 < done <= 1; NULL: none. */
     void (*progress)(void *user, double done);
     void *progress_user;
+    /* The backends' settings (above): those of the backend this model creates apply,
+     * but al_model_load checks both, so a bad value fails whichever backend runs (a
+     * build without Vulkan ignores .vulkan). */
+    al_cpu_settings cpu;
+    al_vulkan_settings vulkan;
 } al_model_params;
 
+/* The defaults of every field: a caller starts from these and changes what it needs
+ * (a zero-filled struct is not the same: cpu's switches would read 0, off). */
 al_model_params al_model_default_params(void);
 
 /* Maps and validates a GGUF file and binds the weights of a supported architecture.
@@ -155,10 +231,11 @@ typedef struct al_backend_stats {
 void al_model_get_backend_stats(const al_model *m, al_backend_stats *out);
 
 /* Device time per shader build, for finding where a GPU's time goes. Only where the
- * backend times each dispatch: a Vulkan backend created with ANYLLM_VK_PROFILE=1 in
- * the environment writes a timestamp before and after every dispatch. Those make the
- * dispatches run one at a time, so a profiled run is slower than a plain one: read
- * the shares, not the totals. Counters only grow, as al_backend_stats' do. */
+ * backend times each dispatch: a Vulkan backend created with vulkan.profile set (the
+ * CLI's ANYLLM_VK_PROFILE=1) writes a timestamp before and after every dispatch.
+ * Those make the dispatches run one at a time, so a profiled run is slower than a
+ * plain one: read the shares, not the totals. Counters only grow, as
+ * al_backend_stats' do. */
 typedef struct al_dispatch_time {
     char name[48];  /* the shader build and its variant, e.g. "matvec_q4_0_sg.0" */
     uint64_t n;     /* dispatches timed */

@@ -15,7 +15,8 @@
 #include "util.h"
 
 #ifdef AL_HAVE_VULKAN
-al_status vk_backend_create(int device_index, al_backend **out);
+al_status vk_backend_create(int device_index, const al_vulkan_settings *s, al_backend **out);
+al_status vk_settings_check(const al_vulkan_settings *s);
 int vk_list_devices(FILE *out);
 int vk_device_name(int index, char *buf, size_t size);
 int vk_device_details(int index, char *buf, size_t size);
@@ -32,29 +33,53 @@ static int vulkan_device_index(const char *spec) {
     return *end || n > 255 ? -1 : (int)n;
 }
 
-static al_status vulkan_create(int device, al_backend **out) {
+static al_status vulkan_create(int device, const al_vulkan_settings *s, al_backend **out) {
 #ifdef AL_HAVE_VULKAN
-    return vk_backend_create(device, out);
+    return vk_backend_create(device, s, out);
 #else
     (void)device;
+    (void)s;
     *out = NULL;
     return al_error(AL_ERR_UNSUPPORTED, "this build of anyllm has no Vulkan backend");
 #endif
 }
 
-al_status backend_create(const char *spec, int n_threads, al_backend **out) {
+#ifndef AL_HAVE_VULKAN
+/* Nothing to configure (anyllm.h): accepted, so that a caller need not know the build. */
+al_status al_set_vulkan_instance(const char *loader, bool validation) {
+    (void)loader;
+    (void)validation;
+    return AL_OK;
+}
+#endif
+
+/* Both backends' settings, whichever runs: a bad value is the caller's mistake even
+ * where "auto" would not have used it. A build without Vulkan never reads its own. */
+static al_status settings_check(const al_model_params *p) {
+    al_status st = cpu_settings_check(&p->cpu);
+#ifdef AL_HAVE_VULKAN
+    if (st == AL_OK) st = vk_settings_check(&p->vulkan);
+#endif
+    return st;
+}
+
+al_status backend_create(const char *spec, int n_threads, const al_model_params *params,
+                         al_backend **out) {
     *out = NULL;
-    if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, NULL, out);
-    if (!strncmp(spec, "cpu:", 4)) return cpu_backend_create(n_threads, spec + 4, out);
+    const al_model_params p = params ? *params : al_model_default_params();
+    al_status st = settings_check(&p);
+    if (st != AL_OK) return st;
+    if (!spec || !strcmp(spec, "cpu")) return cpu_backend_create(n_threads, NULL, &p.cpu, out);
+    if (!strncmp(spec, "cpu:", 4)) return cpu_backend_create(n_threads, spec + 4, &p.cpu, out);
     if (!strcmp(spec, "auto")) {
         /* -1: the first real GPU; a software Vulkan device is slower than the CPU */
-        al_status st = vulkan_create(-1, out);
+        st = vulkan_create(-1, &p.vulkan, out);
         if (st == AL_OK || st == AL_ERR_NOMEM) return st;
         al_log(AL_LOG_WARN, "no usable GPU (%s); using the CPU", al_last_error());
-        return cpu_backend_create(n_threads, NULL, out);
+        return cpu_backend_create(n_threads, NULL, &p.cpu, out);
     }
     int dev = vulkan_device_index(spec);
-    if (dev >= 0) return vulkan_create(dev, out);
+    if (dev >= 0) return vulkan_create(dev, &p.vulkan, out);
     return al_error(AL_ERR_ARG, "backend '%s' is not known (cpu, cpu:q8, cpu:precise, vulkan, vulkan:N, auto)",
                     spec);
 }

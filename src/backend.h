@@ -306,15 +306,20 @@ struct al_backend {
     uint64_t n_bytes_copied; /* weight bytes weight_load copied rather than used in place */
 };
 
-/* The CPU backend, n_threads workers (0 = cores). act: how the fast kernels round
- * activations, "q8", "q8x2" or "precise" (= q8x2; cpu/ops.h cpu_act_mode); NULL = ANYLLM_ACT,
- * else q8. */
-al_status cpu_backend_create(int n_threads, const char *act, al_backend **out);
+/* The CPU backend, n_threads workers (0 = cores), as settings s (anyllm.h; NULL: the
+ * defaults) say. act: how the fast kernels round activations, "q8", "q8x2" or
+ * "precise" (= q8x2; cpu/ops.h cpu_act_mode); NULL = s->act, else q8. */
+al_status cpu_backend_create(int n_threads, const char *act, const al_cpu_settings *s,
+                             al_backend **out);
+/* AL_ERR_ARG, naming the field and the value, unless every CPU setting is valid. */
+al_status cpu_settings_check(const al_cpu_settings *s);
 
 /* A backend by name: "cpu", "cpu:q8", "cpu:q8x2", "vulkan", "vulkan:N" or "auto"
- * (NULL = "cpu"). With "auto" a GPU that cannot be used is reported on stderr and the
- * CPU is used instead. */
-al_status backend_create(const char *spec, int n_threads, al_backend **out);
+ * (NULL = "cpu"), with p's backend settings (NULL: al_model_default_params()'s), which
+ * are checked first. With "auto" a GPU that cannot be used is reported in the log and
+ * the CPU is used instead. */
+al_status backend_create(const char *spec, int n_threads, const al_model_params *p,
+                         al_backend **out);
 
 /* be->ops->supports, or AL_OK when the backend has no limits to check. */
 al_status backend_supports(al_backend *be, const al_model_shape *shape);

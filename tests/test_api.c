@@ -218,10 +218,66 @@ static void test_gen_quantize(void) {
     remove(q8_0);
 }
 
+/* The backends' settings are parameters (al_model_params.cpu and .vulkan): a bad one
+ * fails the load with AL_ERR_ARG and a message naming the field and the value, whichever
+ * backend runs; a good one that is not the default shows in al_model_info.backend. */
+static void test_settings(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
+    al_model_params mp = al_model_default_params();
+    CHECK(mp.cpu.isa == NULL && mp.cpu.act == NULL && mp.cpu.amx == -1 && mp.cpu.x16 == -1 &&
+          mp.cpu.x16_prefetch == -1 && mp.cpu.moe_fuse == -1 && mp.cpu.fuse == -1);
+    CHECK(mp.vulkan.tune == NULL && mp.vulkan.timeout_ms < 0 && !mp.vulkan.no_subgroup &&
+          mp.vulkan.max_weight_bytes == 0 && mp.vulkan.weights == NULL);
+    al_model *m = NULL;
+    if (al_model_load(path, &mp, &m) != AL_OK) {
+        TEST_SKIP("%s: %s (the shared test data is missing)", path, al_last_error());
+        return;
+    }
+    al_model_destroy(m);
+    m = NULL;
+    /* each bad value in turn: the field it is in, and the value as the message has it */
+    static const struct {
+        const char *field, *value;
+    } bad[] = {{"cpu.isa", "nonsense"}, {"cpu.act", "q4"}, {"cpu.amx", "2"},
+               {"cpu.fuse", "-2"}, {"vulkan.tune", "nokey=1"}, {"vulkan.weights", "disk"}};
+    for (int i = 0; i < (int)(sizeof bad / sizeof *bad); i++) {
+        al_model_params p = al_model_default_params();
+        switch (i) {
+        case 0: p.cpu.isa = bad[i].value; break;
+        case 1: p.cpu.act = bad[i].value; break;
+        case 2: p.cpu.amx = 2; break;
+        case 3: p.cpu.fuse = -2; break;
+        case 4: p.vulkan.tune = bad[i].value; break;
+        default: p.vulkan.weights = bad[i].value; break;
+        }
+        const al_status st = al_model_load(path, &p, &m);
+        const char *msg = al_last_error();
+#ifndef AL_HAVE_VULKAN
+        if (!strncmp(bad[i].field, "vulkan.", 7)) { /* no Vulkan backend to read them */
+            al_model_destroy(m);
+            m = NULL;
+            continue;
+        }
+#endif
+        CHECK_MSG(st == AL_ERR_ARG && m == NULL && strstr(msg, bad[i].field) &&
+                      strstr(msg, bad[i].value),
+                  "%s = %s: status %d, '%s'", bad[i].field, bad[i].value, (int)st, msg);
+    }
+    mp.cpu.isa = "scalar";
+    mp.cpu.act = "precise";
+    CHECK(al_model_load(path, &mp, &m) == AL_OK);
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    CHECK_MSG(!strcmp(mi.backend, "cpu scalar q8x2"), "backend '%s'", mi.backend);
+    al_model_destroy(m);
+}
+
 int main(void) {
     TEST_RUN(test_null_handles);
     TEST_RUN(test_null_out);
     TEST_RUN(test_log);
     TEST_RUN(test_gen_quantize);
+    TEST_RUN(test_settings);
     return test_finish();
 }

@@ -136,13 +136,19 @@ static void compare(const float *a, const float *ref, double max_nmse, const cha
     CHECK_MSG(agree >= N_TOK * 9 / 10, "%s: argmax agrees at %d of %d", what, agree, N_TOK);
 }
 
-static al_model *load(int i, const char *backend) {
+/* Model i on backend; isa: the CPU's instruction set (cpu.isa; NULL: the best). */
+static al_model *load_isa(int i, const char *backend, const char *isa) {
     al_model_params mp = al_model_default_params();
     mp.n_threads = 2;
     mp.backend = backend;
+    mp.cpu.isa = isa;
     al_model *m = NULL;
     CHECK_MSG(al_model_load(paths[i], &mp, &m) == AL_OK, "%s", al_last_error());
     return m;
+}
+
+static al_model *load(int i, const char *backend) {
+    return load_isa(i, backend, NULL);
 }
 
 static al_context *context(const al_model *m) {
@@ -487,12 +493,10 @@ static bool have_gpu(void) {
     return false;
 }
 
-/* The logits of the 48 tokens of model i on backend (isa: ANYLLM_ISA for a CPU), into
+/* The logits of the 48 tokens of model i on backend (isa: cpu.isa for a CPU), into
  * out; false where the model, context or evaluation fails (checked). */
 static bool eval_logits(int i, const char *backend, const char *isa, float *out) {
-    if (isa) setenv("ANYLLM_ISA", isa, 1);
-    al_model *m = load(i, backend);
-    if (isa) unsetenv("ANYLLM_ISA");
+    al_model *m = load_isa(i, backend, isa);
     al_context *c = m ? context(m) : NULL;
     const bool ok = c && al_eval(c, tokens, N_TOK, out, true) == AL_OK;
     CHECK(ok);

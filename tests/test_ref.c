@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../tools/cli.h" /* cli_settings_from_env (tools/settings.c) */
 #include "anyllm.h"
 #include "ref_check.h"
 #include "test.h"
@@ -26,10 +27,27 @@
 /* The backend the reference cases run on: NULL (the CPU), or the one --dir names. */
 static const char *g_backend;
 
+/* The parameters of every model loaded here: the scripts run this program with the
+ * CLI's ANYLLM_* variables (tests/ref_paths.sh: ANYLLM_ISA=ref and ANYLLM_ACT=q8x2;
+ * tests/vulkan.sh: ANYLLM_VK_VALIDATION=1), which the CLI's reader maps. */
+static al_model_params ref_params(void) {
+    al_model_params mp = al_model_default_params();
+    cli_settings_from_env(&mp);
+    return mp;
+}
+
+/* The library's notes on stderr, as the CLI prints them: tests/vulkan.sh reads the
+ * validation count ("anyllm: vulkan validation: N messages"). */
+static void log_to_stderr(void *user, al_log_level level, const char *line) {
+    (void)user;
+    (void)level;
+    fprintf(stderr, "anyllm: %s\n", line);
+}
+
 /* Evaluates the case's tokens in pieces of the given sizes (0-terminated list; the
  * last piece size repeats) and returns all logits, or NULL on failure. */
 static float *eval_pieces(const ref_case *rc, int n_threads, const int *pieces) {
-    al_model_params mp = al_model_default_params();
+    al_model_params mp = ref_params();
     mp.n_threads = n_threads;
     mp.backend = g_backend;
     al_model *m = NULL;
@@ -101,7 +119,7 @@ static int greedy_prefix(const ref_case *rc) {
     al_context *c = NULL;
     float *logits = malloc((size_t)rc->n_vocab * sizeof(float));
     int n_same = -1;
-    al_model_params mp = al_model_default_params();
+    al_model_params mp = ref_params();
     mp.backend = g_backend;
     if (!logits || al_model_load(rc->name, &mp, &m) != AL_OK) goto done;
     al_context_params cp = al_context_default_params();
@@ -187,9 +205,10 @@ static void test_dir(void) {
 static void test_eval_errors(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
+    const al_model_params mp = ref_params();
     al_model *m = NULL;
     al_context *c = NULL;
-    if (al_model_load(path, NULL, &m) != AL_OK) {
+    if (al_model_load(path, &mp, &m) != AL_OK) {
         TEST_SKIP("%s: %s", path, al_last_error());
         return;
     }
@@ -225,8 +244,9 @@ static void test_eval_errors(void) {
 static void test_eval_multi(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/ref/ref-qwen2-f16.gguf", test_shared_dir());
+    const al_model_params mp = ref_params();
     al_model *m = NULL;
-    if (al_model_load(path, NULL, &m) != AL_OK) {
+    if (al_model_load(path, &mp, &m) != AL_OK) {
         TEST_SKIP("%s: %s", path, al_last_error());
         return;
     }
@@ -477,7 +497,7 @@ static int greedy_ids(const char *model, const char *json_path, int n, const cha
         ref_json_free(&r);
         return 1;
     }
-    al_model_params mp = al_model_default_params();
+    al_model_params mp = ref_params();
     mp.backend = backend;
     al_model *m = NULL;
     al_context *c = NULL;
@@ -510,6 +530,8 @@ static int greedy_ids(const char *model, const char *json_path, int n, const cha
 }
 
 int main(int argc, char **argv) {
+    al_set_log(log_to_stderr, NULL);
+    if (cli_settings_instance()) return 1;
     if (argc >= 4 && !strcmp(argv[1], "--compare"))
         return compare_files(argv[2], argv[3], argc >= 5 ? atof(argv[4]) : 1e-4);
     if (argc == 6 && !strcmp(argv[1], "--compare-ref"))

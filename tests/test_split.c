@@ -11,7 +11,7 @@
  *     no reference noise; at least the first otherwise, as test_ref asks);
  *   - the hand-off is zero-copy where both sides see one memory (the CPU and a unified-
  *     memory device such as lavapipe): kv_shared and 0 bytes copied. With
- *     ANYLLM_VK_PRETEND_DISCRETE=1 (the device treated as discrete) every split with
+ *     vulkan.pretend_discrete (the device treated as discrete) every split with
  *     Vulkan copies instead (bytes copied > 0), with the same results.
  * Then the copy path without kv_shared_with, a sliding-window model (gpt-oss, window
  * 16) whose rings wrap before the hand-off, into a context of another size, and the
@@ -65,10 +65,13 @@ static void pair_destroy(pair *p) {
     al_model_destroy(p->mp);
 }
 
-static al_status pair_create(const char *path, const split *s, int n_ctx, pair *p) {
+/* discrete: the Vulkan device treated as discrete (vulkan.pretend_discrete) */
+static al_status pair_create(const char *path, const split *s, int n_ctx, bool discrete,
+                             pair *p) {
     *p = (pair){0};
     al_model_params mp = al_model_default_params();
     mp.n_threads = 2;
+    mp.vulkan.pretend_discrete = discrete;
     mp.backend = s->prefill;
     al_status st = al_model_load(path, &mp, &p->mp);
     mp.backend = s->decode;
@@ -123,7 +126,7 @@ static int split_greedy(pair *p, const ref_case *rc) {
 /* One model on one split: the criteria, and whether the memory was shared. */
 static void check_split(const ref_case *rc, const split *s, bool discrete) {
     pair p;
-    if (pair_create(rc->name, s, rc->n_tokens + rc->n_greedy, &p) != AL_OK) {
+    if (pair_create(rc->name, s, rc->n_tokens + rc->n_greedy, discrete, &p) != AL_OK) {
         CHECK_MSG(0, "%s: %s -> %s could not be set up", rc->name, s->prefill, s->decode);
         pair_destroy(&p);
         return;
@@ -164,10 +167,9 @@ static int load_model_case(const char *sub, ref_case *rc) {
 }
 
 /* Every split of the models; with discrete set, as if the device were discrete
- * (ANYLLM_VK_PRETEND_DISCRETE, read as each model is loaded). */
+ * (vulkan.pretend_discrete, read as each model is loaded). */
 static void run_splits(bool discrete, int n_models) {
     const char *why = no_vulkan();
-    if (discrete) setenv("ANYLLM_VK_PRETEND_DISCRETE", "1", 1);
     int n_run = 0, n_found = 0;
     for (int i = 0; i < n_models; i++) {
         ref_case rc = {0};
@@ -184,7 +186,6 @@ static void run_splits(bool discrete, int n_models) {
         }
         free(rc.ref);
     }
-    if (discrete) unsetenv("ANYLLM_VK_PRETEND_DISCRETE");
     if (why) TEST_SKIP("the splits with Vulkan: %s", why);
     if (n_found && (!why || !discrete)) CHECK(n_run > 0);
 }

@@ -208,22 +208,26 @@ static void check_validation(void) {
     CHECK_MSG(s.n_validation == 0, "%d validation messages", s.n_validation);
 }
 
+/* The Vulkan settings create_vk's backends take: main changes them between runs. */
+static al_vulkan_settings g_vs = {.timeout_ms = -1};
+
 static bool create_vk(void) {
-    al_status st = vk_backend_create(0, &g_vk);
+    al_status st = vk_backend_create(0, &g_vs, &g_vk);
     if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 4096, 256);
     if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
     return st == AL_OK;
 }
 
 int main(void) {
-    setenv("ANYLLM_ISA", "ref", 1);
-    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
+    al_model_params cpu = al_model_default_params();
+    cpu.cpu.isa = "ref";
+    if (backend_create("cpu", 2, &cpu, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
         printf("cpu backend: %s\n", al_last_error());
         return 1;
     }
-    setenv("ANYLLM_VK_VALIDATION", "1", 1);
+    al_set_vulkan_instance(NULL, true);
     if (!create_vk()) {
-        unsetenv("ANYLLM_VK_VALIDATION"); /* the layer may be missing: run without it */
+        al_set_vulkan_instance(NULL, false); /* the layer may be missing: run without it */
         if (!create_vk()) {
             printf("skip: no usable Vulkan device\n");
             g_cpu->ops->destroy(g_cpu);
@@ -236,22 +240,22 @@ int main(void) {
     TEST_RUN(test_declines);
     TEST_RUN(check_validation);
     g_vk->ops->destroy(g_vk);
-    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* the build without subgroup arithmetic */
+    g_vs.no_subgroup = true; /* the build without subgroup arithmetic */
     if (create_vk()) {
         printf("-- without subgroup arithmetic: %s\n", g_vk->desc);
         TEST_RUN(test_attention_rows);
         TEST_RUN(check_validation);
         g_vk->ops->destroy(g_vk);
     }
-    unsetenv("ANYLLM_VK_NO_SUBGROUP");
-    setenv("ANYLLM_VK_TUNE", "attn_rows_wg=1024", 1); /* 16 teams, merged at the end */
+    g_vs.no_subgroup = false;
+    g_vs.tune = "attn_rows_wg=1024"; /* 16 teams, merged at the end */
     if (create_vk()) {
         printf("-- 16 teams of 64 (attn_rows_wg=1024): %s\n", g_vk->desc);
         TEST_RUN(test_attention_rows);
         TEST_RUN(check_validation);
         g_vk->ops->destroy(g_vk);
     }
-    unsetenv("ANYLLM_VK_TUNE");
+    g_vs.tune = NULL;
     for (int i = 0; i < g_n_keep; i++) al_aligned_free(g_keep[i]);
     g_cpu->ops->destroy(g_cpu);
     return test_finish();

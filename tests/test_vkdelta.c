@@ -1,5 +1,5 @@
 /* test_vkdelta.c: the Vulkan backend's ops of the gated delta-net hybrids (qwen35,
- * qwen35moe) against the reference CPU backend's (ANYLLM_ISA=ref): sigmoid_mul,
+ * qwen35moe) against the reference CPU backend's (cpu.isa "ref"): sigmoid_mul,
  * ssm_conv and delta_net (backend.h).
  *
  * sigmoid_mul runs on views of heads with row strides of their own (the gate beside
@@ -260,8 +260,11 @@ static void check_validation(void) {
     CHECK_MSG(s.n_validation == 0, "%d validation messages", s.n_validation);
 }
 
+/* The Vulkan settings create_vk's backends take: run_suite changes the tuning. */
+static al_vulkan_settings g_vs = {.timeout_ms = -1};
+
 static bool create_vk(void) {
-    al_status st = vk_backend_create(0, &g_vk);
+    al_status st = vk_backend_create(0, &g_vs, &g_vk);
     if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 4096, 256);
     if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
     return st == AL_OK;
@@ -303,17 +306,17 @@ static void test_limits(void) {
     free(wv);
 }
 
-/* The ops on a backend made with ANYLLM_VK_TUNE=tune (NULL: the defaults). */
+/* The ops on a backend made with vulkan.tune = tune (NULL: the defaults). */
 static void run_suite(const char *tune) {
-    if (tune) setenv("ANYLLM_VK_TUNE", tune, 1);
+    g_vs.tune = tune;
     const bool ok = create_vk();
-    if (tune) unsetenv("ANYLLM_VK_TUNE");
+    g_vs.tune = NULL;
     if (!ok) {
-        printf("skip: ANYLLM_VK_TUNE=%s: %s\n", tune ? tune : "", al_last_error());
+        printf("skip: vulkan.tune %s: %s\n", tune ? tune : "", al_last_error());
         CHECK(tune != NULL); /* the defaults must work */
         return;
     }
-    printf("-- %s%s%s\n", g_vk->desc, tune ? ", ANYLLM_VK_TUNE=" : "", tune ? tune : "");
+    printf("-- %s%s%s\n", g_vk->desc, tune ? ", vulkan.tune " : "", tune ? tune : "");
     if (!tune) {
         TEST_RUN(test_sigmoid_mul);
         TEST_RUN(test_ssm_conv);
@@ -324,14 +327,15 @@ static void run_suite(const char *tune) {
 }
 
 int main(void) {
-    setenv("ANYLLM_ISA", "ref", 1);
-    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
+    al_model_params cpu = al_model_default_params();
+    cpu.cpu.isa = "ref";
+    if (backend_create("cpu", 2, &cpu, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
         printf("cpu backend: %s\n", al_last_error());
         return 1;
     }
-    setenv("ANYLLM_VK_VALIDATION", "1", 1);
+    al_set_vulkan_instance(NULL, true);
     if (!create_vk()) {
-        unsetenv("ANYLLM_VK_VALIDATION"); /* the layer may be missing: run without it */
+        al_set_vulkan_instance(NULL, false); /* the layer may be missing: run without it */
         if (!create_vk()) {
             printf("skip: no usable Vulkan device\n");
             g_cpu->ops->destroy(g_cpu);

@@ -257,7 +257,7 @@ static void test_moe_declines(void) {
     }
 }
 
-/* ANYLLM_VK_TUNE=fuse=0: the plain ops, for comparisons. */
+/* vulkan.tune fuse=0: the plain ops, for comparisons. */
 static void test_moe_fuse_off(void) {
     const moe_case q8 = {"Q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 64, 64, 4, 2, false, false, false};
     layer lc = {0}, lv = {0};
@@ -281,16 +281,15 @@ static void check_validation(void) {
 }
 
 static bool create_vk(const char *tune) {
-    if (tune) setenv("ANYLLM_VK_TUNE", tune, 1);
-    else unsetenv("ANYLLM_VK_TUNE");
+    const al_vulkan_settings vs = {.tune = tune, .timeout_ms = -1};
     /* the validation layer where it is installed: without it, the backend is made anyway */
-    setenv("ANYLLM_VK_VALIDATION", "1", 1);
-    al_status st = vk_backend_create(0, &g_vk);
-    unsetenv("ANYLLM_VK_VALIDATION");
-    if (st != AL_OK) st = vk_backend_create(0, &g_vk);
+    al_set_vulkan_instance(NULL, true);
+    al_status st = vk_backend_create(0, &vs, &g_vk);
+    al_set_vulkan_instance(NULL, false);
+    if (st != AL_OK) st = vk_backend_create(0, &vs, &g_vk);
     if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 4096, 256);
     if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
-    if (st == AL_OK) printf("-- %s, ANYLLM_VK_TUNE=%s\n", g_vk->desc, tune ? tune : "");
+    if (st == AL_OK) printf("-- %s, vulkan.tune %s\n", g_vk->desc, tune ? tune : "");
     return st == AL_OK;
 }
 
@@ -301,8 +300,9 @@ static void destroy_vk(void) {
 }
 
 int main(void) {
-    setenv("ANYLLM_ISA", "ref", 1);
-    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
+    al_model_params cpu = al_model_default_params();
+    cpu.cpu.isa = "ref";
+    if (backend_create("cpu", 2, &cpu, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 4096, 256)) {
         printf("cpu backend: %s\n", al_last_error());
         return 1;
     }
@@ -326,7 +326,6 @@ int main(void) {
         TEST_RUN(test_moe_fuse_off);
         destroy_vk();
     }
-    unsetenv("ANYLLM_VK_TUNE");
     g_cpu->ops->destroy(g_cpu);
     return test_finish();
 }

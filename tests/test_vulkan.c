@@ -1,7 +1,7 @@
 /* test_vulkan.c: every op of the Vulkan backend against the CPU reference op.
  *
  * Both backends are driven only through their op tables (backend.h). The CPU backend
- * is created with ANYLLM_ISA=ref, so the oracle is the plain-C reference. Inputs are
+ * is created with cpu.isa "ref", so the oracle is the plain-C reference. Inputs are
  * random and of awkward sizes (rows that are not multiples of the workgroup, tile or
  * alignment; views at row offsets); every weight type is covered with random blocks
  * whose fp16 scales are kept finite. Agreement is NMSE = sum (a-b)^2 / sum b^2:
@@ -20,7 +20,7 @@
  * norm_matmul_glu and rope_qk_rows, which the CPU does not fuse, with the reference's
  * plain ops; and a decode step (and an al_eval_multi step) must
  * take the dispatches fusion leaves and the logits of the plain ops. The Khronos validation layer is
- * on (ANYLLM_VK_VALIDATION=1) when it is installed, and must report nothing.
+ * on (al_set_vulkan_instance) when it is installed, and must report nothing.
  * Two threads, each with its own context on one shared model, evaluate at once and
  * must get the logits each gets alone (every context has its own command stream).
  * Failure paths: no loader, a device index that does not exist, an unsupported
@@ -45,6 +45,21 @@
 #include "vulkan/vk_backend.h"
 
 #include "vk_pairs.h" /* g_cpu, g_vk, pair, random weights */
+
+/* The configuration under test: the Vulkan settings of create_vk's backends and of the
+ * models loaded meanwhile, and whether the validation layer is on (main sets them). */
+static al_vulkan_settings g_vs = {.timeout_ms = -1};
+static bool g_validation;
+
+/* The parameters of a model on backend: the configuration's Vulkan settings, and the
+ * CPU's reference ops, the oracle (a CPU model, or "auto" falling back to the CPU). */
+static al_model_params test_params(const char *backend) {
+    al_model_params mp = al_model_default_params();
+    mp.backend = backend;
+    mp.cpu.isa = "ref";
+    mp.vulkan = g_vs;
+    return mp;
+}
 
 /* ---- the ops ------------------------------------------------------------------------------- */
 
@@ -941,8 +956,7 @@ static void decode_model(const char *name, double max_nmse) {
     snprintf(path, sizeof path, "%s/models/ref/%s.ref.json", test_shared_dir(), name);
     int n = read_ref_tokens(path, tok, 64);
     snprintf(path, sizeof path, "%s/models/ref/%s.gguf", test_shared_dir(), name);
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
+    al_model_params mp = test_params("vulkan");
     al_model *m = NULL;
     if (n != 48 || al_model_load(path, &mp, &m) != AL_OK) {
         TEST_SKIP("%s: %s", name, n != 48 ? "no reference tokens" : al_last_error());
@@ -987,20 +1001,17 @@ static void decode_model(const char *name, double max_nmse) {
     free(got);
 }
 
-/* ref-llama-Q4_0 (4 layers) on Vulkan with ANYLLM_VK_TUNE=tune, and a context of
+/* ref-llama-Q4_0 (4 layers) on Vulkan with vulkan.tune = tune, and a context of
  * n_ctx positions; false (and m, c as far as they came) when it cannot be run. */
 static bool ref_llama_open(const char *tune, int n_ctx, al_model **m, al_context **c) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
-    setenv("ANYLLM_VK_TUNE", tune, 1);
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
+    al_model_params mp = test_params("vulkan");
+    mp.vulkan.tune = tune;
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
     *m = NULL, *c = NULL;
-    bool ok = al_model_load(path, &mp, m) == AL_OK && al_context_create(*m, &cp, c) == AL_OK;
-    unsetenv("ANYLLM_VK_TUNE");
-    return ok;
+    return al_model_load(path, &mp, m) == AL_OK && al_context_create(*m, &cp, c) == AL_OK;
 }
 
 /* Dispatches of one decode step of ref-llama-Q4_0 (4 layers) and its logits; false
@@ -1031,7 +1042,7 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
     *n_disp = ok ? s1.n_dispatches - s0.n_dispatches : 0;
     *n_kv = ok ? s1.n_kv_copies - s0.n_kv_copies : 0;
     if (n_sub) *n_sub = ok ? s1.n_submits - s0.n_submits : 0;
-    CHECK_MSG(!ok || s1.n_validation == 0, "ANYLLM_VK_TUNE=%s: %d validation messages", tune,
+    CHECK_MSG(!ok || s1.n_validation == 0, "vulkan.tune %s: %d validation messages", tune,
               s1.n_validation);
     al_context_destroy(c);
     al_model_destroy(m);
@@ -1044,7 +1055,7 @@ static bool decode_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, floa
  * + attention + its cache stores, output projection + residual, norm + gate.up + SiLU,
  * down projection + residual) and 3 more (embedding, final norm, logits); 7 where the
  * two norms run alone: on a CPU device, and on GPUs by default (fuse_norm=0, see
- * pipelines.c); the plain ops took 15 per layer (ANYLLM_VK_TUNE=fuse=0) and two copies
+ * pipelines.c); the plain ops took 15 per layer (vulkan.tune fuse=0) and two copies
  * into the caches. With only the attention's fusion off (fuse_attn=0): one more per
  * layer and the two copies. The logits stay those of the plain ops. */
 static void test_dispatch_count(void) {
@@ -1083,7 +1094,7 @@ static void test_dispatch_count(void) {
     CHECK_MSG(eg <= 1e-8, "GPU-shader and plain logits differ: NMSE %g", eg);
 }
 
-/* A prompt of 40 tokens through ref-llama-Q4_0 with ANYLLM_VK_TUNE=tune (on a CPU
+/* A prompt of 40 tokens through ref-llama-Q4_0 with vulkan.tune = tune (on a CPU
  * device, three blocks of tokens: ops of several dispatches): the last token's logits
  * and the submissions; the validation layer must report nothing. */
 static bool prompt_step(const char *tune, float *logits, uint64_t *n_sub) {
@@ -1097,14 +1108,14 @@ static bool prompt_step(const char *tune, float *logits, uint64_t *n_sub) {
          al_eval(c, tok, 40, logits, false) == AL_OK &&
          vk_backend_get_stats(model_backend(m), &s1);
     *n_sub = ok ? s1.n_submits - s0.n_submits : 0;
-    CHECK_MSG(!ok || s1.n_validation == 0, "prompt, ANYLLM_VK_TUNE=%s: %d validation messages",
+    CHECK_MSG(!ok || s1.n_validation == 0, "prompt, vulkan.tune %s: %d validation messages",
               tune, s1.n_validation);
     al_context_destroy(c);
     al_model_destroy(m);
     return ok;
 }
 
-/* Submission in chunks (ANYLLM_VK_TUNE=chunk=N, stream.c): a decode step submitted
+/* Submission in chunks (vulkan.tune chunk=N, stream.c): a decode step submitted
  * every 4 dispatches, the device running each while the host records the next, gives
  * the logits of one submission bit for bit, in more submissions; and with the GPU
  * shaders (cpu_rows=0), whose hazards differ. */
@@ -1155,15 +1166,13 @@ enum { N_SEQ = VK_SEQ_ROWS + 2 };
 static bool multi_step(const char *tune, uint64_t *n_disp, uint64_t *n_kv, float *logits) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q4_0.gguf", test_shared_dir());
-    setenv("ANYLLM_VK_TUNE", tune, 1);
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
+    al_model_params mp = test_params("vulkan");
+    mp.vulkan.tune = tune;
     al_model *m = NULL;
     al_context *c[N_SEQ] = {0};
     al_context_params cp = al_context_default_params();
     cp.n_ctx = N_SEQ + 2;
     bool ok = al_model_load(path, &mp, &m) == AL_OK;
-    unsetenv("ANYLLM_VK_TUNE");
     int32_t tok[N_SEQ + 1];
     for (int i = 0; i <= N_SEQ; i++) tok[i] = 1 + 97 * i % 200;
     for (int i = 0; i < N_SEQ && ok; i++)
@@ -1236,8 +1245,7 @@ static void test_load_progress(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/ref/ref-llama-Q8_0.gguf", test_shared_dir());
     load_seen seen = {.rising = true};
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
+    al_model_params mp = test_params("vulkan");
     mp.progress = on_load;
     mp.progress_user = &seen;
     al_model *m = NULL;
@@ -1288,8 +1296,7 @@ static void *mt_run(void *arg) {
  * other (one round each); false with a skip when the model cannot be loaded. */
 static bool mt_serial(const char *path, const char *spec, const int32_t *tok[2], int n_vocab,
                       float *out[2]) {
-    al_model_params mp = al_model_default_params();
-    mp.backend = spec;
+    al_model_params mp = test_params(spec);
     mp.n_threads = 2;
     al_model *m = NULL;
     if (al_model_load(path, &mp, &m) != AL_OK) return false;
@@ -1340,8 +1347,7 @@ static void test_two_threads(void) {
     }
     CHECK(mt_serial(path, "cpu", tok, n_vocab, cpu));
     CHECK(mt_serial(path, "vulkan", tok, n_vocab, alone));
-    al_model_params mp = al_model_default_params();
-    mp.backend = "vulkan";
+    al_model_params mp = test_params("vulkan");
     al_model *m = NULL;
     CHECK(al_model_load(path, &mp, &m) == AL_OK);
     mt_job jobs[2];
@@ -1426,15 +1432,16 @@ static void test_supports(void) {
 }
 
 static void test_no_loader(void) {
-    setenv("ANYLLM_VK_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    al_set_vulkan_instance("/nonexistent/libvulkan.so.1", g_validation);
     al_backend *be = NULL;
-    al_status st = vk_backend_create(0, &be);
+    al_status st = vk_backend_create(0, &g_vs, &be);
     CHECK(st == AL_ERR_UNSUPPORTED && be == NULL);
     printf("  no loader: %s\n", al_last_error());
-    st = backend_create("auto", 1, &be); /* falls back to the CPU, saying why */
+    const al_model_params mp = test_params("auto");
+    st = backend_create("auto", 1, &mp, &be); /* falls back to the CPU, saying why */
     CHECK(st == AL_OK && be && !strcmp(be->ops->name, "cpu"));
     if (be) be->ops->destroy(be);
-    unsetenv("ANYLLM_VK_LOADER");
+    al_set_vulkan_instance(NULL, g_validation);
 }
 
 /* The public device calls `anyllm devices` is built on (anyllm.h): the count matches
@@ -1466,15 +1473,15 @@ static void test_gpu_public(void) {
     CHECK(al_gpu_bandwidth("vulkan:99", &gbs) == AL_ERR_ARG && gbs == 0);
     CHECK(al_gpu_bandwidth("vulkan:0", NULL) == AL_ERR_ARG);
     CHECK(al_gpu_bandwidth("vulkan:0", &gbs) == AL_OK && gbs > 0);
-    setenv("ANYLLM_VK_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    al_set_vulkan_instance("/nonexistent/libvulkan.so.1", g_validation);
     CHECK(al_gpu_count() == -1 && strstr(al_last_error(), "/nonexistent") != NULL);
-    unsetenv("ANYLLM_VK_LOADER");
+    al_set_vulkan_instance(NULL, g_validation);
     printf("  %d GPU(s); vulkan:0 copies at %.1f GB/s\n", n, gbs);
 }
 
 static void test_bad_index(void) {
     al_backend *be = NULL;
-    al_status st = vk_backend_create(200, &be);
+    al_status st = vk_backend_create(200, &g_vs, &be);
     CHECK(st == AL_ERR_ARG && be == NULL);
     printf("  %s\n", al_last_error());
 }
@@ -1486,7 +1493,8 @@ static void test_auto_skips_software(void) {
         return;
     }
     al_backend *be = NULL;
-    CHECK(backend_create("auto", 1, &be) == AL_OK && be);
+    const al_model_params mp = test_params("auto");
+    CHECK(backend_create("auto", 1, &mp, &be) == AL_OK && be);
     if (be) {
         CHECK(!strcmp(be->ops->name, "cpu"));
         be->ops->destroy(be);
@@ -1499,7 +1507,7 @@ static void test_auto_skips_software(void) {
  * (leaked) on purpose: its device may still be running the command buffer. */
 static void test_fence_timeout(void) {
     al_backend *be = NULL;
-    al_status st = vk_backend_create(0, &be);
+    al_status st = vk_backend_create(0, &g_vs, &be);
     if (st == AL_OK) st = be->ops->reserve(be, 4096, 64);
     int64_t n_in = 4096, n_out = 4096, n_tok = 64;
     al_tensor w = {.type = AL_TYPE_F32, .ne = {n_in, n_out},
@@ -1544,7 +1552,7 @@ static void run_suite(const char *label) {
 }
 
 static bool create_vk(void) {
-    al_status st = vk_backend_create(0, &g_vk);
+    al_status st = vk_backend_create(0, &g_vs, &g_vk);
     if (st == AL_OK) st = g_vk->ops->reserve(g_vk, 8192, 1024);
     if (st != AL_OK) printf("vulkan: %s\n", al_last_error());
     return st == AL_OK;
@@ -1564,16 +1572,16 @@ static void test_matmul_tiles(void) {
     const char *tunes[] = {"cpu_rows=0,mm_bm=128,mm_bn=64,mm_tm=8,mm_tn=4",
                            "cpu_rows=0,mm_bm=32,mm_bn=64,mm_tm=4,mm_tn=8"};
     for (int i = 0; i < 2; i++) {
-        setenv("ANYLLM_VK_TUNE", tunes[i], 1);
+        g_vs.tune = tunes[i];
         const bool ok = create_vk();
-        CHECK_MSG(ok, "ANYLLM_VK_TUNE=%s: no backend", tunes[i]);
+        CHECK_MSG(ok, "vulkan.tune %s: no backend", tunes[i]);
         if (!ok) continue;
-        printf("  ANYLLM_VK_TUNE=%s\n", tunes[i]);
+        printf("  vulkan.tune %s\n", tunes[i]);
         test_matmul();
         check_validation();
         destroy_vk();
     }
-    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1); /* the caller's */
+    g_vs.tune = "cpu_rows=0,fuse_norm=1"; /* the caller's */
 }
 
 /* Prompts' matmuls on cooperative matrices (matmul_cm.comp), every weight type, also
@@ -1583,15 +1591,15 @@ static void test_matmul_tiles(void) {
  * within 1e-5 NMSE. True where it ran: false where the backend failed or the device has
  * no cooperative matrices (the real build's skip), so a caller tries no further tile. */
 static bool run_coopmat(const char *tune, bool emulated, bool fused) {
-    setenv("ANYLLM_VK_TUNE", tune, 1);
+    g_vs.tune = tune;
     const bool ok = create_vk();
-    CHECK_MSG(ok, "ANYLLM_VK_TUNE=%s: no backend", tune);
+    CHECK_MSG(ok, "vulkan.tune %s: no backend", tune);
     if (!ok) return false;
     vk_backend_stats st = {0};
     CHECK(vk_backend_get_stats(g_vk, &st));
-    CHECK_MSG(st.coopmat || !emulated, "ANYLLM_VK_TUNE=%s: the emulation is not in use", tune);
+    CHECK_MSG(st.coopmat || !emulated, "vulkan.tune %s: the emulation is not in use", tune);
     if (st.coopmat) {
-        printf("  ANYLLM_VK_TUNE=%s on %s\n", tune, g_vk->desc);
+        printf("  vulkan.tune %s on %s\n", tune, g_vk->desc);
         g_f32_tol = 1e-5;
         test_matmul();
         if (fused) test_fused_matmul();
@@ -1618,14 +1626,15 @@ static void test_matmul_coopmat(void) {
 }
 
 int main(void) {
-    setenv("ANYLLM_ISA", "ref", 1);
-    if (backend_create("cpu", 2, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 8192, 1024)) {
+    const al_model_params cpu = test_params("cpu");
+    if (backend_create("cpu", 2, &cpu, &g_cpu) != AL_OK || g_cpu->ops->reserve(g_cpu, 8192, 1024)) {
         printf("cpu backend: %s\n", al_last_error());
         return 1;
     }
-    setenv("ANYLLM_VK_VALIDATION", "1", 1);
+    al_set_vulkan_instance(NULL, g_validation = true);
     if (!create_vk()) {
-        unsetenv("ANYLLM_VK_VALIDATION"); /* the layer may be missing: run without it */
+        /* the layer may be missing: run without it */
+        al_set_vulkan_instance(NULL, g_validation = false);
         if (!create_vk()) {
             printf("skip: no usable Vulkan device\n");
             g_cpu->ops->destroy(g_cpu);
@@ -1648,29 +1657,29 @@ int main(void) {
     TEST_RUN(test_auto_skips_software);
     destroy_vk();
 
-    setenv("ANYLLM_VK_PRETEND_DISCRETE", "1", 1);
-    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1);
+    g_vs.pretend_discrete = true;
+    g_vs.no_subgroup = true;
     if (create_vk()) {
         run_suite("as a discrete GPU, no subgroup arithmetic");
         TEST_RUN(test_decode);
         TEST_RUN(test_two_threads); /* staged reads: each stream its own staging buffer */
         destroy_vk();
     }
-    unsetenv("ANYLLM_VK_PRETEND_DISCRETE");
-    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    g_vs.pretend_discrete = false;
+    g_vs.no_subgroup = false;
 
-    setenv("ANYLLM_VK_WEIGHTS", "host", 1);
+    g_vs.weights = "host";
     if (create_vk()) {
         printf("-- weights copied to host-visible memory: %s\n", g_vk->desc);
         TEST_RUN(test_matmul);
         TEST_RUN(check_validation);
         destroy_vk();
     }
-    unsetenv("ANYLLM_VK_WEIGHTS");
+    g_vs.weights = NULL;
 
     /* a CPU device takes matmul_rows.comp for every matmul: the GPUs' matvec.comp and
      * matmul.comp (and their fused builds) run here only when told to */
-    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1);
+    g_vs.tune = "cpu_rows=0,fuse_norm=1";
     g_norm_fuses = true;
     if (create_vk()) {
         printf("-- the GPU matmul shaders (cpu_rows=0): %s\n", g_vk->desc);
@@ -1683,9 +1692,8 @@ int main(void) {
     TEST_RUN(test_matmul_tiles);
     TEST_RUN(test_matmul_coopmat_emulated);
     TEST_RUN(test_matmul_coopmat);
-    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1); /* as before them */
-    setenv("ANYLLM_VK_TUNE", "cpu_rows=0,fuse_norm=1", 1);
-    setenv("ANYLLM_VK_NO_SUBGROUP", "1", 1); /* and their builds without subgroups */
+    g_vs.tune = "cpu_rows=0,fuse_norm=1"; /* as before them */
+    g_vs.no_subgroup = true;              /* and their builds without subgroups */
     if (create_vk()) {
         printf("-- the GPU matmul shaders without subgroup arithmetic: %s\n", g_vk->desc);
         TEST_RUN(test_fused_matmul);
@@ -1693,9 +1701,9 @@ int main(void) {
         TEST_RUN(check_validation);
         destroy_vk();
     }
-    unsetenv("ANYLLM_VK_NO_SUBGROUP");
+    g_vs.no_subgroup = false;
     g_norm_fuses = false;
-    setenv("ANYLLM_VK_TUNE", "attn_wg=256", 1); /* attention.comp in 4 teams */
+    g_vs.tune = "attn_wg=256"; /* attention.comp in 4 teams */
     if (create_vk()) {
         printf("-- attention in 4 teams of 64 (attn_wg=256): %s\n", g_vk->desc);
         TEST_RUN(test_attention);
@@ -1703,7 +1711,7 @@ int main(void) {
         TEST_RUN(check_validation);
         destroy_vk();
     }
-    unsetenv("ANYLLM_VK_TUNE");
+    g_vs.tune = NULL;
 
     TEST_RUN(test_fence_timeout);
     g_cpu->ops->destroy(g_cpu);

@@ -33,7 +33,9 @@ int cli_fail(const char *fmt, ...) {
 }
 
 int cli_fail_status(al_status st) {
-    return cli_fail("%s: %s", al_status_str(st), al_last_error());
+    char buf[1024];
+    return cli_fail("%s: %s", al_status_str(st),
+                    cli_settings_message(al_last_error(), buf, sizeof buf));
 }
 
 char *cli_read_file(const char *path, size_t *len) {
@@ -84,6 +86,7 @@ static void load_progress(void *user, double done) {
 
 al_status cli_model_load(const cli_opts *o, al_model **m) {
     al_model_params mp = al_model_default_params();
+    cli_settings_from_env(&mp);
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
     progress pr;
@@ -113,10 +116,6 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
         return cli_fail_status(st);
     }
     return 0;
-}
-
-void cli_no_repack(void) {
-    setenv("ANYLLM_X16", "0", 1); /* read when the CPU backend is made (cpu/cpu.c) */
 }
 
 int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise) {
@@ -189,11 +188,13 @@ static int version(void) {
 static void log_to_stderr(void *user, al_log_level level, const char *line) {
     (void)user;
     (void)level;
-    fprintf(stderr, "anyllm: %s\n", line);
+    char buf[1024];
+    fprintf(stderr, "anyllm: %s\n", cli_settings_message(line, buf, sizeof buf));
 }
 
 int main(int argc, char **argv) {
     al_set_log(log_to_stderr, NULL);
+    if (cli_settings_instance()) return 1;
     static const struct {
         const char *name;
         int (*fn)(const cli_opts *);

@@ -63,9 +63,25 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_resolve_backend(const char *command, const char **backend, int ngl, bool precise);
 
 /* --no-repack (llama.cpp's name): the CPU backend reads the weights where the file maps
- * them rather than moving them into its x16 layout at load (ANYLLM_X16=0): loads in
- * milliseconds, decodes slower (README, CPU kernels). */
+ * them rather than moving them into its x16 layout at load (cpu.x16 = 0, as
+ * ANYLLM_X16=0; cli_settings_from_env applies it): loads in milliseconds, decodes
+ * slower (README, CPU kernels). */
 void cli_no_repack(void);
+
+/* settings.c: the library's settings from the ANYLLM_* environment variables, the only
+ * place the CLI reads them. Fills p's cpu and vulkan settings (over what is there:
+ * start from al_model_default_params()); every al_model_params the CLI builds goes
+ * through it. */
+void cli_settings_from_env(al_model_params *p);
+/* The process-wide ones, ANYLLM_VK_LOADER and ANYLLM_VK_VALIDATION, given to
+ * al_set_vulkan_instance before anything uses Vulkan; 0, or an exit status with the
+ * message printed. */
+int cli_settings_instance(void);
+/* A library message (a log line, al_last_error) as the CLI prints it: one about a
+ * setting the user gave as a variable names the variable and its value, e.g.
+ * "cpu.amx = 1: ..." becomes "ANYLLM_AMX=1: ...". Returns line itself or buf (size
+ * bytes), which it fills. */
+const char *cli_settings_message(const char *line, char *buf, size_t size);
 
 /* Reads a whole file (- is stdin); NULL (with a message printed) on failure. Free with free(). */
 char *cli_read_file(const char *path, size_t *len);

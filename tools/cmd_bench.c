@@ -446,6 +446,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     int max_depth = 0;
     for (int i = 0; i < o->n_depth; i++) max_depth = o->depth[i] > max_depth ? o->depth[i] : max_depth;
     al_model_params mp = al_model_default_params();
+    cli_settings_from_env(&mp);
     mp.n_threads = n_threads;
     mp.backend = backend;
     al_model *m = NULL;

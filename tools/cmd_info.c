@@ -70,6 +70,7 @@ int cmd_info(const cli_opts *o) {
     }
     al_model *m;
     al_model_params mp = al_model_default_params();
+    cli_settings_from_env(&mp);
     mp.n_threads = 1;
     mp.backend = o->backend;
     double t0 = cli_now_s();
@@ -150,6 +151,7 @@ int cmd_logits(const cli_opts *o) {
     int n;
     if (!parse_tokens(o->tokens, &ids, &n)) return 1;
     al_model_params mp = al_model_default_params();
+    cli_settings_from_env(&mp);
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
     al_model *m = NULL;

@@ -2,35 +2,38 @@
  * sizes, tensor storage, and the per-row ops (norm, rope, silu, gelu, gpt-oss's
  * SwiGLU, scale, add).
  *
- * The instruction set is chosen once, when the backend is created, by ANYLLM_ISA: best
- * (the default: the best the CPU and OS support, by CPUID through
- * __builtin_cpu_supports), avx512, avx2, scalar, or ref (the plain-C reference ops,
- * the oracle). One binary runs on any x86-64: each kernels_<isa>.c is compiled for its
- * own instruction set and only called when the CPU has it.
+ * The settings (al_model_params.cpu, anyllm.h; the CLI maps the ANYLLM_* variable
+ * named with each onto it) are read once, when the backend is created. The
+ * instruction set is cpu.isa (ANYLLM_ISA): best (the default: the best the CPU and OS
+ * support, by CPUID through __builtin_cpu_supports), avx512, avx2, scalar, or ref (the
+ * plain-C reference ops, the oracle). One binary runs on any x86-64: each
+ * kernels_<isa>.c is compiled for its own instruction set and only called when the
+ * CPU has it.
  *
- * ANYLLM_AMX=0 keeps large batches (prompts) on the AVX-512 VNNI kernels where they
- * would run on AMX tiles (ops.h); AMX is used wherever it can be, which takes CPUID's
- * AMX-TILE and AMX-INT8, the tile state in XCR0, and Linux's permission for it
- * (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once per process. ANYLLM_AMX=1 says why
- * where AMX cannot run. Both paths give the same bits.
+ * cpu.amx = 0 (ANYLLM_AMX=0) keeps large batches (prompts) on the AVX-512 VNNI kernels
+ * where they would run on AMX tiles (ops.h); AMX is used wherever it can be, which
+ * takes CPUID's AMX-TILE and AMX-INT8, the tile state in XCR0, and Linux's permission
+ * for it (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once per process. cpu.amx = 1
+ * says why where AMX cannot run. Both paths give the same bits.
  *
  * Weights that only matmul reads are rewritten at load into the x16 layout (ops.h),
  * which a GEMV streams in one pass: decoding reads about a quarter faster from it
- * than from the file's rows. ANYLLM_X16=0 keeps the rows (and no copy of the weights).
- * Whether the in-place kernels prefetch that stream themselves or leave it to the
- * hardware (kernels_avx512.c: prefetch_rows) depends on the CPU: on by default on
- * Intel's, where the hardware alone fell behind, off on the others (a Zen 4 read
- * faster without); ANYLLM_X16_PF=0 or 1 overrides. The bits are the same either way.
+ * than from the file's rows. cpu.x16 = 0 (ANYLLM_X16=0) keeps the rows (and no copy of
+ * the weights). Whether the in-place kernels prefetch that stream themselves or leave
+ * it to the hardware (kernels_avx512.c: prefetch_rows) depends on the CPU: on by
+ * default on Intel's, where the hardware alone fell behind, off on the others (a Zen 4
+ * read faster without); cpu.x16_prefetch = 0 or 1 (ANYLLM_X16_PF) overrides. The bits
+ * are the same either way.
  *
  * A few tokens' routed experts run in two pool runs per layer (moe.c), where the plain
- * ops take three matmuls per expert; ANYLLM_MOE_FUSE=0 keeps the plain ops, which give
- * the same bits.
+ * ops take three matmuls per expert; cpu.moe_fuse = 0 (ANYLLM_MOE_FUSE=0) keeps the
+ * plain ops, which give the same bits.
  *
- * ANYLLM_ACT picks how the fast matmul rounds activations (ops.h cpu_act_mode): q8
- * (the default), llama.cpp's numerics, or q8x2 ("precise"), about 15 bits, which
- * follows the reference ops closely at twice the integer work: prompts take about
- * twice as long and decoding 9-21% longer (issue 16's measurements), which is why it
- * is not the default.
+ * cpu.act (ANYLLM_ACT) picks how the fast matmul rounds activations (ops.h
+ * cpu_act_mode): q8 (the default), llama.cpp's numerics, or q8x2 ("precise"), about 15
+ * bits, which follows the reference ops closely at twice the integer work: prompts
+ * take about twice as long and decoding 9-21% longer (issue 16's measurements), which
+ * is why it is not the default.
  *
  * Ops run one at a time per backend (a mutex), because they share the scratch; each
  * op spreads its work over the backend's thread pool.
@@ -110,22 +113,24 @@ cpu_isa cpu_isa_best(void) {
     return CPU_ISA_SCALAR;
 }
 
-/* ANYLLM_ISA, else the best; a name the CPU cannot run is refused with a
- * warning. */
-static cpu_isa isa_from_env(void) {
-    const char *e = getenv("ANYLLM_ISA");
-    cpu_isa best = cpu_isa_best();
-    if (!e || !*e) return best;
-    if (!strcmp(e, "best")) return best;
-    for (int i = 0; i < CPU_ISA_COUNT; i++) {
-        if (strcmp(e, g_isa_names[i]) != 0) continue;
-        if (cpu_isa_available((cpu_isa)i)) return (cpu_isa)i;
-        fprintf(stderr, "anyllm: ANYLLM_ISA=%s: this CPU cannot run it; using %s\n", e,
-                cpu_isa_name(best));
-        return best;
-    }
-    fprintf(stderr, "anyllm: ANYLLM_ISA=%s is not one of ref, scalar, avx2, avx512, best; using %s\n", e,
-            cpu_isa_name(best));
+/* The ISA a name in the settings (cpu.isa) asks for, or -1 for a name not known;
+ * NULL, "" and "best" are the best. */
+static int isa_by_name(const char *name) {
+    if (!name || !*name || !strcmp(name, "best")) return (int)cpu_isa_best();
+    for (int i = 0; i < CPU_ISA_COUNT; i++)
+        if (!strcmp(name, g_isa_names[i])) return i;
+    return -1;
+}
+
+/* cpu.isa (checked), else the best. One this CPU cannot run gives way to the best with
+ * a warning rather than failing: a script that names an ISA runs on any machine. */
+static cpu_isa isa_from_settings(const char *name) {
+    const cpu_isa best = cpu_isa_best();
+    const int isa = isa_by_name(name);
+    if (isa < 0) return best;
+    if (cpu_isa_available((cpu_isa)isa)) return (cpu_isa)isa;
+    al_log(AL_LOG_WARN, "cpu.isa '%s': this CPU cannot run it; using %s", name,
+           cpu_isa_name(best));
     return best;
 }
 
@@ -174,14 +179,13 @@ const char *cpu_amx_unavailable(void) {
     return g_amx_obstacle;
 }
 
-/* ANYLLM_ACT: q8 (the default), q8x2 or precise (the same); anything else is refused
- * with a warning. */
-static cpu_act_mode act_from_env(void) {
-    const char *e = getenv("ANYLLM_ACT");
-    if (!e || !*e || !strcmp(e, "q8")) return CPU_ACT_Q8;
-    if (!strcmp(e, "q8x2") || !strcmp(e, "precise")) return CPU_ACT_Q8X2;
-    fprintf(stderr, "anyllm: ANYLLM_ACT=%s is not one of q8, q8x2, precise; using q8\n", e);
-    return CPU_ACT_Q8;
+/* An activation mode's name: q8, q8x2 or precise (the same as q8x2); NULL and "" are
+ * q8 where empty_ok. -1 for anything else. */
+static int act_by_name(const char *name, bool empty_ok) {
+    if (!name || !*name) return empty_ok ? CPU_ACT_Q8 : -1;
+    if (!strcmp(name, "q8")) return CPU_ACT_Q8;
+    if (!strcmp(name, "q8x2") || !strcmp(name, "precise")) return CPU_ACT_Q8X2;
+    return -1;
 }
 
 static const cpu_kernels *kernels_for(cpu_isa isa) {
@@ -581,7 +585,7 @@ static al_status cpu_weight_pack(al_backend *be, al_tensor *w, int64_t view_rows
     uint8_t *dst = al_aligned_alloc(huge, (size_t)((n_bytes + huge - 1) & ~(uint64_t)(huge - 1)));
     if (!dst)
         return al_error(AL_ERR_NOMEM, "out of memory: %.1f MiB for a weight in the x16 layout "
-                        "(ANYLLM_X16=0 reads the weights in place)", n_bytes / 1048576.0);
+                        "(cpu.x16 = 0 reads the weights in place)", n_bytes / 1048576.0);
     if (n_bytes >= huge) madvise(dst, (size_t)n_bytes, MADV_HUGEPAGE);
     x16_job j = {.pack = cb->k->x16_pack ? cb->k->x16_pack : cpu_x16_pack,
                  .type = w->type, .src = cpu_raw_row(w, 0), .dst = dst, .row_bytes = w->row_bytes,
@@ -765,55 +769,55 @@ al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act,
     return AL_OK;
 }
 
-/* ANYLLM_AMX: unset (or 1) runs batches on AMX tiles where the backend and the CPU
- * can; 0 keeps them off. 1 where AMX cannot run says why. */
-static void amx_from_env(cpu_backend *cb) {
-    const char *e = getenv("ANYLLM_AMX");
-    const bool forced = e && !strcmp(e, "1");
-    if (e && *e && !forced && strcmp(e, "0") != 0)
-        fprintf(stderr, "anyllm: ANYLLM_AMX=%s is not one of 0, 1; using AMX where it can run\n",
-                e);
-    if (e && !strcmp(e, "0")) return;
+/* cpu.amx: -1 (the default) runs batches on AMX tiles where the backend and the CPU
+ * can; 0 keeps them off; 1 where AMX cannot run says why. */
+static void amx_from_settings(cpu_backend *cb, int amx) {
+    if (amx == 0) return;
     const char *why = amx_obstacle(cb);
     if (!why)
         cpu_backend_set_amx(&cb->base, true);
-    else if (forced)
-        fprintf(stderr, "anyllm: ANYLLM_AMX=1: %s; prompts run without AMX\n", why);
+    else if (amx == 1)
+        al_log(AL_LOG_WARN, "cpu.amx = 1: %s; prompts run without AMX", why);
 }
 
-al_status cpu_backend_create(int n_threads, const char *act, al_backend **out) {
+/* The defaults of every CPU setting: what a NULL settings pointer means. */
+static const al_cpu_settings k_cpu_defaults = {
+    .amx = -1, .x16 = -1, .x16_prefetch = -1, .moe_fuse = -1, .fuse = -1};
+
+al_status cpu_settings_check(const al_cpu_settings *s) {
+    if (!s) return AL_OK;
+    if (isa_by_name(s->isa) < 0)
+        return al_error(AL_ERR_ARG, "cpu.isa '%s' is not one of best, avx512, avx2, scalar, ref",
+                        s->isa);
+    if (act_by_name(s->act, true) < 0)
+        return al_error(AL_ERR_ARG, "cpu.act '%s' is not one of q8, q8x2, precise", s->act);
+    const struct {
+        const char *name;
+        int v;
+    } sw[] = {{"amx", s->amx}, {"x16", s->x16}, {"x16_prefetch", s->x16_prefetch},
+              {"moe_fuse", s->moe_fuse}, {"fuse", s->fuse}};
+    for (size_t i = 0; i < sizeof sw / sizeof *sw; i++)
+        if (sw[i].v < -1 || sw[i].v > 1)
+            return al_error(AL_ERR_ARG, "cpu.%s = %d is not one of -1 (the default), 0, 1",
+                            sw[i].name, sw[i].v);
+    return AL_OK;
+}
+
+al_status cpu_backend_create(int n_threads, const char *act, const al_cpu_settings *s,
+                             al_backend **out) {
     *out = NULL;
-    cpu_act_mode mode;
-    if (!act)
-        mode = act_from_env();
-    else if (!strcmp(act, "q8x2") || !strcmp(act, "precise"))
-        mode = CPU_ACT_Q8X2;
-    else if (!strcmp(act, "q8"))
-        mode = CPU_ACT_Q8;
-    else
-        return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8, q8x2 or precise", act);
-    al_status st = cpu_backend_create_isa(n_threads, isa_from_env(), mode, out);
+    if (!s) s = &k_cpu_defaults;
+    al_status st = cpu_settings_check(s);
     if (st != AL_OK) return st;
-    amx_from_env((cpu_backend *)*out);
-    const char *x16 = getenv("ANYLLM_X16");
-    if (x16 && *x16 && strcmp(x16, "0") != 0 && strcmp(x16, "1") != 0)
-        fprintf(stderr, "anyllm: ANYLLM_X16=%s is not one of 0, 1; using the x16 layout\n", x16);
-    if (x16 && !strcmp(x16, "0")) cpu_backend_set_x16(*out, false);
-    const char *pf = getenv("ANYLLM_X16_PF");
-    if (pf && *pf && strcmp(pf, "0") != 0 && strcmp(pf, "1") != 0)
-        fprintf(stderr, "anyllm: ANYLLM_X16_PF=%s is not one of 0, 1; keeping the CPU's default\n",
-                pf);
-    else if (pf && *pf)
-        ((cpu_backend *)*out)->x16_pf = !strcmp(pf, "1");
-    const char *moe = getenv("ANYLLM_MOE_FUSE");
-    if (moe && *moe && strcmp(moe, "0") != 0 && strcmp(moe, "1") != 0)
-        fprintf(stderr, "anyllm: ANYLLM_MOE_FUSE=%s is not one of 0, 1; fusing the experts\n",
-                moe);
-    if (moe && !strcmp(moe, "0")) cpu_backend_set_moe_fuse(*out, false);
-    const char *fuse = getenv("ANYLLM_CPU_FUSE");
-    if (fuse && *fuse && strcmp(fuse, "0") != 0 && strcmp(fuse, "1") != 0)
-        fprintf(stderr, "anyllm: ANYLLM_CPU_FUSE=%s is not one of 0, 1; fusing the matmuls\n",
-                fuse);
-    if (fuse && !strcmp(fuse, "0")) cpu_backend_set_fuse(*out, false);
+    const int mode = act ? act_by_name(act, false) : act_by_name(s->act, true);
+    if (mode < 0)
+        return al_error(AL_ERR_ARG, "backend 'cpu:%s': the activation mode is q8, q8x2 or precise", act);
+    st = cpu_backend_create_isa(n_threads, isa_from_settings(s->isa), (cpu_act_mode)mode, out);
+    if (st != AL_OK) return st;
+    amx_from_settings((cpu_backend *)*out, s->amx);
+    if (s->x16 == 0) cpu_backend_set_x16(*out, false);
+    if (s->x16_prefetch >= 0) ((cpu_backend *)*out)->x16_pf = s->x16_prefetch == 1;
+    if (s->moe_fuse == 0) cpu_backend_set_moe_fuse(*out, false);
+    if (s->fuse == 0) cpu_backend_set_fuse(*out, false);
     return AL_OK;
 }

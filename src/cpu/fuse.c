@@ -22,7 +22,8 @@
  * each element takes the path it takes in a whole row. So the result is that of the
  * plain ops, bit for bit (tests/test_fuse.c).
  *
- * When: a fast backend with fusion on (ANYLLM_CPU_FUSE=0 turns it off), at most a tile
+ * When: a fast backend with fusion on (cpu.fuse = 0, the CLI's ANYLLM_CPU_FUSE=0,
+ * turns it off), at most a tile
  * of tokens (fast_matmul's GEMV path), weight types the fast matmul runs on its own
  * kernels, and room in the activation buffer for the tiles and the scratch.
  */

@@ -85,24 +85,24 @@ bool cpu_isa_available(cpu_isa isa); /* the CPU and OS can run it */
 cpu_isa cpu_isa_best(void);
 
 /* A CPU backend running one instruction set's kernels. An ISA the CPU lacks is
- * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from the
- * environment (ANYLLM_ISA) or the CPU. */
+ * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from its
+ * settings (cpu.isa; the CLI's ANYLLM_ISA) or the CPU. */
 al_status cpu_backend_create_isa(int n_threads, cpu_isa isa, cpu_act_mode act, al_backend **out);
 /* Turns AMX on or off for a backend's batches (cpu_backend_create_isa leaves it off;
- * cpu_backend_create turns it on where it can, unless ANYLLM_AMX=0). On is refused
+ * cpu_backend_create turns it on where it can, unless cpu.amx = 0). On is refused
  * with AL_ERR_UNSUPPORTED where cpu_amx_unavailable() says why, or the backend does
  * not run the AVX-512 kernels. */
 al_status cpu_backend_set_amx(al_backend *be, bool on);
 /* Whether weight_pack moves weights into the x16 layout where the kernels and the
- * shape allow (on by default; cpu_backend_create: off for ANYLLM_X16=0). Weights
+ * shape allow (on by default; cpu_backend_create: off for cpu.x16 = 0). Weights
  * already packed stay so. */
 void cpu_backend_set_x16(al_backend *be, bool on);
 /* Whether the fast backend's moe_ffn fuses a few tokens' experts (on by default;
- * cpu_backend_create: off for ANYLLM_MOE_FUSE=0). Off, the plain ops run: the same
+ * cpu_backend_create: off for cpu.moe_fuse = 0). Off, the plain ops run: the same
  * bits, for comparisons and benchmarks. */
 void cpu_backend_set_moe_fuse(al_backend *be, bool on);
 /* Whether the fast backend's matmul_multi, matmul_glu and matmul_add fuse a few
- * tokens' matmuls (on by default; cpu_backend_create: off for ANYLLM_CPU_FUSE=0). Off,
+ * tokens' matmuls (on by default; cpu_backend_create: off for cpu.fuse = 0). Off,
  * the plain ops run: the same bits. */
 void cpu_backend_set_fuse(al_backend *be, bool on);
 

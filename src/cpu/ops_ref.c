@@ -3,7 +3,7 @@
  * Every op here is written for clarity first: it is the oracle that the fast kernels
  * (kernels_*.c) and the GPU shaders are compared with. Work is still split over the
  * thread pool where it is large (matmul over output rows, attention over (token, head)
- * pairs), so that the reference path is usable on real models (ANYLLM_ISA=ref).
+ * pairs), so that the reference path is usable on real models (cpu.isa "ref").
  *
  * Weights are read in place from the file mapping; a matmul dequantizes one weight
  * row at a time into a per-thread buffer and dots it with every token of the batch,

@@ -484,7 +484,7 @@ static al_status check_backend(const al_model *m) {
  * them from the mapping: the weights are bound afresh, since the GPU may have
  * replaced some with its own buffers before it failed. */
 static al_status backend_and_weights(al_model *m, const al_model_params *p) {
-    al_status st = backend_create(p->backend, p->n_threads, &m->be);
+    al_status st = backend_create(p->backend, p->n_threads, p, &m->be);
     if (st != AL_OK) return st;
     const bool runs = (st = check_backend(m)) == AL_OK;
     if (runs) st = load_weights(m, p);
@@ -497,7 +497,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     al_free(m->layers);
     m->layers = NULL;
     if ((st = bind_weights(m)) != AL_OK) return st;
-    return backend_create("cpu", p->n_threads, &m->be);
+    return backend_create("cpu", p->n_threads, p, &m->be);
 }
 
 /* ---- model ------------------------------------------------------------------------ */
@@ -550,7 +550,12 @@ static void describe_features(al_model *m) {
 }
 
 al_model_params al_model_default_params(void) {
-    return (al_model_params){.n_threads = 0, .backend = NULL};
+    return (al_model_params){
+        .n_threads = 0,
+        .backend = NULL,
+        .cpu = {.amx = -1, .x16 = -1, .x16_prefetch = -1, .moe_fuse = -1, .fuse = -1},
+        .vulkan = {.timeout_ms = -1},
+    };
 }
 
 static al_status read_arch(al_model *m) {

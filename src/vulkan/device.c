@@ -1,20 +1,25 @@
 /* device.c: the Vulkan loader, instance, device choice and the device list.
  *
- * libvulkan is opened with dlopen (ANYLLM_VK_LOADER overrides the name, for tests),
- * so a machine without it gets a status, not a failed program start. Every entry
- * point comes from vkGetInstanceProcAddr / vkGetDeviceProcAddr.
+ * libvulkan is opened with dlopen (al_set_vulkan_instance's loader overrides the name,
+ * for tests; the CLI's ANYLLM_VK_LOADER), so a machine without it gets a status, not a
+ * failed program start. Every entry point comes from vkGetInstanceProcAddr /
+ * vkGetDeviceProcAddr.
  *
  * The backend needs Vulkan 1.1 (subgroup properties, 16-bit storage) on both the
  * loader and the device. Optional: VK_EXT_external_memory_host (zero-copy weights on
  * unified memory), VK_EXT_debug_utils (counting validation messages).
  *
- * With ANYLLM_VK_VALIDATION=1 the Khronos validation layer is enabled, with its
- * synchronization validation (missing barriers) where it offers that, and a
- * debug-utils messenger prints and counts every warning and error it reports; tests
- * assert the count is zero.
+ * With validation on (al_set_vulkan_instance; the CLI's ANYLLM_VK_VALIDATION=1) the
+ * Khronos validation layer is enabled, with its synchronization validation (missing
+ * barriers) where it offers that, and a debug-utils messenger logs and counts every
+ * warning and error it reports; tests assert the count is zero.
+ *
+ * Both are process-wide, not model parameters: the device list (al_backend_list,
+ * al_gpu_count) creates instances before any model exists.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +28,32 @@
 #include "vk_backend.h"
 
 static const char *VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation";
+
+/* al_set_vulkan_instance's values, copied: the caller's string need not outlive the
+ * call. A lock, since instances may be created on several threads. */
+static pthread_mutex_t g_instance_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_loader[4096];
+static bool g_validation;
+
+al_status al_set_vulkan_instance(const char *loader, bool validation) {
+    if (loader && strlen(loader) >= sizeof g_loader)
+        return al_error(AL_ERR_ARG, "al_set_vulkan_instance: the loader path is over %zu bytes",
+                        sizeof g_loader - 1);
+    pthread_mutex_lock(&g_instance_lock);
+    snprintf(g_loader, sizeof g_loader, "%s", loader ? loader : "");
+    g_validation = validation;
+    pthread_mutex_unlock(&g_instance_lock);
+    return AL_OK;
+}
+
+/* The loader's name into name (size bytes) and whether validation is on. */
+static bool instance_settings(char *name, size_t size) {
+    pthread_mutex_lock(&g_instance_lock);
+    snprintf(name, size, "%s", g_loader[0] ? g_loader : "libvulkan.so.1");
+    const bool validation = g_validation;
+    pthread_mutex_unlock(&g_instance_lock);
+    return validation;
+}
 
 const char *vk_result_str(VkResult r) {
     switch (r) {
@@ -46,9 +77,7 @@ const char *vk_result_str(VkResult r) {
 
 /* ---- loader and instance ------------------------------------------------------------ */
 
-static al_status load_library(vk_device *d) {
-    const char *name = getenv("ANYLLM_VK_LOADER");
-    if (!name || !*name) name = "libvulkan.so.1";
+static al_status load_library(vk_device *d, const char *name) {
     d->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!d->lib)
         return al_error(AL_ERR_UNSUPPORTED, "Vulkan loader %s is not installed", name);
@@ -107,30 +136,27 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(
     (void)type;
     atomic_int *count = user;
     atomic_fetch_add(count, 1);
-    fprintf(stderr, "anyllm: vulkan %s: %s\n",
-            severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "validation error"
-                                                                     : "validation warning",
-            data && data->pMessage ? data->pMessage : "(no message)");
+    al_log(AL_LOG_WARN, "vulkan %s: %s",
+           severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "validation error"
+                                                                    : "validation warning",
+           data && data->pMessage ? data->pMessage : "(no message)");
     return VK_FALSE;
 }
 
-static bool validation_wanted(void) {
-    const char *v = getenv("ANYLLM_VK_VALIDATION");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 al_status vk_instance_create(vk_device *d) {
-    al_status st = load_library(d);
+    char loader[sizeof g_loader + 16];
+    const bool validate = instance_settings(loader, sizeof loader);
+    al_status st = load_library(d, loader);
     if (st != AL_OK) return st;
-    bool validate = validation_wanted();
     const char *exts[5];
     const char *layers[1];
     uint32_t n_ext = 0, n_layer = 0;
     VkInstanceCreateFlags flags = 0;
     if (validate) {
         if (!has_layer(d, VALIDATION_LAYER) || !has_instance_extension(d, "VK_EXT_debug_utils"))
-            return al_error(AL_ERR_UNSUPPORTED, "ANYLLM_VK_VALIDATION is set but %s or "
-                            "VK_EXT_debug_utils is not installed", VALIDATION_LAYER);
+            return al_error(AL_ERR_UNSUPPORTED, "Vulkan validation is on "
+                            "(al_set_vulkan_instance) but %s or VK_EXT_debug_utils is not "
+                            "installed", VALIDATION_LAYER);
         layers[n_layer++] = VALIDATION_LAYER;
         exts[n_ext++] = "VK_EXT_debug_utils";
         d->caps.debug_utils = true;
@@ -518,7 +544,7 @@ static void print_device(FILE *out, uint32_t index, const vk_caps *c) {
             c->int8 ? "yes" : "no", c->int8_dot ? "accelerated" : "not accelerated");
     fprintf(out, "  16-bit storage   %s\n", c->storage16 ? "yes" : "no (cannot run anyllm)");
     fprintf(out, "  coop. matrices   %s\n", c->coopmat ? "yes (NV, 16x16x16 fp16 -> fp32: "
-            "ANYLLM_VK_TUNE=coopmat=1)" : "no (prompts' matmuls on fp32 FMAs)");
+            "vulkan.tune coopmat=1)" : "no (prompts' matmuls on fp32 FMAs)");
     fprintf(out, "  max binding      %.0f MiB, max allocation %.2f GiB\n",
             (double)c->max_range / (1 << 20), (double)c->max_alloc / (1u << 30));
     if (c->host_import)

@@ -12,8 +12,9 @@
  *   staging  discrete GPUs: each weight is copied through a host-visible staging
  *            buffer into device-local memory; the memcpy out of the mapping is what
  *            reads the file, so the file is read once, as it is uploaded
- * ANYLLM_VK_WEIGHTS=import|host|staging forces a path, and ANYLLM_VK_PRETEND_DISCRETE=1
- * treats a unified-memory device as discrete (nothing mapped but staging), so tests
+ * vulkan.weights = import|host|staging (the CLI's ANYLLM_VK_WEIGHTS) forces a path, and
+ * vulkan.pretend_discrete (ANYLLM_VK_PRETEND_DISCRETE=1) treats a unified-memory device
+ * as discrete (nothing mapped but staging), so tests
  * run every path on one device.
  *
  * Activations are device-local; on unified memory they are also mapped, so reading
@@ -426,7 +427,7 @@ al_status vk_weight_load(al_backend *base, al_tensor *w) {
     const uint64_t max = be->sh->max_weight_bytes;
     if (max && be->sh->bytes_imported + be->base.n_bytes_copied + n > max)
         return al_error(AL_ERR_NOMEM, "out of device memory for the weights (a limit of %llu "
-                        "bytes, ANYLLM_VK_MAX_WEIGHT_BYTES)",
+                        "bytes, vulkan.max_weight_bytes)",
                         (unsigned long long)max);
     vk_buf *b = NULL;
     if (be->sh->weight_mode == VK_WEIGHTS_IMPORT) {

@@ -495,7 +495,8 @@ void vk_op_matmul(al_backend *base, const al_tensor *x, const al_tensor *w,
 }
 
 /* The fused ops (backend.h): one dispatch instead of two or three when decoding;
- * ANYLLM_VK_TUNE=fuse=0 declines them all, so the plain ops run (measurements). */
+ * vulkan.tune fuse=0 (the CLI's ANYLLM_VK_TUNE=fuse=0) declines them all, so the plain
+ * ops run (measurements). */
 bool vk_op_matmul_add(al_backend *base, const al_tensor *x, const al_tensor *w,
                       const al_tensor *bias, al_tensor *out) {
     vk_backend *be = (vk_backend *)base;

@@ -157,8 +157,8 @@ static vk_tuning default_tuning(const vk_caps *c) {
     return t;
 }
 
-/* Applies ANYLLM_VK_TUNE, "key=value,key=value". Unknown keys are an error, so a
- * typo does not silently measure the defaults. */
+/* Applies vulkan.tune (the CLI's ANYLLM_VK_TUNE), "key=value,key=value". Unknown keys
+ * are an error, so a typo does not silently measure the defaults. */
 static al_status apply_tuning(vk_tuning *t, const char *spec) {
     static const struct {
         const char *key;
@@ -179,6 +179,7 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
         {"cm_bn", offsetof(vk_tuning, cm_bn)},
         {"dn_wg", offsetof(vk_tuning, dn_wg)},     {"dn_lanes", offsetof(vk_tuning, dn_lanes)},
     };
+    const char *whole = spec;
     while (spec && *spec) {
         const char *eq = strchr(spec, '='), *end = strchr(spec, ',');
         if (!end) end = spec + strlen(spec);
@@ -188,7 +189,8 @@ static al_status apply_tuning(vk_tuning *t, const char *spec) {
                 break;
         long v = eq && eq < end ? strtol(eq + 1, NULL, 10) : 0;
         if (k == n_keys || !eq || eq > end || v < 0 || v > 4096)
-            return al_error(AL_ERR_ARG, "ANYLLM_VK_TUNE: cannot read '%.*s'", (int)(end - spec), spec);
+            return al_error(AL_ERR_ARG, "vulkan.tune '%s': cannot read '%.*s'", whole,
+                            (int)(end - spec), spec);
         *(uint32_t *)((char *)t + keys[k].off) = (uint32_t)v;
         spec = *end ? end + 1 : end;
     }
@@ -240,21 +242,26 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
 
 /* ---- layouts and pipelines ----------------------------------------------------------- */
 
-al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl) {
+al_status vk_tune_check(const char *spec) {
+    vk_tuning t;
+    memset(&t, 0, sizeof t);
+    return apply_tuning(&t, spec);
+}
+
+al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl, const al_vulkan_settings *s) {
     memset(pl, 0, sizeof *pl);
     if (pthread_mutex_init(&pl->lock, NULL) != 0)
         return al_error(AL_ERR_NOMEM, "cannot create the pipeline lock");
     pl->has_lock = true;
     pl->tune = default_tuning(&d->caps);
-    al_status st = apply_tuning(&pl->tune, getenv("ANYLLM_VK_TUNE"));
+    al_status st = apply_tuning(&pl->tune, s->tune);
     if (st == AL_OK) st = check_tuning(&pl->tune, &d->caps);
     if (st != AL_OK) return st;
     /* asked for on a device without it: the fp32 matmul, as the stats then say; the
      * emulation (2) runs anywhere */
     if (pl->tune.coopmat == 1 && !d->caps.coopmat) pl->tune.coopmat = 0;
     if (pl->tune.cpu_rows) pl->tune.coopmat = 0;
-    const char *no_sg = getenv("ANYLLM_VK_NO_SUBGROUP");
-    pl->use_subgroup = d->caps.subgroup_arith && !(no_sg && *no_sg && strcmp(no_sg, "0"));
+    pl->use_subgroup = d->caps.subgroup_arith && !s->no_subgroup;
     for (int op = 0; op < VK_OP_COUNT; op++) {
         int n = g_ops[op].n_bindings;
         /* without room for its arrays (or a way to index them) attention_rows has no

@@ -37,8 +37,6 @@ enum {
     UPLOAD_BYTES = 8 << 20,     /* token ids and rope tables per submission */
 };
 
-static const uint64_t DEFAULT_TIMEOUT_MS = 600000; /* lavapipe runs a 1B prompt in minutes */
-
 al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...) {
     if (be->s.failed) return be->s.failed;
     va_list ap;
@@ -53,9 +51,7 @@ al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...) {
 
 al_status vk_stream_init(vk_backend *be) {
     vk_device *d = &be->sh->d;
-    const char *t = getenv("ANYLLM_VK_TIMEOUT_MS"); /* 0: only look (tests) */
-    uint64_t ms = t && *t && atoll(t) >= 0 ? (uint64_t)atoll(t) : DEFAULT_TIMEOUT_MS;
-    be->s.timeout_ns = ms * 1000000ull;
+    /* timeout_ns: the creator's to set (vulkan.timeout_ms, or the model backend's) */
     VkCommandPoolCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
         .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -313,7 +309,7 @@ al_status vk_submit_wait(vk_backend *be) {
         be->s.in_flight = true;
         atomic_store(&be->sh->in_flight, true);
         return vk_fail(be, AL_ERR_DEVICE, "%s did not finish its work within %g s (fence "
-                       "timeout; ANYLLM_VK_TIMEOUT_MS raises it)", d->caps.name,
+                       "timeout; vulkan.timeout_ms raises it)", d->caps.name,
                        (double)be->s.timeout_ns / 1e9);
     }
     if (r != VK_SUCCESS)

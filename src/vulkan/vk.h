@@ -152,8 +152,9 @@ typedef struct vk_device {
     bool has_queue_lock;
 } vk_device;
 
-/* Opens the loader and creates an instance. With ANYLLM_VK_VALIDATION=1 the Khronos
- * validation layer is enabled when present and its messages are counted. */
+/* Opens the loader and creates an instance, as al_set_vulkan_instance last said: with
+ * validation on, the Khronos validation layer is enabled when present and its messages
+ * are counted. */
 al_status vk_instance_create(vk_device *d);
 /* Physical devices in preference order (discrete, integrated, virtual, CPU): index N
  * of "vulkan:N". *n is set to the count; devs may be NULL to count only. */
@@ -227,7 +228,8 @@ typedef struct vk_pipeline {
 } vk_pipeline;
 
 /* Sizes given to the shaders as specialization constants. Defaults depend on the
- * device; ANYLLM_VK_TUNE="mv_wg=64,mv_nr=2,mm_bm=64,..." overrides them (tuning). */
+ * device; vulkan.tune = "mv_wg=64,mv_nr=2,mm_bm=64,..." (the CLI's ANYLLM_VK_TUNE)
+ * overrides them (tuning). */
 typedef struct vk_tuning {
     uint32_t ew_wg;                       /* add, silu_mul, gelu_mul, swiglu_oai, scale */
     uint32_t norm_wg, rope_wg, rows_wg;   /* rms_norm, rope, get_rows */
@@ -269,7 +271,10 @@ typedef struct vk_pipelines {
 } vk_pipelines;
 
 /* Layouts and tuning; pipelines are made on first use by vk_pipeline_get. */
-al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl);
+al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl, const al_vulkan_settings *s);
+/* AL_ERR_ARG, naming vulkan.tune, unless spec (NULL: none) is a tuning string that
+ * vk_pipelines_init reads: known keys, values 0..4096. Sizes are checked there. */
+al_status vk_tune_check(const char *spec);
 /* Creates the pipeline of an op (type: the weight type of get_rows / matvec / matmul,
  * else ignored; variant < VK_VARIANTS, see above) unless it exists.
  * AL_ERR_UNSUPPORTED for a type without shaders. */
@@ -291,7 +296,7 @@ void vk_pipelines_destroy(vk_device *d, vk_pipelines *pl);
 
 /* ---- the backend object ----------------------------------------------------------- */
 
-/* How weights reach the device (ANYLLM_VK_WEIGHTS forces one, for tests). */
+/* How weights reach the device (vulkan.weights forces one, for tests). */
 typedef enum vk_weight_mode {
     VK_WEIGHTS_IMPORT,  /* UMA: import the file mapping, no copy */
     VK_WEIGHTS_HOST,    /* UMA without import: copy into host-visible memory */
@@ -313,7 +318,7 @@ typedef struct vk_shared {
     /* buffers made by weight_load (at load time, on one thread), freed with the model */
     vk_buf **weights;
     int n_weights, cap_weights;
-    uint64_t max_weight_bytes; /* tests (ANYLLM_VK_MAX_WEIGHT_BYTES): a device this small;
+    uint64_t max_weight_bytes; /* tests (vulkan.max_weight_bytes): a device this small;
                                 * 0 = no limit */
     atomic_bool in_flight;     /* a stream timed out: the device may still run its work,
                                 * so device, pipelines and weights are never destroyed */
@@ -328,8 +333,8 @@ typedef struct vk_shared {
     _Atomic uint64_t gpu_ns;     /* device: from the first command to the last, by the
                                   * queue's timestamps, where it has them */
     _Atomic uint64_t n_timed;    /* submissions with gpu_ns */
-    /* ANYLLM_VK_PROFILE=1: each dispatch between two timestamps, its device time summed
-     * per pipeline build (vk_pipeline_kind); NULL when not asked for */
+    /* vulkan.profile (ANYLLM_VK_PROFILE=1): each dispatch between two timestamps, its
+     * device time summed per pipeline build (vk_pipeline_kind); NULL when not asked for */
     vk_prof_entry *prof;
 } vk_shared;
 
@@ -409,8 +414,11 @@ al_status vk_fail(vk_backend *be, al_status st, const char *fmt, ...);
 
 /* ---- the command stream (stream.c) ------------------------------------------------ */
 
-/* Creates be's stream on be->sh's device (ANYLLM_VK_TIMEOUT_MS sets its timeout). */
+/* Creates be's stream on be->sh's device. Its fence timeout is the creator's to set:
+ * vulkan.timeout_ms (< 0: VK_DEFAULT_TIMEOUT_MS) for a model's, the model's for a
+ * context's. */
 al_status vk_stream_init(vk_backend *be);
+enum { VK_DEFAULT_TIMEOUT_MS = 600000 }; /* lavapipe runs a 1B prompt in minutes */
 /* Frees the stream's objects unless a submission of it timed out. */
 void vk_stream_destroy(vk_backend *be);
 /* Makes room for n_dispatch dispatches and upload_bytes of uploads in the current

@@ -32,7 +32,7 @@ static void destroy_shared(vk_backend *be) {
     }
     int n_val = atomic_load(&sh->d.n_validation);
     if (sh->d.caps.debug_utils && sh->d.dev)
-        fprintf(stderr, "anyllm: vulkan validation: %d messages\n", n_val);
+        al_log(AL_LOG_INFO, "vulkan validation: %d messages", n_val);
     if (busy) return;
     vk_device_close(&sh->d);
     al_free(sh->prof);
@@ -118,16 +118,15 @@ static const al_backend_ops vk_ops_table = {
 /* ---- create ----------------------------------------------------------------------------- */
 
 /* The device for an index ("vulkan:N"), or for -1 the first real GPU. */
-static al_status pick_device(vk_backend *be, int index) {
+static al_status pick_device(vk_backend *be, int index, const al_vulkan_settings *s) {
     VkPhysicalDevice devs[16];
     uint32_t n = 16;
     al_status st = vk_physical_devices(&be->sh->d, devs, &n);
     if (st != AL_OK) return st;
     if (n == 0) return al_error(AL_ERR_UNSUPPORTED, "no Vulkan device: the loader found no driver");
     if (index < 0) {
-        /* tests: ANYLLM_VK_AUTO_SOFTWARE=1 lets "auto" take a software renderer */
-        const char *sw = getenv("ANYLLM_VK_AUTO_SOFTWARE");
-        const bool any = sw && !strcmp(sw, "1");
+        /* tests: vulkan.auto_software lets "auto" take a software renderer */
+        const bool any = s->auto_software;
         for (uint32_t i = 0; i < n && index < 0; i++) {
             VkPhysicalDeviceProperties p;
             be->sh->d.fn.vkGetPhysicalDeviceProperties(devs[i], &p);
@@ -142,36 +141,44 @@ static al_status pick_device(vk_backend *be, int index) {
                         n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
     be->sh->d.pdev = devs[index];
     vk_read_caps(&be->sh->d, be->sh->d.pdev, &be->sh->d.caps);
-    const char *discrete = getenv("ANYLLM_VK_PRETEND_DISCRETE"); /* tests: the discrete paths */
-    if (discrete && *discrete && strcmp(discrete, "0")) be->sh->d.caps.uma = false;
+    if (s->pretend_discrete) be->sh->d.caps.uma = false; /* tests: the discrete paths */
     return AL_OK;
 }
 
-static al_status pick_weight_mode(vk_backend *be) {
+static al_status pick_weight_mode(vk_backend *be, const al_vulkan_settings *s) {
     const vk_caps *c = &be->sh->d.caps;
     be->sh->weight_mode = !c->uma ? VK_WEIGHTS_STAGING
                       : c->host_import && c->import_align ? VK_WEIGHTS_IMPORT
                                                           : VK_WEIGHTS_HOST;
-    const char *max = getenv("ANYLLM_VK_MAX_WEIGHT_BYTES"); /* tests: a small device */
-    if (max && *max) be->sh->max_weight_bytes = strtoull(max, NULL, 10);
-    const char *env = getenv("ANYLLM_VK_WEIGHTS");
-    if (!env || !*env) return AL_OK;
-    if (!strcmp(env, "staging")) be->sh->weight_mode = VK_WEIGHTS_STAGING;
-    else if (!strcmp(env, "host") && c->uma) be->sh->weight_mode = VK_WEIGHTS_HOST;
-    else if (!strcmp(env, "import") && c->uma && c->host_import)
+    be->sh->max_weight_bytes = s->max_weight_bytes; /* tests: a small device */
+    const char *w = s->weights;
+    if (!w || !*w) return AL_OK;
+    if (!strcmp(w, "staging")) be->sh->weight_mode = VK_WEIGHTS_STAGING;
+    else if (!strcmp(w, "host") && c->uma) be->sh->weight_mode = VK_WEIGHTS_HOST;
+    else if (!strcmp(w, "import") && c->uma && c->host_import)
         be->sh->weight_mode = VK_WEIGHTS_IMPORT;
     else
-        return al_error(AL_ERR_ARG, "ANYLLM_VK_WEIGHTS=%s: expected import or host (unified "
-                        "memory with host import) or staging", env);
+        return al_error(AL_ERR_ARG, "vulkan.weights '%s': expected import or host (unified "
+                        "memory with host import) or staging", w);
     return AL_OK;
 }
 
-static al_status open_backend(vk_backend *be, int index) {
+al_status vk_settings_check(const al_vulkan_settings *s) {
+    const char *w = s ? s->weights : NULL;
+    if (w && *w && strcmp(w, "import") && strcmp(w, "host") && strcmp(w, "staging"))
+        return al_error(AL_ERR_ARG, "vulkan.weights '%s' is not one of import, host, staging", w);
+    return s ? vk_tune_check(s->tune) : AL_OK;
+}
+
+static al_status open_backend(vk_backend *be, int index, const al_vulkan_settings *s) {
     al_status st;
-    if ((st = vk_instance_create(&be->sh->d)) || (st = pick_device(be, index)) ||
-        (st = vk_device_open(&be->sh->d)) || (st = pick_weight_mode(be)) ||
-        (st = vk_pipelines_init(&be->sh->d, &be->sh->pl)) || (st = vk_stream_init(be)))
+    if ((st = vk_instance_create(&be->sh->d)) || (st = pick_device(be, index, s)) ||
+        (st = vk_device_open(&be->sh->d)) || (st = pick_weight_mode(be, s)) ||
+        (st = vk_pipelines_init(&be->sh->d, &be->sh->pl, s)) || (st = vk_stream_init(be)))
         return st;
+    /* contexts copy it (vk_context_backend) */
+    be->s.timeout_ns = (s->timeout_ms < 0 ? VK_DEFAULT_TIMEOUT_MS : (uint64_t)s->timeout_ms) *
+                       1000000ull;
     /* the untyped ops models use (not copy: only bandwidth uses it), compiled now so
      * that a driver that cannot build them fails here, where "auto" can still fall back */
     static const vk_op untyped[] = {VK_OP_ADD, VK_OP_ADD_ROWS, VK_OP_SILU_MUL, VK_OP_GELU_MUL,
@@ -185,8 +192,12 @@ static al_status open_backend(vk_backend *be, int index) {
     return AL_OK;
 }
 
-al_status vk_backend_create(int device_index, al_backend **out) {
+al_status vk_backend_create(int device_index, const al_vulkan_settings *s, al_backend **out) {
     *out = NULL;
+    static const al_vulkan_settings defaults = {.timeout_ms = -1};
+    if (!s) s = &defaults;
+    al_status st = vk_settings_check(s);
+    if (st != AL_OK) return st;
     vk_backend *be = al_calloc(1, sizeof *be);
     if (!be) return al_error(AL_ERR_NOMEM, "out of memory creating the Vulkan backend");
     be->base.ops = &vk_ops_table;
@@ -205,15 +216,14 @@ al_status vk_backend_create(int device_index, al_backend **out) {
     atomic_init(&be->sh->wait_ns, 0);
     atomic_init(&be->sh->gpu_ns, 0);
     atomic_init(&be->sh->n_timed, 0);
-    const char *prof = getenv("ANYLLM_VK_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") != 0) { /* zero-filled: atomic_init's value */
+    if (s->profile) { /* zero-filled: atomic_init's value */
         be->sh->prof = al_calloc(VK_PIPELINE_KINDS, sizeof *be->sh->prof);
         if (!be->sh->prof) {
             vk_destroy(&be->base);
-            return al_error(AL_ERR_NOMEM, "out of memory for ANYLLM_VK_PROFILE's counters");
+            return al_error(AL_ERR_NOMEM, "out of memory for vulkan.profile's counters");
         }
     }
-    al_status st = open_backend(be, device_index);
+    st = open_backend(be, device_index, s);
     if (st != AL_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", al_last_error());
@@ -221,8 +231,8 @@ al_status vk_backend_create(int device_index, al_backend **out) {
         return al_error(st, "%s", msg); /* destroy must not clobber the reason */
     }
     if (be->sh->prof && !be->s.prof_pool) /* asked for, and nothing would say why not */
-        fprintf(stderr, "anyllm: ANYLLM_VK_PROFILE: %s has no timestamps on its queue; "
-                "no dispatch is timed\n", be->sh->d.caps.name);
+        al_log(AL_LOG_WARN, "vulkan.profile: %s has no timestamps on its queue; "
+               "no dispatch is timed", be->sh->d.caps.name);
     *out = &be->base;
     return AL_OK;
 }
@@ -390,7 +400,7 @@ static al_status time_copies(vk_backend *be, vk_buf *a, vk_buf *b, int n, bool s
 al_status vk_measure_bandwidth(int device_index, double *gbs) {
     *gbs = 0;
     al_backend *base;
-    al_status st = vk_backend_create(device_index, &base);
+    al_status st = vk_backend_create(device_index, NULL, &base);
     if (st != AL_OK) return st;
     vk_backend *be = (vk_backend *)base;
     uint64_t size = 1ull << 30, heap = 0;

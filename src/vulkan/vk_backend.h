@@ -16,8 +16,12 @@
 /* A backend on Vulkan device device_index, in the order `anyllm devices` lists them
  * (discrete GPUs first). device_index -1 means "auto": the first device that is a
  * real GPU, so that a software rasterizer such as lavapipe, slower than the CPU
- * backend, is never chosen by default. On failure *out is NULL. */
-al_status vk_backend_create(int device_index, al_backend **out);
+ * backend, is never chosen by default. s: the settings (anyllm.h; NULL: the
+ * defaults). On failure *out is NULL. */
+al_status vk_backend_create(int device_index, const al_vulkan_settings *s, al_backend **out);
+/* AL_ERR_ARG, naming the field and the value, unless the settings vk_backend_create
+ * can check without a device are valid (vulkan.weights' name, vulkan.tune's syntax). */
+al_status vk_settings_check(const al_vulkan_settings *s);
 
 /* Prints every Vulkan device: type, driver, memory heaps, unified memory or not,
  * subgroup size, fp16 and int8-dot support, limits that matter here. Returns the
@@ -40,7 +44,7 @@ typedef struct vk_backend_stats {
     double load_s;            /* seconds spent in weight_load */
     uint64_t n_submits, n_dispatches;
     uint64_t n_kv_copies;     /* copy commands that stored keys or values in a cache */
-    int n_validation;         /* validation messages (ANYLLM_VK_VALIDATION=1) */
+    int n_validation;         /* validation messages (al_set_vulkan_instance) */
     /* seconds over every submission: recording on the host (from the first command to
      * the submit), waiting for the fence, and the device's own time from the first
      * command to the last (timestamps; n_timed submissions had them) */

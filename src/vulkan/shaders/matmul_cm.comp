@@ -4,7 +4,8 @@
 // matrix units of a GPU (NVIDIA's tensor cores) multiply 16 x 16 x 16 blocks of fp16
 // with fp32 sums, several times the rate of its fp32 FMAs, which bound matmul.comp.
 // Built per weight type; used where the device has the extension with that block shape
-// and `ANYLLM_VK_TUNE=coopmat=1` asks for it (pipelines.c).
+// and the tuning (al_model_params.vulkan.tune, the CLI's ANYLLM_VK_TUNE) asks for it
+// with `coopmat=1` (pipelines.c).
 //
 // A workgroup computes BM weight rows x BN tokens with four subgroups of 32, each a
 // quarter of the tile: CM x CN blocks of 16 x 16 (CM = BM / 32, CN = BN / 32). Per step
@@ -20,7 +21,7 @@
 // relative 2^-11 each) and by the order of the sums within a block.
 //
 // EMULATE builds the same tiles, offsets and strides with plain arithmetic in place of
-// the cooperative-matrix calls (the EMULATE branches below; ANYLLM_VK_TUNE=coopmat=2),
+// the cooperative-matrix calls (the EMULATE branches below; vulkan.tune `coopmat=2`),
 // so that the tiling is tested on devices without the extension; only the calls
 // themselves are left to a device that has it.
 
