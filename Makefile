@@ -34,7 +34,8 @@ LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-# `anyllm serve` (src/server): libmicrohttpd and jansson, and the chat page compiled in
+# `anyllm serve` (src/server, libanyllm_server.a): libmicrohttpd and jansson, and the chat
+# page compiled in
 SERVER_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/server/*.c)) $(BUILD)/gen/chat_html.o
 SERVER_LDLIBS := -lmicrohttpd -ljansson
 # `anyllm chat` on a terminal: libedit's readline (line editing, history)
@@ -62,7 +63,12 @@ $(BUILD)/tools/cmd_bench.o $(BUILD)/tools/anyllm.o: $(BUILD)/gen/build_id
 $(BUILD)/tools/cmd_bench.o $(BUILD)/tools/anyllm.o: CFLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 .PHONY: FORCE
 
-$(BUILD)/anyllm: $(CLI_OBJ) $(SERVER_OBJ) $(BUILD)/libanyllm.a
+# the server is a library of its own (include/anyllm_server.h) on top of libanyllm.a
+$(BUILD)/libanyllm_server.a: $(SERVER_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/anyllm: $(CLI_OBJ) $(BUILD)/libanyllm_server.a $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVER_LDLIBS) $(CHAT_LDLIBS)
 
 # The chat page becomes a byte array with od and awk (xxd is not on a fresh Debian).
@@ -116,7 +122,7 @@ VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_nor
 LDLIBS   += -ldl
 $(BUILD)/libanyllm.a: $(VK_OBJ)
 $(VK_OBJ): $(wildcard src/vulkan/*.h)
-$(VK_OBJ) $(BUILD)/src/backend.o $(BUILD)/tools/cmd_devices.o $(BUILD)/tools/cmd_info.o $(BUILD)/tools/cmd_bench.o \
+$(VK_OBJ) $(BUILD)/src/registry.o $(BUILD)/tools/cmd_devices.o $(BUILD)/tools/cmd_info.o $(BUILD)/tools/cmd_bench.o \
 	$(BUILD)/tests/test_vulkan.o $(BUILD)/tests/test_vkmoe.o $(BUILD)/tests/test_vkattn.o \
 	$(BUILD)/tests/test_vkdelta.o: \
 	CFLAGS += -DAL_HAVE_VULKAN
@@ -293,7 +299,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		tests/smollm2.sh tests/chat.sh tests/gemma3.sh tests/hybrid.sh $(ASAN_TESTS) $(TSAN_TESTS) \
 		tests/malformed.sh \
 		tests/fuzz_run.sh tests/server.sh \
-		tests/cluster.sh tests/vulkan.sh
+		tests/cluster.sh tests/vulkan.sh tests/structure.sh
 
 
 clean:

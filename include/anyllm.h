@@ -387,6 +387,20 @@ void al_context_get_info(const al_context *c, al_context_info *out);
  * another thread meanwhile. */
 al_status al_context_handoff(al_context *dst, al_context *src);
 
+/* Two contexts for one sequence split between backends: the prompt is evaluated on
+ * *prefill_ctx (of model prefill) and handed (al_context_handoff) to *decode_ctx (of
+ * model decode), which generates. They share the attention layers' KV memory
+ * (kv_shared_with), which the context whose memory the other can use owns: the one in
+ * host memory (the CPU's) when only one is, so that a GPU on unified memory imports
+ * ordinary pages, else the prefill context. p applies to both (its kv_shared_with is
+ * ignored). On failure neither exists. Destroy them with al_context_destroy_pair. */
+al_status al_context_create_pair(const al_model *prefill, const al_model *decode,
+                                 const al_context_params *p, al_context **prefill_ctx,
+                                 al_context **decode_ctx);
+/* Destroys both contexts of al_context_create_pair in the order their sharing needs
+ * (the borrower first); either may be NULL. */
+void al_context_destroy_pair(al_context *prefill_ctx, al_context *decode_ctx);
+
 /* Evaluates n_tokens tokens as one batch at positions n_past .. n_past+n_tokens-1 and
  * appends them to the KV cache. If logits is not NULL it receives the logits:
  *   all_logits: [n_tokens][n_vocab], else only the last position's [n_vocab].

@@ -136,6 +136,7 @@ enum { AL_MULTI_MAX = 3 };
 
 typedef struct al_backend_ops {
     const char *name;
+    unsigned caps; /* AL_CAP_*: what callers may rely on (the desc's, less AL_CAP_AUTO) */
     void (*destroy)(al_backend *be);
     /* NULL, or the counters of al_model_get_backend_stats (anyllm.h) */
     void (*stats)(const al_backend *be, al_backend_stats *out);
@@ -306,20 +307,47 @@ struct al_backend {
     uint64_t n_bytes_copied; /* weight bytes weight_load copied rather than used in place */
 };
 
-/* The CPU backend, n_threads workers (0 = cores), as settings s (anyllm.h; NULL: the
- * defaults) say. act: how the fast kernels round activations, "q8", "q8x2" or
- * "precise" (= q8x2; cpu/ops.h cpu_act_mode); NULL = s->act, else q8. */
-al_status cpu_backend_create(int n_threads, const char *act, const al_cpu_settings *s,
-                             al_backend **out);
-/* AL_ERR_ARG, naming the field and the value, unless every CPU setting is valid. */
-al_status cpu_settings_check(const al_cpu_settings *s);
+/* What a backend can do, for callers that must choose without knowing which it is
+ * (al_backend_ops.caps, al_backend_desc.caps). */
+enum {
+    /* Its tensors are host memory: its KV cache counts against the machine's memory,
+     * and another backend on unified memory can import it (tensor_import). */
+    AL_CAP_HOST_MEMORY = 1u << 0,
+    /* It runs on a device of its own (a GPU), whose failures sync reports. */
+    AL_CAP_DEVICE = 1u << 1,
+    /* "auto" may take it: a device that is not a software renderer. */
+    AL_CAP_AUTO = 1u << 2,
+};
 
-/* A backend by name: "cpu", "cpu:q8", "cpu:q8x2", "vulkan", "vulkan:N" or "auto"
- * (NULL = "cpu"), with p's backend settings (NULL: al_model_default_params()'s), which
- * are checked first. With "auto" a GPU that cannot be used is reported in the log and
- * the CPU is used instead. */
-al_status backend_create(const char *spec, int n_threads, const al_model_params *p,
-                         al_backend **out);
+/* A kind of backend, as its folder exports it (e.g. cpu/cpu.c: cpu_backend_desc) and
+ * the registry (registry.c) lists it: everything the library needs to name, list,
+ * describe and create backends of that kind, so that nothing outside the folder tests
+ * for it by name. A backend spec is "name", "name:N" (device N) or "name:VARIANT". */
+typedef struct al_backend_desc {
+    const char *name;  /* "cpu", "vulkan" */
+    const char *specs; /* the specs it takes, for messages: "cpu, cpu:q8, cpu:precise" */
+    unsigned caps;     /* AL_CAP_* of its backends; AL_CAP_AUTO: of some devices */
+    /* The build's line for al_backends(), e.g. "cpu (avx512)", into buf. */
+    void (*summary)(char *buf, size_t size);
+    /* Devices of this kind on this machine, or -1 with al_error when the kind cannot
+     * start here (no loader). At most max_devices are listed. */
+    int (*n_devices)(void);
+    int max_devices;
+    const char *const *device_names; /* [max_devices]: "cpu" or "vulkan:0", ... */
+    /* One line naming device dev into buf (0), or -1 where there is no such device. */
+    int (*describe)(int dev, char *buf, size_t size);
+    /* Several lines about device dev (NULL: describe's line is all), 0 or -1. */
+    int (*details)(int dev, char *buf, size_t size);
+    /* Memory bandwidth of device dev in GB/s (NULL: not measured this way). */
+    al_status (*bandwidth)(int dev, double *gbs);
+    /* AL_ERR_ARG naming the field and the value, unless p's settings of this kind are
+     * valid; called for every kind before any backend is made. */
+    al_status (*check)(const al_model_params *p);
+    /* A backend on device dev (-1: the first device AL_CAP_AUTO allows, for "auto"),
+     * with variant the spec's text after ':' when it is not a number (NULL: none). */
+    al_status (*create)(int dev, const char *variant, int n_threads, const al_model_params *p,
+                        al_backend **out);
+} al_backend_desc;
 
 /* be->ops->supports, or AL_OK when the backend has no limits to check. */
 al_status backend_supports(al_backend *be, const al_model_shape *shape);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "registry.h"
 #include "test.h"
 #include "util.h"
 

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "registry.h"
 #include "test.h"
 #include "util.h"
 

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "registry.h"
 #include "format/quant.h"
 #include "format/quantize.h"
 #include "test.h"

@@ -35,6 +35,7 @@
 
 #include "anyllm.h"
 #include "backend.h"
+#include "registry.h"
 #include "model/model.h"
 #include "format/quant.h"
 #include "test.h"

@@ -26,8 +26,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "server/server.h"
-#include "util.h"
+#include "anyllm_server.h"
 
 enum { DRAIN_POLL_MS = 50 }; /* how often a drain looks whether it is done */
 #include "split.h"
@@ -249,9 +248,9 @@ static void drain(srv_server *s, int timeout_s, const sigset_t *stop) {
     if (srv_drained(s)) return;
     fprintf(stderr, "anyllm serve: draining: finishing the requests in flight (at most %d s; "
             "another signal stops at once)\n", timeout_s);
-    double until = al_time_s() + timeout_s;
+    double until = cli_now_s() + timeout_s;
     while (!srv_drained(s)) {
-        if (al_time_s() >= until) {
+        if (cli_now_s() >= until) {
             fprintf(stderr, "anyllm serve: --drain-timeout %d s reached; ending the requests "
                     "still in flight\n", timeout_s);
             return;

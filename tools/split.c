@@ -12,8 +12,6 @@ static void set_name(char *dst, size_t size, const char *name) {
     snprintf(dst, size, "%s", !strcmp(name, "vulkan") ? "vulkan:0" : name);
 }
 
-static bool is_cpu(const char *name) { return !strncmp(name, "cpu", 3); }
-
 /* auto looks the phases up in the profile unless both are named. */
 static bool auto_wanted(const cli_opts *o) {
     return o->backend && !strcmp(o->backend, "auto") && !(o->prefill_backend && o->decode_backend);
@@ -65,20 +63,8 @@ int cli_split_load(const cli_opts *o, cli_split *s) {
 }
 
 int cli_split_contexts(cli_split *s, const al_context_params *cp) {
-    al_context_params first = *cp, second = *cp;
-    if (!s->m_decode) {
-        al_status st = al_context_create(s->m, cp, &s->c);
-        return st == AL_OK ? 0 : cli_fail_status(st);
-    }
-    s->decode_owns_kv = is_cpu(s->decode) && !is_cpu(s->prefill);
-    al_model *m1 = s->decode_owns_kv ? s->m_decode : s->m;
-    al_model *m2 = s->decode_owns_kv ? s->m : s->m_decode;
-    al_context **c1 = s->decode_owns_kv ? &s->c_decode : &s->c;
-    al_context **c2 = s->decode_owns_kv ? &s->c : &s->c_decode;
-    al_status st = al_context_create(m1, &first, c1);
-    second.n_ctx = 0; /* the first context's size */
-    second.kv_shared_with = *c1;
-    if (st == AL_OK) st = al_context_create(m2, &second, c2);
+    al_status st = s->m_decode ? al_context_create_pair(s->m, s->m_decode, cp, &s->c, &s->c_decode)
+                               : al_context_create(s->m, cp, &s->c);
     return st == AL_OK ? 0 : cli_fail_status(st);
 }
 
@@ -95,10 +81,7 @@ int cli_split_open(const cli_opts *o, int n_prompt, int n_ctx, cli_split *s) {
 }
 
 void cli_split_destroy(cli_split *s) {
-    al_context *borrower = s->decode_owns_kv ? s->c : s->c_decode;
-    al_context *owner = s->decode_owns_kv ? s->c_decode : s->c;
-    al_context_destroy(borrower);
-    al_context_destroy(owner);
+    al_context_destroy_pair(s->c, s->c_decode);
     al_model_destroy(s->m_decode);
     al_model_destroy(s->m);
     *s = (cli_split){0};

@@ -20,7 +20,6 @@ typedef struct cli_split {
     al_model *m_decode;    /* on the decode backend; NULL when one backend does both */
     al_context *c;         /* the prompt's context */
     al_context *c_decode;  /* the generated tokens' context; NULL when one does both */
-    bool decode_owns_kv;   /* c_decode was made first and c uses its KV memory */
 } cli_split;
 
 /* The backends of the two phases, for a prompt of n_prompt tokens after n_depth held

@@ -642,6 +642,7 @@ static void cpu_destroy(al_backend *be) {
 
 static const al_backend_ops cpu_ref_ops = {
     .name = "cpu",
+    .caps = AL_CAP_HOST_MEMORY,
     .destroy = cpu_destroy,
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,
@@ -672,6 +673,7 @@ static const al_backend_ops cpu_ref_ops = {
 
 static const al_backend_ops cpu_fast_ops = {
     .name = "cpu",
+    .caps = AL_CAP_HOST_MEMORY,
     .destroy = cpu_destroy,
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,
@@ -821,3 +823,44 @@ al_status cpu_backend_create(int n_threads, const char *act, const al_cpu_settin
     if (s->fuse == 0) cpu_backend_set_fuse(*out, false);
     return AL_OK;
 }
+
+/* ---- the descriptor (registry.c) ------------------------------------------------------ */
+
+static void cpu_summary(char *buf, size_t size) {
+    snprintf(buf, size, "cpu (%s)", cpu_isa_name(cpu_isa_best()));
+}
+
+static int cpu_n_devices(void) { return 1; }
+
+static int cpu_describe(int dev, char *buf, size_t size) {
+    if (dev != 0) return -1;
+    snprintf(buf, size, "cpu %s", cpu_isa_name(cpu_isa_best()));
+    return 0;
+}
+
+static al_status cpu_check(const al_model_params *p) { return cpu_settings_check(&p->cpu); }
+
+/* "cpu:MODE" is the activation mode; there is one CPU device ("cpu:0" is "cpu"). */
+static al_status cpu_create(int dev, const char *variant, int n_threads, const al_model_params *p,
+                            al_backend **out) {
+    *out = NULL;
+    if (dev > 0)
+        return al_error(AL_ERR_ARG, "backend 'cpu:%d': there is one CPU backend (cpu, cpu:q8, "
+                        "cpu:precise)", dev);
+    return cpu_backend_create(n_threads, variant, &p->cpu, out);
+}
+
+static const char *const cpu_device_names[] = {"cpu"};
+
+const al_backend_desc cpu_backend_desc = {
+    .name = "cpu",
+    .specs = "cpu, cpu:q8, cpu:precise",
+    .caps = AL_CAP_HOST_MEMORY,
+    .summary = cpu_summary,
+    .n_devices = cpu_n_devices,
+    .max_devices = 1,
+    .device_names = cpu_device_names,
+    .describe = cpu_describe,
+    .check = cpu_check,
+    .create = cpu_create,
+};

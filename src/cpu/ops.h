@@ -84,6 +84,15 @@ const char *cpu_isa_name(cpu_isa isa);
 bool cpu_isa_available(cpu_isa isa); /* the CPU and OS can run it */
 cpu_isa cpu_isa_best(void);
 
+/* The CPU backend, n_threads workers (0 = cores), as settings s (anyllm.h; NULL: the
+ * defaults) say. act: how the fast kernels round activations, "q8", "q8x2" or
+ * "precise" (= q8x2; cpu_act_mode); NULL = s->act, else q8. The registry makes it
+ * through cpu_backend_desc. */
+al_status cpu_backend_create(int n_threads, const char *act, const al_cpu_settings *s,
+                             al_backend **out);
+/* AL_ERR_ARG, naming the field and the value, unless every CPU setting is valid. */
+al_status cpu_settings_check(const al_cpu_settings *s);
+
 /* A CPU backend running one instruction set's kernels. An ISA the CPU lacks is
  * refused with AL_ERR_UNSUPPORTED. cpu_backend_create() picks the ISA from its
  * settings (cpu.isa; the CLI's ANYLLM_ISA) or the CPU. */

@@ -59,7 +59,7 @@ static uint64_t host_mem_available(void) {
  * at once, rather than failing page by page later or dragging the machine into swap
  * and the OOM killer. A GPU backend checks its own heaps when it allocates. */
 static al_status check_kv_memory(const al_model *m, int n_ctx) {
-    if (strcmp(m->be->ops->name, "cpu") != 0) return AL_OK;
+    if (!(m->be->ops->caps & AL_CAP_HOST_MEMORY)) return AL_OK;
     uint64_t avail = host_mem_available();
     if (avail == 0) return AL_OK; /* not Linux: let the allocation decide */
     const uint64_t margin = 64ull << 20; /* scratch, logits and the rest of the process */
@@ -206,7 +206,7 @@ uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
 int al_model_default_n_ctx(const al_model *m) {
     if (!m) return 0;
     int n = m->n_ctx_train > 0 ? m->n_ctx_train : 4096;
-    if (strcmp(m->be->ops->name, "cpu") != 0) return n < 4096 ? n : 4096;
+    if (!(m->be->ops->caps & AL_CAP_HOST_MEMORY)) return n < 4096 ? n : 4096;
     uint64_t budget = host_mem_available() / 2;
     if (budget == 0 || model_kv_bytes(m, n) <= budget) return n;
     /* the KV cache grows with n (sliding layers stop growing at their window) */
@@ -430,6 +430,38 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
     dst->n_past = src->n_past;
     dst->kv_bytes_copied += n_bytes;
     return AL_OK;
+}
+
+al_status al_context_create_pair(const al_model *prefill, const al_model *decode,
+                                 const al_context_params *p, al_context **prefill_ctx,
+                                 al_context **decode_ctx) {
+    if (prefill_ctx) *prefill_ctx = NULL;
+    if (decode_ctx) *decode_ctx = NULL;
+    if (!prefill || !decode || !prefill_ctx || !decode_ctx)
+        return al_error(AL_ERR_ARG, "al_context_create_pair: a model or an out-parameter is NULL");
+    al_context_params cp = p ? *p : al_context_default_params();
+    cp.kv_shared_with = NULL;
+    const bool host_p = prefill->be->ops->caps & AL_CAP_HOST_MEMORY;
+    const bool host_d = decode->be->ops->caps & AL_CAP_HOST_MEMORY;
+    const bool decode_owns = host_d && !host_p;
+    al_context **owner = decode_owns ? decode_ctx : prefill_ctx;
+    al_context **borrower = decode_owns ? prefill_ctx : decode_ctx;
+    al_status st = al_context_create(decode_owns ? decode : prefill, &cp, owner);
+    if (st != AL_OK) return st;
+    cp.n_ctx = (*owner)->n_ctx;
+    cp.kv_shared_with = *owner;
+    st = al_context_create(decode_owns ? prefill : decode, &cp, borrower);
+    if (st != AL_OK) {
+        al_context_destroy(*owner);
+        *owner = NULL;
+    }
+    return st;
+}
+
+void al_context_destroy_pair(al_context *prefill_ctx, al_context *decode_ctx) {
+    const bool prefill_borrows = prefill_ctx && prefill_ctx->kv_root != prefill_ctx;
+    al_context_destroy(prefill_borrows ? prefill_ctx : decode_ctx);
+    al_context_destroy(prefill_borrows ? decode_ctx : prefill_ctx);
 }
 
 void al_context_get_info(const al_context *c, al_context_info *out) {

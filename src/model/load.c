@@ -17,6 +17,7 @@
 #include "model/arch.h"
 #include "format/quant.h"
 #include "text/tokenizer.h"
+#include "registry.h"
 #include "util.h"
 
 /* ---- hyper-parameters ------------------------------------------------------------ */
@@ -488,7 +489,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     if (st != AL_OK) return st;
     const bool runs = (st = check_backend(m)) == AL_OK;
     if (runs) st = load_weights(m, p);
-    const bool gpu = strcmp(m->be->ops->name, "cpu") != 0;
+    const bool gpu = (m->be->ops->caps & AL_CAP_DEVICE) != 0;
     if (st == AL_OK || !gpu || !p->backend || strcmp(p->backend, "auto")) return st;
     al_log(AL_LOG_WARN, "the GPU (%s) cannot %s (%s); using the CPU", m->be->desc,
             runs ? "take the weights" : "run this model", al_last_error());
@@ -497,7 +498,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     al_free(m->layers);
     m->layers = NULL;
     if ((st = bind_weights(m)) != AL_OK) return st;
-    return backend_create("cpu", p->n_threads, p, &m->be);
+    return backend_create_fallback(p->n_threads, p, &m->be);
 }
 
 /* ---- model ------------------------------------------------------------------------ */

@@ -534,31 +534,17 @@ static void *engine_main(void *arg) {
 
 /* ---- create / destroy ------------------------------------------------------------------ */
 
-static bool on_cpu(const al_model *m) {
-    al_model_info mi;
-    al_model_get_info(m, &mi);
-    return strncmp(mi.backend, "cpu", 3) == 0;
-}
-
-/* A slot's contexts: with a decode model, the one on the CPU first (if either is), so
- * that a GPU imports the CPU's ordinary memory, and the other on its KV memory. */
+/* A slot's contexts: with a decode model, a pair that shares the KV memory
+ * (al_context_create_pair decides which owns it). */
 static al_status slot_contexts(srv_engine *e, slot *s, const al_context_params *params) {
     al_context_params cp = *params;
     cp.kv_shared_with = NULL;
     if (!e->decode_model) return al_context_create(e->model, &cp, &s->ctx);
-    const bool decode_first = on_cpu(e->decode_model) && !on_cpu(e->model);
-    al_context **c1 = decode_first ? &s->dctx : &s->ctx, **c2 = decode_first ? &s->ctx : &s->dctx;
-    al_status st = al_context_create(decode_first ? e->decode_model : e->model, &cp, c1);
-    cp.kv_shared_with = *c1;
-    if (st == AL_OK) st = al_context_create(decode_first ? e->model : e->decode_model, &cp, c2);
-    return st;
+    return al_context_create_pair(e->model, e->decode_model, &cp, &s->ctx, &s->dctx);
 }
 
-/* The one whose memory the other uses goes last. */
-static void slot_free(srv_engine *e, slot *s) {
-    const bool decode_first = s->dctx && on_cpu(e->decode_model) && !on_cpu(e->model);
-    al_context_destroy(decode_first ? s->ctx : s->dctx);
-    al_context_destroy(decode_first ? s->dctx : s->ctx);
+static void slot_free(slot *s) {
+    al_context_destroy_pair(s->ctx, s->dctx);
     free(s->cached);
 }
 
@@ -626,7 +612,7 @@ void srv_engine_stop(srv_engine *e) {
 void srv_engine_destroy(srv_engine *e) {
     if (!e) return;
     srv_engine_stop(e);
-    for (int i = 0; e->slots && i < e->n_slots; i++) slot_free(e, &e->slots[i]);
+    for (int i = 0; e->slots && i < e->n_slots; i++) slot_free(&e->slots[i]);
     free(e->slots);
     free(e->logits);
     free(e->batch_ctx);

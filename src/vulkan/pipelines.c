@@ -130,11 +130,10 @@ static vk_tuning default_tuning(const vk_caps *c) {
      * squares of the whole input again) cost more than its dispatch saved: bench-1b Q4_0
      * decode took 3.03 ms of device time per token with it, 1.68 without (83 and 115
      * dispatches). A decoded token's attention (attention_rows) has one workgroup per
-     * head, so a GPU takes wide ones, in teams (attention.comp): there, tg128 after 2048
-     * positions ran at 105, 224 and 275 t/s with 64, 256 and 1024 invocations. Prompts
-     * have a workgroup per head and token: 256 kept pp512 as it was (6419 t/s against
-     * 6376 with 64); 1024 there is unmeasured. A CPU device (one thread a workgroup)
-     * keeps 64. */
+     * head, so a GPU takes wide ones, in teams (attention.comp): there, decode at depth
+     * was fastest with 1024 invocations, then 256, then 64 (docs/benchmarks.md). Prompts
+     * have a workgroup per head and token: 256 kept pp512 as it was; 1024 there is
+     * unmeasured. A CPU device (one thread a workgroup) keeps 64. */
     t.attn_rows_wg = t.attn_wg;
     if (c->type != VK_PHYSICAL_DEVICE_TYPE_CPU) {
         t.attn_wg = 256 < c->max_wg ? 256 : c->max_wg;

@@ -77,6 +77,7 @@ static int vk_dispatch_times(const al_backend *base, al_dispatch_time *out, int 
 
 static const al_backend_ops vk_ops_table = {
     .name = "vulkan",
+    .caps = AL_CAP_DEVICE,
     .destroy = vk_destroy,
     .stats = vk_stats,
     .dispatch_times = vk_dispatch_times,
@@ -430,3 +431,39 @@ al_status vk_measure_bandwidth(int device_index, double *gbs) {
     vk_destroy(base);
     return st;
 }
+
+/* ---- the descriptor (registry.c) ------------------------------------------------------ */
+
+static void vk_summary(char *buf, size_t size) { snprintf(buf, size, "vulkan"); }
+
+static int vk_n_devices(void) { return vk_list_devices(NULL); }
+
+static al_status vk_check(const al_model_params *p) { return vk_settings_check(&p->vulkan); }
+
+/* Vulkan has no variants: "vulkan:N" is device N. */
+static al_status vk_create(int dev, const char *variant, int n_threads, const al_model_params *p,
+                           al_backend **out) {
+    (void)n_threads;
+    *out = NULL;
+    if (variant)
+        return al_error(AL_ERR_ARG, "backend 'vulkan:%s' is not known (vulkan, vulkan:N)", variant);
+    return vk_backend_create(dev, &p->vulkan, out);
+}
+
+static const char *const vk_device_names[] = {"vulkan:0", "vulkan:1", "vulkan:2", "vulkan:3",
+                                              "vulkan:4", "vulkan:5", "vulkan:6", "vulkan:7"};
+
+const al_backend_desc vk_backend_desc = {
+    .name = "vulkan",
+    .specs = "vulkan, vulkan:N",
+    .caps = AL_CAP_DEVICE | AL_CAP_AUTO,
+    .summary = vk_summary,
+    .n_devices = vk_n_devices,
+    .max_devices = 8,
+    .device_names = vk_device_names,
+    .describe = vk_device_name,
+    .details = vk_device_details,
+    .bandwidth = vk_measure_bandwidth,
+    .check = vk_check,
+    .create = vk_create,
+};
