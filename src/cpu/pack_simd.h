@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "format/quant.h"
 #include "util.h"
 
 INLINE int32_t load_i32(const void *p) {
