@@ -27,9 +27,9 @@ AL_BUILD := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE
 LDLIBS  := -lpcre2-8 -lm -lpthread
 
-# the library: one folder per subsystem (README: layout); the server and the Vulkan
-# backend below
-LIB_DIRS := src src/format src/text src/model src/cpu
+# the library: src/ and a folder per subsystem (README: layout), each picked up as it
+# appears; the server and the Vulkan backend (shaders) have rules of their own below
+LIB_DIRS := src $(filter-out src/server src/vulkan,$(patsubst %/,%,$(sort $(dir $(wildcard src/*/*.c)))))
 LIB_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard tools/*.c)
