@@ -303,9 +303,12 @@ typedef struct al_context_params {
     const struct al_context *kv_shared_with;
     /* Models with recurrent layers: how many checkpoints of the state the context keeps
      * (al_context_checkpoint), each al_model_info.state_bytes of host memory; the
-     * oldest goes when one more is made. 0 = the default, 4; -1 = none. */
+     * oldest goes when one more is made. 0 = the default, AL_DEFAULT_CHECKPOINTS; -1 =
+     * none. al_context_create counts them with the KV cache against the host's memory. */
     int n_checkpoints;
 } al_context_params;
+
+enum { AL_DEFAULT_CHECKPOINTS = 4 };
 
 /* Bytes of KV cache a context of n_ctx positions allocates: to check before creating
  * one (al_context_create refuses one the CPU backend's memory cannot hold). */

@@ -42,6 +42,20 @@ else
     bad "info: no delta-net in the features line"
 fi
 
+# the state checkpoints chat and serve keep count in the memory info reports: four
+# states' bytes, and memory needed = weights + KV cache (with the states) + checkpoints
+"$bin" info -m "$m" >"$tmp/info" 2>&1
+ck=$(sed -n 's/^state checkpoints (4) *\([0-9]*\) bytes.*/\1/p' "$tmp/info")
+kv=$(sed -n 's/^kv cache (ctx [0-9]*) *\([0-9]*\) bytes.*/\1/p' "$tmp/info")
+need=$(sed -n 's/^memory needed *\([0-9]*\) bytes.*/\1/p' "$tmp/info")
+data=$(sed -n 's/^tensor data *\([0-9]*\) bytes.*/\1/p' "$tmp/info")
+if [ -n "$ck" ] && [ "$ck" -gt 0 ] && [ $((ck % 4)) -eq 0 ] && [ -n "$need" ] && [ -n "$data" ] &&
+        [ "$need" -eq $((data + kv + ck)) ]; then
+    ok "info: state checkpoints (4) $ck bytes, counted in memory needed"
+else
+    bad "info: checkpoints '$ck', kv '$kv', data '$data', needed '$need'"; cat "$tmp/info"
+fi
+
 # the GPU runs it too (src/vulkan/recurrent.c), with the validation layer silent where
 # it is installed
 if "$bin" devices 2>/dev/null | grep -q 'vulkan:0'; then

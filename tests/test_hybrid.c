@@ -475,6 +475,20 @@ static void test_kv_bytes_include_states(void) {
     const uint64_t kv = 2ull * 2 * 64 * 4 * 100, states = 3ull * 4 * (3 * 1024 + 16 * 32 * 32);
     CHECK_MSG(al_model_kv_bytes(m, 100) == kv + states, "%llu vs %llu",
               (unsigned long long)al_model_kv_bytes(m, 100), (unsigned long long)(kv + states));
+    /* the checkpoints are host memory too: a count no machine holds is refused at once,
+     * naming them, where the same context with the default count is made */
+    al_context_params cp = al_context_default_params();
+    cp.n_ctx = 100;
+    cp.n_checkpoints = 1 << 30; /* x the state's 205 KiB: 200 TiB */
+    al_context *c = NULL;
+    const al_status st = al_context_create(m, &cp, &c);
+    CHECK_MSG(st == AL_ERR_NOMEM && !c && strstr(al_last_error(), "checkpoints"), "%s: %s",
+              al_status_str(st), al_last_error());
+    al_context_destroy(c);
+    cp.n_checkpoints = 0;
+    c = NULL;
+    CHECK_MSG(al_context_create(m, &cp, &c) == AL_OK && c, "%s", al_last_error());
+    al_context_destroy(c);
     al_model_destroy(m);
 }
 

@@ -103,7 +103,13 @@ int cmd_info(const cli_opts *o) {
     char label[64];
     snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx); /* the default context */
     print_size(label, al_model_kv_bytes(m, n_ctx));
-    print_size("memory needed", mi.n_bytes + al_model_kv_bytes(m, n_ctx));
+    /* a recurrent model's state checkpoints (chat and serve keep the default number) */
+    const uint64_t ckpt = mi.n_recurrent ? (uint64_t)AL_DEFAULT_CHECKPOINTS * mi.state_bytes : 0;
+    if (ckpt) {
+        snprintf(label, sizeof label, "state checkpoints (%d)", AL_DEFAULT_CHECKPOINTS);
+        print_size(label, ckpt);
+    }
+    print_size("memory needed", mi.n_bytes + al_model_kv_bytes(m, n_ctx) + ckpt);
     /* what bounds decoding: a mixture of experts reads only the experts a token picks */
     print_size("read per token", mi.n_bytes_per_token);
     al_model_destroy(m);

@@ -55,20 +55,28 @@ static uint64_t host_mem_available(void) {
     return (uint64_t)kib * 1024;
 }
 
-/* The CPU backend's KV cache lives in host memory: one that cannot fit is refused here,
- * at once, rather than failing page by page later or dragging the machine into swap
- * and the OOM killer. A GPU backend checks its own heaps when it allocates. */
-static al_status check_kv_memory(const al_model *m, int n_ctx) {
-    if (!(m->be->ops->caps & AL_CAP_HOST_MEMORY)) return AL_OK;
+/* The CPU backend's KV cache lives in host memory, and so do a recurrent model's state
+ * checkpoints on every backend (n_ckpt of them, each a state's bytes): what cannot fit
+ * is refused here, at once, rather than failing page by page later or dragging the
+ * machine into swap and the OOM killer. A GPU backend checks its own heaps when it
+ * allocates. */
+static al_status check_kv_memory(const al_model *m, int n_ctx, int n_ckpt) {
+    const bool host = m->be->ops->caps & AL_CAP_HOST_MEMORY;
+    const uint64_t kv = host ? model_kv_bytes(m, n_ctx) : 0;
+    const uint64_t ckpt = (m->ad->flags & ARCH_HYBRID) ? (uint64_t)n_ckpt * hybrid_state_bytes(m) : 0;
+    if (kv + ckpt == 0) return AL_OK;
     uint64_t avail = host_mem_available();
     if (avail == 0) return AL_OK; /* not Linux: let the allocation decide */
     const uint64_t margin = 64ull << 20; /* scratch, logits and the rest of the process */
-    uint64_t kv = model_kv_bytes(m, n_ctx);
-    if (kv + margin <= avail) return AL_OK;
-    return al_error(AL_ERR_NOMEM, "a context of %d positions needs %.1f MiB of KV cache "
+    if (kv + ckpt + margin <= avail) return AL_OK;
+    char ck[96] = "";
+    if (ckpt)
+        snprintf(ck, sizeof ck, " and %.1f MiB for %d state checkpoints (n_checkpoints)",
+                 ckpt / 1048576.0, n_ckpt);
+    return al_error(AL_ERR_NOMEM, "a context of %d positions needs %.1f MiB of KV cache%s "
                     "(plus %.0f MiB margin) but only %.1f MiB of memory is available "
-                    "(MemAvailable); use a smaller context", n_ctx, kv / 1048576.0,
-                    margin / 1048576.0, avail / 1048576.0);
+                    "(MemAvailable); use a smaller context%s", n_ctx, kv / 1048576.0, ck,
+                    margin / 1048576.0, avail / 1048576.0, ckpt ? " or fewer checkpoints" : "");
 }
 
 /* Layer il's caches over peer's memory: the pages the host sees behind peer's tensors
@@ -120,7 +128,7 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     }
     kv_free(c); /* the layers imported before one that could not be */
     c->kv_root = c;
-    if ((st = check_kv_memory(m, c->n_ctx))) return st;
+    if ((st = check_kv_memory(m, c->n_ctx, c->max_ckpt))) return st;
     for (int il = 0; il < m->n_layer; il++) {
         const int cap = layer_cap(m, il, c->n_ctx);
         if (cap == 0) continue;
@@ -245,7 +253,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     }
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
-    c->max_ckpt = p.n_checkpoints < 0 ? 0 : p.n_checkpoints ? p.n_checkpoints : 4;
+    c->max_ckpt = p.n_checkpoints < 0 ? 0 : p.n_checkpoints ? p.n_checkpoints : AL_DEFAULT_CHECKPOINTS;
     st = context_alloc(c, peer);
     if (st != AL_OK) {
         al_context_destroy(c);
