@@ -308,22 +308,25 @@ INLINE void pack_legacy(int kind, const uint8_t *w, uint64_t row_bytes, int64_t 
 /* A panel of x16 rows starts at row 0 of its group, or at R when a group holds two. */
 #define ASSERT_X16_ROW0(row0) AL_ASSERT((row0) >= 0 && (row0) < 16 && (row0) % R == 0)
 
-/* A panel short of R rows (the last of a matrix) takes the portable pack; an x16
- * weight has none (cpu_x16_fits). */
-#define PACK_LEGACY(name, kind)                                                                    \
+/* A pack over a panel and over an x16 group, from one of the packs below (pack_legacy,
+ * pack_k45: the same arguments, the first saying which type). A panel short of R rows
+ * (the last of a matrix) takes the portable pack; an x16 weight has none
+ * (cpu_x16_fits). */
+#define PACK_PAIR(name, pack, which)                                                               \
     static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
                      int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
         if (n_rows < R)                                                                            \
             cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
         else                                                                                       \
-            pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, false, 0);                         \
+            pack(which, w, row_bytes, blk0, n_blk, panel, false, 0);                               \
     }                                                                                              \
     static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,          \
                            int64_t blk0, int64_t n_blk, uint8_t *panel) {                          \
         (void)type;                                                                                \
         ASSERT_X16_ROW0(row0);                                                                     \
-        pack_legacy(kind, w, row_bytes, blk0, n_blk, panel, true, row0);                           \
+        pack(which, w, row_bytes, blk0, n_blk, panel, true, row0);                                 \
     }
+#define PACK_LEGACY(name, kind) PACK_PAIR(name, pack_legacy, kind)
 PACK_LEGACY(pack_q4_0, Q4_0)
 PACK_LEGACY(pack_q4_1, Q4_1)
 PACK_LEGACY(pack_q5_0, Q5_0)
@@ -445,20 +448,7 @@ INLINE void pack_k45(bool five, const uint8_t *w, uint64_t row_bytes, int64_t bl
     }
 }
 
-#define PACK_K45(name, five)                                                                       \
-    static void name(uint32_t type, const uint8_t *w, uint64_t row_bytes, int n_rows,              \
-                     int64_t blk0, int64_t n_blk, uint8_t *panel) {                                \
-        if (n_rows < R)                                                                            \
-            cpu_pack_q_generic(type, R, w, row_bytes, n_rows, blk0, n_blk, panel);                 \
-        else                                                                                       \
-            pack_k45(five, w, row_bytes, blk0, n_blk, panel, false, 0);                            \
-    }                                                                                              \
-    static void name##_x16(uint32_t type, const uint8_t *w, uint64_t row_bytes, int row0,          \
-                           int64_t blk0, int64_t n_blk, uint8_t *panel) {                          \
-        (void)type;                                                                                \
-        ASSERT_X16_ROW0(row0);                                                                     \
-        pack_k45(five, w, row_bytes, blk0, n_blk, panel, true, row0);                              \
-    }
+#define PACK_K45(name, five) PACK_PAIR(name, pack_k45, five)
 PACK_K45(pack_q4_k, false)
 PACK_K45(pack_q5_k, true)
 
