@@ -88,6 +88,8 @@ $(BUILD)/gen/chat_html.o: $(BUILD)/gen/chat_html.c
 $(BUILD)/test_%: $(BUILD)/tests/test_%.o $(BUILD)/libanyllm.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(TEST_LDLIBS_$*)
 TEST_LDLIBS_ref := -ljansson
+TEST_LDLIBS_exact := -ljansson
+$(BUILD)/test_exact: $(BUILD)/tools/settings.o
 # test_ref runs under the CLI's ANYLLM_* variables (tests/ref_paths.sh): the CLI's reader
 $(BUILD)/test_ref: $(BUILD)/tools/settings.o
 TEST_LDLIBS_split := -ljansson

@@ -8,6 +8,8 @@
 #     which also reports the teacher-forced agreement: a free-running sequence parts
 #     from the reference at the first near-tie, so one miss by at most GREEDY_TIE
 #     logits, teacher-forced, is excused (GREEDY_TIE=0 makes the check strict);
+#   - the logits against the exact result for the file's weights, beside llama.cpp's
+#     error (build/test_exact --model);
 #   - `run --temp 0` and `chat`, whose file has no chat template, in the built-in
 #     Gemma turn format.
 # The 270M model is a base model, not an instruction-tuned one: its chat replies are
@@ -55,6 +57,15 @@ else
     bad "logits of the 64-token prompt: exit $rc: $res (limits $MAX_NMSE, top-1 $MIN_TOP1)"
     head -n 3 "$tmp/err"
 fi
+
+# against the exact result for the file's weights (the reference ops), beside llama.cpp's
+# error over the same 64 tokens (tests/data/exact.tsv says how it was measured): the
+# default CPU path at most 0.8 times it, --precise within 1e-7
+LLAMA_EXACT_NMSE=2.361e-03
+res=$("$BUILD/test_exact" --model "$M" "$REF" "$LLAMA_EXACT_NMSE" 0.8 2>&1); rc=$?
+summary=$(printf '%s\n' "$res" | grep -E 'NMSE' | sed -E 's/ +/ /g' | tr '\n' ';')
+if [ $rc -eq 0 ]; then ok "against the exact result (llama.cpp $LLAMA_EXACT_NMSE):$summary"
+else bad "against the exact result (llama.cpp $LLAMA_EXACT_NMSE): $(printf '%s\n' "$res" | grep -E 'FAIL|NMSE' | head -n 5)"; fi
 
 # greedy decoding after the prompt, one token at a time through the KV cache
 res=$("$BUILD/test_ref" --greedy "$M" "$REF" "$N_GREEDY" cpu "$GREEDY_TIE" 2>&1); rc=$?

@@ -5,7 +5,7 @@
  * implementation computed after each of them ([n_tokens][n_vocab] f32), and the greedy
  * tokens that follow the prompt. Logits are compared by NMSE (sum (a-b)^2 / sum b^2)
  * and by agreement of the argmax: F32 and F16 files within NMSE 1e-4 and 98%,
- * quantized files (whose reference also rounds activations to 8 bits) 1e-3 and 90%
+ * quantized files (whose reference also rounds activations to 8 bits) 1.5e-3 and 90%
  * (ref_limits). */
 #ifndef AL_TEST_REF_CHECK_H
 #define AL_TEST_REF_CHECK_H
@@ -119,9 +119,13 @@ static inline int is_float_model(const char *name) {
 
 /* The limits of a model file: NMSE at most *max_nmse, argmax agreement at least
  * *min_top1 (near-ties counted as agreement), and without them at most one position in
- * 24 less. */
+ * 24 less. A quantized file's reference carries its own rounding error, up to 7.3e-4
+ * against the exact result (ref-qwen3-Q4_K_M; tests/data/exact.tsv), and ours, rounded
+ * otherwise, lies up to 4.3e-4 from it on the other side: the two differ by their sum.
+ * (1.1e-3 there). test_exact holds each path to the exact result; here 1.5e-3 still
+ * parts a file from the next quantization level (Q6_K against F32: 2.0e-3). */
 static inline void ref_limits(const char *name, double *max_nmse, double *min_top1) {
-    *max_nmse = is_float_model(name) ? 1e-4 : 1e-3;
+    *max_nmse = is_float_model(name) ? 1e-4 : 1.5e-3;
     *min_top1 = is_float_model(name) ? 0.98 : 0.90;
 }
 

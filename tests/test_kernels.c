@@ -120,8 +120,9 @@ static const cpu_kernels *kernels_of(cpu_isa isa) {
                                  : &cpu_kernels_scalar;
 }
 
-/* The activations the ISA's integer kernels multiply: x rounded to 8 bits per block,
- * plus, for Q8X2, the rest x - hi rounded again with exact scales. */
+/* The activations the ISA's integer kernels multiply: x rounded to 8 bits per block
+ * (the type's format: fp16 scales for the legacy types, exact for K-quants), plus, for
+ * Q8X2, the rest x - hi rounded again with exact scales. */
 static void round_activations(cpu_isa isa, cpu_act_mode act, uint32_t type, const float *x,
                               int64_t n_in, int n_tok, float *out) {
     const cpu_kernels *k = kernels_of(isa);
@@ -132,14 +133,14 @@ static void round_activations(cpu_isa isa, cpu_act_mode act, uint32_t type, cons
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + t * n_in;
         float *hi = out + t * n_in;
-        f.exact_scale = false;
         k->quantize(xt, n_in, f, tile, t % tt, tt);
         cpu_act_dequantize(tile, n_in, b, t % tt, tt, hi);
         if (act == CPU_ACT_Q8) continue;
         for (int64_t i = 0; i < n_in; i++)
             rest[i] = xt[i] - hi[i];
-        f.exact_scale = true;
-        k->quantize(rest, n_in, f, tile, t % tt, tt);
+        cpu_act_fmt lo_fmt = f;
+        lo_fmt.exact_scale = true;
+        k->quantize(rest, n_in, lo_fmt, tile, t % tt, tt);
         cpu_act_dequantize(tile, n_in, b, t % tt, tt, lo);
         for (int64_t i = 0; i < n_in; i++)
             hi[i] += lo[i];

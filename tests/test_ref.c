@@ -6,7 +6,7 @@
  * every position are compared with NAME.logits.f32 by NMSE (sum (a-b)^2 / sum b^2)
  * and by agreement of the argmax. F32 and F16 files must reach NMSE <= 1e-4 and 98%
  * agreement; quantized files (whose reference also rounds activations to 8 bits)
- * NMSE <= 1e-3 and 90%. The same tokens are then fed through the KV cache in pieces
+ * NMSE <= 1.5e-3 and 90% (ref_check.h says why). The same tokens are then fed through the KV cache in pieces
  * (a batch, then one token at a time) and with other thread counts; those paths must
  * agree with the single batch.
  *
@@ -88,7 +88,7 @@ static void check_case(const ref_case *rc) {
     CHECK_MSG(batch != NULL, "%s did not evaluate", rc->name);
     if (!batch) return;
     cmp_result r = compare(batch, rc->ref, rc->n_tokens, rc->n_vocab);
-    printf("     %-28s NMSE %.3e  top-1 %5.1f%% (%5.1f%% with near-ties)  limits %.0e, %.0f%%\n",
+    printf("     %-28s NMSE %.3e  top-1 %5.1f%% (%5.1f%% with near-ties)  limits %.1e, %.0f%%\n",
            strrchr(rc->name, '/') + 1, r.nmse, 100 * r.top1, 100 * r.top1_res, max_nmse,
            100 * min_top1);
     CHECK_MSG(r.nmse <= max_nmse, "%s: NMSE %.3e > %.0e", rc->name, r.nmse, max_nmse);

@@ -8,6 +8,8 @@
 #   - the qwen3 and moe references through build/test_ref on Vulkan: also token by
 #     token and in ragged pieces through the KV cache (equal to one batch), and greedy
 #     decoding
+#   - every quantized test model against the exact result for its weights
+#     (build/test_exact --backend vulkan: NMSE <= 1e-6)
 #   - the real Gemma 3 270M, when ANYLLM_GEMMA3 (or models/) has it: the reference's
 #     prompt within the limits of tests/gemma3.sh, and the first 8 greedy tokens equal
 #     to the CPU's
@@ -119,6 +121,18 @@ for d in qwen3 moe; do
         grep -E 'FAIL|NMSE' "$tmp/dir.out" "$tmp/dir.err" | head -n 8
     fi
 done
+
+# every quantized test model against the exact result for its weights (test_exact)
+ANYLLM_VK_VALIDATION=$VALIDATE "$BUILD/test_exact" --backend vulkan >"$tmp/exact.out" 2>"$tmp/exact.err"
+rc=$?
+worst=$(sed -nE 's/^ +vulkan +NMSE ([0-9.e+-]+).*/\1/p' "$tmp/exact.out" | sort -g | tail -n 1)
+n_exact=$(grep -cE '^ +vulkan +NMSE' "$tmp/exact.out")
+if [ $rc -eq 0 ] && [ "$n_exact" -ge 12 ]; then
+    ok "test_exact --backend vulkan: $n_exact models, worst NMSE against the exact result $worst"
+else
+    bad "test_exact --backend vulkan: exit $rc, $n_exact models"
+    grep -E 'FAIL' "$tmp/exact.out" "$tmp/exact.err" | head -n 8
+fi
 
 # Gemma 3 270M: the reference's prompt against the reference (the limits of
 # tests/gemma3.sh) and against the CPU, and greedy decoding equal to the CPU's

@@ -18,8 +18,7 @@
  *
  * Each sub-block's scales differ, so every C tile goes through the float epilogue of
  * mk_q_body (kernels_avx512.c) for its 16 tokens: acc[t] += float(isum) * (dw * da[t])
- * (+ m * aux[t]) for legacy types; for K-quants sacc[t] += float(isum) * dw (+ m *
- * aux[t]) over a super-block, then acc[t] += sacc[t] * da[t]. A row of C is a zmm of 16
+ * (+ m * aux[t]). A row of C is a zmm of 16
  * weight rows, as a VNNI accumulator is, and the operations per (row, token) are those
  * of mk_q_body, in its order: the results are the VNNI path's, bit for bit.
  *
@@ -118,10 +117,10 @@ INLINE float aux_of(const uint8_t *x, int t, int b) {
     return ((const float *)(x + TOK * b))[TOK + t];
 }
 
-/* Legacy types (mk_q_body with kq false): acc[t] += float(isum) * (dw * da[t]) (+ m *
+/* Per sub-block, as mk_q_body: acc[t] += float(isum) * (dw * da[t]) (+ m *
  * aux[t]), from the sums in c[t][16] of sub-block x / p. */
-INLINE void legacy_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
-                            const bool mins, __m512 acc[TOK]) {
+INLINE void sub_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
+                         const bool mins, __m512 acc[TOK]) {
     const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
     const __m512 m = mins ? _mm512_load_ps((const float *)(p + R * b) + R) : dw;
 #pragma GCC unroll 16
@@ -129,19 +128,6 @@ INLINE void legacy_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x
         const __m512 fs = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * R));
         acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da_of(x, t, b))), acc[t]);
         if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux_of(x, t, b)), acc[t]);
-    }
-}
-
-/* K-quants: sacc[t] += float(isum) * dw (+ m * aux[t]). */
-INLINE void kq_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
-                        const bool mins, __m512 sacc[TOK]) {
-    const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
-    const __m512 m = mins ? _mm512_load_ps((const float *)(p + R * b) + R) : dw;
-#pragma GCC unroll 16
-    for (int t = 0; t < TOK; t++) {
-        const __m512 fs = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * R));
-        sacc[t] = _mm512_fmadd_ps(fs, dw, sacc[t]);
-        if (mins) sacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux_of(x, t, b)), sacc[t]);
     }
 }
 
@@ -177,10 +163,10 @@ INLINE void acc_finish(const cpu_mk_args *a, const __m512 acc[TOK]) {
     }
 }
 
-/* Legacy types: sub-blocks in pairs, tile sets 0 and 1. The next sub-block's dot
+/* Sub-blocks in pairs, tile sets 0 and 1. The next sub-block's dot
  * product is issued before the last one's epilogue, and each epilogue reads the C tile
  * stored one step earlier (a tile store takes a while to reach the loads). */
-INLINE void amx_legacy(const cpu_mk_args *a, const int b, const bool mins) {
+INLINE void amx_q(const cpu_mk_args *a, const int b, const bool mins) {
     const uint8_t *p = a->panel, *x = a->act;
     const int64_t xsb = cpu_sb_bytes(TOK, b), psb = cpu_sb_bytes(R, b), n = a->n_sb;
     _Alignas(64) int32_t c0[TOK * R], c1[TOK * R];
@@ -190,73 +176,29 @@ INLINE void amx_legacy(const cpu_mk_args *a, const int b, const bool mins) {
     for (int64_t s = 0; s < n; s += 2) {
         if (s + 1 < n) AMX_DOT(TC1, TA1, TB1, s + 1);
         _tile_stored(TC0, c0, 4 * R);
-        if (s > 0) legacy_epilogue(c1, p + (s - 1) * psb, x + (s - 1) * xsb, b, mins, acc);
+        if (s > 0) sub_epilogue(c1, p + (s - 1) * psb, x + (s - 1) * xsb, b, mins, acc);
         if (s + 1 >= n) {
-            legacy_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
+            sub_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
             break;
         }
         if (s + 2 < n) AMX_DOT(TC0, TA0, TB0, s + 2);
         _tile_stored(TC1, c1, 4 * R);
-        legacy_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
-        if (s + 2 >= n) legacy_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, b, mins, acc);
+        sub_epilogue(c0, p + s * psb, x + s * xsb, b, mins, acc);
+        if (s + 2 >= n) sub_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, b, mins, acc);
     }
     acc_finish(a, acc);
 }
 
-/* K-quants: sacc in registers over a super-block (an even number of sub-blocks, so
- * that one ends after every odd one), acc in memory, updated once per super-block. */
-INLINE void amx_kquant(const cpu_mk_args *a, const int b, const bool mins) {
-    const uint8_t *p = a->panel, *x = a->act;
-    const int64_t xsb = cpu_sb_bytes(TOK, b), psb = cpu_sb_bytes(R, b), n = a->n_sb;
-    const int per = 256 / b;
-    _Alignas(64) int32_t c0[TOK * R], c1[TOK * R];
-    _Alignas(64) float acc[TOK][R];
-    __m512 sacc[TOK];
-    acc_start(a, sacc);
-#pragma GCC unroll 16
-    for (int t = 0; t < TOK; t++) {
-        _mm512_store_ps(acc[t], sacc[t]);
-        sacc[t] = _mm512_setzero_ps();
-    }
-    AMX_DOT(TC0, TA0, TB0, 0);
-    for (int64_t s = 0; s < n; s += 2) {
-        AMX_DOT(TC1, TA1, TB1, s + 1);
-        _tile_stored(TC0, c0, 4 * R);
-        kq_epilogue(c0, p + s * psb, x + s * xsb, b, mins, sacc);
-        if (s + 2 < n) AMX_DOT(TC0, TA0, TB0, s + 2);
-        _tile_stored(TC1, c1, 4 * R);
-        kq_epilogue(c1, p + (s + 1) * psb, x + (s + 1) * xsb, b, mins, sacc);
-        if ((s + 2) % per) continue;
-        /* the super-block's da is at its first sub-block */
-        const uint8_t *x0 = x + (s + 2 - per) * xsb;
-#pragma GCC unroll 16
-        for (int t = 0; t < TOK; t++) {
-            const __m512 v = _mm512_load_ps(acc[t]);
-            _mm512_store_ps(acc[t],
-                            _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(da_of(x0, t, b)), v));
-            sacc[t] = _mm512_setzero_ps();
-        }
-    }
-#pragma GCC unroll 16
-    for (int t = 0; t < TOK; t++)
-        sacc[t] = _mm512_load_ps(acc[t]);
-    acc_finish(a, sacc);
-}
-
 void cpu_amx_mk_q(const cpu_mk_args *a) {
     AL_ASSERT(a->panel && a->n_tok >= 1 && a->n_tok <= TOK && a->n_sb > 0);
-    if (a->group == 32 && a->mins)
-        amx_legacy(a, 32, true);
-    else if (a->group == 32)
-        amx_legacy(a, 32, false);
-    else if (a->bsize == 16 && a->mins)
-        amx_kquant(a, 16, true);
+    if (a->bsize == 16 && a->mins)
+        amx_q(a, 16, true);
     else if (a->bsize == 16)
-        amx_kquant(a, 16, false);
+        amx_q(a, 16, false);
     else if (a->mins)
-        amx_kquant(a, 32, true);
+        amx_q(a, 32, true);
     else
-        amx_kquant(a, 32, false);
+        amx_q(a, 32, false);
 }
 
 #if defined(__clang__)

@@ -62,36 +62,24 @@ INLINE __m128i pack_i8x8(__m256i v) {
 /* As quantize_scalar, bit for bit: the same divisions, round-to-nearest-even. */
 static void quantize_avx2(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
                           int tt) {
-    const int group = f.group, b = f.b;
-    _Alignas(32) int8_t q[256 + 8];
+    const int b = f.b;
+    _Alignas(32) int8_t q[CPU_ACT_GROUP + 8];
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    for (int64_t g0 = 0; g0 < n; g0 += group, x += group) {
+    for (int64_t g0 = 0; g0 < n; g0 += CPU_ACT_GROUP, x += CPU_ACT_GROUP) {
         __m256 am = _mm256_setzero_ps();
-        for (int v = 0; v < group; v += 8)
+        for (int v = 0; v < CPU_ACT_GROUP; v += 8)
             am = _mm256_max_ps(am, _mm256_and_ps(_mm256_loadu_ps(x + v), abs_mask));
         const float amax = hmax8(am);
-        float mul = 0, d;
-        if (group == 32) {
-            mul = amax != 0 ? 127.0f / amax : 0.0f;
-            d = f.exact_scale ? amax / 127.0f
-                              : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-        } else if (amax != 0) {
-            /* the first element of largest magnitude, with its sign */
-            int at = 0;
-            while (fabsf(x[at]) != amax)
-                at++;
-            mul = -127.0f / x[at];
-            d = 1.0f / mul;
-        } else {
-            d = 0;
-        }
-        for (int v = 0; v < group; v += 8) {
-            __m256i qi =
+        const float mul = amax != 0 ? 127.0f / amax : 0.0f;
+        const float d = f.exact_scale
+                            ? amax / 127.0f
+                            : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        for (int v = 0; v < CPU_ACT_GROUP; v += 8) {
+            const __m256i qi =
                 _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + v), _mm256_set1_ps(mul)));
-            if (group != 32) qi = _mm256_min_epi32(qi, _mm256_set1_epi32(127));
             _mm_storel_epi64((__m128i *)(q + v), pack_i8x8(qi));
         }
-        put_group(q, group, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
+        put_group(q, CPU_ACT_GROUP, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
     }
 }
 
@@ -329,11 +317,9 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
     mk_q_sums_w(wq, x, nt, b, mins, sgn, n16, 0, TT, is);
 }
 
-/* As mk_q_body in kernels_avx512.c: legacy types acc += isum * (dw * da) (+ m * ds);
- * K-quants sacc += isum * dw (+ m * sum(qa)) per super-block, then acc += sacc * da. */
-INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
-                      const bool mins, const bool sgn, const int n16) {
-    const int per = kq ? 256 / b : 1;
+/* As mk_q_body in kernels_avx512.c: per sub-block acc += isum * (dw * da) (+ m * ds). */
+INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool mins,
+                      const bool sgn, const int n16) {
     const uint8_t *p = a->panel, *x = a->act;
     __m256 acc[TT];
     for (int t = 0; t < nt; t++)
@@ -341,37 +327,12 @@ INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const boo
     if (!a->first)
         for (int t = 0; t < nt; t++)
             acc[t] = load_rows(a, a->out + t * a->ldo);
-    for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
+    for (int64_t s = 0; s < a->n_sb; s++, p += R * (b + 8), x += TT * (b + 8)) {
+        __m256i is[TT];
+        mk_q_sums(p, x, nt, b, mins, sgn, n16, is);
         const float *da = (const float *)(x + TT * b);
-        __m256 sacc[TT];
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            sacc[t] = _mm256_setzero_ps();
-        for (int s = 0; s < per; s++) {
-            __m256i is[TT];
-            mk_q_sums(p, x, nt, b, mins, sgn, n16, is);
-            const __m256 dw = _mm256_load_ps((const float *)(p + R * b));
-            const __m256 m = _mm256_load_ps((const float *)(p + R * b) + R);
-            const float *aux = (const float *)(x + TT * b) + TT;
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const __m256 fs = _mm256_cvtepi32_ps(is[t]);
-                if (kq)
-                    sacc[t] = _mm256_fmadd_ps(fs, dw, sacc[t]);
-                else
-                    acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
-                if (mins && kq)
-                    sacc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), sacc[t]);
-                else if (mins)
-                    acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
-            }
-            p += R * (b + 8);
-            x += TT * (b + 8);
-        }
-        if (kq) {
-            for (int t = 0; t < nt; t++)
-                acc[t] = _mm256_fmadd_ps(sacc[t], _mm256_set1_ps(da[t]), acc[t]);
-        }
+        q_epilogue(is, _mm256_load_ps((const float *)(p + R * b)),
+                   _mm256_load_ps((const float *)(p + R * b) + R), da, da + TT, nt, mins, acc);
     }
     for (int t = 0; t < nt; t++) {
         float v[R];
@@ -438,20 +399,14 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
     inplace_start(a, nt, nh, a->w_blk0 * g_legacy_size[kind], a->n_sb * g_legacy_size[kind], &ip);
     const uint8_t *x = a->act;
     for (int64_t i = 0; i < a->n_sb; i++, x += tt * (32 + 8)) {
-        const float *da = (const float *)(x + tt * 32), *aux = da + tt;
+        const float *da = (const float *)(x + tt * 32);
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++) {
             __m256i q[8], is[TT];
             __m256 dw, m;
             legacy_block(kind, &ip.rs[h], i, q, &dw, &m, false);
             mk_q_sums_w(q, x, nt, 32, mins, sgn, n16, 0, tt, is);
-            __m256 *acc = ip.acc[h];
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const __m256 fs = _mm256_cvtepi32_ps(is[t]);
-                acc[t] = _mm256_fmadd_ps(fs, _mm256_mul_ps(dw, _mm256_set1_ps(da[t])), acc[t]);
-                if (mins) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[t]), acc[t]);
-            }
+            q_epilogue(is, dw, m, da, da + tt, nt, mins, ip.acc[h]);
         }
     }
     inplace_finish(a, nt, nh, &ip);
@@ -476,13 +431,6 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         for (int hf = 0; hf < nh; hf++)
             k4_scales(&ip.rs[hf], off, sc[hf]);
         if (five && nh == 1) load_cols32(&ip.rs[0], off + 16, h);
-        const float *da = (const float *)(x + tt * 32);
-        __m256 sacc[2][TT];
-#pragma GCC unroll 2
-        for (int hf = 0; hf < nh; hf++)
-#pragma GCC unroll 4
-            for (int k = 0; k < nt; k++)
-                sacc[hf][k] = _mm256_setzero_ps();
         for (int c = 0; c < 4; c++, x += 2 * tt * (32 + 8)) {
 #pragma GCC unroll 2
             for (int hf = 0; hf < nh; hf++) {
@@ -502,23 +450,14 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                     const uint8_t *sb = sc[hf] + (2 * c + half) * sbb;
                     const __m256 dw = _mm256_load_ps((const float *)(sb + R * 32));
                     const __m256 m = _mm256_load_ps((const float *)(sb + R * 32) + R);
-                    const float *aux = (const float *)(xs + tt * 32) + tt;
+                    const float *da = (const float *)(xs + tt * 32);
                     __m256i is[TT];
                     if (five) mk_q_sums_w(u[half], xs, nt, 32, true, false, 4, 0, tt, is);
                     else mk_q_sums_w(g, xs, nt, 32, true, false, 8, 1 + half, tt, is);
-#pragma GCC unroll 4
-                    for (int k = 0; k < nt; k++) {
-                        sacc[hf][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[hf][k]);
-                        sacc[hf][k] = _mm256_fmadd_ps(m, _mm256_set1_ps(aux[k]), sacc[hf][k]);
-                    }
+                    q_epilogue(is, dw, m, da, da + tt, nt, true, ip.acc[hf]);
                 }
             }
         }
-#pragma GCC unroll 2
-        for (int hf = 0; hf < nh; hf++)
-#pragma GCC unroll 4
-            for (int k = 0; k < nt; k++)
-                ip.acc[hf][k] = _mm256_fmadd_ps(sacc[hf][k], _mm256_set1_ps(da[k]), ip.acc[hf][k]);
     }
     inplace_finish(a, nt, nh, &ip);
 }
@@ -535,15 +474,10 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt, co
     const uint8_t *x = a->act;
     for (int64_t i = 0; i < a->n_sb / 16; i++) {
         const int64_t off = i * 210;
-        const float *da = (const float *)(x + tt * 16);
-        __m256 d[2], sacc[2][TT];
+        __m256 d[2];
 #pragma GCC unroll 2
-        for (int h = 0; h < nh; h++) {
+        for (int h = 0; h < nh; h++)
             d[h] = q6_d(&ip.rs[h], off);
-#pragma GCC unroll 4
-            for (int k = 0; k < nt; k++)
-                sacc[h][k] = _mm256_setzero_ps();
-        }
 #pragma GCC unroll 16
         for (int s = 0; s < 16; s++, x += tt * (16 + 8)) {
             /* sub-block s = 8 half + 2 g + jj: groups j = 4 jj + k of column g % 2 */
@@ -561,16 +495,10 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const int tt, co
                 }
                 mk_q_sums_w(wq, x, nt, 16, false, false, 2, 0, tt, is);
                 const __m256 dw = q6_dw(rs, off, d[h], s);
-#pragma GCC unroll 4
-                for (int k = 0; k < nt; k++)
-                    sacc[h][k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), dw, sacc[h][k]);
+                const float *da = (const float *)(x + tt * 16);
+                q_epilogue(is, dw, dw, da, da + tt, nt, false, ip.acc[h]);
             }
         }
-#pragma GCC unroll 2
-        for (int h = 0; h < nh; h++)
-#pragma GCC unroll 4
-            for (int k = 0; k < nt; k++)
-                ip.acc[h][k] = _mm256_fmadd_ps(sacc[h][k], _mm256_set1_ps(da[k]), ip.acc[h][k]);
     }
     inplace_finish(a, nt, nh, &ip);
 }
@@ -637,13 +565,12 @@ static void mk_q_inplace_avx2(const cpu_mk_args *a) {
 
 /* mk_q_body for unsigned weights with n16 as a constant: b / 4 or b / 8 (cpu_n16 gives
  * 8 or 4 for sub-blocks of 32, 4 or 2 for sub-blocks of 16). */
-INLINE void mk_q_n16(const cpu_mk_args *a, const int nt, const int b, const bool kq,
-                     const bool mins) {
+INLINE void mk_q_n16(const cpu_mk_args *a, const int nt, const int b, const bool mins) {
     AL_ASSERT(a->n16 >= b / 8);
     if (a->n16 >= b / 4)
-        mk_q_body(a, nt, b, kq, mins, false, b / 4);
+        mk_q_body(a, nt, b, mins, false, b / 4);
     else
-        mk_q_body(a, nt, b, kq, mins, false, b / 8);
+        mk_q_body(a, nt, b, mins, false, b / 8);
 }
 
 static void mk_q_avx2(const cpu_mk_args *a) {
@@ -651,34 +578,26 @@ static void mk_q_avx2(const cpu_mk_args *a) {
         mk_q_inplace_avx2(a);
         return;
     }
-#define LEGACY(t) mk_q_n16(a, t, 32, false, false)
-#define LEGACY_M(t) mk_q_n16(a, t, 32, false, true)
-#define SIGNED(t) mk_q_body(a, t, 32, false, true, true, 2)
-#define K16(t) mk_q_n16(a, t, 16, true, false)
-#define K16_M(t) mk_q_n16(a, t, 16, true, true)
-#define K32(t) mk_q_n16(a, t, 32, true, false)
-#define K32_M(t) mk_q_n16(a, t, 32, true, true)
+#define SIGNED(t) mk_q_body(a, t, 32, true, true, 2)
+#define B16(t) mk_q_n16(a, t, 16, false)
+#define B16_M(t) mk_q_n16(a, t, 16, true)
+#define B32(t) mk_q_n16(a, t, 32, false)
+#define B32_M(t) mk_q_n16(a, t, 32, true)
     if (a->signed_w)
         BY_TOKENS(a->n_tok, SIGNED)
-    else if (a->group == 32 && !a->mins)
-        BY_TOKENS(a->n_tok, LEGACY)
-    else if (a->group == 32)
-        BY_TOKENS(a->n_tok, LEGACY_M)
     else if (a->bsize == 16 && !a->mins)
-        BY_TOKENS(a->n_tok, K16)
+        BY_TOKENS(a->n_tok, B16)
     else if (a->bsize == 16)
-        BY_TOKENS(a->n_tok, K16_M)
+        BY_TOKENS(a->n_tok, B16_M)
     else if (!a->mins)
-        BY_TOKENS(a->n_tok, K32)
+        BY_TOKENS(a->n_tok, B32)
     else
-        BY_TOKENS(a->n_tok, K32_M)
-#undef LEGACY
-#undef LEGACY_M
+        BY_TOKENS(a->n_tok, B32_M)
 #undef SIGNED
-#undef K16
-#undef K16_M
-#undef K32
-#undef K32_M
+#undef B16
+#undef B16_M
+#undef B32
+#undef B32_M
 }
 
 const cpu_kernels cpu_kernels_avx2 = {

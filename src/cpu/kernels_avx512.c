@@ -55,46 +55,21 @@ enum { TT = 8, LANES = 16, Q8_SIGNED = 0 };
 /* As quantize_scalar, bit for bit: the same divisions, round-to-nearest-even. */
 static void quantize_512(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
                          int tt) {
-    const int group = f.group, b = f.b;
-    _Alignas(64) int8_t q[256];
-    for (int64_t g0 = 0; g0 < n; g0 += group, x += group) {
-        __m512 am = _mm512_setzero_ps();
-        for (int v = 0; v < group; v += 16)
-            am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(x + v)));
-        const float amax = _mm512_reduce_max_ps(am);
-        float d;
-        if (group == 32) {
-            const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-            for (int v = 0; v < 32; v += 16)
-                _mm_store_si128((__m128i *)(q + v),
-                                _mm512_cvtepi32_epi8(
-                                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + v), id))));
-            d = f.exact_scale ? amax / 127.0f
-                              : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-        } else if (amax == 0) {
-            memset(q, 0, (size_t)group);
-            d = 0;
-        } else {
-            /* the first element of largest magnitude, with its sign */
-            int at = 0;
-            for (int v = 0; v < group; v += 16) {
-                const __mmask16 k = _mm512_cmpeq_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + v)),
-                                                         _mm512_set1_ps(amax));
-                if (k) {
-                    at = v + __builtin_ctz(k);
-                    break;
-                }
-            }
-            const float iscale = -127.0f / x[at];
-            for (int v = 0; v < group; v += 16) {
-                const __m512i qi = _mm512_cvtps_epi32(
-                    _mm512_mul_ps(_mm512_loadu_ps(x + v), _mm512_set1_ps(iscale)));
-                _mm_store_si128((__m128i *)(q + v),
-                                _mm512_cvtepi32_epi8(_mm512_min_epi32(qi, _mm512_set1_epi32(127))));
-            }
-            d = 1.0f / iscale;
-        }
-        put_group(q, group, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
+    const int b = f.b;
+    _Alignas(64) int8_t q[CPU_ACT_GROUP];
+    for (int64_t g0 = 0; g0 < n; g0 += CPU_ACT_GROUP, x += CPU_ACT_GROUP) {
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        const float amax =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+        _mm_store_si128((__m128i *)q,
+                        _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id))));
+        _mm_store_si128((__m128i *)(q + 16),
+                        _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id))));
+        const float d = f.exact_scale
+                            ? amax / 127.0f
+                            : _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        put_group(q, CPU_ACT_GROUP, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
     }
 }
 
@@ -334,49 +309,20 @@ INLINE void mk_q_sums(const uint8_t *p, const uint8_t *x, const int nt, const in
     mk_q_sums_w(wq, x, nt, b, mins, TT, is);
 }
 
-/* Legacy types: acc += isum * (dw * da) (+ m * ds). K-quants: sacc += isum * dw
- * (+ m * sum(qa)) over the sub-blocks of a super-block, then acc += sacc * da. */
-INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool kq,
-                      const bool mins) {
+/* Per sub-block of b: acc += isum * (dw * da) (+ m * ds). */
+INLINE void mk_q_body(const cpu_mk_args *a, const int nt, const int b, const bool mins) {
     const __mmask16 rows = (__mmask16)((1u << a->n_rows) - 1);
-    const int per = kq ? 256 / b : 1;
     const uint8_t *p = a->panel, *x = a->act;
     __m512 acc[TT];
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++)
         acc[t] = a->first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(rows, a->out + t * a->ldo);
-    for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
+    for (int64_t s = 0; s < a->n_sb; s++, p += R * (b + 8), x += TT * (b + 8)) {
+        __m512i is[TT];
+        mk_q_sums(p, x, nt, b, mins, is);
         const float *da = (const float *)(x + TT * b);
-        __m512 sacc[TT];
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++)
-            sacc[t] = _mm512_setzero_ps();
-        for (int s = 0; s < per; s++) {
-            __m512i is[TT];
-            mk_q_sums(p, x, nt, b, mins, is);
-            const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
-            const __m512 m = _mm512_load_ps((const float *)(p + R * b) + R);
-            const float *aux = (const float *)(x + TT * b) + TT;
-#pragma GCC unroll 8
-            for (int t = 0; t < nt; t++) {
-                const __m512 fs = _mm512_cvtepi32_ps(is[t]);
-                if (kq)
-                    sacc[t] = _mm512_fmadd_ps(fs, dw, sacc[t]);
-                else
-                    acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da[t])), acc[t]);
-                if (mins && kq)
-                    sacc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), sacc[t]);
-                else if (mins)
-                    acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), acc[t]);
-            }
-            p += R * (b + 8);
-            x += TT * (b + 8);
-        }
-        if (kq) {
-#pragma GCC unroll 8
-            for (int t = 0; t < nt; t++)
-                acc[t] = _mm512_fmadd_ps(sacc[t], _mm512_set1_ps(da[t]), acc[t]);
-        }
+        q_epilogue(is, _mm512_load_ps((const float *)(p + R * b)),
+                   _mm512_load_ps((const float *)(p + R * b) + R), da, da + TT, nt, mins, acc);
     }
     const __m512 bias = a->bias ? _mm512_maskz_loadu_ps(rows, a->bias) : _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -447,19 +393,14 @@ INLINE void mk_q_inplace(const cpu_mk_args *a, const int kind, const int nt, con
         legacy_block(kind, &rs, i, q, &dw, &m, hi16);
         if (hi16) mk_sums1(q, x, 32, mins, 4, tt, is);
         else mk_q_sums_w(q, x, nt, 32, mins, tt, is);
-        const float *da = (const float *)(x + tt * 32), *aux = da + tt;
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const __m512 fs = _mm512_cvtepi32_ps(is[t]);
-            acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da[t])), acc[t]);
-            if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[t]), acc[t]);
-        }
+        const float *da = (const float *)(x + tt * 32);
+        q_epilogue(is, dw, m, da, da + tt, nt, mins, acc);
     }
     inplace_finish(a, nt, acc);
 }
 
 /* The same for Q4_K and Q5_K (mins; super-blocks of 8 sub-blocks of 32), with the
- * arithmetic of mk_q_body's K-quant path to the bit. */
+ * arithmetic of mk_q_body to the bit. */
 INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt, const bool x16,
                              const int tt) {
     const int64_t t = five ? 176 : 144, sbb = cpu_sb_bytes(R, 32);
@@ -475,11 +416,6 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
         k4_scales(&rs, off, sc);
         __m512i h[8];
         if (five) load_cols32(&rs, off + 16, h);
-        const float *da = (const float *)(x + tt * 32);
-        __m512 sacc[TT];
-#pragma GCC unroll 8
-        for (int k = 0; k < nt; k++)
-            sacc[k] = _mm512_setzero_ps();
         for (int c = 0; c < 4; c++) {
             __m512i u[2][8];
             const bool hi16 = nt == 1 && !five;
@@ -489,26 +425,19 @@ INLINE void mk_q_inplace_k45(const cpu_mk_args *a, const bool five, const int nt
                 const uint8_t *sb = sc + (2 * c + half) * sbb;
                 const __m512 dw = _mm512_load_ps((const float *)(sb + R * 32));
                 const __m512 m = _mm512_load_ps((const float *)(sb + R * 32) + R);
-                const float *aux = (const float *)(x + tt * 32) + tt;
+                const float *da = (const float *)(x + tt * 32);
                 __m512i is[TT];
                 if (hi16 && half) mk_sums1(u[1], x, 32, true, 0, tt, is);
                 else mk_q_sums_w(u[half], x, nt, 32, true, tt, is);
-#pragma GCC unroll 8
-                for (int k = 0; k < nt; k++) {
-                    sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
-                    sacc[k] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux[k]), sacc[k]);
-                }
+                q_epilogue(is, dw, m, da, da + tt, nt, true, acc);
             }
         }
-#pragma GCC unroll 8
-        for (int k = 0; k < nt; k++)
-            acc[k] = _mm512_fmadd_ps(sacc[k], _mm512_set1_ps(da[k]), acc[k]);
     }
     inplace_finish(a, nt, acc);
 }
 
 /* The same for Q6_K (offset 32, super-blocks of 16 sub-blocks of 16), with the
- * arithmetic of mk_q_body's K-quant path to the bit. */
+ * arithmetic of mk_q_body to the bit. */
 INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, const int tt) {
     const int64_t sbb = cpu_sb_bytes(R, 16);
     panel_rows rs;
@@ -522,11 +451,6 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, 
         if (x16) prefetch_x16_to(&rs, off, 210, true);
         else prefetch_each_row(&rs, off, 4);
         q6_scales16(&rs, off, sc);
-        const float *da = (const float *)(x + tt * 16);
-        __m512 sacc[TT];
-#pragma GCC unroll 8
-        for (int k = 0; k < nt; k++)
-            sacc[k] = _mm512_setzero_ps();
         for (int half = 0; half < 2; half++) {
             __m512i l0[8], l1[8], h[8];
             q6_half(&rs, off, half, l0, l1, h);
@@ -542,14 +466,10 @@ INLINE void mk_q_inplace_q6(const cpu_mk_args *a, const int nt, const bool x16, 
                     mk_q_sums_w(wq, x, nt, 16, false, tt, is);
                     const __m512 dw =
                         _mm512_load_ps((const float *)(sc + (8 * half + 2 * g + jj) * sbb + R * 16));
-#pragma GCC unroll 8
-                    for (int k = 0; k < nt; k++)
-                        sacc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), dw, sacc[k]);
+                    const float *da = (const float *)(x + tt * 16);
+                    q_epilogue(is, dw, dw, da, da + tt, nt, false, acc);
                 }
         }
-#pragma GCC unroll 8
-        for (int k = 0; k < nt; k++)
-            acc[k] = _mm512_fmadd_ps(sacc[k], _mm512_set1_ps(da[k]), acc[k]);
     }
     inplace_finish(a, nt, acc);
 }
@@ -620,30 +540,22 @@ static void mk_q_512(const cpu_mk_args *a) {
         mk_q_inplace_512(a);
         return;
     }
-#define LEGACY(t) mk_q_body(a, t, 32, false, false)
-#define LEGACY_M(t) mk_q_body(a, t, 32, false, true)
-#define K16(t) mk_q_body(a, t, 16, true, false)
-#define K16_M(t) mk_q_body(a, t, 16, true, true)
-#define K32(t) mk_q_body(a, t, 32, true, false)
-#define K32_M(t) mk_q_body(a, t, 32, true, true)
-    if (a->group == 32 && !a->mins)
-        BY_TOKENS(a->n_tok, LEGACY)
-    else if (a->group == 32)
-        BY_TOKENS(a->n_tok, LEGACY_M)
-    else if (a->bsize == 16 && !a->mins)
-        BY_TOKENS(a->n_tok, K16)
+#define B16(t) mk_q_body(a, t, 16, false)
+#define B16_M(t) mk_q_body(a, t, 16, true)
+#define B32(t) mk_q_body(a, t, 32, false)
+#define B32_M(t) mk_q_body(a, t, 32, true)
+    if (a->bsize == 16 && !a->mins)
+        BY_TOKENS(a->n_tok, B16)
     else if (a->bsize == 16)
-        BY_TOKENS(a->n_tok, K16_M)
+        BY_TOKENS(a->n_tok, B16_M)
     else if (!a->mins)
-        BY_TOKENS(a->n_tok, K32)
+        BY_TOKENS(a->n_tok, B32)
     else
-        BY_TOKENS(a->n_tok, K32_M)
-#undef LEGACY
-#undef LEGACY_M
-#undef K16
-#undef K16_M
-#undef K32
-#undef K32_M
+        BY_TOKENS(a->n_tok, B32_M)
+#undef B16
+#undef B16_M
+#undef B32
+#undef B32_M
 }
 
 /* ---- float weights --------------------------------------------------------------------- */

@@ -212,7 +212,7 @@ cpu_act_fmt cpu_act_format(const cpu_kernels *k, uint32_t type) {
     const cpu_qtype *qt = cpu_qtype_get(type);
     /* a signed panel (AVX2 Q8_0) has no offset: it runs as a type with mins, all 0 */
     const int offset = (k->signed_types >> type) & 1 ? 0 : qt->offset;
-    return (cpu_act_fmt){.group = qt->block, .b = qt->sub, .offset = offset};
+    return (cpu_act_fmt){.b = qt->sub, .offset = offset, .exact_scale = qt->block == 256};
 }
 
 /* ---- packing ----------------------------------------------------------------------- */
@@ -263,14 +263,14 @@ static void pack_f_scalar(uint32_t type, const uint8_t *w, uint64_t row_bytes, i
 
 /* ---- activations --------------------------------------------------------------------- */
 
-/* The aux word of a tile (ops.h): -offset * sum(qa), or da * sum(qa) for legacy types
- * with mins, or sum(qa) for K-quants with mins. */
+/* The aux word of a tile (ops.h): -offset * sum(qa), or da * sum(qa) for types with
+ * mins. */
 static inline void put_aux(uint8_t *p, cpu_act_fmt f, float d, int sum) {
     if (f.offset) {
         const int32_t z = -f.offset * sum;
         memcpy(p, &z, 4);
     } else {
-        const float v = f.group == 32 ? d * (float)sum : (float)sum;
+        const float v = d * (float)sum;
         memcpy(p, &v, 4);
     }
 }
@@ -293,36 +293,21 @@ static void put_group(const int8_t *q, int n, float d, cpu_act_fmt f, uint8_t *t
 }
 
 /* ggml's Q8_0 (its x86 SIMD variant: q = round_even(x * 127/amax); d = amax/127 in
- * fp16) and Q8_K (q = round_even(x * -127/max) for the signed element of largest
- * magnitude, the first one on ties; d = 1/iscale). */
+ * fp16, or exact where f.exact_scale). */
 static void quantize_scalar(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
                             int tt) {
-    const int group = f.group, b = f.b;
-    int8_t q[256];
-    for (int64_t g0 = 0; g0 < n; g0 += group, x += group) {
-        float amax = 0, max = 0, d;
-        for (int i = 0; i < group; i++)
-            if (fabsf(x[i]) > amax) {
-                amax = fabsf(x[i]);
-                max = x[i];
-            }
-        if (group == 32) {
-            const float id = amax != 0 ? 127.0f / amax : 0.0f;
-            for (int i = 0; i < 32; i++)
-                q[i] = (int8_t)lrintf(x[i] * id);
-            d = f.exact_scale ? amax / 127.0f : al_f16_to_f32(al_f32_to_f16(amax / 127.0f));
-        } else if (amax == 0) {
-            memset(q, 0, sizeof q);
-            d = 0;
-        } else {
-            const float iscale = -127.0f / max;
-            for (int i = 0; i < group; i++) {
-                const long v = lrintf(iscale * x[i]);
-                q[i] = (int8_t)(v < 127 ? v : 127);
-            }
-            d = 1.0f / iscale;
-        }
-        put_group(q, group, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
+    const int b = f.b;
+    int8_t q[CPU_ACT_GROUP];
+    for (int64_t g0 = 0; g0 < n; g0 += CPU_ACT_GROUP, x += CPU_ACT_GROUP) {
+        float amax = 0;
+        for (int i = 0; i < CPU_ACT_GROUP; i++)
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        const float id = amax != 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < CPU_ACT_GROUP; i++)
+            q[i] = (int8_t)lrintf(x[i] * id);
+        const float d =
+            f.exact_scale ? amax / 127.0f : al_f16_to_f32(al_f32_to_f16(amax / 127.0f));
+        put_group(q, CPU_ACT_GROUP, d, f, tile + (g0 / b) * cpu_sb_bytes(tt, b), slot, tt);
     }
 }
 
@@ -352,33 +337,22 @@ static inline int32_t dot_u8_i8(const uint8_t *u, const int8_t *q, int b) {
     return s;
 }
 
-/* Legacy types: acc += isum * (dw * da) (+ m * ds); K-quants sum isum * dw (+ m *
- * sum(qa)) over a super-block and multiply by its da once. */
+/* Per sub-block: acc += isum * (dw * da) (+ m * ds). */
 static void mk_q_scalar(const cpu_mk_args *a) {
-    const int b = a->bsize, per = a->group / b;
+    const int b = a->bsize;
     const int64_t sbb = cpu_sb_bytes(1, b);
     const uint8_t *p = a->panel, *x = a->act;
     float acc = a->first ? 0.0f : a->out[0];
-    for (int64_t s0 = 0; s0 < a->n_sb; s0 += per) {
+    for (int64_t s = 0; s < a->n_sb; s++, p += sbb, x += sbb) {
         const float da = *(const float *)(x + b);
-        float sacc = 0;
-        for (int s = 0; s < per; s++, p += sbb, x += sbb) {
-            const float dw = *(const float *)(p + b), m = *(const float *)(p + b + 4);
-            int32_t isum;
-            float aux;
-            memcpy(&isum, x + b + 4, 4); /* -offset * sum(qa), or a float: see ops.h */
-            memcpy(&aux, x + b + 4, 4);
-            isum = (a->mins ? 0 : isum) + dot_u8_i8(p, (const int8_t *)x, b);
-            if (per == 1)
-                acc += (float)isum * (dw * da);
-            else
-                sacc += (float)isum * dw;
-            if (a->mins && per == 1)
-                acc += m * aux;
-            else if (a->mins)
-                sacc += m * aux;
-        }
-        if (per > 1) acc += sacc * da;
+        const float dw = *(const float *)(p + b), m = *(const float *)(p + b + 4);
+        int32_t isum;
+        float aux;
+        memcpy(&isum, x + b + 4, 4); /* -offset * sum(qa), or a float: see ops.h */
+        memcpy(&aux, x + b + 4, 4);
+        isum = (a->mins ? 0 : isum) + dot_u8_i8(p, (const int8_t *)x, b);
+        acc += (float)isum * (dw * da);
+        if (a->mins) acc += m * aux;
     }
     a->out[0] = a->bias ? acc + a->bias[0] : acc;
 }

@@ -250,7 +250,6 @@ mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk, i
         .n_k = 0,
         .ldx = 0,
         .bsize = 0,
-        .group = 0,
         .mins = false,
         .signed_w = false,
         .n16 = 0,
@@ -282,7 +281,6 @@ mm_args(const mm_job *j, const void *panel, int64_t p, int64_t k0, int64_t nk, i
     }
     a.n_sb = div_p2(nk, b);
     a.bsize = b;
-    a.group = j->qt->block;
     a.mins = j->fmt.offset == 0;
     a.signed_w = (k->signed_types >> j->w->type) & 1;
     a.n16 = cpu_n16(j->qt);

@@ -102,7 +102,7 @@ static inline bool mm_fast_type(uint32_t type) {
 
 /* Whether two quantized jobs of the same tokens quantize them into the same tiles. */
 static inline bool mm_same_tiles(const mm_job *a, const mm_job *b) {
-    return a->qt && b->qt && a->fmt.group == b->fmt.group && a->fmt.b == b->fmt.b &&
+    return a->qt && b->qt && a->fmt.exact_scale == b->fmt.exact_scale && a->fmt.b == b->fmt.b &&
            a->fmt.offset == b->fmt.offset && a->passes == b->passes &&
            a->paired == b->paired && a->narrow == b->narrow && a->tile_bytes == b->tile_bytes;
 }

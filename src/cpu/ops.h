@@ -9,19 +9,18 @@
  * Quantized matmul (the fast path). Each weight type is read as unsigned 8-bit
  * integers u with a scale dw and an offset m per sub-block of B = 16 or 32 elements,
  * so that w = dw * u + m (Q4_0: u = q, m = -8 dw; Q4_K: dw = d*sc, m = -dmin*mn; ...).
- * Activations are quantized once per matmul as ggml quantizes them for the same weight
- * type, so that the integer products are those of llama.cpp: legacy types take Q8_0
- * (per 32: d = amax/127 rounded to fp16; ggml's Q8_1 for Q4_1/Q5_1 is the same plus
- * d * sum(qa) in fp16, which is kept exact here), K-quants Q8_K (per 256: d = max/-127
- * of the element of largest magnitude). Either way a = da * qa, qa in [-127, 127]. Then
- * per sub-block
+ * Activations are quantized once per matmul, 8 bits per element with a scale per 32
+ * (cpu_act_fmt): legacy types as ggml quantizes them, so that the integer products are
+ * those of llama.cpp (Q8_0: d = amax/127 rounded to fp16; ggml's Q8_1 for Q4_1/Q5_1 is
+ * the same plus d * sum(qa) in fp16, which is kept exact here); K-quants with an exact
+ * scale per 32, where ggml takes Q8_K's one per 256. Either way a = da * qa, qa in
+ * [-127, 127]. Then per sub-block
  *     sum_i w_i a_i = dw * da * sum_i u_i qa_i + m * da * sum_i qa_i,
  * where the integer sums are exact (vpdpbusd / pmaddubsw). Types whose offset is a
  * constant multiple of dw (Q4_0: m = -8 dw) fold it into the integer sum, which then
- * starts at -8 * sum(qa); K-quants sum over a super-block before multiplying by its
- * one da. The order of the float operations per (row, token) is the same whatever the
- * batch size, the tiling or the thread count, so a token gives bit-identical logits
- * alone or in a batch.
+ * starts at -8 * sum(qa). The order of the float operations per (row, token) is the
+ * same whatever the batch size, the tiling or the thread count, so a token gives
+ * bit-identical logits alone or in a batch.
  *
  * Panels. Weight rows are unpacked R at a time into a panel where a vector's lanes are
  * R rows: one broadcast 4-byte group of an activation then multiplies R rows at once,
@@ -31,7 +30,7 @@
  * Activations of TT tokens form a tile with the same structure, tokens for rows:
  *     u8  q[B/4][TT][4],  f32 da[TT],  32-bit aux[TT]
  * where aux is -offset * sum(qa) (int32) for a constant offset, else the float da *
- * sum(qa) (legacy) or sum(qa) (K-quants: da comes in once per super-block).
+ * sum(qa). A sub-block of 16 (Q6_K, Q3_K) has the da of its group of 32.
  * Float weights (F32, F16, BF16) are unpacked into f32 panels [k][R] and multiply f32
  * activations directly. R and TT are per ISA (16 and 8 for AVX-512, 8 and 4 for AVX2;
  * the scalar kernels take R = TT = 1, where panels and tiles are plain rows).
@@ -168,16 +167,24 @@ static inline int cpu_n16(const cpu_qtype *qt) {
 
 /* ---- kernel signatures ------------------------------------------------------------- */
 
-/* How a matmul quantizes its activations: groups of `group` (32: Q8_0, 256: Q8_K),
- * sub-blocks of b, and the tile's aux word: -offset * sum(qa) when offset > 0. Q8_0
- * rounds its scale to fp16 as ggml does, unless exact_scale (the second pass of
- * CPU_ACT_Q8X2, whose small scales fp16 would flush). */
+/* How a matmul quantizes its activations: 8 bits with a scale per group of 32 elements
+ * (ggml's Q8_0 blocks, CPU_ACT_GROUP), sub-blocks of b, and the tile's aux word:
+ * -offset * sum(qa) when offset > 0, else da * sum(qa). The scale is rounded to fp16 as
+ * ggml's Q8_0 does for the legacy types (llama.cpp's numerics), and kept exact where
+ * exact_scale: the K-quants, and the second pass of CPU_ACT_Q8X2, whose small scales
+ * fp16 would flush.
+ *
+ * K-quants take the same groups of 32. ggml rounds their activations to Q8_K, one scale
+ * per 256: where a block of 256 holds an outlier, the other 224 elements lose bits to
+ * it. A scale per 32 costs one multiply per sub-block and leaves about half of Q8_K's
+ * error against the exact result (docs/cpu.md: Activation rounding). */
+enum { CPU_ACT_GROUP = 32 };
 typedef struct cpu_act_fmt {
-    int group, b, offset;
+    int b, offset;
     bool exact_scale;
 } cpu_act_fmt;
 
-/* Quantizes x[n] (n a multiple of the group) into row `slot` of a tile of tt tokens.
+/* Quantizes x[n] (n a multiple of CPU_ACT_GROUP) into row `slot` of a tile of tt tokens.
  * Every ISA rounds alike, bit for bit. */
 typedef void (*cpu_quant_fn)(const float *x, int64_t n, cpu_act_fmt f, uint8_t *tile, int slot,
                              int tt);
@@ -223,7 +230,6 @@ typedef struct cpu_mk_args {
     int64_t n_k;       /* float: elements in the chunk */
     int64_t ldx;       /* float: floats between activation rows */
     int bsize;         /* quantized: B */
-    int group;         /* quantized: 256 for K-quants (da per super-block), else 32 */
     bool mins;         /* quantized: m varies per sub-block (no constant offset) */
     bool signed_w;     /* quantized: the panel holds signed weights (AVX2 Q8_0), m = 0 */
     int n16;           /* quantized, unsigned weights: the products of this many 4-byte

@@ -60,8 +60,21 @@ INLINE void put_group(const int8_t *q, int n, float d, cpu_act_fmt f, uint8_t *t
             const int32_t z = -f.offset * sum;
             memcpy(da + tt + slot, &z, 4);
         } else {
-            da[tt + slot] = f.group == 32 ? d * (float)sum : (float)sum;
+            da[tt + slot] = d * (float)sum;
         }
+    }
+}
+
+/* The float epilogue of one sub-block for nt tokens, from their integer sums is[t]:
+ * acc[t] += is[t] * (dw * da[t]) (+ m * aux[t]). Every quantized kernel, in place or
+ * on a panel (and kernels_amx.c's), takes these operations in this order, so that they
+ * give the same bits. */
+INLINE void q_epilogue(const vq *is, vf dw, vf m, const float *da, const float *aux, const int nt,
+                       const bool mins, vf *acc) {
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        acc[t] = vf_fmadd(vf_of_i32(is[t]), vf_mul(dw, vf_set(da[t])), acc[t]);
+        if (mins) acc[t] = vf_fmadd(m, vf_set(aux[t]), acc[t]);
     }
 }
 

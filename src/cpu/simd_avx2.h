@@ -79,6 +79,10 @@ INLINE vf vf_mul(vf a, vf b) {
 INLINE vf vf_sub(vf a, vf b) {
     return _mm256_sub_ps(a, b);
 }
+/* a * b + c */
+INLINE vf vf_fmadd(vf a, vf b, vf c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
 INLINE vf vf_of_i32(vq v) {
     return _mm256_cvtepi32_ps(v);
 }

@@ -79,6 +79,10 @@ INLINE vf vf_mul(vf a, vf b) {
 INLINE vf vf_sub(vf a, vf b) {
     return _mm512_sub_ps(a, b);
 }
+/* a * b + c */
+INLINE vf vf_fmadd(vf a, vf b, vf c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
 INLINE vf vf_of_i32(vq v) {
     return _mm512_cvtepi32_ps(v);
 }
