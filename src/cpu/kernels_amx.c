@@ -17,10 +17,10 @@
  * keeps unsigned weights and starts from zero, as there.
  *
  * Each sub-block's scales differ, so every C tile goes through the float epilogue of
- * mk_q_body (kernels_avx512.c) for its 16 tokens: acc[t] += float(isum) * (dw * da[t])
- * (+ m * aux[t]). A row of C is a zmm of 16
- * weight rows, as a VNNI accumulator is, and the operations per (row, token) are those
- * of mk_q_body, in its order: the results are the VNNI path's, bit for bit.
+ * the VNNI kernels (q_epilogue, pack_simd.h) for its 16 tokens: acc[t] += float(isum) *
+ * (dw * da[t]) (+ m * aux[t]). A row of C is a zmm of 16 weight rows, as a VNNI
+ * accumulator is, and the operations per (row, token) are q_epilogue's, in its order:
+ * the results are the VNNI path's, bit for bit.
  *
  * What bounds the speed is not the tile unit's arithmetic but the per-sub-block traffic:
  * a C tile stored (1 KB) and read back, and the epilogue's three vector operations per
@@ -117,8 +117,8 @@ INLINE float aux_of(const uint8_t *x, int t, int b) {
     return ((const float *)(x + TOK * b))[TOK + t];
 }
 
-/* Per sub-block, as mk_q_body: acc[t] += float(isum) * (dw * da[t]) (+ m *
- * aux[t]), from the sums in c[t][16] of sub-block x / p. */
+/* q_epilogue's operations (pack_simd.h) on the sums in c[t][16] of sub-block x / p:
+ * acc[t] += float(isum) * (dw * da[t]) (+ m * aux[t]). */
 INLINE void sub_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
                          const bool mins, __m512 acc[TOK]) {
     const __m512 dw = _mm512_load_ps((const float *)(p + R * b));
