@@ -347,7 +347,8 @@ static void test_matmul_passes(void) {
  * chunks (chunked differently from VNNI's with one pass), odd counts of sub-blocks, one
  * and three threads, with and without a bias, and a batch longer than the scratch. */
 
-static const uint32_t g_amx_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
+/* every type the integer kernels (and AMX) take */
+static const uint32_t g_int8_types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
                                        AL_TYPE_Q8_0, AL_TYPE_MXFP4, AL_TYPE_Q2_K, AL_TYPE_Q3_K,
                                        AL_TYPE_Q4_K, AL_TYPE_Q5_K, AL_TYPE_Q6_K};
 
@@ -400,8 +401,8 @@ static void amx_cases(cpu_act_mode act, int64_t max_ctx) {
     static const int64_t n_outs[] = {17, 48, 71};
     static const int n_toks[] = {9, 16, 40, 100};
     const char *mode = act == CPU_ACT_Q8 ? "q8" : "q8x2";
-    for (size_t ti = 0; vnni && amx1 && amx3 && ti < sizeof g_amx_types / 4; ti++) {
-        const uint32_t type = g_amx_types[ti];
+    for (size_t ti = 0; vnni && amx1 && amx3 && ti < sizeof g_int8_types / 4; ti++) {
+        const uint32_t type = g_int8_types[ti];
         const bool kq = quant_get_traits(type)->block_size == 256;
         int n_cases = 0, n_same = 0;
         for (int oi = 0; oi < 3; oi++)
@@ -582,14 +583,28 @@ static void test_matmul_x16(void) {
     if (!n_run) TEST_SKIP("this CPU runs none of the kernels that read the x16 layout");
 }
 
-/* Weights at their largest integers (every quant bit set; Q8_0 at -128, MXFP4 at code
- * 7) times activations that round to 127: the narrow integer sums (AVX2 adds cpu_n16
- * groups of pmaddubsw products in int16) must not overflow. Each ISA, in the rows and
- * the x16 layouts, against the portable kernels. */
+/* Random weights of type with every quant bit set (Q8_0 at -128, MXFP4 at code 7),
+ * keeping their f16 scales. */
+static uint8_t *extreme_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *rb) {
+    uint8_t *w = random_weights(type, n_in, n_out, rb);
+    const int bs = (int)quant_get_traits(type)->type_size;
+    int off[2];
+    const int nf = f16_fields(type, off);
+    for (uint64_t b = 0; b < *rb * n_out / bs; b++) {
+        uint8_t *blk = w + b * bs, keep[4];
+        for (int k = 0; k < nf; k++) memcpy(keep + 2 * k, blk + off[k], 2);
+        memset(blk, type == AL_TYPE_Q8_0 ? 0x80 : 0xFF, bs);
+        if (type == AL_TYPE_MXFP4) memset(blk, 0x77, bs);
+        for (int k = 0; k < nf; k++) memcpy(blk + off[k], keep + 2 * k, 2);
+        if (type == AL_TYPE_MXFP4) blk[0] = 127;
+    }
+    return w;
+}
+
+/* Weights at their largest integers times activations that round to 127: the narrow
+ * integer sums (AVX2 adds cpu_n16 groups of pmaddubsw products in int16) must not
+ * overflow. Each ISA, in the rows and the x16 layouts, against the portable kernels. */
 static void test_matmul_extreme(void) {
-    static const uint32_t types[] = {AL_TYPE_Q4_0, AL_TYPE_Q4_1, AL_TYPE_Q5_0, AL_TYPE_Q5_1,
-                                     AL_TYPE_Q8_0, AL_TYPE_MXFP4, AL_TYPE_Q2_K, AL_TYPE_Q3_K,
-                                     AL_TYPE_Q4_K, AL_TYPE_Q5_K, AL_TYPE_Q6_K};
     const mm_case c0 = {0, 512, 32, 5, false};
     al_backend *sc = backend_act(CPU_ISA_SCALAR, CPU_ACT_Q8, 1, c0.n_in, 8);
     float *x = malloc(c0.n_in * c0.n_tok * 4), *o_s = malloc(c0.n_out * c0.n_tok * 4);
@@ -599,22 +614,11 @@ static void test_matmul_extreme(void) {
     for (int isa = CPU_ISA_AVX2; sc && isa < CPU_ISA_COUNT; isa++) {
         al_backend *be = cpu_isa_available((cpu_isa)isa)
                              ? backend_act((cpu_isa)isa, CPU_ACT_Q8, 2, c0.n_in, 8) : NULL;
-        for (size_t ti = 0; be && ti < sizeof types / 4; ti++)
+        for (size_t ti = 0; be && ti < sizeof g_int8_types / 4; ti++)
             for (int nt = 1; nt <= c0.n_tok; nt += 1 + (nt > 1) * 2) {
-                const mm_case c = {types[ti], c0.n_in, c0.n_out, nt, false};
+                const mm_case c = {g_int8_types[ti], c0.n_in, c0.n_out, nt, false};
                 uint64_t rb;
-                uint8_t *w = random_weights(c.type, c.n_in, c.n_out, &rb), *copy;
-                const int bs = (int)quant_get_traits(c.type)->type_size;
-                int off[2];
-                const int nf = f16_fields(c.type, off);
-                for (uint64_t b = 0; b < rb * c.n_out / bs; b++) {
-                    uint8_t *blk = w + b * bs, keep[4];
-                    for (int k = 0; k < nf; k++) memcpy(keep + 2 * k, blk + off[k], 2);
-                    memset(blk, c.type == AL_TYPE_Q8_0 ? 0x80 : 0xFF, bs);
-                    if (c.type == AL_TYPE_MXFP4) memset(blk, 0x77, bs);
-                    for (int k = 0; k < nf; k++) memcpy(blk + off[k], keep + 2 * k, 2);
-                    if (c.type == AL_TYPE_MXFP4) blk[0] = 127;
-                }
+                uint8_t *w = extreme_weights(c.type, c.n_in, c.n_out, &rb), *copy;
                 run_matmul(sc, x, w, c.type, rb, NULL, &c, 0, nt, o_s);
                 run_matmul(be, x, w, c.type, rb, NULL, &c, 0, nt, o_r);
                 al_tensor wt = packed_copy(be, w, rb, &c, c.n_out, &copy);
@@ -630,6 +634,39 @@ static void test_matmul_extreme(void) {
     }
     if (sc) sc->ops->destroy(sc);
     free(x), free(o_s), free(o_r), free(o_x);
+}
+
+/* The same on AMX tiles, whose epilogue converts a sub-block's sum to float exactly only
+ * below 2^22 (kernels_amx.c): the largest sums give VNNI's bits. */
+static void test_matmul_extreme_amx(void) {
+    const char *why = cpu_amx_unavailable();
+    if (why) {
+        TEST_SKIP("no AMX here (%s)", why);
+        return;
+    }
+    const mm_case c0 = {0, 512, 32, 40, false};
+    al_backend *vnni = backend_act(CPU_ISA_AVX512, CPU_ACT_Q8, 2, c0.n_in, 64);
+    al_backend *amx = amx_backend(CPU_ACT_Q8, 2, c0.n_in, 64);
+    CHECK(vnni && amx);
+    float *x = malloc(c0.n_in * c0.n_tok * 4), *o_v = malloc(c0.n_out * c0.n_tok * 4);
+    float *o_a = malloc(c0.n_out * c0.n_tok * 4);
+    for (int64_t i = 0; i < c0.n_in * c0.n_tok; i++)
+        x[i] = i % 3 ? 1.0f : -1.0f; /* activations of 127 and -127 */
+    for (size_t ti = 0; vnni && amx && ti < sizeof g_int8_types / 4; ti++) {
+        const mm_case c = {g_int8_types[ti], c0.n_in, c0.n_out, c0.n_tok, false};
+        uint64_t rb;
+        uint8_t *w = extreme_weights(c.type, c.n_in, c.n_out, &rb);
+        run_matmul(vnni, x, w, c.type, rb, NULL, &c, 0, c.n_tok, o_v);
+        run_matmul(amx, x, w, c.type, rb, NULL, &c, 0, c.n_tok, o_a);
+        const int64_t d = first_diff(o_v, o_a, c.n_out * c.n_tok);
+        CHECK_MSG(d < 0, "%s: AMX differs from VNNI at output %lld: %.9g vs %.9g",
+                  quant_type_name(c.type), (long long)d, d >= 0 ? (double)o_a[d] : 0.0,
+                  d >= 0 ? (double)o_v[d] : 0.0);
+        free(w);
+    }
+    if (vnni) vnni->ops->destroy(vnni);
+    if (amx) amx->ops->destroy(amx);
+    free(x), free(o_v), free(o_a);
 }
 
 /* Every ISA's own MXFP4 pack writes the panel the portable decoder does, byte for byte,
@@ -1613,5 +1650,6 @@ int main(void) {
     TEST_RUN(test_matmul_amx);
     TEST_RUN(test_matmul_x16);
     TEST_RUN(test_matmul_extreme);
+    TEST_RUN(test_matmul_extreme_amx);
     return test_finish();
 }

@@ -32,6 +32,14 @@
  * ~37 ns for the VNNI kernel. Two tile sets alternate, and each epilogue reads the C
  * tile stored one step before, so that no load waits for the store just issued; three
  * sets, two dot products ahead, measured the same.
+ *
+ * Beside the tile instructions the 512-bit int-to-float conversion (vcvtdq2ps, one
+ * port) was what slowed: on an AMX VM a loop of TDPBSSD and the epilogue took about
+ * the sum of the two alone with the epilogue's multiplies and adds, and twice that
+ * with its conversions. The epilogue converts with an integer add and a float subtract
+ * instead (cvt_exact), which either vector port runs; the result is the same float.
+ * Figures: docs/benchmarks.md. The VNNI kernels keep the conversion:
+ * the two extra operations made them slower.
  */
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \
@@ -117,6 +125,15 @@ INLINE float aux_of(const uint8_t *x, int t, int b) {
     return ((const float *)(x + TOK * b))[TOK + t];
 }
 
+/* float(v) for |v| < 2^22, as vcvtdq2ps gives it, on either vector port: v added to the
+ * bits of 1.5 * 2^23 is that float plus v exactly, and the subtraction is exact. A
+ * sub-block's sum is at most 32 x 128 x 255 < 2^20 (test_matmul_extreme_amx). */
+INLINE __m512 cvt_exact(__m512i v) {
+    const __m512i magic = _mm512_set1_epi32(0x4B400000);
+    return _mm512_sub_ps(_mm512_castsi512_ps(_mm512_add_epi32(v, magic)),
+                         _mm512_castsi512_ps(magic));
+}
+
 /* q_epilogue's operations (pack_simd.h) on the sums in c[t][16] of sub-block x / p:
  * acc[t] += float(isum) * (dw * da[t]) (+ m * aux[t]). */
 INLINE void sub_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, const int b,
@@ -125,7 +142,7 @@ INLINE void sub_epilogue(const int32_t *c, const uint8_t *p, const uint8_t *x, c
     const __m512 m = mins ? _mm512_load_ps((const float *)(p + R * b) + R) : dw;
 #pragma GCC unroll 16
     for (int t = 0; t < TOK; t++) {
-        const __m512 fs = _mm512_cvtepi32_ps(_mm512_load_si512(c + t * R));
+        const __m512 fs = cvt_exact(_mm512_load_si512(c + t * R));
         acc[t] = _mm512_fmadd_ps(fs, _mm512_mul_ps(dw, _mm512_set1_ps(da_of(x, t, b))), acc[t]);
         if (mins) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(aux_of(x, t, b)), acc[t]);
     }
