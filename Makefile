@@ -93,6 +93,9 @@ $(BUILD)/test_exact: $(BUILD)/tools/settings.o
 # test_ref runs under the CLI's ANYLLM_* variables (tests/ref_paths.sh): the CLI's reader
 $(BUILD)/test_ref: $(BUILD)/tools/settings.o
 TEST_LDLIBS_split := -ljansson
+# the server's tool-call parser, on its own
+$(BUILD)/test_toolcall: $(BUILD)/src/server/toolcall.o $(BUILD)/src/server/buf.o
+TEST_LDLIBS_toolcall := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
 	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
@@ -177,7 +180,14 @@ endif
 # ---- sanitizers: the malformed-file suite and the CPU kernels with ASan + UBSan --------
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_DIR := $(BUILD)/asan
-ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels $(ASAN_DIR)/test_delta
+ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels $(ASAN_DIR)/test_delta \
+              $(ASAN_DIR)/test_toolcall
+# the tool-call parser reads model output: under the sanitizers with the server's buffer
+$(ASAN_DIR)/test_toolcall: tests/test_toolcall.c src/server/toolcall.c src/server/buf.c \
+		$(wildcard src/server/*.h tests/*.h)
+	@mkdir -p $(ASAN_DIR)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
+		tests/test_toolcall.c src/server/toolcall.c src/server/buf.c -o $@ -ljansson
 $(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \

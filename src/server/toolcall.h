@@ -1,0 +1,64 @@
+/* toolcall.h: tool calls out of a model's reply, as it streams.
+ *
+ * Models of the chatml family (Qwen 2.5/3, Hermes, SmolLM2 with tools) write a call as
+ *   <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
+ * and Qwen3.5/3.6 and Qwen3-Coder as
+ *   <tool_call><function=get_weather><parameter=city>Paris</parameter></function></tool_call>
+ * (newlines around each part). One parser reads both: a block is JSON when it starts
+ * with '{', XML when it starts with "<function=". What it gives:
+ *   - text outside the blocks is text; the whitespace between text and a block, between
+ *     blocks and after the last one is markup and dropped;
+ *   - a block that parses is a call: its name and its arguments as one compact JSON
+ *     object ("arguments" as an object or as a string holding one; none is {}). An XML
+ *     parameter's value loses one newline (\n or \r\n) at each end; it is a JSON
+ *     string where the request's tool gives the parameter the type "string" (or the
+ *     value is not JSON), else the JSON value it reads as (3, true, [1, 2], {"a": 1});
+ *   - a block that does not parse (not JSON, no name, arguments that are not an object,
+ *     an XML part missing, a parameter twice) is text, tags included, as written;
+ *   - a block left open at the end of the reply, or cut by a new <tool_call>, is a call
+ *     if what it holds parses, else text; a </tool_call> outside a block is dropped
+ *     right after a call (a duplicated closing tag), text anywhere else;
+ *   - a block over SRV_TC_BLOCK_MAX bytes is text.
+ * How the reply is cut into pushes does not change the result: text that may begin a
+ * tag, and whitespace that may precede one, are held back until more text decides.
+ */
+#ifndef AL_SERVER_TOOLCALL_H
+#define AL_SERVER_TOOLCALL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum { SRV_TC_BLOCK_MAX = 256 * 1024 };
+
+typedef enum srv_tc_kind { SRV_TC_TEXT, SRV_TC_CALL } srv_tc_kind;
+
+typedef struct srv_tc_event {
+    srv_tc_kind kind;
+    const char *text; /* SRV_TC_TEXT: len bytes, not NUL-terminated */
+    size_t len;
+    int index;             /* SRV_TC_CALL: 0 for the reply's first call, then 1, ... */
+    const char *name;      /* SRV_TC_CALL: NUL-terminated */
+    const char *arguments; /* SRV_TC_CALL: a JSON object, compact, NUL-terminated */
+} srv_tc_event;
+
+typedef struct srv_tc srv_tc;
+
+/* A parser for one reply. tools (may be NULL) is the request's "tools" array, read for
+ * the parameters' types of XML calls while the parser lives; the parser takes no
+ * reference. NULL when memory runs out. */
+srv_tc *srv_tc_create(const json_t *tools);
+void srv_tc_destroy(srv_tc *p); /* NULL is a no-op */
+
+/* Feeds n bytes of the reply. *ev lists what is now decided, in order (adjacent text
+ * merged); it is owned by the parser and valid until its next call. False when memory
+ * ran out: the parser is then unusable. */
+bool srv_tc_push(srv_tc *p, const char *s, size_t n, const srv_tc_event **ev, int *n_ev);
+
+/* The end of the reply: decides what was held back. Later pushes are ignored. */
+bool srv_tc_finish(srv_tc *p, const srv_tc_event **ev, int *n_ev);
+
+/* Calls found so far. */
+int srv_tc_calls(const srv_tc *p);
+
+#endif

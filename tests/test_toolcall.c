@@ -1,0 +1,425 @@
+/* test_toolcall.c: the tool-call parser of the chatml family (src/server/toolcall.h) on a
+ * table of replies per format, Hermes JSON and Qwen's XML: text before, between and after
+ * calls, parallel calls, malformed markup (unclosed and duplicated tags, arguments that
+ * are not JSON or not an object, missing parts), unicode and escapes in arguments. Each
+ * reply is fed whole, cut in two at every byte, and byte by byte: the events, adjacent
+ * text merged, must be the table's every time.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+#include "server/toolcall.h"
+#include "test.h"
+
+typedef struct tc_case {
+    const char *name, *reply, *want; /* want: T[text] per text, Cindex:name:arguments per call */
+} tc_case;
+
+static const tc_case k_json_cases[] = {
+    {"plain text", "Hello world", "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"one call",
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"text before",
+     "Let me check.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}</tool_call>",
+     "T[Let me check.]C0:get_weather:{\"city\":\"Paris\"}"},
+    {"text after",
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}</tool_call>\nDone.",
+     "C0:get_weather:{\"city\":\"Paris\"}T[Done.]"},
+    {"two calls",
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\"}C1:f:{}"},
+    {"three calls",
+     "<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</"
+     "tool_call>\n\n<tool_call>{\"name\":\"c\"}</tool_call>",
+     "C0:a:{}C1:b:{}C2:c:{}"},
+    {"arguments as a string",
+     "<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", "C0:f:{\"a\":1}"},
+    {"no arguments", "<tool_call>{\"name\":\"f\"}</tool_call>", "C0:f:{}"},
+    {"parameters for arguments",
+     "<tool_call>{\"name\":\"f\",\"parameters\":{\"x\":true}}</tool_call>", "C0:f:{\"x\":true}"},
+    {"arguments an array", "<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>",
+     "T[<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>]"},
+    {"arguments string not JSON", "<tool_call>{\"name\":\"f\",\"arguments\":\"x\"}</tool_call>",
+     "T[<tool_call>{\"name\":\"f\",\"arguments\":\"x\"}</tool_call>]"},
+    {"arguments null", "<tool_call>{\"name\":\"f\",\"arguments\":null}</tool_call>",
+     "T[<tool_call>{\"name\":\"f\",\"arguments\":null}</tool_call>]"},
+    {"no name", "<tool_call>{\"arguments\":{}}</tool_call>",
+     "T[<tool_call>{\"arguments\":{}}</tool_call>]"},
+    {"name not a string", "<tool_call>{\"name\":3}</tool_call>",
+     "T[<tool_call>{\"name\":3}</tool_call>]"},
+    {"empty name", "<tool_call>{\"name\":\"\"}</tool_call>",
+     "T[<tool_call>{\"name\":\"\"}</tool_call>]"},
+    {"not JSON", "<tool_call>hello</tool_call>", "T[<tool_call>hello</tool_call>]"},
+    {"single quotes", "<tool_call>{'name': 'f'}</tool_call>",
+     "T[<tool_call>{'name': 'f'}</tool_call>]"},
+    {"garbage after the JSON", "<tool_call>{\"name\":\"f\"} extra</tool_call>",
+     "T[<tool_call>{\"name\":\"f\"} extra</tool_call>]"},
+    {"unclosed, complete",
+     "ok\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
+     "T[ok]C0:get_weather:{\"city\":\"Paris\"}"},
+    {"unclosed, cut short", "<tool_call>{\"name\": \"f\", \"argu",
+     "T[<tool_call>{\"name\": \"f\", \"argu]"},
+    {"duplicated closing tag",
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}</tool_call></tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"duplicated closing tag, then text",
+     "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}</tool_call>\n</tool_call>\nok",
+     "C0:get_weather:{\"city\":\"Paris\"}T[ok]"},
+    {"stray closing tag in text", "a </tool_call> b", "T[a </tool_call> b]"},
+    {"a call cut by the next",
+     "<tool_call>{\"name\":\"a\"}\n<tool_call>{\"name\":\"b\"}</tool_call>", "C0:a:{}C1:b:{}"},
+    {"a broken call cut by the next", "<tool_call>{\"na\n<tool_call>{\"name\":\"b\"}</tool_call>",
+     "T[<tool_call>{\"na\n]C0:b:{}"},
+    {"unicode",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"city\":\"Zürich 東京 🌍\"}}</tool_call>",
+     "C0:f:{\"city\":\"Zürich 東京 🌍\"}"},
+    {"escapes",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"q\":\"a\\\"b\\\\c\\nd\\t\"}}</tool_call>",
+     "C0:f:{\"q\":\"a\\\"b\\\\c\\nd\\t\"}"},
+    {"unicode escapes",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"s\":\"\\u00e9\\ud83c\\udf0d\"}}</tool_call>",
+     "C0:f:{\"s\":\"é🌍\"}"},
+    {"angle brackets in text", "if a < b then <b>bold</b>", "T[if a < b then <b>bold</b>]"},
+    {"a tag's start at the end", "see <tool_ca", "T[see <tool_ca]"},
+    {"almost a tag", "x <tool_callx y", "T[x <tool_callx y]"},
+    {"text between calls",
+     "<tool_call>{\"name\":\"a\"}</tool_call> and then <tool_call>{\"name\":\"b\"}</tool_call>",
+     "C0:a:{}T[and then]C1:b:{}"},
+    {"nested arguments",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"o\":{\"x\":[1,2,{\"y\":null}]}}}</tool_call>",
+     "C0:f:{\"o\":{\"x\":[1,2,{\"y\":null}]}}"},
+    {"duplicate keys", "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1,\"a\":2}}</tool_call>",
+     "T[<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1,\"a\":2}}</tool_call>]"},
+    {"numbers and booleans",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"n\":-3,\"b\":false,\"s\":\"1\"}}</tool_call>",
+     "C0:f:{\"n\":-3,\"b\":false,\"s\":\"1\"}"},
+    {"blank lines first",
+     "\n\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"CRLF",
+     "<tool_call>\r\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+     "\"Paris\"}}\r\n</tool_call>\r\n",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"upper-case tag",
+     "<TOOL_CALL>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</TOOL_CALL>",
+     "T[<TOOL_CALL>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</TOOL_CALL>]"},
+    {"empty block", "<tool_call></tool_call>", "T[<tool_call></tool_call>]"},
+    {"blank block", "<tool_call>  \n </tool_call>", "T[<tool_call>  \n </tool_call>]"},
+    {"spaces inside text", "a   b\n\nc  ", "T[a   b\n\nc  ]"},
+    {"text, call, text, call",
+     "one<tool_call>{\"name\":\"a\"}</tool_call>two<tool_call>{\"name\":\"b\"}</tool_call>",
+     "T[one]C0:a:{}T[two]C1:b:{}"},
+    {"name with arguments first",
+     "<tool_call>{\"arguments\":{\"k\":\"v\"},\"name\":\"f\"}</tool_call>", "C0:f:{\"k\":\"v\"}"},
+};
+static const tc_case k_xml_cases[] = {
+    {"one call",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"an integer by the schema",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</"
+     "parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\",\"days\":3}"},
+    {"a string by the schema",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\n123\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:get_weather:{\"city\":\"123\"}"},
+    {"no schema: JSON values",
+     "<tool_call>\n<function=other>\n<parameter=n>\n42\n</parameter>\n<parameter=b>\ntrue\n</"
+     "parameter>\n<parameter=s>\nhello\n</parameter>\n</function>\n</tool_call>",
+     "C0:other:{\"n\":42,\"b\":true,\"s\":\"hello\"}"},
+    {"null",
+     "<tool_call>\n<function=other>\n<parameter=x>\nnull\n</parameter>\n</function>\n</tool_call>",
+     "C0:other:{\"x\":null}"},
+    {"multi-line value",
+     "<tool_call>\n<function=note>\n<parameter=text>\nline 1\nline "
+     "2\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"line 1\\nline 2\"}"},
+    {"one newline stripped per end",
+     "<tool_call>\n<function=note>\n<parameter=text>\n\nx\n\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:note:{\"text\":\"\\nx\\n\"}"},
+    {"CRLF around a value",
+     "<tool_call>\n<function=note>\r\n<parameter=text>\r\nx\r\n</parameter>\r\n</function>\r\n</"
+     "tool_call>",
+     "C0:note:{\"text\":\"x\"}"},
+    {"no parameters", "<tool_call>\n<function=list_files>\n</function>\n</tool_call>",
+     "C0:list_files:{}"},
+    {"</function> left out",
+     "<tool_call>\n<function=note>\n<parameter=text>\nx\n</parameter>\n</tool_call>",
+     "C0:note:{\"text\":\"x\"}"},
+    {"</parameter> left out",
+     "<tool_call>\n<function=note>\n<parameter=text>\nx\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=note>\n<parameter=text>\nx\n</function>\n</tool_call>]"},
+    {"a parameter twice",
+     "<tool_call>\n<function=note>\n<parameter=text>\na\n</parameter>\n<parameter=text>\nb\n</"
+     "parameter>\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=note>\n<parameter=text>\na\n</parameter>\n<parameter=text>\nb\n</"
+     "parameter>\n</function>\n</tool_call>]"},
+    {"empty function name", "<tool_call>\n<function=>\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=>\n</function>\n</tool_call>]"},
+    {"name trimmed",
+     "<tool_call>\n<function= note >\n<parameter= text "
+     ">\nx\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"x\"}"},
+    {"'<' in the name", "<tool_call>\n<function=a<b>\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=a<b>\n</function>\n</tool_call>]"},
+    {"empty parameter name",
+     "<tool_call>\n<function=f>\n<parameter=>\nx\n</parameter>\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=f>\n<parameter=>\nx\n</parameter>\n</function>\n</tool_call>]"},
+    {"text before and after",
+     "I will "
+     "look.\n\n<tool_call>\n<function=note>\n<parameter=text>\na\n</parameter>\n</function>\n</"
+     "tool_call>\n\nDone.",
+     "T[I will look.]C0:note:{\"text\":\"a\"}T[Done.]"},
+    {"parallel calls",
+     "<tool_call>\n<function=note>\n<parameter=text>\na\n</parameter>\n</function>\n</"
+     "tool_call>\n<tool_call>\n<function=note>\n<parameter=text>\nb\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:note:{\"text\":\"a\"}C1:note:{\"text\":\"b\"}"},
+    {"three calls",
+     "<tool_call>\n<function=a>\n</function>\n</tool_call><tool_call>\n<function=b>\n</"
+     "function>\n</tool_call><tool_call>\n<function=c>\n</function>\n</tool_call>",
+     "C0:a:{}C1:b:{}C2:c:{}"},
+    {"unclosed, complete",
+     "<tool_call>\n<function=note>\n<parameter=text>\na\n</parameter>\n</function>\n",
+     "C0:note:{\"text\":\"a\"}"},
+    {"unclosed, cut short", "<tool_call>\n<function=note>\n<parameter=text>\nx",
+     "T[<tool_call>\n<function=note>\n<parameter=text>\nx]"},
+    {"garbage between parameters",
+     "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\nhmm\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\nhmm\n</function>\n</"
+     "tool_call>]"},
+    {"garbage after </function>", "<tool_call>\n<function=f>\n</function>\nmore\n</tool_call>",
+     "T[<tool_call>\n<function=f>\n</function>\nmore\n</tool_call>]"},
+    {"an object value",
+     "<tool_call>\n<function=other>\n<parameter=opts>\n{\"a\": [1, "
+     "2]}\n</parameter>\n</function>\n</tool_call>",
+     "C0:other:{\"opts\":{\"a\":[1,2]}}"},
+    {"an array value",
+     "<tool_call>\n<function=other>\n<parameter=xs>\n[1, "
+     "\"two\"]\n</parameter>\n</function>\n</tool_call>",
+     "C0:other:{\"xs\":[1,\"two\"]}"},
+    {"not JSON: a string",
+     "<tool_call>\n<function=get_weather>\n<parameter=days>\n{oops\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:get_weather:{\"days\":\"{oops\"}"},
+    {"unicode value",
+     "<tool_call>\n<function=note>\n<parameter=text>\nZürich 東京 "
+     "🌍\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"Zürich 東京 🌍\"}"},
+    {"quotes and backslashes",
+     "<tool_call>\n<function=note>\n<parameter=text>\nsay \"hi\" \\ "
+     "now\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"say \\\"hi\\\" \\\\ now\"}"},
+    {"'<' in a value",
+     "<tool_call>\n<function=note>\n<parameter=text>\na < b "
+     "<i>\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"a < b <i>\"}"},
+    {"a partial closing tag in a value",
+     "<tool_call>\n<function=note>\n<parameter=text>\nx </param "
+     "y\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"x </param y\"}"},
+    {"empty value",
+     "<tool_call>\n<function=note>\n<parameter=text></parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"\"}"},
+    {"a string keeps its zeros",
+     "<tool_call>\n<function=note>\n<parameter=text>\n007\n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"007\"}"},
+    {"JSON text for a string",
+     "<tool_call>\n<function=note>\n<parameter=text>\n{\"a\":1}\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:note:{\"text\":\"{\\\"a\\\":1}\"}"},
+    {"duplicated closing tag",
+     "<tool_call>\n<function=a>\n</function>\n</tool_call></tool_call>\nok", "C0:a:{}T[ok]"},
+    {"JSON then XML",
+     "<tool_call>{\"name\":\"a\"}</"
+     "tool_call>\n<tool_call>\n<function=note>\n<parameter=text>\nb\n</parameter>\n</function>\n</"
+     "tool_call>",
+     "C0:a:{}C1:note:{\"text\":\"b\"}"},
+    {"on one line",
+     "<tool_call><function=note><parameter=text>x</parameter></function></tool_call>",
+     "C0:note:{\"text\":\"x\"}"},
+    {"not a parameter after the name",
+     "<tool_call>\n<function=f>\nhello\n</function>\n</tool_call>",
+     "T[<tool_call>\n<function=f>\nhello\n</function>\n</tool_call>]"},
+    {"neither JSON nor XML", "<tool_call>call f()</tool_call>",
+     "T[<tool_call>call f()</tool_call>]"},
+    {"a call cut by the next",
+     "<tool_call>\n<function=a>\n</function>\n<tool_call>\n<function=b>\n</function>\n</tool_call>",
+     "C0:a:{}C1:b:{}"},
+    {"a long value",
+     "<tool_call>\n<function=note>\n<parameter=text>\nword word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word \n</parameter>\n</function>\n</tool_call>",
+     "C0:note:{\"text\":\"word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word word word \"}"},
+    {"text only, with tags' look-alikes", "<function=f> is how it is written",
+     "T[<function=f> is how it is written]"},
+    {"blank lines between calls and text",
+     "\n\n<tool_call>\n<function=a>\n</function>\n</tool_call>\n\n\n<tool_call>\n<function=b>\n</"
+     "function>\n</tool_call>\n\n",
+     "C0:a:{}C1:b:{}"},
+};
+
+/* The tools of the XML cases' requests: parameter types for get_weather and note. */
+static const char k_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+    "{\"type\": \"integer\"}}}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"note\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"text\": {\"type\": \"string\"}}}}}]";
+
+/* Appends events to out in the table's notation, text merged across calls. */
+static void render(srv_buf *out, bool *in_text, const srv_tc_event *ev, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ev[i].kind == SRV_TC_TEXT) {
+            if (!*in_text) srv_buf_str(out, "T[");
+            srv_buf_add(out, ev[i].text, ev[i].len);
+            *in_text = true;
+            continue;
+        }
+        if (*in_text) srv_buf_str(out, "]");
+        *in_text = false;
+        srv_buf_printf(out, "C%d:%s:%s", ev[i].index, ev[i].name, ev[i].arguments);
+    }
+}
+
+/* The reply fed in pieces cut at the offsets cuts[0..n_cuts) (ascending). */
+static char *parse(const json_t *tools, const char *reply, const size_t *cuts, int n_cuts) {
+    srv_tc *p = srv_tc_create(tools);
+    srv_buf out = {0};
+    bool in_text = false, ok = p != NULL;
+    const srv_tc_event *ev;
+    int n;
+    size_t at = 0, len = strlen(reply);
+    for (int i = 0; ok && i <= n_cuts; i++) {
+        const size_t to = i < n_cuts ? cuts[i] : len;
+        ok = srv_tc_push(p, reply + at, to - at, &ev, &n);
+        if (ok) render(&out, &in_text, ev, n);
+        at = to;
+    }
+    if (ok && (ok = srv_tc_finish(p, &ev, &n))) render(&out, &in_text, ev, n);
+    if (in_text) srv_buf_str(&out, "]");
+    srv_buf_str(&out, "");
+    srv_tc_destroy(p);
+    if (!ok) free(out.s);
+    return ok ? out.s : NULL;
+}
+
+/* Whole, cut in two at every byte, byte by byte: each must give the case's events. */
+static int run_case(const json_t *tools, const tc_case *c) {
+    const size_t len = strlen(c->reply);
+    size_t *cuts = malloc((len + 1) * sizeof *cuts);
+    int bad = 0;
+    for (size_t i = 0; i <= len; i++)
+        cuts[i] = i;
+    for (size_t k = 0; k <= len + 1; k++) {
+        /* k <= len: one cut at k (0 and len: whole); k = len + 1: every byte */
+        char *got = k <= len ? parse(tools, c->reply, &cuts[k], 1)
+                             : parse(tools, c->reply, cuts + 1, len ? (int)len - 1 : 0);
+        const bool same = got && !strcmp(got, c->want);
+        if (!same && !bad++)
+            CHECK_MSG(false, "%s (%s): got %s, want %s", c->name,
+                      k <= len ? "cut in two" : "byte by byte", got ? got : "(failed)", c->want);
+        free(got);
+    }
+    free(cuts);
+    return bad == 0;
+}
+
+static void run_table(const char *format, const tc_case *cases, int n, const json_t *tools) {
+    int ok = 0;
+    for (int i = 0; i < n; i++)
+        ok += run_case(tools, &cases[i]);
+    printf("     %s: %d of %d replies give their events, whole and cut at every byte\n", format, ok,
+           n);
+    CHECK(n >= 40);
+}
+
+static void test_hermes_json(void) {
+    run_table("Hermes JSON", k_json_cases, (int)(sizeof k_json_cases / sizeof *k_json_cases), NULL);
+}
+
+static void test_qwen_xml(void) {
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    CHECK(tools != NULL);
+    run_table("Qwen XML", k_xml_cases, (int)(sizeof k_xml_cases / sizeof *k_xml_cases), tools);
+    json_decref(tools);
+}
+
+/* A block past SRV_TC_BLOCK_MAX is text, and so is what follows it up to the next tag;
+ * a push after finish is ignored. */
+static void test_limits(void) {
+    const size_t big = SRV_TC_BLOCK_MAX + 100;
+    char *reply = malloc(big + 64);
+    strcpy(reply, "<tool_call>{\"name\":\"f\",\"arguments\":{\"s\":\"");
+    size_t n = strlen(reply);
+    memset(reply + n, 'a', big), n += big;
+    strcpy(reply + n, "\"}}</tool_call>");
+    srv_tc *p = srv_tc_create(NULL);
+    const srv_tc_event *ev;
+    int n_ev, calls = 0;
+    size_t text = 0;
+    for (size_t at = 0, len = strlen(reply); at < len; at += 4096) {
+        CHECK(srv_tc_push(p, reply + at, len - at < 4096 ? len - at : 4096, &ev, &n_ev));
+        for (int i = 0; i < n_ev; i++)
+            ev[i].kind == SRV_TC_TEXT ? (void)(text += ev[i].len) : (void)calls++;
+    }
+    CHECK(srv_tc_finish(p, &ev, &n_ev));
+    for (int i = 0; i < n_ev; i++)
+        ev[i].kind == SRV_TC_TEXT ? (void)(text += ev[i].len) : (void)calls++;
+    CHECK_MSG(calls == 0 && text == strlen(reply), "%d calls, %zu of %zu bytes as text", calls,
+              text, strlen(reply));
+    CHECK(srv_tc_push(p, "<tool_call>{\"name\":\"g\"}</tool_call>", 35, &ev, &n_ev) && n_ev == 0);
+    CHECK(srv_tc_calls(p) == 0);
+    srv_tc_destroy(p);
+    srv_tc_destroy(NULL);
+    free(reply);
+}
+
+int main(void) {
+    TEST_RUN(test_hermes_json);
+    TEST_RUN(test_qwen_xml);
+    TEST_RUN(test_limits);
+    return test_finish();
+}
