@@ -199,7 +199,7 @@ static bool parse_json(const char *s, const char *end, char **name, json_t **arg
 }
 
 /* The block pend[0, n) (without its tags): a call, or text with its tags (closed tells
- * whether it had its closing tag). */
+ * whether it had its closing tag; a block over SRV_TC_BLOCK_MAX is not parsed). */
 static void end_block(srv_tc *p, size_t n, bool closed) {
     const char *s = skip_ws(p->pend.s, p->pend.s + n), *end = p->pend.s + n;
     while (end > s && is_ws(end[-1]))
@@ -207,9 +207,10 @@ static void end_block(srv_tc *p, size_t n, bool closed) {
     char *name = NULL, *text = NULL;
     json_t *args = NULL;
     bool ok = false;
-    if (starts(s, end, "{")) {
+    const bool fits = n <= SRV_TC_BLOCK_MAX;
+    if (fits && starts(s, end, "{")) {
         ok = parse_json(s, end, &name, &args);
-    } else if (starts(s, end, "<function=")) {
+    } else if (fits && starts(s, end, "<function=")) {
         args = json_object();
         ok = args && parse_xml(p, s, end, &name, args);
     }
@@ -226,6 +227,12 @@ static void end_block(srv_tc *p, size_t n, bool closed) {
 }
 
 /* ---- the two states -------------------------------------------------------------------- */
+
+/* pend loses its first n bytes (keeping its NUL). */
+static void pend_drop(srv_tc *p, size_t n) {
+    memmove(p->pend.s, p->pend.s + n, p->pend.len - n + 1);
+    p->pend.len -= n;
+}
 
 /* Bytes at the end of s[0, n) that may begin "<tool_call>" or precede it as whitespace. */
 static size_t held_tail(const char *s, size_t n) {
@@ -284,15 +291,8 @@ static bool scan_block(srv_tc *p, bool at_end) {
         p->scanned = p->pend.len > CLOSE_LEN ? p->pend.len - CLOSE_LEN : 0;
         return false;
     }
-    if (p->pend.len > SRV_TC_BLOCK_MAX && n > SRV_TC_BLOCK_MAX) { /* too long: text */
-        emit_text(p, k_open, OPEN_LEN);
-        emit_text(p, s, n);
-        if (closed) emit_text(p, k_close, CLOSE_LEN);
-    } else {
-        end_block(p, n, closed);
-    }
-    memmove(p->pend.s, s + skip, p->pend.len - skip + 1);
-    p->pend.len -= skip;
+    end_block(p, n, closed);
+    pend_drop(p, skip);
     p->in_block = false;
     return true;
 }
@@ -301,20 +301,14 @@ static void run(srv_tc *p, bool at_end) {
     size_t at = 0;
     while (!p->failed) {
         if (p->in_block) {
-            if (at) { /* the block starts pend */
-                memmove(p->pend.s, p->pend.s + at, p->pend.len - at + 1);
-                p->pend.len -= at;
-                at = 0;
-            }
+            pend_drop(p, at); /* the block starts pend */
+            at = 0;
             if (!scan_block(p, at_end)) return;
         } else if (!scan_text(p, &at, at_end)) {
             break;
         }
     }
-    if (at && !p->failed) {
-        memmove(p->pend.s, p->pend.s + at, p->pend.len - at + 1);
-        p->pend.len -= at;
-    }
+    if (!p->failed) pend_drop(p, at);
 }
 
 static bool results(srv_tc *p, const srv_tc_event **ev, int *n_ev) {
