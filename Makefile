@@ -96,6 +96,9 @@ TEST_LDLIBS_split := -ljansson
 # the server's tool-call parser, on its own
 $(BUILD)/test_toolcall: $(BUILD)/src/server/toolcall.o $(BUILD)/src/server/buf.o
 TEST_LDLIBS_toolcall := -ljansson
+# JSON Schema to grammar, with the library's grammars
+$(BUILD)/test_schema: $(BUILD)/src/server/schema.o $(BUILD)/src/server/buf.o
+TEST_LDLIBS_schema := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
 	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
@@ -181,13 +184,20 @@ endif
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 ASAN_DIR := $(BUILD)/asan
 ASAN_TESTS := $(ASAN_DIR)/test_gguf $(ASAN_DIR)/test_kernels $(ASAN_DIR)/test_delta \
-              $(ASAN_DIR)/test_toolcall
+              $(ASAN_DIR)/test_toolcall $(ASAN_DIR)/test_grammar $(ASAN_DIR)/test_schema
 # the tool-call parser reads model output: under the sanitizers with the server's buffer
 $(ASAN_DIR)/test_toolcall: tests/test_toolcall.c src/server/toolcall.c src/server/buf.c \
 		$(wildcard src/server/*.h tests/*.h)
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
 		tests/test_toolcall.c src/server/toolcall.c src/server/buf.c -o $@ -ljansson
+# grammars come from requests: the compiler and matcher (in the library) under the
+# sanitizers, and the schema compiler with them
+$(ASAN_DIR)/test_schema: tests/test_schema.c src/server/schema.c src/server/buf.c $(LIB_SRC) \
+		$(wildcard include/*.h src/*.h src/text/*.h src/server/*.h tests/*.h)
+	@mkdir -p $(ASAN_DIR)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
+		tests/test_schema.c src/server/schema.c src/server/buf.c $(LIB_SRC) -o $@ $(LDLIBS) -ljansson
 $(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \

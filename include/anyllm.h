@@ -516,6 +516,47 @@ void al_sampler_accept(al_sampler *s, int32_t token);
 /* Forgets the history and reseeds with the original seed. */
 void al_sampler_reset(al_sampler *s);
 
+/* ---- grammars ---------------------------------------------------------------------------
+ * A grammar constrains what a sampler may pick: every token keeps the text a prefix of
+ * a sentence of the grammar, and an end-of-generation token comes only when the text
+ * is a whole sentence. The text is a list of rules, `name ::= body`, one of them named
+ * root; a body runs until the next `name ::=` and is made of
+ *     "literal"   with escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH
+ *     [a-z0-9_]   a character class; [^"\\] its complement; .  any character
+ *     name        another rule          ( ... )  a group
+ *     a b         a sequence            a | b    alternatives
+ *     x*  x+  x?  x{m}  x{m,}  x{m,n}   repetitions (m, n <= 10000)
+ *     # ...       a comment to the end of the line
+ * Characters are Unicode code points; tokens carrying part of a UTF-8 character are
+ * matched byte by byte. A rule that can reach itself without matching a character
+ * (left recursion) is refused. One al_grammar follows one sequence: it is not
+ * thread-safe; several may share a vocabulary. */
+
+typedef struct al_grammar al_grammar;
+
+/* Compiles the grammar text for the vocabulary's tokens; AL_ERR_ARG names the line and
+ * the fault. The vocabulary must outlive the grammar. */
+al_status al_grammar_create(const al_vocab *v, const char *text, al_grammar **out);
+void al_grammar_destroy(al_grammar *g);
+/* Back to the empty text. */
+void al_grammar_reset(al_grammar *g);
+/* Whether the token may come next (an end-of-generation token: whether the text is
+ * complete). Control tokens that spell no text are never allowed. */
+bool al_grammar_allows(al_grammar *g, int32_t token);
+/* Appends the token's text; AL_ERR_ARG, state unchanged, when it is not allowed. */
+al_status al_grammar_accept(al_grammar *g, int32_t token);
+/* allowed[id] = 1 for every token that may come next, 0 for the others (n_vocab bytes). */
+al_status al_grammar_mask(al_grammar *g, uint8_t *allowed);
+/* The text so far is a sentence of the grammar. */
+bool al_grammar_complete(const al_grammar *g);
+/* ... and nothing can follow it: only an end-of-generation token is allowed. */
+bool al_grammar_finished(const al_grammar *g);
+/* The sampler picks only tokens g allows (NULL: none); it does not own g and does not
+ * advance it: the caller accepts each token it keeps with al_grammar_accept. When the
+ * drawn token is not allowed, the sampler draws again from the allowed ones only; it
+ * returns -1 when the grammar allows no token at all. */
+void al_sampler_set_grammar(al_sampler *s, al_grammar *g);
+
 /* ---- chat templates ---------------------------------------------------------------------
  * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
  * the common formats from the template's text and renders them in C. Formats:

@@ -54,6 +54,10 @@ printf "\001<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|chann
     > "$text_corpus/seed-harmony"
 printf "\002 to=functions.f<|channel|>commentary <|constrain|>json<|message|>{}<|call|>set model_identity = 'x'" \
     > "$text_corpus/seed-harmony-call"
+# Grammars (al_grammar_create): a JSON-like one, and one of repetitions and classes
+printf '\001root ::= "{" ws (kv ("," ws kv)*)? "}"\nkv ::= "\\"" [a-z]+ "\\"" ws ":" ws [0-9]{1,3} ws\nws ::= [ \\n]?' \
+    > "$text_corpus/seed-grammar-json"
+printf '\000root ::= ("ab" | [^x-z\\u00e9])* .{2,4} ("x"? "\\U0001F600")+ # c' > "$text_corpus/seed-grammar-rep"
 # The generator's odd vocabularies too (tests/gen_malformed.c), when it is built.
 gen=${BUILD:-build}/gen_malformed
 odd=$(dirname "$text_bin")/odd_vocabs

@@ -14,7 +14,9 @@
  *     content of the messages;
  *   - parsed as a Harmony reply, whole and cut into pieces (the text per channel and the
  *     end state must not depend on the cuts), and fed token by token to a parser with
- *     the vocabulary (al_harmony_push_token).
+ *     the vocabulary (al_harmony_push_token);
+ *   - compiled as a grammar; one that compiles takes the text's own tokens while it
+ *     allows them, and its mask must agree with al_grammar_allows on every token.
  * Without vocabularies (SHARED unset and ../shared absent) only the chat part runs.
  */
 #include <stdio.h>
@@ -202,6 +204,27 @@ static void fuzz_chat(const char *text) {
     }
 }
 
+/* The text as a grammar, then its tokens through it, and the mask against the oracle. */
+static void fuzz_grammar(al_vocab *v, const char *text, size_t len) {
+    al_grammar *g = NULL;
+    if (!v || al_grammar_create(v, text, &g) != AL_OK) return;
+    al_tokenize_params tp = {0};
+    int32_t *ids = NULL;
+    int n = 0;
+    if (al_tokenize(v, text, len, &tp, &ids, &n) == AL_OK)
+        for (int i = 0; i < n && al_grammar_allows(g, ids[i]); i++)
+            REQUIRE(al_grammar_accept(g, ids[i]) == AL_OK);
+    al_free_tokens(ids);
+    int nv = al_vocab_n_tokens(v);
+    uint8_t *mask = malloc((size_t)nv);
+    REQUIRE(mask);
+    if (al_grammar_mask(g, mask) == AL_OK)
+        for (int32_t id = 0; id < nv; id++) REQUIRE((mask[id] != 0) == al_grammar_allows(g, id));
+    free(mask);
+    g_sink += al_grammar_complete(g) + al_grammar_finished(g);
+    al_grammar_destroy(g);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     char *text = malloc(size); /* the text after the selector byte, NUL-terminated */
@@ -212,6 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (g_vocab[which]) fuzz_tokenizer(g_vocab[which], which == BPE_VOCAB, text, size - 1);
     fuzz_chat(text);
     fuzz_harmony(g_vocab[which], text, size - 1);
+    fuzz_grammar(g_vocab[which], text, size - 1);
     free(text);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "server/api.h"
+#include "server/schema.h"
 #include "util.h"
 
 enum { MAX_STOP_BYTES = 256 };
@@ -333,6 +334,69 @@ static bool harmony_parser(const srv_api *api, srv_kind kind, srv_job *j, srv_er
     return true;
 }
 
+/* ---- constrained output ------------------------------------------------------------------- */
+
+/* Grammar text for response_format (json_object, json_schema) or llama.cpp's "grammar"
+ * field into *text; NULL when the request constrains nothing. */
+static bool format_grammar(json_t *o, srv_gram *g, bool *any, srv_error *err) {
+    json_t *rf = json_object_get(o, "response_format"), *gr = json_object_get(o, "grammar");
+    *any = false;
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr))
+            return srv_fail(err, 400, "grammar", "invalid_type", "grammar must be a string");
+        if (rf && !json_is_null(rf))
+            return srv_fail(err, 400, "grammar", "invalid_value", "give grammar or "
+                            "response_format, not both");
+        *any = true;
+        return srv_gram_raw(g, json_string_value(gr)) ||
+               srv_fail(err, 500, NULL, NULL, "out of memory");
+    }
+    if (!rf || json_is_null(rf)) return true;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        return srv_fail(err, 400, "response_format", "invalid_type", "response_format must be an "
+                        "object with a string type");
+    if (!strcmp(type, "text")) return true;
+    json_t *schema = NULL, *obj = NULL;
+    if (!strcmp(type, "json_object")) {
+        schema = obj = json_pack("{s:s}", "type", "object");
+    } else if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(js))
+            return srv_fail(err, 400, "response_format", "invalid_type", "response_format."
+                            "json_schema must be an object with the schema");
+        schema = json_object_get(js, "schema");
+        if (!schema || json_is_null(schema)) schema = obj = json_true(); /* any JSON */
+        else if (!json_is_object(schema) && !json_is_boolean(schema))
+            return srv_fail(err, 400, "response_format", "invalid_schema", "response_format."
+                            "json_schema.schema must be a JSON Schema object");
+    } else {
+        return srv_fail(err, 400, "response_format", "invalid_value", "response_format.type "
+                        "'%.40s' is not text, json_object or json_schema", type);
+    }
+    *any = true;
+    bool ok = srv_gram_schema(g, schema, "root");
+    json_decref(obj);
+    return ok || srv_fail(err, 400, "response_format", "unsupported_schema", "response_format: "
+                          "%s", g->err);
+}
+
+/* The job's grammar and the sampler held to it. */
+static bool constrain(const srv_api *api, json_t *o, srv_kind kind, srv_job *j, srv_error *err) {
+    srv_gram g = {0};
+    bool any = false;
+    bool ok = format_grammar(o, &g, &any, err);
+    if (ok && any && kind == SRV_KIND_CHAT && api->tmpl_name && !strcmp(api->tmpl_name, "harmony"))
+        ok = srv_fail(err, 400, "response_format", "unsupported_value", "constrained output is "
+                      "not supported with the harmony chat format yet");
+    if (ok && any && al_grammar_create(api->vocab, g.text.s ? g.text.s : "", &j->grammar) != AL_OK)
+        ok = srv_fail(err, 400, json_object_get(o, "grammar") ? "grammar" : "response_format",
+                      "invalid_grammar", "%s", al_last_error());
+    if (ok && j->grammar) al_sampler_set_grammar(j->sampler, j->grammar);
+    srv_gram_free(&g);
+    return ok;
+}
+
 bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
                    srv_request *out, srv_error *err) {
     *out = (srv_request){.kind = kind};
@@ -356,7 +420,7 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     if (ok && kind == SRV_KIND_CHAT) ok = chat_tokens(api, o, &ids, &n_ids, err);
     if (ok && kind == SRV_KIND_COMPLETION) ok = completion_tokens(api, o, &ids, &n_ids, err);
     if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err) &&
-                 harmony_parser(api, kind, j, err);
+                 harmony_parser(api, kind, j, err) && constrain(api, o, kind, j, err);
     else free(ids);
     json_decref(o);
     if (!ok) {

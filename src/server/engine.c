@@ -78,6 +78,7 @@ static void job_free(srv_job *j) {
     al_sampler_destroy(j->sampler);
     al_detok_destroy(j->detok);
     al_harmony_destroy(j->harmony);
+    al_grammar_destroy(j->grammar);
     srv_buf_free(&j->hold);
     srv_buf_free(&j->text);
     srv_buf_free(&j->reasoning);
@@ -351,8 +352,16 @@ static void sample_next(srv_engine *e, slot *s, const float *logits) {
     srv_job *j = s->job;
     int32_t tok = al_sampler_sample(j->sampler, logits);
     if (j->n_generated == 0) srv_metrics_ttft(e->metrics, al_time_s() - j->t_arrival);
+    if (tok < 0) { /* a grammar that allows no token; the sampler has no other failure */
+        slot_end(e, s, SRV_FINISH_ERROR, "the output's grammar allows no token here");
+        return;
+    }
     if (al_vocab_is_eog(e->vocab, tok)) {
         slot_end(e, s, SRV_FINISH_STOP, NULL);
+        return;
+    }
+    if (j->grammar && al_grammar_accept(j->grammar, tok) != AL_OK) {
+        slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
         return;
     }
     /* the penalties see the generated tokens only: OpenAI's "frequency in the text so far" */
@@ -366,8 +375,10 @@ static void sample_next(srv_engine *e, slot *s, const float *logits) {
         slot_end(e, s, SRV_FINISH_ERROR, "out of memory holding generated text");
         return;
     }
-    /* Harmony's <|end|> after the answer ends the reply, though it is no EOG token */
-    if (release_text(e, j, false) || (j->harmony && al_harmony_done(j->harmony)))
+    /* Harmony's <|end|> after the answer ends the reply, though it is no EOG token; a
+     * finished grammar allows nothing but the end */
+    if (release_text(e, j, false) || (j->harmony && al_harmony_done(j->harmony)) ||
+        (j->grammar && al_grammar_finished(j->grammar)))
         slot_end(e, s, SRV_FINISH_STOP, NULL);
     else if (j->n_generated >= j->max_tokens || al_context_n_past(seq_ctx(s)) >= e->n_ctx)
         slot_end(e, s, SRV_FINISH_LENGTH, NULL);

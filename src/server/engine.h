@@ -19,6 +19,8 @@
  * A chat in the Harmony format (gpt-oss) goes through the job's al_harmony parser
  * instead: its final channel is the text (stop strings apply to it), the other channels
  * are the reasoning, published as they come; the reply ends when the parser says so.
+ * A job with a grammar (response_format) samples only tokens the grammar allows and
+ * ends as soon as the grammar allows nothing more.
  *
  * Jobs are reference counted: the submitter holds one reference, the engine another
  * while the job is queued or running. Functions here are thread-safe unless marked.
@@ -56,6 +58,7 @@ struct srv_job {
     al_sampler *sampler;
     al_detok *detok;
     al_harmony *harmony;      /* a Harmony chat's reply parser, or NULL             */
+    al_grammar *grammar;      /* what the output must match (the sampler holds it), or NULL */
     double t_arrival;         /* al_time_s() when the request arrived (for TTFT)    */
 
     /* ---- the engine thread's own ---- */

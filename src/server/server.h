@@ -6,6 +6,8 @@
  *   engine.c   ONE thread owns the model and every context: it admits queued jobs into
  *              free sequence slots and runs one decode step for all active slots at once
  *              (al_eval_multi), which is continuous batching
+ *   schema.c   JSON Schema to grammar text, for response_format
+ *   toolcall.c tool calls parsed out of a reply as it streams
  *   metrics.c  counters and the time-to-first-token histogram, as Prometheus text
  *   buf.c      the growable byte buffer the others share
  *   chat.html  the chat page served at /, compiled into the binary by the Makefile

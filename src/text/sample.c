@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "anyllm.h"
+#define TEXT_INTERNAL
+#include "text/grammar.h"
 #include "util.h"
 
 typedef struct candidate {
@@ -27,6 +29,8 @@ struct al_sampler {
     int history_pos;   /* next slot to write */
     int *count;        /* [n_vocab] occurrences in the ring */
     uint64_t rng;
+    al_grammar *grammar; /* the caller's, or NULL */
+    uint8_t *allowed;    /* [n_vocab], allocated when a grammar is first set */
 };
 
 al_sampler_params al_sampler_default_params(void) {
@@ -96,6 +100,7 @@ void al_sampler_destroy(al_sampler *s) {
     al_free(s->cand);
     al_free(s->count);
     al_free(s->history);
+    al_free(s->allowed);
     al_free(s);
 }
 
@@ -170,19 +175,21 @@ static void select_top_k(candidate *c, int n, int k) {
     qsort(c, (size_t)k, sizeof *c, by_logit_desc);
 }
 
-int32_t al_sampler_sample(al_sampler *s, const float *logits) {
-    if (!s || !logits) return -1;
+/* The best of c[0..n): argmax, the lowest id on ties. */
+static int32_t greedy(const candidate *c, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (c[i].logit > c[best].logit || (c[i].logit == c[best].logit && c[i].id < c[best].id))
+            best = i;
+    return c[best].id;
+}
+
+static bool is_greedy(const al_sampler_params *p) { return p->temperature <= 0 || p->top_k == 1; }
+
+/* top-k, top-p and min-p over c[0..n) (penalized already): sorts the candidates best
+ * first and returns how many are kept. */
+static int cut(al_sampler *s, candidate *c, int n) {
     const al_sampler_params *p = &s->p;
-    candidate *c = s->cand;
-    int n = s->n_vocab;
-    for (int i = 0; i < n; i++) c[i] = (candidate){.id = i, .logit = logits[i]};
-    apply_penalties(s, c);
-    if (p->temperature <= 0 || p->top_k == 1) { /* greedy: argmax, lowest id on ties */
-        int best = 0;
-        for (int i = 1; i < n; i++)
-            if (c[i].logit > c[best].logit) best = i;
-        return c[best].id;
-    }
     if (p->top_k > 0 && p->top_k < n) {
         select_top_k(c, n, p->top_k);
         n = p->top_k;
@@ -207,12 +214,67 @@ int32_t al_sampler_sample(al_sampler *s, const float *logits) {
         while (keep < n && exp((double)c[keep].logit - c[0].logit) >= p->min_p) keep++;
         n = keep;
     }
-    double total = 0;
-    for (int i = 0; i < n; i++) total += exp(((double)c[i].logit - c[0].logit) / p->temperature);
+    return n;
+}
+
+/* A draw from softmax(logit / temperature) over the cut candidates c[0..n). */
+static int32_t draw(al_sampler *s, const candidate *c, int n) {
+    double total = 0, t = s->p.temperature;
+    for (int i = 0; i < n; i++) total += exp(((double)c[i].logit - c[0].logit) / t);
     double r = rng_uniform(&s->rng) * total, acc = 0;
     for (int i = 0; i < n; i++) {
-        acc += exp(((double)c[i].logit - c[0].logit) / p->temperature);
+        acc += exp(((double)c[i].logit - c[0].logit) / t);
         if (r < acc) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+static void fill(al_sampler *s, const float *logits) {
+    for (int i = 0; i < s->n_vocab; i++) s->cand[i] = (candidate){.id = i, .logit = logits[i]};
+    apply_penalties(s, s->cand);
+}
+
+enum { GRAMMAR_TOP = 64, GRAMMAR_REDRAWS = 32 };
+
+/* With a grammar, a token is checked before it is returned (al_grammar_allows walks its
+ * bytes: well under a microsecond). Greedy takes the best allowed token among the
+ * GRAMMAR_TOP best; a draw is repeated from the same cut candidates until it hits an
+ * allowed token, which is a draw from the allowed candidates' renormalized
+ * distribution. Only when neither finds one is the grammar's mask computed (a walk of
+ * the vocabulary, milliseconds inside a JSON string), and the choice made among the
+ * allowed tokens alone, the cuts applying to them. */
+int32_t al_sampler_sample(al_sampler *s, const float *logits) {
+    if (!s || !logits) return -1;
+    fill(s, logits);
+    candidate *c = s->cand;
+    al_grammar *g = s->grammar;
+    if (is_greedy(&s->p)) {
+        int32_t id = greedy(c, s->n_vocab);
+        if (!g || al_grammar_allows(g, id)) return id;
+        int k = s->n_vocab < GRAMMAR_TOP ? s->n_vocab : GRAMMAR_TOP;
+        select_top_k(c, s->n_vocab, k);
+        for (int i = 0; i < k; i++)
+            if (al_grammar_allows(g, c[i].id)) return c[i].id;
+    } else {
+        int n = cut(s, c, s->n_vocab);
+        for (int tries = 0; tries < (g ? GRAMMAR_REDRAWS : 1); tries++) {
+            int32_t id = draw(s, c, n);
+            if (!g || al_grammar_allows(g, id)) return id;
+        }
+    }
+    /* the mask covers the vocabulary's tokens; logits past them (padding) stay refused */
+    int32_t nv = g_grammar_n_tokens(g);
+    size_t sz = (size_t)(nv > s->n_vocab ? nv : s->n_vocab);
+    if (!s->allowed && !(s->allowed = al_calloc(sz, 1))) return -1;
+    if (al_grammar_mask(g, s->allowed) != AL_OK) return -1;
+    fill(s, logits);
+    int n = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (s->allowed[i]) c[n++] = c[i];
+    if (n == 0) return -1;
+    return is_greedy(&s->p) ? greedy(c, n) : draw(s, c, cut(s, c, n));
+}
+
+void al_sampler_set_grammar(al_sampler *s, al_grammar *g) {
+    if (s) s->grammar = g;
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "text/bpe.h"
+#include "text/grammar.h"
 #include "text/special.h"
 #include "text/spm.h"
 #include "util.h"
@@ -506,6 +507,7 @@ void al_vocab_destroy(al_vocab *v) {
     al_free(v->merge_n_left);
     al_free(v->merge_n);
     al_free(v->merges.slots);
+    g_trie_free(v->trie);
     al_free(v);
 }
 

@@ -104,6 +104,7 @@ struct al_vocab {
     tok_hash merges;    /* slots hold ranks */
     bool ignore_merges; /* a pre-token that is itself a token is emitted whole */
     struct bpe_pre *pre;
+    struct g_trie *trie; /* the tokens as a byte trie, for grammars (gmatch.c); built on first use */
 };
 
 /* Id of the token whose text is exactly s[0..n), or -1. */

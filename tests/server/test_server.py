@@ -2,7 +2,8 @@
 
 Checks, in order: the routes; what routers read (running and waiting requests, KV-cache
 use, prefix-cache hits, under anyllm's and vLLM's names; X-Prefix-Hash); the official openai client (chat and completions, plain and
-streamed, stop strings, seeds, token-id prompts); a bad-input suite where every case must
+streamed, stop strings, seeds, token-id prompts); structured output (json_object, 200 random
+JSON Schemas validated with jsonschema, unsupported schemas refused, grammars); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
 and the full queue on a second instance; the Harmony chat format on another (replies
 through the reply parser); what a web page could send (foreign Host, no Host, text/plain
@@ -1214,6 +1215,45 @@ def chat_page_in(exe, base, key):
     check("Paris" in reply, f"the chat page's reply{how} names Paris")
 
 
+# ---- structured output ---------------------------------------------------------------------------
+
+def test_structured():
+    """response_format: json_object and 200 random JSON Schemas (tests/server/schemas.py),
+    each answer validated with jsonschema; unsupported schema features are 400s."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import schemas
+
+    def post_json(body):
+        r = post(CHAT, body, timeout=300)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+    st, r = post_json(chat_body("Give me a JSON object describing a cat with name and age.",
+                                max_tokens=300, temperature=0, response_format={"type": "json_object"}))
+    text = r["choices"][0]["message"]["content"] if st == 200 else ""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    check(st == 200 and isinstance(obj, dict) and r["choices"][0]["finish_reason"] == "stop",
+          f"json_object gives an object: {text[:80]!r}")
+    for what, rf, code in (("type unknown", {"type": "yaml"}, 400),
+                           ("schema not an object", {"type": "json_schema", "json_schema": {"schema": "x"}}, 400),
+                           ("json_schema missing", {"type": "json_schema"}, 400),
+                           ("not an object", "json", 400)):
+        st, r = post_json(chat_body(max_tokens=2, response_format=rf))
+        check(st == code and isinstance(r, dict) and "error" in r, f"response_format {what}: {st}")
+    st, r = post_json(chat_body(max_tokens=2, grammar="root ::= x"))
+    check(st == 400 and "not defined" in r["error"]["message"], f"a grammar with an undefined rule: {st}")
+    st, r = post_json(chat_body(max_tokens=40, temperature=0, grammar='root ::= "yes" | "no"'))
+    check(st == 200 and r["choices"][0]["message"]["content"] in ("yes", "no")
+          and r["choices"][0]["finish_reason"] == "stop",
+          f"grammar yes|no: {r['choices'][0]['message']['content'] if st == 200 else st!r}")
+    schemas.run(post_json, check)
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def main():
@@ -1230,7 +1270,7 @@ def main():
     ARGS = ap.parse_args()
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("router", test_router_metrics),
-             ("openai", test_openai_client), ("bad", test_bad_input),
+             ("openai", test_openai_client), ("structured", test_structured), ("bad", test_bad_input),
              ("auth", test_api_key_and_queue), ("harmony", test_harmony),
              ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
