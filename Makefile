@@ -99,6 +99,10 @@ TEST_LDLIBS_toolcall := -ljansson
 # JSON Schema to grammar, with the library's grammars
 $(BUILD)/test_schema: $(BUILD)/src/server/schema.o $(BUILD)/src/server/buf.o
 TEST_LDLIBS_schema := -ljansson
+# the request side of tool calls
+TOOLS_TEST_SRC := src/server/tools.c src/server/schema.c src/server/buf.c src/server/error.c
+$(BUILD)/test_tools: $(TOOLS_TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_LDLIBS_tools := -ljansson
 
 unit: $(TESTS) $(BUILD)/anyllm
 	SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh $(TESTS) tests/cli.sh tests/quantize.sh
@@ -204,8 +208,6 @@ $(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src
 		$< $(LIB_SRC) -o $@ $(LDLIBS)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1
-asan: $(ASAN_TESTS)
-	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_TESTS)
 
 # The thread pool under ThreadSanitizer: jobs are handed over through atomics, and a
 # race it reports (halting the test) is one that a run which happens to pass hides.
@@ -235,6 +237,14 @@ $(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: $(BUILD)/gen/b
 $(ASAN_DIR)/obj/tools/cmd_bench.o $(ASAN_DIR)/obj/tools/anyllm.o: ASAN_CLI_FLAGS += -DAL_BUILD='"$(AL_BUILD)"'
 $(ASAN_CLI): $(ASAN_CLI_OBJ)
 	$(CC) $(ASAN_CLI_FLAGS) $^ -o $@ $(filter-out -ldl,$(LDLIBS)) $(SERVER_LDLIBS) $(CHAT_LDLIBS)
+# the request side of tool calls under the sanitizers
+ASAN_TESTS += $(ASAN_DIR)/test_tools
+$(ASAN_DIR)/test_tools: tests/test_tools.c $(TOOLS_TEST_SRC) $(wildcard src/server/*.h tests/*.h)
+	@mkdir -p $(ASAN_DIR)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
+		tests/test_tools.c $(TOOLS_TEST_SRC) -o $@ -ljansson -lm
+asan: $(ASAN_TESTS)
+	SHARED=$(SHARED) $(ASAN_ENV) sh tests/run.sh $(ASAN_TESTS)
 
 # Semantically malformed models (tests/gen_malformed*.c), written from a tiny base model
 # and run through the sanitizer CLI by tests/malformed.sh.

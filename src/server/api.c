@@ -20,22 +20,10 @@
 
 #include "server/api.h"
 #include "server/schema.h"
+#include "server/tools.h"
 #include "util.h"
 
 enum { MAX_STOP_BYTES = 256 };
-
-bool srv_fail(srv_error *err, int status, const char *param, const char *code,
-              const char *fmt, ...) {
-    err->status = status;
-    err->type = status >= 500 ? "server_error" : "invalid_request_error";
-    err->code = code;
-    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return false;
-}
 
 /* ---- optional fields: 0 absent or null, 1 read, -1 refused (err filled) ---------------- */
 
@@ -160,38 +148,9 @@ static bool tokenize(const srv_api *api, const char *text, size_t len, const cha
     return *ids ? true : srv_fail(err, 500, NULL, NULL, "out of memory");
 }
 
-/* A message's content: a string, or an array of {"type": "text", "text": ...} parts,
- * which are joined (into *owned, which the caller frees). */
-static const char *message_content(json_t *c, size_t i, char **owned, srv_error *err) {
-    if (json_is_string(c)) return json_string_value(c);
-    if (!json_is_array(c)) {
-        srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content must be a string or "
-                 "an array of text parts", i);
-        return NULL;
-    }
-    srv_buf b = {0};
-    srv_buf_add(&b, "", 0);
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *part = json_array_get(c, k), *text = json_object_get(part, "text");
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text)) {
-            srv_buf_free(&b);
-            srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu] must be "
-                     "{\"type\": \"text\", \"text\": STRING}: only text is supported", i, k);
-            return NULL;
-        }
-        srv_buf_add(&b, json_string_value(text), json_string_length(text));
-    }
-    if (b.failed) {
-        srv_buf_free(&b);
-        srv_fail(err, 500, NULL, NULL, "out of memory");
-        return NULL;
-    }
-    return *owned = b.s;
-}
-
-/* messages → the model's chat template → tokens. */
-static bool chat_tokens(const srv_api *api, json_t *o, int32_t **ids, int *n, srv_error *err) {
+/* messages (tools, calls and results written in) → the model's chat template → tokens. */
+static bool chat_tokens(const srv_api *api, json_t *o, const srv_tools *tools, int32_t **ids,
+                        int *n, srv_error *err) {
     json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return srv_fail(err, 400, "messages", msgs ? "invalid_type" : "missing", "messages must be "
@@ -199,35 +158,19 @@ static bool chat_tokens(const srv_api *api, json_t *o, int32_t **ids, int *n, sr
     if (!api->tmpl_name)
         return srv_fail(err, 500, NULL, "unsupported_template", "the model's chat template is not "
                         "recognised; start the server with --chat-template NAME");
-    size_t nm = json_array_size(msgs);
-    al_chat_message *cm = calloc(nm, sizeof *cm);
-    char **owned = calloc(nm, sizeof *owned);
-    bool ok = cm && owned;
-    if (!ok) srv_fail(err, 500, NULL, NULL, "out of memory");
-    for (size_t i = 0; ok && i < nm; i++) {
-        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
-        const char *r = json_string_value(role);
-        if (!json_is_object(m) || !r)
-            ok = srv_fail(err, 400, "messages", "invalid_type", "messages[%zu] must be an object "
-                          "with a string role", i);
-        else if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            ok = srv_fail(err, 400, "messages", "invalid_value", "messages[%zu].role '%.40s' is "
-                          "not system, user or assistant", i, r);
-        else if (!(cm[i].content =
-                       message_content(json_object_get(m, "content"), i, &owned[i], err)))
-            ok = false;
-        cm[i].role = r;
-    }
+    al_chat_message *cm = NULL;
+    char **owned = NULL;
+    int nm = 0, n_owned = 0;
+    bool ok = srv_tools_messages(tools, api->tmpl_name, msgs, &cm, &nm, &owned, &n_owned, err);
     /* al_chat_tokenize: marker text inside a message must not become control tokens */
     int32_t *t = NULL;
-    if (ok && al_chat_tokenize(api->vocab, api->tmpl_name, api->tmpl, cm, (int)nm, true, &t,
-                               n) != AL_OK)
+    if (ok && al_chat_tokenize(api->vocab, api->tmpl_name, api->tmpl, cm, nm, true, &t, n) != AL_OK)
         ok = srv_fail(err, 400, "messages", NULL, "cannot render the chat: %s", al_last_error());
     if (ok && !(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids)))
         ok = srv_fail(err, 500, NULL, NULL, "out of memory");
     if (ok) memcpy(*ids, t, (size_t)*n * sizeof **ids);
     al_free_tokens(t);
-    for (size_t i = 0; owned && i < nm; i++) free(owned[i]);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     free(cm);
     return ok;
@@ -382,15 +325,21 @@ static bool format_grammar(json_t *o, srv_gram *g, bool *any, srv_error *err) {
 }
 
 /* The job's grammar and the sampler held to it. */
-static bool constrain(const srv_api *api, json_t *o, srv_kind kind, srv_job *j, srv_error *err) {
+static bool constrain(const srv_api *api, json_t *o, srv_kind kind, const srv_tools *tools,
+                      srv_job *j, srv_error *err) {
     srv_gram g = {0};
-    bool any = false;
-    bool ok = format_grammar(o, &g, &any, err);
+    bool any = false, calls = false;
+    bool ok = format_grammar(o, &g, &any, err) && srv_tools_grammar(tools, &g, &calls, err);
+    if (ok && any && calls)
+        ok = srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice asks for tool calls "
+                      "and response_format for an answer in a format: give one of them");
+    any |= calls;
     if (ok && any && kind == SRV_KIND_CHAT && api->tmpl_name && !strcmp(api->tmpl_name, "harmony"))
         ok = srv_fail(err, 400, "response_format", "unsupported_value", "constrained output is "
                       "not supported with the harmony chat format yet");
     if (ok && any && al_grammar_create(api->vocab, g.text.s ? g.text.s : "", &j->grammar) != AL_OK)
-        ok = srv_fail(err, 400, json_object_get(o, "grammar") ? "grammar" : "response_format",
+        ok = srv_fail(err, 400, calls ? "tools" : json_object_get(o, "grammar") ? "grammar"
+                                                                                : "response_format",
                       "invalid_grammar", "%s", al_last_error());
     if (ok && j->grammar) al_sampler_set_grammar(j->sampler, j->grammar);
     srv_gram_free(&g);
@@ -416,12 +365,17 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     bool ok = j ? true : srv_fail(err, 500, NULL, NULL, "out of memory");
     if (ok && !json_is_object(o))
         ok = srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    srv_tools tools = {0};
     ok = ok && parse_options(api, o, out, j, &sp, &max_tokens, err);
-    if (ok && kind == SRV_KIND_CHAT) ok = chat_tokens(api, o, &ids, &n_ids, err);
+    if (ok && kind == SRV_KIND_CHAT)
+        ok = srv_tools_parse(o, api->tmpl_name, api->tmpl, &tools, err) &&
+             chat_tokens(api, o, &tools, &ids, &n_ids, err);
     if (ok && kind == SRV_KIND_COMPLETION) ok = completion_tokens(api, o, &ids, &n_ids, err);
     if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err) &&
-                 harmony_parser(api, kind, j, err) && constrain(api, o, kind, j, err);
+                 harmony_parser(api, kind, j, err) && constrain(api, o, kind, &tools, j, err);
     else free(ids);
+    if (ok && srv_tools_parsed(&tools)) out->tools = json_incref(tools.tools);
+    srv_tools_free(&tools);
     json_decref(o);
     if (!ok) {
         srv_job_release(NULL, j);
@@ -455,6 +409,29 @@ void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap)
 
 const char *srv_finish_reason(srv_finish f) {
     return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
+}
+
+const char *srv_reply_finish(srv_finish f, int n_calls) {
+    return f == SRV_FINISH_STOP && n_calls > 0 ? "tool_calls" : srv_finish_reason(f);
+}
+
+/* {"id": "call_...", "type": "function", "function": {"name", "arguments"}}; arguments
+ * NULL gives the streamed first delta's shape with its index. */
+static json_t *call_object(const srv_call *c, int index, bool with_index, bool head) {
+    char id[40];
+    snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)fresh_seed(),
+             (unsigned long long)(fresh_seed() >> 32));
+    json_t *o = json_object();
+    if (with_index) json_object_set_new(o, "index", json_integer(index));
+    if (head) {
+        json_object_set_new(o, "id", json_string(id));
+        json_object_set_new(o, "type", json_string("function"));
+    }
+    json_t *f = json_object();
+    if (head) json_object_set_new(f, "name", json_string(c->name));
+    json_object_set_new(f, "arguments", json_string(head && with_index ? "" : c->arguments));
+    json_object_set_new(o, "function", f);
+    return o;
 }
 
 void srv_api_error_body(const srv_error *err, srv_buf *out) {
@@ -514,10 +491,20 @@ static bool emit_event(json_t *obj, srv_buf *out) {
 }
 
 bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                   size_t rlen, const srv_job_state *st, srv_buf *out) {
+                   size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
+                   srv_buf *out) {
     const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
-    json_t *o = envelope(r, object, choice(r, false, text, len, reasoning, rlen, false,
-                                           srv_finish_reason(st->finish)));
+    json_t *c = choice(r, false, text, len, reasoning, rlen, false,
+                       srv_reply_finish(st->finish, n_calls));
+    json_t *msg = json_object_get(c, "message");
+    if (n_calls > 0 && msg) {
+        json_t *list = json_array();
+        for (int i = 0; i < n_calls; i++)
+            json_array_append_new(list, call_object(&calls[i], i, false, true));
+        json_object_set_new(msg, "tool_calls", list);
+        if (len == 0) json_object_set_new(msg, "content", json_null());
+    }
+    json_t *o = envelope(r, object, c);
     if (o) json_object_set_new(o, "usage", usage(st));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -542,8 +529,20 @@ bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const c
     return emit_event(envelope(r, chunk_object(r), c), out);
 }
 
+bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
+    bool ok = true;
+    for (int part = 0; part < 2 && ok; part++) {
+        json_t *msg = json_pack("{s:[o]}", "tool_calls", call_object(call, r->n_calls, true, !part));
+        json_t *c = json_pack("{s:i, s:o, s:n, s:n}", "index", 0, "delta", msg, "logprobs",
+                              "finish_reason");
+        ok = emit_event(envelope(r, chunk_object(r), c), out);
+    }
+    r->n_calls++;
+    return ok;
+}
+
 bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out) {
-    const char *why = srv_finish_reason(st->finish);
+    const char *why = srv_reply_finish(st->finish, r->n_calls);
     bool ok = true;
     if (!why) { /* the engine failed or is stopping: say so in the stream, then end it */
         srv_error err;

@@ -9,24 +9,11 @@
 #ifndef AL_SERVER_API_H
 #define AL_SERVER_API_H
 
+#include <jansson.h>
 #include <stdbool.h>
 
 #include "server/engine.h"
-
-typedef struct srv_error {
-    int status;       /* HTTP status: 400, 401, 404, 413, 429, 500, 503, ...  */
-    const char *type; /* "invalid_request_error", "server_error", ...         */
-    const char *code; /* machine-readable, or NULL                            */
-    char param[64];   /* the request field at fault, or "" (JSON null)        */
-    char message[512];
-} srv_error;
-
-/* Fills *err and returns false, so refusals read `return srv_fail(err, 400, ...);`. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 5, 6)))
-#endif
-bool srv_fail(srv_error *err, int status, const char *param, const char *code,
-              const char *fmt, ...);
+#include "server/error.h"
 
 typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
 
@@ -46,6 +33,8 @@ typedef struct srv_request {
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     srv_job *job;       /* one reference, the caller's: submit it, then release it */
+    json_t *tools;      /* the tools when the reply is parsed for calls (toolcall.h), or NULL;
+                           one reference, the caller's */
 } srv_request;
 
 /* Validates a request body and builds its job. On failure returns false, *err says why
@@ -62,7 +51,13 @@ typedef struct srv_resp {
     long long created;  /* Unix seconds */
     const char *model;
     bool include_usage;
+    int n_calls;        /* tool calls sent so far: a reply with some ends in "tool_calls" */
 } srv_resp;
+
+/* A tool call of a reply: name and arguments (a JSON object's text). */
+typedef struct srv_call {
+    const char *name, *arguments;
+} srv_call;
 
 void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage);
 
@@ -73,7 +68,8 @@ void srv_api_error_body(const srv_error *err, srv_buf *out);
  * "reasoning_content" when rlen > 0, as other OpenAI-compatible servers name the
  * reasoning of a model) and the job's end state. */
 bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                   size_t rlen, const srv_job_state *st, srv_buf *out);
+                   size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
+                   srv_buf *out);
 
 /* Server-sent events, each appended as "data: {...}\n\n":
  * the first chunk (chat: the assistant role), a chunk of text and/or reasoning (the
@@ -84,6 +80,9 @@ bool srv_api_chunk_start(const srv_resp *r, srv_buf *out);
 bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const char *reasoning,
                         size_t rlen, srv_buf *out);
 bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out);
+/* A tool call, streamed: a delta with its index, id, type and name (arguments ""), then
+ * one with its arguments. */
+bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out);
 
 /* X-Prefix-Hash: 16 hex digits of a 64-bit FNV-1a hash over the first k token ids of a
  * rendered prompt, written to out (cap >= 17); "" when k is 0 or the prompt is shorter
@@ -92,5 +91,7 @@ void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap)
 
 /* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */
 const char *srv_finish_reason(srv_finish f);
+/* ... of a reply with n_calls tool calls: "tool_calls" for one that stopped with some. */
+const char *srv_reply_finish(srv_finish f, int n_calls);
 
 #endif /* AL_SERVER_API_H */

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "server/api.h"
+#include "server/toolcall.h"
 #include "util.h"
 
 enum {
@@ -127,6 +128,8 @@ typedef struct stream {
     size_t reasoning_from; /* bytes of the job's reasoning already sent */
     bool started, ended;
     srv_buf text, reasoning;
+    json_t *tools;      /* its own reference, for tc */
+    srv_tc *tc;         /* the reply's tool calls (toolcall.h), or NULL */
 } stream;
 
 srv_params srv_default_params(void) {
@@ -316,6 +319,30 @@ static bool client_gone(int fd) {
     return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
+/* Events of the tool-call parser as chunks: text as content deltas, calls as tool_calls
+ * deltas. */
+static bool emit_tc_events(srv_resp *resp, const srv_tc_event *ev, int n, srv_buf *out) {
+    for (int i = 0; i < n; i++) {
+        if (ev[i].kind == SRV_TC_TEXT) {
+            srv_api_chunk_text(resp, ev[i].text, ev[i].len, NULL, 0, out);
+        } else {
+            srv_call call = {ev[i].name, ev[i].arguments};
+            srv_api_chunk_call(resp, &call, out);
+        }
+    }
+    return !out->failed;
+}
+
+/* The new text of a reply parsed for tool calls (and, at its end, what was held). */
+static bool stream_calls(stream *st, bool end) {
+    const srv_tc_event *ev;
+    int n;
+    if (!srv_tc_push(st->tc, st->text.s ? st->text.s : "", st->text.len, &ev, &n) ||
+        !emit_tc_events(&st->resp, ev, n, &st->out))
+        return false;
+    return !end || (srv_tc_finish(st->tc, &ev, &n) && emit_tc_events(&st->resp, ev, n, &st->out));
+}
+
 /* libmicrohttpd asks for the next bytes of a stream: waits for text or the end of the
  * job, formats them as events, and hands them over; a hang-up cancels the job. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -338,7 +365,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             srv_job_cancel(e, st->job);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (st->text.len || st->reasoning.len)
+        bool ok = true;
+        if (st->tc) ok = stream_calls(st, js.finish != SRV_FINISH_NONE);
+        else if (st->text.len || st->reasoning.len)
             srv_api_chunk_text(&st->resp, st->text.s, st->text.len, st->reasoning.s,
                                st->reasoning.len, &st->out);
         st->text_from = js.text_len;
@@ -347,7 +376,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
         }
-        if (st->out.failed || st->text.failed || st->reasoning.failed) {
+        if (!ok || st->out.failed || st->text.failed || st->reasoning.failed) {
             srv_job_cancel(e, st->job);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -365,6 +394,8 @@ static void stream_free(void *cls) {
     srv_buf_free(&st->out);
     srv_buf_free(&st->text);
     srv_buf_free(&st->reasoning);
+    srv_tc_destroy(st->tc);
+    json_decref(st->tools);
     free(st);
 }
 
@@ -377,6 +408,10 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     srv_job_ref(s->engine, st->job); /* the response's own, dropped by stream_free */
     st->fd = client_fd(c);
     srv_resp_init(&st->resp, req->kind, s->model_name, req->include_usage);
+    if (req->tools && !(st->tools = json_incref(req->tools), st->tc = srv_tc_create(st->tools))) {
+        stream_free(st);
+        return MHD_NO;
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
     if (!resp) {
@@ -421,6 +456,41 @@ static bool wait_job(srv_engine *e, struct MHD_Connection *c, srv_job *j, size_t
     return true;
 }
 
+static void free_calls(srv_call *calls, int n) {
+    for (int i = 0; i < n; i++) {
+        free((char *)calls[i].name);
+        free((char *)calls[i].arguments);
+    }
+    free(calls);
+}
+
+/* A whole reply through the tool-call parser: its text into content, its calls into
+ * *calls (names and arguments copied: free_calls). */
+static bool tool_calls(srv_tc *tc, const srv_buf *text, srv_buf *content, srv_call **calls,
+                       int *n_calls) {
+    const srv_tc_event *ev[2];
+    int n[2];
+    if (!srv_tc_push(tc, text->s ? text->s : "", text->len, &ev[0], &n[0])) return false;
+    /* the push's events live until the next call: copy them out first */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n[pass]; i++) {
+            const srv_tc_event *x = &ev[pass][i];
+            if (x->kind == SRV_TC_TEXT) {
+                srv_buf_add(content, x->text, x->len);
+                continue;
+            }
+            srv_call *grown = realloc(*calls, (size_t)(*n_calls + 1) * sizeof **calls);
+            if (!grown) return false;
+            *calls = grown;
+            srv_call cp = {strdup(x->name), strdup(x->arguments)};
+            (*calls)[(*n_calls)++] = cp;
+            if (!cp.name || !cp.arguments) return false;
+        }
+        if (pass == 0 && !srv_tc_finish(tc, &ev[1], &n[1])) return false;
+    }
+    return !content->failed;
+}
+
 /* Waits for the end of a plain (non-stream) job and answers with the whole object. */
 static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
                                     const srv_request *req) {
@@ -428,15 +498,29 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
     srv_job_state js;
     if (!wait_job(e, c, req->job, SIZE_MAX, &js)) return MHD_NO;
     if (!srv_finish_reason(js.finish)) return answer_failed(c, r, &js);
-    srv_buf text = {0}, reasoning = {0}, body = {0};
+    srv_buf text = {0}, reasoning = {0}, body = {0}, content = {0};
     srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
     srv_resp_init(&resp, req->kind, s->model_name, false);
-    srv_api_final(&resp, text.s ? text.s : "", text.len, reasoning.s, reasoning.len, &js, &body);
-    enum MHD_Result q = answer_json(c, r, 200, &body);
+    srv_tc *tc = req->tools ? srv_tc_create(req->tools) : NULL;
+    srv_call *calls = NULL;
+    int n_calls = 0;
+    bool ok = !req->tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));
+    const srv_buf *answer = tc ? &content : &text;
+    if (ok)
+        srv_api_final(&resp, answer->s ? answer->s : "", answer->len, reasoning.s, reasoning.len,
+                      calls, n_calls, &js, &body);
+    srv_error err;
+    enum MHD_Result q = ok && !body.failed
+                            ? answer_json(c, r, 200, &body)
+                            : answer_error(c, r, (srv_fail(&err, 500, NULL, NULL, "out of memory "
+                                                           "reading the reply"), &err));
+    srv_tc_destroy(tc);
+    free_calls(calls, n_calls);
     srv_buf_free(&text);
     srv_buf_free(&reasoning);
     srv_buf_free(&body);
+    srv_buf_free(&content);
     return q;
 }
 
@@ -452,6 +536,9 @@ static enum MHD_Result answer_unavailable(struct MHD_Connection *c, http_req *r)
     return answer_error(c, r, &err);
 }
 
+static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                   srv_request *rq);
+
 /* The body is complete: validate, queue, answer. */
 static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, http_req *r) {
     srv_error err;
@@ -466,6 +553,16 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
     srv_kind kind = r->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
     if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
         return answer_error(c, r, &err);
+    enum MHD_Result q = run_request(s, c, r, &req);
+    json_decref(req.tools);
+    return q;
+}
+
+/* A valid request: queue its job, then answer whole or as a stream. */
+static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http_req *r,
+                                   srv_request *rq) {
+    srv_error err;
+    srv_request req = *rq;
     req.job->t_arrival = r->t_start;
     srv_prefix_hash(req.job->prompt, req.job->n_prompt, s->p.prefix_hash_tokens, r->prefix_hash,
                     sizeof r->prefix_hash);

@@ -7,6 +7,7 @@
  *              free sequence slots and runs one decode step for all active slots at once
  *              (al_eval_multi), which is continuous batching
  *   schema.c   JSON Schema to grammar text, for response_format
+ *   tools.c    tools, tool_choice and the conversation's calls and results, as prompt text
  *   toolcall.c tool calls parsed out of a reply as it streams
  *   metrics.c  counters and the time-to-first-token histogram, as Prometheus text
  *   buf.c      the growable byte buffer the others share

@@ -3,7 +3,9 @@
 Checks, in order: the routes; what routers read (running and waiting requests, KV-cache
 use, prefix-cache hits, under anyllm's and vLLM's names; X-Prefix-Hash); the official openai client (chat and completions, plain and
 streamed, stop strings, seeds, token-id prompts); structured output (json_object, 200 random
-JSON Schemas validated with jsonschema, unsupported schemas refused, grammars); a bad-input suite where every case must
+JSON Schemas validated with jsonschema, unsupported schemas refused, grammars); tool calls (the
+openai client with tool_choice required and named, streamed deltas, calls and results in a
+conversation, the parser on replies forced by a grammar, bad tools); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
 and the full queue on a second instance; the Harmony chat format on another (replies
 through the reply parser); what a web page could send (foreign Host, no Host, text/plain
@@ -377,7 +379,7 @@ def bad_cases():
         ("messages is a string", CHAT, {"messages": "hello"}, 400),
         ("messages empty", CHAT, {"messages": []}, 400),
         ("message is a number", CHAT, {"messages": [1]}, 400),
-        ("role 'tool'", CHAT, {"messages": [{"role": "tool", "content": "x"}]}, 400),
+        ("role 'function'", CHAT, {"messages": [{"role": "function", "content": "x"}]}, 400),
         ("role is a number", CHAT, {"messages": [{"role": 5, "content": "x"}]}, 400),
         ("content is a number", CHAT, {"messages": [{"role": "user", "content": 5}]}, 400),
         ("content is null", CHAT, {"messages": [{"role": "user", "content": None}]}, 400),
@@ -1215,6 +1217,133 @@ def chat_page_in(exe, base, key):
     check("Paris" in reply, f"the chat page's reply{how} names Paris")
 
 
+# ---- tool calls ----------------------------------------------------------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                   "required": ["zone"]}}}
+
+
+def streamed_calls(stream):
+    """Accumulates a streamed reply: content, tool calls by index, finish_reason."""
+    content, calls, finish = [], {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        ch = chunk.choices[0]
+        if ch.delta.content:
+            content.append(ch.delta.content)
+        for tc in ch.delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = c["id"] or tc.id
+            if tc.function and tc.function.name:
+                c["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                c["arguments"] += tc.function.arguments
+        finish = ch.finish_reason or finish
+    return "".join(content), [calls[i] for i in sorted(calls)], finish
+
+
+def test_tools():
+    """Tool calls with the openai client: tool_choice required and named (the reply held
+    to calls by a grammar), parallel_tool_calls false, streamed deltas against the plain
+    reply, a conversation with the calls and their results; replies forced by a grammar
+    through the parser (text before a call, the XML form of Qwen3.5), and bad tools."""
+    client = openai.OpenAI(base_url=BASE + "/v1", api_key="not-needed", max_retries=0)
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model="m", temperature=0, max_tokens=120, messages=ask,
+                                       tools=[WEATHER, TIME], tool_choice="required")
+    m = r.choices[0].message
+    calls = m.tool_calls or []
+    args = [json.loads(c.function.arguments) for c in calls]
+    check(r.choices[0].finish_reason == "tool_calls" and calls and m.content is None
+          and all(c.type == "function" and c.id.startswith("call_") for c in calls)
+          and all(c.function.name in ("get_weather", "get_time") for c in calls)
+          and all(isinstance(a, dict) for a in args),
+          f"tool_choice required: {[(c.function.name, c.function.arguments) for c in calls]}")
+    text, scalls, finish = streamed_calls(client.chat.completions.create(
+        model="m", temperature=0, max_tokens=120, messages=ask, tools=[WEATHER, TIME],
+        tool_choice="required", stream=True))
+    check(finish == "tool_calls" and [(c["name"], c["arguments"]) for c in scalls]
+          == [(c.function.name, c.function.arguments) for c in calls] and not text
+          and all(c["id"] for c in scalls),
+          f"streamed tool calls match the plain reply: {scalls}")
+    r = client.chat.completions.create(model="m", temperature=0, max_tokens=120, messages=ask,
+                                       tools=[WEATHER, TIME], parallel_tool_calls=False,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    calls = r.choices[0].message.tool_calls or []
+    check(len(calls) == 1 and calls[0].function.name == "get_time"
+          and "zone" in json.loads(calls[0].function.arguments),
+          f"a named tool, one call: {[(c.function.name, c.function.arguments) for c in calls]}")
+    # the call and its result in the conversation, then an answer
+    conv = ask + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"sky": "sunny", "celsius": 21}'}]
+    r = client.chat.completions.create(model="m", temperature=0, max_tokens=40, messages=conv,
+                                       tools=[WEATHER])
+    check(r.choices[0].finish_reason in ("stop", "length") and r.choices[0].message.content,
+          f"a conversation with a call and its result: {r.choices[0].message.content!r}")
+    # tool_choice auto: what the model writes is parsed; a grammar makes it write a call
+    forced = ('root ::= "I will check.\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", '
+              '\\"arguments\\": {\\"city\\": \\"Rome\\"}}\\n</tool_call>"')
+    for stream in (False, True):
+        body = {"model": "m", "messages": ask, "tools": [WEATHER], "extra_body": {"grammar": forced},
+                "stream": stream}
+        if stream:
+            text, scalls, finish = streamed_calls(client.chat.completions.create(**body))
+        else:
+            r = client.chat.completions.create(**body)
+            text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+            scalls = [{"name": c.function.name, "arguments": c.function.arguments}
+                      for c in r.choices[0].message.tool_calls or []]
+        check(text == "I will check." and finish == "tool_calls" and len(scalls) == 1
+              and scalls[0]["name"] == "get_weather" and json.loads(scalls[0]["arguments"]) == {"city": "Rome"},
+              f"text before a call{' (streamed)' if stream else ''}: {text!r} {scalls}")
+    xml = ('root ::= "<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nSan Jos\\u00e9\\n'
+           '</parameter>\\n<parameter=unit>\\ncelsius\\n</parameter>\\n</function>\\n</tool_call>"')
+    r = client.chat.completions.create(model="m", messages=ask, tools=[WEATHER], extra_body={"grammar": xml})
+    calls = r.choices[0].message.tool_calls or []
+    check(len(calls) == 1 and json.loads(calls[0].function.arguments) == {"city": "San José", "unit": "celsius"},
+          f"the XML form (Qwen3.5) parsed: {[c.function.arguments for c in calls]}")
+    r = client.chat.completions.create(model="m", messages=ask, tools=[WEATHER], tool_choice="none",
+                                       extra_body={"grammar": forced})
+    check(not r.choices[0].message.tool_calls and "<tool_call>" in r.choices[0].message.content
+          and r.choices[0].finish_reason == "stop", "tool_choice none: the reply is not parsed")
+    bad = [("a tool not a function", {"tools": [{"type": "web_search"}]}, "only function tools"),
+           ("a tool without a name", {"tools": [{"type": "function", "function": {}}]}, "name"),
+           ("a bad tool name", {"tools": [{"type": "function", "function": {"name": "a b"}}]}, "must be"),
+           ("two tools of one name", {"tools": [WEATHER, WEATHER]}, "both named"),
+           ("parameters not an object", {"tools": [{"type": "function", "function": {
+               "name": "f", "parameters": "x"}}]}, "parameters"),
+           ("an unknown tool_choice", {"tools": [WEATHER], "tool_choice": "always"}, "tool_choice"),
+           ("tool_choice naming no tool", {"tools": [WEATHER], "tool_choice": {
+               "type": "function", "function": {"name": "nope"}}}, "not among"),
+           ("tool_choice without tools", {"tool_choice": "required"}, "no tools"),
+           ("required with an unsupported schema", {"tool_choice": "required", "tools": [
+               {"type": "function", "function": {"name": "f", "parameters": {
+                   "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]},
+            "uniqueItems"),
+           ("required and response_format", {"tools": [WEATHER], "tool_choice": "required",
+                                             "response_format": {"type": "json_object"}}, "one of them"),
+           ("tool_calls on a user message", {"messages": [{"role": "user", "content": "x", "tool_calls": [
+               {"function": {"name": "f", "arguments": "{}"}}]}]}, "only assistant"),
+           ("parallel_tool_calls not a boolean", {"tools": [WEATHER], "parallel_tool_calls": "yes"},
+            "parallel_tool_calls")]
+    for what, extra, expect in bad:
+        body = chat_body(max_tokens=2)
+        body.update(extra)
+        rr = post(CHAT, body)
+        msg = rr.json().get("error", {}).get("message", "") if rr.status_code == 400 else ""
+        check(rr.status_code == 400 and expect in msg, f"{what}: {rr.status_code} {msg[:100]!r}")
+
+
 # ---- structured output ---------------------------------------------------------------------------
 
 def test_structured():
@@ -1270,7 +1399,8 @@ def main():
     ARGS = ap.parse_args()
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("router", test_router_metrics),
-             ("openai", test_openai_client), ("structured", test_structured), ("bad", test_bad_input),
+             ("openai", test_openai_client), ("structured", test_structured), ("tools", test_tools),
+             ("bad", test_bad_input),
              ("auth", test_api_key_and_queue), ("harmony", test_harmony),
              ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),

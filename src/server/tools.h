@@ -1,0 +1,64 @@
+/* tools.h: the request side of tool calls (OpenAI Chat Completions): `tools`,
+ * `tool_choice`, `parallel_tool_calls`, and a conversation's tool calls and results, as
+ * the chatml family writes them.
+ *
+ * The tools are described at the end of the system message (one is added when the
+ * conversation has none), inside <tools></tools>, one JSON object per line, with the
+ * call format: Hermes JSON (<tool_call>{"name", "arguments"}</tool_call>) or, for
+ * templates that use it (Qwen3.5/3.6, Qwen3-Coder: their template mentions
+ * "<function="), the XML form <tool_call><function=NAME><parameter=P>...</tool_call>.
+ * An assistant message's tool_calls are written in that form after its content; the
+ * results of `tool` messages become one user turn of <tool_response> blocks per run of
+ * consecutive results. tool_choice "required" and a named function hold the reply to
+ * calls with a grammar (each function's parameters compiled as JSON Schema); "auto"
+ * leaves the model free and the reply is parsed (toolcall.h); "none" describes no tools.
+ * Other chat formats refuse tools and tool messages (400) rather than drop them.
+ */
+#ifndef AL_SERVER_TOOLS_H
+#define AL_SERVER_TOOLS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "server/error.h"
+#include "server/schema.h"
+
+typedef enum srv_tool_choice {
+    SRV_TOOLS_AUTO,
+    SRV_TOOLS_NONE,
+    SRV_TOOLS_REQUIRED,
+    SRV_TOOLS_NAMED,
+} srv_tool_choice;
+
+typedef struct srv_tools {
+    json_t *tools;        /* the request's "tools" (a reference), or NULL: none */
+    srv_tool_choice choice;
+    const char *named;    /* SRV_TOOLS_NAMED: that function's name (in tools) */
+    bool parallel;        /* parallel_tool_calls (default true) */
+    bool xml;             /* the template writes calls in the XML form */
+} srv_tools;
+
+/* Reads tools, tool_choice and parallel_tool_calls from the request body (every tool a
+ * {"type": "function", "function": {"name", "description", "parameters", "strict"}}
+ * with a name of [A-Za-z0-9_.-], at most 64 bytes). */
+bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_tools *t,
+                     srv_error *err);
+void srv_tools_free(srv_tools *t);
+
+/* The messages as the template's roles and contents, tools and calls written in.
+ * *owned (n_owned strings) holds the texts made here; the caller frees each and the
+ * arrays. */
+bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
+                        al_chat_message **out, int *n_out, char ***owned, int *n_owned,
+                        srv_error *err);
+
+/* For tool_choice required or named: the grammar of the calls (root), *any set; else
+ * nothing is added. */
+bool srv_tools_grammar(const srv_tools *t, srv_gram *g, bool *any, srv_error *err);
+
+/* Whether the reply is parsed for calls. */
+static inline bool srv_tools_parsed(const srv_tools *t) {
+    return t->tools && t->choice != SRV_TOOLS_NONE;
+}
+
+#endif /* AL_SERVER_TOOLS_H */
