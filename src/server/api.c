@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/anthropic.h"
 #include "server/api.h"
 #include "server/schema.h"
 #include "server/tools.h"
@@ -346,6 +347,9 @@ static bool constrain(const srv_api *api, json_t *o, srv_kind kind, const srv_to
     return ok;
 }
 
+static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_request *out,
+                         srv_error *err);
+
 bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
                    srv_request *out, srv_error *err) {
     *out = (srv_request){.kind = kind};
@@ -356,6 +360,24 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     if (!o)
         return srv_fail(err, 400, NULL, "invalid_json", "the request body is not valid JSON: %s "
                         "(line %d, column %d)", je.text, je.line, je.column);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    }
+    if (kind == SRV_KIND_MESSAGES) { /* the chat request it means */
+        json_t *chat = srv_anthropic_request(o, api->n_ctx, err);
+        json_decref(o);
+        if (!chat) return false;
+        o = chat;
+    }
+    bool ok = parse_object(api, kind == SRV_KIND_MESSAGES ? SRV_KIND_CHAT : kind, o, out, err);
+    out->kind = kind;
+    return ok;
+}
+
+/* The request object (a reference, taken over) into the job. */
+static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_request *out,
+                         srv_error *err) {
     srv_job *j = srv_job_create();
     al_sampler_params sp;
     long long max_tokens = 0;
@@ -363,8 +385,6 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     int n_ids = 0;
     const char *param = kind == SRV_KIND_CHAT ? "messages" : "prompt";
     bool ok = j ? true : srv_fail(err, 500, NULL, NULL, "out of memory");
-    if (ok && !json_is_object(o))
-        ok = srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
     srv_tools tools = {0};
     ok = ok && parse_options(api, o, out, j, &sp, &max_tokens, err);
     if (ok && kind == SRV_KIND_CHAT)
@@ -387,12 +407,17 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
 
 /* ---- responses ------------------------------------------------------------------------ */
 
-void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage) {
+void srv_new_id(const char *prefix, char *out, size_t cap) {
     uint64_t a = fresh_seed(), b = fresh_seed();
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a,
+             (unsigned long long)(b >> 32));
+}
+
+void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage) {
     *r = (srv_resp){.kind = kind, .created = (long long)time(NULL), .model = model,
                     .include_usage = include_usage};
-    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", kind == SRV_KIND_CHAT ? "chatcmpl-" : "cmpl-",
-             (unsigned long long)a, (unsigned long long)(b >> 32));
+    srv_new_id(kind == SRV_KIND_CHAT ? "chatcmpl-" : kind == SRV_KIND_MESSAGES ? "msg_" : "cmpl-",
+               r->id, sizeof r->id);
 }
 
 void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap) {
@@ -419,8 +444,7 @@ const char *srv_reply_finish(srv_finish f, int n_calls) {
  * NULL gives the streamed first delta's shape with its index. */
 static json_t *call_object(const srv_call *c, int index, bool with_index, bool head) {
     char id[40];
-    snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)fresh_seed(),
-             (unsigned long long)(fresh_seed() >> 32));
+    srv_new_id("call_", id, sizeof id);
     json_t *o = json_object();
     if (with_index) json_object_set_new(o, "index", json_integer(index));
     if (head) {
@@ -432,6 +456,11 @@ static json_t *call_object(const srv_call *c, int index, bool with_index, bool h
     json_object_set_new(f, "arguments", json_string(head && with_index ? "" : c->arguments));
     json_object_set_new(o, "function", f);
     return o;
+}
+
+void srv_api_error_body_for(srv_kind kind, const srv_error *err, srv_buf *out) {
+    if (kind == SRV_KIND_MESSAGES) srv_anthropic_error_body(err, out);
+    else srv_api_error_body(err, out);
 }
 
 void srv_api_error_body(const srv_error *err, srv_buf *out) {
@@ -493,6 +522,8 @@ static bool emit_event(json_t *obj, srv_buf *out) {
 bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
                    size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
                    srv_buf *out) {
+    if (r->kind == SRV_KIND_MESSAGES)
+        return srv_anthropic_final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
     const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
     json_t *c = choice(r, false, text, len, reasoning, rlen, false,
                        srv_reply_finish(st->finish, n_calls));
@@ -517,19 +548,22 @@ static const char *chunk_object(const srv_resp *r) {
     return r->kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion";
 }
 
-bool srv_api_chunk_start(const srv_resp *r, srv_buf *out) {
+bool srv_api_chunk_start(srv_resp *r, srv_buf *out) {
+    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_start(r, out);
     if (r->kind != SRV_KIND_CHAT) return true; /* text completions have no role to announce */
     return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, NULL, 0, true, NULL)),
                       out);
 }
 
-bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+bool srv_api_chunk_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
                         size_t rlen, srv_buf *out) {
+    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_text(r, text, len, reasoning, rlen, out);
     json_t *c = choice(r, true, len ? text : NULL, len, reasoning, rlen, false, NULL);
     return emit_event(envelope(r, chunk_object(r), c), out);
 }
 
 bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
+    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_call(r, call, out);
     bool ok = true;
     for (int part = 0; part < 2 && ok; part++) {
         json_t *msg = json_pack("{s:[o]}", "tool_calls", call_object(call, r->n_calls, true, !part));
@@ -541,7 +575,8 @@ bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     return ok;
 }
 
-bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out) {
+bool srv_api_chunk_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
+    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_end(r, st, out);
     const char *why = srv_reply_finish(st->finish, r->n_calls);
     bool ok = true;
     if (!why) { /* the engine failed or is stopping: say so in the stream, then end it */

@@ -15,7 +15,9 @@
 #include "server/engine.h"
 #include "server/error.h"
 
-typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
+/* The request's API: what it reads and how replies are written. MESSAGES is a chat
+ * written as Anthropic's Messages API (anthropic.h). */
+typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION, SRV_KIND_MESSAGES } srv_kind;
 
 /* What parsing needs to know about the model; read-only once the server runs. */
 typedef struct srv_api {
@@ -52,7 +54,12 @@ typedef struct srv_resp {
     const char *model;
     bool include_usage;
     int n_calls;        /* tool calls sent so far: a reply with some ends in "tool_calls" */
+    int n_prompt;       /* the prompt's tokens, for APIs that announce them first */
+    int block, open;    /* MESSAGES streams: the current content block, its kind (0 none) */
 } srv_resp;
+
+/* A fresh identifier: prefix and 24 hex digits (cap >= strlen(prefix) + 25). */
+void srv_new_id(const char *prefix, char *out, size_t cap);
 
 /* A tool call of a reply: name and arguments (a JSON object's text). */
 typedef struct srv_call {
@@ -61,8 +68,9 @@ typedef struct srv_call {
 
 void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage);
 
-/* {"error": {...}} as text (appended to out). */
+/* {"error": {...}} as text (appended to out); in Anthropic's form for MESSAGES. */
 void srv_api_error_body(const srv_error *err, srv_buf *out);
+void srv_api_error_body_for(srv_kind kind, const srv_error *err, srv_buf *out);
 
 /* The complete non-streaming object for text and reasoning (valid UTF-8; the message's
  * "reasoning_content" when rlen > 0, as other OpenAI-compatible servers name the
@@ -76,10 +84,10 @@ bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *
  * delta's "content" when len > 0, its "reasoning_content" when rlen > 0), and the end:
  * the chunk with finish_reason (carrying usage too), the usage-only chunk when
  * include_usage, and "data: [DONE]". */
-bool srv_api_chunk_start(const srv_resp *r, srv_buf *out);
-bool srv_api_chunk_text(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+bool srv_api_chunk_start(srv_resp *r, srv_buf *out);
+bool srv_api_chunk_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
                         size_t rlen, srv_buf *out);
-bool srv_api_chunk_end(const srv_resp *r, const srv_job_state *st, srv_buf *out);
+bool srv_api_chunk_end(srv_resp *r, const srv_job_state *st, srv_buf *out);
 /* A tool call, streamed: a delta with its index, id, type and name (arguments ""), then
  * one with its arguments. */
 bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out);

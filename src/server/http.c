@@ -289,11 +289,11 @@ static enum MHD_Result answer_json(struct MHD_Connection *c, http_req *r, int st
 
 static enum MHD_Result answer_error(struct MHD_Connection *c, http_req *r, const srv_error *err) {
     srv_buf b = {0};
-    srv_api_error_body(err, &b);
+    srv_api_error_body_for(r->ep == SRV_EP_MESSAGES ? SRV_KIND_MESSAGES : SRV_KIND_CHAT, err, &b);
     const char *hdr = NULL, *val = NULL;
     if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     if (err->status == 405)
-        hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_COMPLETIONS ? "POST" : "GET, HEAD";
+        hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_MESSAGES ? "POST" : "GET, HEAD";
     if (err->status == 429 || err->status == 503) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
     enum MHD_Result q = b.failed ? MHD_NO
                                  : answer(c, r, err->status, "application/json", b.s, b.len,
@@ -408,6 +408,7 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     srv_job_ref(s->engine, st->job); /* the response's own, dropped by stream_free */
     st->fd = client_fd(c);
     srv_resp_init(&st->resp, req->kind, s->model_name, req->include_usage);
+    st->resp.n_prompt = req->job->n_prompt;
     if (req->tools && !(st->tools = json_incref(req->tools), st->tc = srv_tc_create(st->tools))) {
         stream_free(st);
         return MHD_NO;
@@ -550,7 +551,9 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
     /* a drain may have begun while the body came in */
     if (state_of(s) != SRV_STATE_READY) return answer_unavailable(c, r);
     srv_request req;
-    srv_kind kind = r->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
+    srv_kind kind = r->ep == SRV_EP_CHAT       ? SRV_KIND_CHAT
+                    : r->ep == SRV_EP_MESSAGES ? SRV_KIND_MESSAGES
+                                               : SRV_KIND_COMPLETION;
     if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
         return answer_error(c, r, &err);
     enum MHD_Result q = run_request(s, c, r, &req);
@@ -678,6 +681,7 @@ static srv_endpoint route(const char *url, bool *post) {
     *post = true;
     if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
     if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/messages")) return SRV_EP_MESSAGES;
     return SRV_EP_OTHER;
 }
 
@@ -693,6 +697,9 @@ static bool secret_equal(const char *given, const char *key) {
 
 static bool authorized(const srv_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
+    /* Anthropic's clients send the key as x-api-key */
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x) return secret_equal(x, s->api_key);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     for (h += 7; *h == ' '; h++) {}
@@ -764,7 +771,7 @@ static bool refuse_caller(srv_server *s, struct MHD_Connection *c, http_req *r,
                  "server; start it with --allowed-host NAME to accept it", host);
     else if (!open_route && !authorized(s, c))
         srv_fail(&err, 401, NULL, "invalid_api_key", "a valid API key is required: send "
-                 "'Authorization: Bearer KEY'");
+                 "'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
     else
         return false;
     *q = answer_error(c, r, &err);

@@ -5,7 +5,8 @@ use, prefix-cache hits, under anyllm's and vLLM's names; X-Prefix-Hash); the off
 streamed, stop strings, seeds, token-id prompts); structured output (json_object, 200 random
 JSON Schemas validated with jsonschema, unsupported schemas refused, grammars); tool calls (the
 openai client with tool_choice required and named, streamed deltas, calls and results in a
-conversation, the parser on replies forced by a grammar, bad tools); a bad-input suite where every case must
+conversation, the parser on replies forced by a grammar, bad tools); /v1/messages with the anthropic
+client (messages, streams, tools, tool results, structured output, errors); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
 and the full queue on a second instance; the Harmony chat format on another (replies
 through the reply parser); what a web page could send (foreign Host, no Host, text/plain
@@ -1344,6 +1345,89 @@ def test_tools():
         check(rr.status_code == 400 and expect in msg, f"{what}: {rr.status_code} {msg[:100]!r}")
 
 
+# ---- Anthropic Messages ----------------------------------------------------------------------------
+
+def test_anthropic():
+    """/v1/messages with the anthropic client: a plain message (system, stop_reason, usage),
+    streaming through the client's stream helper (the final message equal to the plain
+    one), tools with tool_choice any and tool (tool_use blocks, input objects), a
+    conversation with tool_use and tool_result blocks, and Anthropic-shaped errors."""
+    import anthropic
+    client = anthropic.Anthropic(base_url=BASE, api_key="not-needed", max_retries=0)
+    ask = [{"role": "user", "content": QUESTION}]
+    greedy = {"temperature": 0}  # the client no longer sends temperature itself
+    m = client.messages.create(model="m", max_tokens=48, extra_body=greedy, messages=ask,
+                               system="You answer in one sentence.")
+    text = "".join(b.text for b in m.content if b.type == "text")
+    check(m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+          and m.stop_reason in ("end_turn", "max_tokens") and "Paris" in text
+          and m.usage.input_tokens > 0 and m.usage.output_tokens > 0,
+          f"anthropic client message: {text!r} {m.stop_reason}")
+    with client.messages.stream(model="m", max_tokens=48, extra_body=greedy, messages=ask,
+                                system="You answer in one sentence.") as st:
+        pieces = [t for t in st.text_stream]
+        final = st.get_final_message()
+    ftext = "".join(b.text for b in final.content if b.type == "text")
+    check("".join(pieces) == text == ftext and final.stop_reason == m.stop_reason
+          and final.usage.output_tokens == m.usage.output_tokens,
+          f"anthropic stream: {len(pieces)} text deltas give the same message")
+    weather = {"name": "get_weather", "description": WEATHER["function"]["description"],
+               "input_schema": WEATHER["function"]["parameters"]}
+    asks = [{"role": "user", "content": "What is the weather in Paris?"}]
+    m = client.messages.create(model="m", max_tokens=120, extra_body=greedy, messages=asks,
+                               tools=[weather], tool_choice={"type": "any"})
+    uses = [b for b in m.content if b.type == "tool_use"]
+    check(m.stop_reason == "tool_use" and uses and all(u.name == "get_weather" and isinstance(u.input, dict)
+                                                       and "city" in u.input and u.id.startswith("toolu_")
+                                                       for u in uses),
+          f"anthropic tool_choice any: {[(u.name, u.input) for u in uses]}")
+    with client.messages.stream(model="m", max_tokens=120, extra_body=greedy, messages=asks, tools=[weather],
+                                tool_choice={"type": "tool", "name": "get_weather",
+                                             "disable_parallel_tool_use": True}) as st:
+        final = st.get_final_message()
+    suses = [b for b in final.content if b.type == "tool_use"]
+    check(final.stop_reason == "tool_use" and len(suses) == 1 and suses[0].input == uses[0].input,
+          f"anthropic streamed tool_use: {[(u.name, u.input) for u in suses]}")
+    conv = asks + [{"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "sunny, 21 C"}]},
+                                     {"type": "text", "text": "So?"}]}]
+    m = client.messages.create(model="m", max_tokens=30, extra_body=greedy, messages=conv, tools=[weather])
+    check(m.stop_reason in ("end_turn", "max_tokens", "tool_use") and m.content,
+          f"anthropic conversation with tool_use and tool_result: {m.content[0]}")
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"], "additionalProperties": False}
+    m = client.messages.create(model="m", max_tokens=100, extra_body=greedy,
+                               messages=[{"role": "user", "content": "Describe a person."}],
+                               output_config={"format": {"type": "json_schema", "schema": person}})
+    out = json.loads(m.content[0].text)
+    check(set(out) == {"name", "age"} and 0 <= out["age"] <= 120 and m.stop_reason == "end_turn",
+          f"anthropic output_config.format json_schema: {out}")
+    for what, body, status, expect in (
+            ("max_tokens missing", {"model": "m", "messages": ask}, 400, "max_tokens"),
+            ("an image block", {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]},
+             400, "image"),
+            ("a server tool", {"model": "m", "max_tokens": 5, "messages": ask,
+                               "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, 400, "server tool"),
+            ("role system in messages", {"model": "m", "max_tokens": 5,
+                                         "messages": [{"role": "system", "content": "x"}]}, 400, "user or assistant")):
+        r = post("/v1/messages", body)
+        j = r.json()
+        check(r.status_code == status and j.get("type") == "error"
+              and j["error"]["type"] == "invalid_request_error" and expect in j["error"]["message"],
+              f"anthropic error, {what}: {r.status_code} {j}")
+    try:
+        client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": []}],
+                               tool_choice={"type": "sometimes"})
+        check(False, "anthropic client gets a BadRequestError")
+    except anthropic.BadRequestError as e:
+        check(e.status_code == 400, f"anthropic client gets a BadRequestError: {e.message[:80]}")
+
+
 # ---- structured output ---------------------------------------------------------------------------
 
 def test_structured():
@@ -1400,7 +1484,7 @@ def main():
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("router", test_router_metrics),
              ("openai", test_openai_client), ("structured", test_structured), ("tools", test_tools),
-             ("bad", test_bad_input),
+             ("anthropic", test_anthropic), ("bad", test_bad_input),
              ("auth", test_api_key_and_queue), ("harmony", test_harmony),
              ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
