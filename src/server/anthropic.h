@@ -20,7 +20,8 @@
 
 #include <jansson.h>
 
-#include "server/api.h"
+#include "server/error.h"
+#include "server/reply.h"
 
 /* The Chat Completions request for a Messages request (a new reference), or NULL with
  * *err filled. */

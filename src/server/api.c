@@ -407,12 +407,6 @@ static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_reque
 
 /* ---- responses ------------------------------------------------------------------------ */
 
-void srv_new_id(const char *prefix, char *out, size_t cap) {
-    uint64_t a = fresh_seed(), b = fresh_seed();
-    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a,
-             (unsigned long long)(b >> 32));
-}
-
 void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage) {
     *r = (srv_resp){.kind = kind, .created = (long long)time(NULL), .model = model,
                     .include_usage = include_usage};
@@ -432,13 +426,6 @@ void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap)
     snprintf(out, cap, "%016llx", (unsigned long long)h);
 }
 
-const char *srv_finish_reason(srv_finish f) {
-    return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
-}
-
-const char *srv_reply_finish(srv_finish f, int n_calls) {
-    return f == SRV_FINISH_STOP && n_calls > 0 ? "tool_calls" : srv_finish_reason(f);
-}
 
 /* {"id": "call_...", "type": "function", "function": {"name", "arguments"}}; arguments
  * NULL gives the streamed first delta's shape with its index. */

@@ -14,10 +14,7 @@
 
 #include "server/engine.h"
 #include "server/error.h"
-
-/* The request's API: what it reads and how replies are written. MESSAGES is a chat
- * written as Anthropic's Messages API (anthropic.h). */
-typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION, SRV_KIND_MESSAGES } srv_kind;
+#include "server/reply.h"
 
 /* What parsing needs to know about the model; read-only once the server runs. */
 typedef struct srv_api {
@@ -45,26 +42,6 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
                    srv_request *out, srv_error *err);
 
 /* ---- responses ------------------------------------------------------------------------- */
-
-/* The fields every object of one response repeats. */
-typedef struct srv_resp {
-    srv_kind kind;
-    char id[48];        /* "chatcmpl-..." or "cmpl-..." */
-    long long created;  /* Unix seconds */
-    const char *model;
-    bool include_usage;
-    int n_calls;        /* tool calls sent so far: a reply with some ends in "tool_calls" */
-    int n_prompt;       /* the prompt's tokens, for APIs that announce them first */
-    int block, open;    /* MESSAGES streams: the current content block, its kind (0 none) */
-} srv_resp;
-
-/* A fresh identifier: prefix and 24 hex digits (cap >= strlen(prefix) + 25). */
-void srv_new_id(const char *prefix, char *out, size_t cap);
-
-/* A tool call of a reply: name and arguments (a JSON object's text). */
-typedef struct srv_call {
-    const char *name, *arguments;
-} srv_call;
 
 void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage);
 
@@ -97,9 +74,6 @@ bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out);
  * than k, so that equal hashes always mean a shared k-token prefix. */
 void srv_prefix_hash(const int32_t *tokens, int n, int k, char *out, size_t cap);
 
-/* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */
-const char *srv_finish_reason(srv_finish f);
-/* ... of a reply with n_calls tool calls: "tool_calls" for one that stopped with some. */
-const char *srv_reply_finish(srv_finish f, int n_calls);
+
 
 #endif /* AL_SERVER_API_H */

@@ -1,0 +1,31 @@
+/* reply.c: identifiers and finish reasons (see reply.h). */
+#include <stdio.h>
+#include <time.h>
+
+#include "server/reply.h"
+
+void srv_new_id(const char *prefix, char *out, size_t cap) {
+    /* splitmix64 over a shared counter and the clock: distinct per call, not guessable
+     * from the previous one without the clock */
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t h[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED) ^
+                     ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        h[i] = z ^ (z >> 31);
+    }
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)h[0],
+             (unsigned long long)(h[1] >> 32));
+}
+
+const char *srv_finish_reason(srv_finish f) {
+    return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
+}
+
+const char *srv_reply_finish(srv_finish f, int n_calls) {
+    return f == SRV_FINISH_STOP && n_calls > 0 ? "tool_calls" : srv_finish_reason(f);
+}

@@ -1,0 +1,41 @@
+/* reply.h: what every API's reply writer shares (api.c for OpenAI's, anthropic.c for
+ * Anthropic's): the request's API, the state of one reply, its tool calls, fresh
+ * identifiers and the finish reasons. */
+#ifndef AL_SERVER_REPLY_H
+#define AL_SERVER_REPLY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/engine.h"
+
+/* The request's API: what it reads and how replies are written. MESSAGES is a chat
+ * written as Anthropic's Messages API (anthropic.h). */
+typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION, SRV_KIND_MESSAGES } srv_kind;
+
+/* The fields every object of one response repeats. */
+typedef struct srv_resp {
+    srv_kind kind;
+    char id[48];        /* "chatcmpl-...", "cmpl-..." or "msg_..." */
+    long long created;  /* Unix seconds */
+    const char *model;
+    bool include_usage;
+    int n_calls;        /* tool calls sent so far: a reply with some ends in "tool_calls" */
+    int n_prompt;       /* the prompt's tokens, for APIs that announce them first */
+    int block, open;    /* MESSAGES streams: the current content block, its kind (0 none) */
+} srv_resp;
+
+/* A fresh identifier: prefix and 24 hex digits (cap >= strlen(prefix) + 25). */
+void srv_new_id(const char *prefix, char *out, size_t cap);
+
+/* A tool call of a reply: name and arguments (a JSON object's text). */
+typedef struct srv_call {
+    const char *name, *arguments;
+} srv_call;
+
+/* The OpenAI finish_reason of an end state: "stop", "length" or NULL. */
+const char *srv_finish_reason(srv_finish f);
+/* ... of a reply with n_calls tool calls: "tool_calls" for one that stopped with some. */
+const char *srv_reply_finish(srv_finish f, int n_calls);
+
+#endif /* AL_SERVER_REPLY_H */
