@@ -195,17 +195,20 @@ $(ASAN_DIR)/test_toolcall: tests/test_toolcall.c src/server/toolcall.c src/serve
 	@mkdir -p $(ASAN_DIR)
 	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
 		tests/test_toolcall.c src/server/toolcall.c src/server/buf.c -o $@ -ljansson
+# The library compiled once with the sanitizers, shared by the tests below (each used to
+# compile all of it again).
+ASAN_TOBJ := $(ASAN_DIR)/tobj
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(ASAN_TOBJ)/%.o)
+$(ASAN_TOBJ)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) -c $< -o $@
 # grammars come from requests: the compiler and matcher (in the library) under the
 # sanitizers, and the schema compiler with them
-$(ASAN_DIR)/test_schema: tests/test_schema.c src/server/schema.c src/server/buf.c $(LIB_SRC) \
-		$(wildcard include/*.h src/*.h src/text/*.h src/server/*.h tests/*.h)
-	@mkdir -p $(ASAN_DIR)
-	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
-		tests/test_schema.c src/server/schema.c src/server/buf.c $(LIB_SRC) -o $@ $(LDLIBS) -ljansson
-$(ASAN_DIR)/test_%: tests/test_%.c $(LIB_SRC) $(wildcard include/*.h src/*.h src/cpu/*.h tests/*.h)
-	@mkdir -p $(ASAN_DIR)
-	$(CC) -std=c11 $(WARN) -Iinclude -Isrc -pthread -D_GNU_SOURCE $(ASAN_FLAGS) \
-		$< $(LIB_SRC) -o $@ $(LDLIBS)
+$(ASAN_DIR)/test_schema: $(ASAN_TOBJ)/tests/test_schema.o $(ASAN_TOBJ)/src/server/schema.o \
+		$(ASAN_TOBJ)/src/server/buf.o $(ASAN_LIB_OBJ)
+	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS) -ljansson
+$(ASAN_DIR)/test_%: $(ASAN_TOBJ)/tests/test_%.o $(ASAN_LIB_OBJ)
+	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=1
 

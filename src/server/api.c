@@ -20,6 +20,7 @@
 
 #include "server/anthropic.h"
 #include "server/api.h"
+#include "server/responses.h"
 #include "server/schema.h"
 #include "server/tools.h"
 #include "util.h"
@@ -364,15 +365,28 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
         json_decref(o);
         return srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
     }
-    if (kind == SRV_KIND_MESSAGES) { /* the chat request it means */
-        json_t *chat = srv_anthropic_request(o, api->n_ctx, err);
+    if (kind == SRV_KIND_MESSAGES || kind == SRV_KIND_RESPONSES) { /* the chat request meant */
+        json_t *chat = kind == SRV_KIND_MESSAGES ? srv_anthropic_request(o, api->n_ctx, err)
+                                                 : srv_responses_request(o, api->n_ctx, api->store, err);
+        if (chat && kind == SRV_KIND_RESPONSES) {
+            json_t *store = json_object_get(o, "store"), *prev = json_object_get(o, "previous_response_id");
+            if (!json_is_false(store)) out->history = json_incref(json_object_get(chat, "messages"));
+            snprintf(out->prev_id, sizeof out->prev_id, "%s", json_is_string(prev) ? json_string_value(prev) : "");
+        }
         json_decref(o);
         if (!chat) return false;
         o = chat;
     }
-    bool ok = parse_object(api, kind == SRV_KIND_MESSAGES ? SRV_KIND_CHAT : kind, o, out, err);
+    bool ok = parse_object(api, kind >= SRV_KIND_MESSAGES ? SRV_KIND_CHAT : kind, o, out, err);
     out->kind = kind;
+    if (!ok) srv_request_clear(out);
     return ok;
+}
+
+void srv_request_clear(srv_request *r) {
+    json_decref(r->tools);
+    json_decref(r->history);
+    r->tools = r->history = NULL;
 }
 
 /* The request object (a reference, taken over) into the job. */
@@ -410,7 +424,10 @@ static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_reque
 void srv_resp_init(srv_resp *r, srv_kind kind, const char *model, bool include_usage) {
     *r = (srv_resp){.kind = kind, .created = (long long)time(NULL), .model = model,
                     .include_usage = include_usage};
-    srv_new_id(kind == SRV_KIND_CHAT ? "chatcmpl-" : kind == SRV_KIND_MESSAGES ? "msg_" : "cmpl-",
+    srv_new_id(kind == SRV_KIND_CHAT        ? "chatcmpl-"
+               : kind == SRV_KIND_MESSAGES  ? "msg_"
+               : kind == SRV_KIND_RESPONSES ? "resp_"
+                                            : "cmpl-",
                r->id, sizeof r->id);
 }
 
@@ -511,6 +528,8 @@ bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *
                    srv_buf *out) {
     if (r->kind == SRV_KIND_MESSAGES)
         return srv_anthropic_final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
+    if (r->kind == SRV_KIND_RESPONSES)
+        return srv_responses_final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
     const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
     json_t *c = choice(r, false, text, len, reasoning, rlen, false,
                        srv_reply_finish(st->finish, n_calls));
@@ -537,6 +556,7 @@ static const char *chunk_object(const srv_resp *r) {
 
 bool srv_api_chunk_start(srv_resp *r, srv_buf *out) {
     if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_start(r, out);
+    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_start(r, out);
     if (r->kind != SRV_KIND_CHAT) return true; /* text completions have no role to announce */
     return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, NULL, 0, true, NULL)),
                       out);
@@ -545,12 +565,14 @@ bool srv_api_chunk_start(srv_resp *r, srv_buf *out) {
 bool srv_api_chunk_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
                         size_t rlen, srv_buf *out) {
     if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_text(r, text, len, reasoning, rlen, out);
+    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_text(r, text, len, reasoning, rlen, out);
     json_t *c = choice(r, true, len ? text : NULL, len, reasoning, rlen, false, NULL);
     return emit_event(envelope(r, chunk_object(r), c), out);
 }
 
 bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_call(r, call, out);
+    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_call(r, call, out);
     bool ok = true;
     for (int part = 0; part < 2 && ok; part++) {
         json_t *msg = json_pack("{s:[o]}", "tool_calls", call_object(call, r->n_calls, true, !part));
@@ -564,6 +586,7 @@ bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
 
 bool srv_api_chunk_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_end(r, st, out);
+    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_end(r, st, out);
     const char *why = srv_reply_finish(st->finish, r->n_calls);
     bool ok = true;
     if (!why) { /* the engine failed or is stopping: say so in the stream, then end it */

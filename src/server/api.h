@@ -25,6 +25,7 @@ typedef struct srv_api {
     const char *tmpl_name;  /* chat format; NULL: chat requests are refused          */
     const char *tmpl;       /* the model's Jinja text (default system prompt), or NULL */
     const char *model_name;
+    struct srv_store *store; /* responses kept for previous_response_id (responses.h) */
 } srv_api;
 
 typedef struct srv_request {
@@ -34,7 +35,12 @@ typedef struct srv_request {
     srv_job *job;       /* one reference, the caller's: submit it, then release it */
     json_t *tools;      /* the tools when the reply is parsed for calls (toolcall.h), or NULL;
                            one reference, the caller's */
+    json_t *history;    /* RESPONSES to be stored: the chat messages (one reference), or NULL */
+    char prev_id[64];   /* RESPONSES: previous_response_id, or "" */
 } srv_request;
+
+/* Drops the request's references (not the job's). */
+void srv_request_clear(srv_request *r);
 
 /* Validates a request body and builds its job. On failure returns false, *err says why
  * and out->job is NULL. */

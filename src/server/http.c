@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "server/api.h"
+#include "server/responses.h"
 #include "server/toolcall.h"
 #include "util.h"
 
@@ -83,6 +84,7 @@ struct srv_server {
     char *model_name;
     char *api_key;
     srv_api api;
+    srv_store *store;   /* /v1/responses kept for previous_response_id */
     srv_metrics metrics;
     srv_engine *engine;
     struct MHD_Daemon *mhd;
@@ -130,6 +132,8 @@ typedef struct stream {
     srv_buf text, reasoning;
     json_t *tools;      /* its own reference, for tc */
     srv_tc *tc;         /* the reply's tool calls (toolcall.h), or NULL */
+    json_t *history;    /* a response to keep (its own reference), or NULL */
+    char prev_id[64];
 } stream;
 
 srv_params srv_default_params(void) {
@@ -293,7 +297,7 @@ static enum MHD_Result answer_error(struct MHD_Connection *c, http_req *r, const
     const char *hdr = NULL, *val = NULL;
     if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     if (err->status == 405)
-        hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_MESSAGES ? "POST" : "GET, HEAD";
+        hdr = MHD_HTTP_HEADER_ALLOW, val = r->ep <= SRV_EP_RESPONSES ? "POST" : "GET, HEAD";
     if (err->status == 429 || err->status == 503) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
     enum MHD_Result q = b.failed ? MHD_NO
                                  : answer(c, r, err->status, "application/json", b.s, b.len,
@@ -318,6 +322,9 @@ static bool client_gone(int fd) {
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
+
+static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
+                          const char *id);
 
 /* Events of the tool-call parser as chunks: text as content deltas, calls as tool_calls
  * deltas. */
@@ -375,6 +382,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (js.finish != SRV_FINISH_NONE) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
+            if (st->history && srv_finish_reason(js.finish))
+                keep_response(st->srv, st->job, st->history, st->tools, st->resp.id);
         }
         if (!ok || st->out.failed || st->text.failed || st->reasoning.failed) {
             srv_job_cancel(e, st->job);
@@ -396,6 +405,8 @@ static void stream_free(void *cls) {
     srv_buf_free(&st->reasoning);
     srv_tc_destroy(st->tc);
     json_decref(st->tools);
+    json_decref(st->history);
+    srv_responses_free(&st->resp);
     free(st);
 }
 
@@ -409,6 +420,10 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     st->fd = client_fd(c);
     srv_resp_init(&st->resp, req->kind, s->model_name, req->include_usage);
     st->resp.n_prompt = req->job->n_prompt;
+    snprintf(st->prev_id, sizeof st->prev_id, "%s", req->prev_id);
+    st->resp.prev_id = st->prev_id[0] ? st->prev_id : NULL;
+    st->resp.store = req->history != NULL;
+    st->history = json_incref(req->history);
     if (req->tools && !(st->tools = json_incref(req->tools), st->tc = srv_tc_create(st->tools))) {
         stream_free(st);
         return MHD_NO;
@@ -492,6 +507,27 @@ static bool tool_calls(srv_tc *tc, const srv_buf *text, srv_buf *content, srv_ca
     return !content->failed;
 }
 
+/* A streamed response, finished: its conversation kept for previous_response_id (the
+ * whole reply read again from the job and parsed once more for calls). */
+static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
+                          const char *id) {
+    srv_buf text = {0}, content = {0};
+    srv_job_state js;
+    srv_job_poll(s->engine, job, 0, 0, 0, &text, NULL, &js);
+    srv_tc *tc = tools ? srv_tc_create(tools) : NULL;
+    srv_call *calls = NULL;
+    int n_calls = 0;
+    bool ok = !tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));
+    const srv_buf *answer = tc ? &content : &text;
+    json_t *h = ok ? srv_responses_history(history, answer->s, answer->len, calls, n_calls) : NULL;
+    srv_store_put(s->store, id, h);
+    json_decref(h);
+    srv_tc_destroy(tc);
+    free_calls(calls, n_calls);
+    srv_buf_free(&text);
+    srv_buf_free(&content);
+}
+
 /* Waits for the end of a plain (non-stream) job and answers with the whole object. */
 static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
                                     const srv_request *req) {
@@ -508,9 +544,16 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
     int n_calls = 0;
     bool ok = !req->tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));
     const srv_buf *answer = tc ? &content : &text;
+    resp.prev_id = req->prev_id[0] ? req->prev_id : NULL;
+    resp.store = req->history != NULL;
     if (ok)
         srv_api_final(&resp, answer->s ? answer->s : "", answer->len, reasoning.s, reasoning.len,
                       calls, n_calls, &js, &body);
+    if (ok && req->history) {
+        json_t *h = srv_responses_history(req->history, answer->s, answer->len, calls, n_calls);
+        srv_store_put(s->store, resp.id, h);
+        json_decref(h);
+    }
     srv_error err;
     enum MHD_Result q = ok && !body.failed
                             ? answer_json(c, r, 200, &body)
@@ -551,13 +594,14 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
     /* a drain may have begun while the body came in */
     if (state_of(s) != SRV_STATE_READY) return answer_unavailable(c, r);
     srv_request req;
-    srv_kind kind = r->ep == SRV_EP_CHAT       ? SRV_KIND_CHAT
-                    : r->ep == SRV_EP_MESSAGES ? SRV_KIND_MESSAGES
-                                               : SRV_KIND_COMPLETION;
+    srv_kind kind = r->ep == SRV_EP_CHAT        ? SRV_KIND_CHAT
+                    : r->ep == SRV_EP_MESSAGES  ? SRV_KIND_MESSAGES
+                    : r->ep == SRV_EP_RESPONSES ? SRV_KIND_RESPONSES
+                                                : SRV_KIND_COMPLETION;
     if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
         return answer_error(c, r, &err);
     enum MHD_Result q = run_request(s, c, r, &req);
-    json_decref(req.tools);
+    srv_request_clear(&req);
     return q;
 }
 
@@ -682,6 +726,7 @@ static srv_endpoint route(const char *url, bool *post) {
     if (!strcmp(url, "/v1/chat/completions")) return SRV_EP_CHAT;
     if (!strcmp(url, "/v1/completions")) return SRV_EP_COMPLETIONS;
     if (!strcmp(url, "/v1/messages")) return SRV_EP_MESSAGES;
+    if (!strcmp(url, "/v1/responses")) return SRV_EP_RESPONSES;
     return SRV_EP_OTHER;
 }
 
@@ -1013,8 +1058,9 @@ al_status srv_create(const srv_params *p, srv_server **out) {
     s->started = (long long)time(NULL);
     s->model_name = strdup(p->model_name);
     s->api_key = p->api_key ? strdup(p->api_key) : NULL;
+    s->store = srv_store_create();
     al_status st = AL_OK;
-    if (!s->model_name || (p->api_key && !s->api_key))
+    if (!s->model_name || (p->api_key && !s->api_key) || !s->store)
         st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
     if (st == AL_OK) {
         s->reaper_running = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
@@ -1045,7 +1091,8 @@ al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_mod
     s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = n_ctx,
                        .max_tokens_default = s->p.max_tokens_default,
                        .tmpl_name = chat_format(m, s->p.chat_template),
-                       .tmpl = al_model_chat_template(m), .model_name = s->model_name};
+                       .tmpl = al_model_chat_template(m), .model_name = s->model_name,
+                       .store = s->store};
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_checkpoints = s->p.n_checkpoints;
@@ -1105,5 +1152,6 @@ void srv_destroy(srv_server *s) {
     pthread_mutex_destroy(&s->lock);
     free(s->model_name);
     free(s->api_key);
+    srv_store_destroy(s->store);
     free(s);
 }

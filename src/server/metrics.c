@@ -12,7 +12,7 @@ static const double ttft_le[SRV_TTFT_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 
 const char *srv_endpoint_path(srv_endpoint ep) {
     static const char *const paths[SRV_EP_COUNT] = {
         [SRV_EP_CHAT] = "/v1/chat/completions", [SRV_EP_COMPLETIONS] = "/v1/completions",
-        [SRV_EP_MESSAGES] = "/v1/messages",
+        [SRV_EP_MESSAGES] = "/v1/messages", [SRV_EP_RESPONSES] = "/v1/responses",
         [SRV_EP_MODELS] = "/v1/models", [SRV_EP_HEALTH] = "/health",
         [SRV_EP_METRICS] = "/metrics", [SRV_EP_PAGE] = "/", [SRV_EP_OTHER] = "other",
     };

@@ -23,6 +23,7 @@ typedef enum srv_endpoint {
     SRV_EP_CHAT,        /* POST /v1/chat/completions */
     SRV_EP_COMPLETIONS, /* POST /v1/completions      */
     SRV_EP_MESSAGES,    /* POST /v1/messages         */
+    SRV_EP_RESPONSES,   /* POST /v1/responses        */
     SRV_EP_MODELS,      /* GET /v1/models            */
     SRV_EP_HEALTH,      /* GET /health               */
     SRV_EP_METRICS,     /* GET /metrics              */

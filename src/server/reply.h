@@ -9,9 +9,14 @@
 
 #include "server/engine.h"
 
-/* The request's API: what it reads and how replies are written. MESSAGES is a chat
- * written as Anthropic's Messages API (anthropic.h). */
-typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION, SRV_KIND_MESSAGES } srv_kind;
+/* The request's API: what it reads and how replies are written; the last two are chats
+ * read and written in another API's shape. */
+typedef enum srv_kind {
+    SRV_KIND_CHAT,
+    SRV_KIND_COMPLETION,
+    SRV_KIND_MESSAGES,  /* Anthropic's Messages API (anthropic.h) */
+    SRV_KIND_RESPONSES, /* OpenAI's Responses API (responses.h) */
+} srv_kind;
 
 /* The fields every object of one response repeats. */
 typedef struct srv_resp {
@@ -23,6 +28,14 @@ typedef struct srv_resp {
     int n_calls;        /* tool calls sent so far: a reply with some ends in "tool_calls" */
     int n_prompt;       /* the prompt's tokens, for APIs that announce them first */
     int block, open;    /* MESSAGES streams: the current content block, its kind (0 none) */
+    /* RESPONSES: events sent, output items so far (their JSON), the open item's kind
+     * (0 none, 1 message, 2 reasoning), id and text */
+    int seq, n_items;
+    struct json_t *items;
+    char item_id[48];
+    srv_buf acc;
+    bool store;
+    const char *prev_id; /* previous_response_id, echoed */
 } srv_resp;
 
 /* A fresh identifier: prefix and 24 hex digits (cap >= strlen(prefix) + 25). */

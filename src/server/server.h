@@ -4,6 +4,9 @@
  *   http.c     libmicrohttpd glue: routes, API key, body limit, timeouts, SSE streams
  *   api.c      the OpenAI request fields (validated) and response objects (jansson)
  *   anthropic.c /v1/messages: Anthropic's requests as chat requests, replies as messages
+ *   responses.c /v1/responses: OpenAI's Responses requests as chat requests, replies as
+ *              response objects, and the responses kept for previous_response_id
+ *   reply.c    identifiers and finish reasons the reply writers share
  *   engine.c   ONE thread owns the model and every context: it admits queued jobs into
  *              free sequence slots and runs one decode step for all active slots at once
  *              (al_eval_multi), which is continuous batching

@@ -5,7 +5,8 @@ use, prefix-cache hits, under anyllm's and vLLM's names; X-Prefix-Hash); the off
 streamed, stop strings, seeds, token-id prompts); structured output (json_object, 200 random
 JSON Schemas validated with jsonschema, unsupported schemas refused, grammars); tool calls (the
 openai client with tool_choice required and named, streamed deltas, calls and results in a
-conversation, the parser on replies forced by a grammar, bad tools); /v1/messages with the anthropic
+conversation, the parser on replies forced by a grammar, bad tools); /v1/responses with the openai
+client (text, streams, function calls, parse, previous_response_id); /v1/messages with the anthropic
 client (messages, streams, tools, tool results, structured output, errors); a bad-input suite where every case must
 get its status and an OpenAI error object, with /health answering after each; the API key
 and the full queue on a second instance; the Harmony chat format on another (replies
@@ -1345,6 +1346,93 @@ def test_tools():
         check(rr.status_code == 400 and expect in msg, f"{what}: {rr.status_code} {msg[:100]!r}")
 
 
+# ---- OpenAI Responses ------------------------------------------------------------------------------
+
+def test_responses():
+    """/v1/responses with the openai client: text input with instructions, the same
+    streamed (the final response from the event stream), items with a function_call and
+    its output, tool_choice required with function tools (function_call items), structured
+    output through the client's parse helper (a pydantic model), previous_response_id
+    (the conversation continues; an unknown id is a 404), and bad requests."""
+    import pydantic
+    client = openai.OpenAI(base_url=BASE + "/v1", api_key="not-needed", max_retries=0)
+    r = client.responses.create(model="m", input=QUESTION, instructions="Answer in one sentence.",
+                                temperature=0, max_output_tokens=48)
+    check(r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
+          and "Paris" in r.output_text and r.usage.input_tokens > 0 and r.usage.output_tokens > 0,
+          f"responses: {r.output_text!r} {r.status}")
+    events, final = [], None
+    for ev in client.responses.create(model="m", input=QUESTION, instructions="Answer in one sentence.",
+                                      temperature=0, max_output_tokens=48, stream=True):
+        events.append(ev.type)
+        if ev.type == "response.completed":
+            final = ev.response
+    deltas = events.count("response.output_text.delta")
+    check(final is not None and final.output_text == r.output_text and deltas > 1
+          and events[0] == "response.created" and events[-1] == "response.completed",
+          f"responses streamed: {deltas} deltas, {len(events)} events, the same text")
+    fn = {"type": "function", "name": "get_weather", "description": WEATHER["function"]["description"],
+          "parameters": WEATHER["function"]["parameters"]}
+    r = client.responses.create(model="m", input="What is the weather in Paris?", tools=[fn],
+                                tool_choice="required", temperature=0, max_output_tokens=120)
+    calls = [o for o in r.output if o.type == "function_call"]
+    check(calls and all(c.name == "get_weather" and "city" in json.loads(c.arguments)
+                        and c.call_id.startswith("call_") for c in calls),
+          f"responses function_call items: {[(c.name, c.arguments) for c in calls]}")
+    final, argdone = None, []
+    for ev in client.responses.create(model="m", input="What is the weather in Paris?", tools=[fn],
+                                      tool_choice="required", temperature=0, max_output_tokens=120,
+                                      stream=True):
+        if ev.type == "response.function_call_arguments.done":
+            argdone.append(ev.arguments)
+        if ev.type == "response.completed":
+            final = ev.response
+    scalls = [o for o in (final.output if final else []) if o.type == "function_call"]
+    check([(c.name, c.arguments) for c in scalls] == [(c.name, c.arguments) for c in calls]
+          and argdone == [c.arguments for c in calls],
+          f"responses function calls streamed: {[(c.name, c.arguments) for c in scalls]}")
+    items = [{"role": "user", "content": "What is the weather in Paris?"},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+              "arguments": '{"city": "Paris"}'},
+             {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"}]
+    r = client.responses.create(model="m", input=items, tools=[fn], temperature=0, max_output_tokens=30)
+    check(r.status in ("completed", "incomplete") and r.output_text,
+          f"responses with a function_call and its output: {r.output_text!r}")
+
+    class Person(pydantic.BaseModel):
+        name: str
+        age: int
+
+    r = client.responses.parse(model="m", input="Describe a person.", text_format=Person,
+                               temperature=0, max_output_tokens=100)
+    p = r.output_parsed
+    check(isinstance(p, Person) and p.name and isinstance(p.age, int),
+          f"responses.parse with a pydantic model: {p!r}")
+    first = client.responses.create(model="m", input="My name is Ada. Reply with OK.", temperature=0,
+                                    max_output_tokens=8)
+    nxt = client.responses.create(model="m", input="What is my name?", previous_response_id=first.id,
+                                  temperature=0, max_output_tokens=20)
+    check(nxt.usage.input_tokens > first.usage.input_tokens + 5 and nxt.previous_response_id == first.id,
+          f"previous_response_id carries the conversation: {first.usage.input_tokens} then "
+          f"{nxt.usage.input_tokens} input tokens, {nxt.output_text!r}")
+    for what, body, status, expect in (
+            ("an unknown previous_response_id", {"input": "x", "previous_response_id": "resp_nope"}, 404,
+             "not held"),
+            ("input missing", {}, 400, "input is required"),
+            ("a web_search tool", {"input": "x", "tools": [{"type": "web_search"}]}, 400, "web_search"),
+            ("an image part", {"input": [{"role": "user", "content": [{"type": "input_image",
+                                                                        "image_url": "x"}]}]}, 400,
+             "input_image"),
+            ("an unsupported schema", {"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                                                                         "schema": {"type": "string",
+                                                                                    "format": "email"}}}},
+             400, "email")):
+        body = {"model": "m", "max_output_tokens": 4, **body}
+        rr = post("/v1/responses", body)
+        msg = rr.json().get("error", {}).get("message", "")
+        check(rr.status_code == status and expect in msg, f"responses, {what}: {rr.status_code} {msg[:90]!r}")
+
+
 # ---- Anthropic Messages ----------------------------------------------------------------------------
 
 def test_anthropic():
@@ -1484,7 +1572,7 @@ def main():
     BASE = f"http://127.0.0.1:{ARGS.port}"
     parts = [("routes", test_routes), ("router", test_router_metrics),
              ("openai", test_openai_client), ("structured", test_structured), ("tools", test_tools),
-             ("anthropic", test_anthropic), ("bad", test_bad_input),
+             ("responses", test_responses), ("anthropic", test_anthropic), ("bad", test_bad_input),
              ("auth", test_api_key_and_queue), ("harmony", test_harmony),
              ("browser", test_browser_and_head),
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
