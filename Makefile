@@ -271,12 +271,14 @@ $(FUZZ_BIN): tests/fuzz_gguf.c src/format/gguf.c src/format/quant.c src/util.c \
 # ... and on the tokenizer, the detokenizer, the chat templates and the Harmony reply
 # parser (tests/fuzz_text.c)
 FUZZ_TEXT_BIN := $(BUILD)/fuzz/fuzz_text
-FUZZ_TEXT_SRC := $(wildcard src/text/*.c) src/format/gguf.c src/format/quant.c src/util.c
-$(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) $(wildcard src/*.h src/text/*.h src/format/*.h include/*.h)
+FUZZ_TEXT_SRC := $(wildcard src/text/*.c) src/format/gguf.c src/format/quant.c src/util.c \
+	src/server/toolcall.c src/server/schema.c src/server/buf.c
+$(FUZZ_TEXT_BIN): tests/fuzz_text.c $(FUZZ_TEXT_SRC) \
+		$(wildcard src/*.h src/text/*.h src/format/*.h src/server/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	$(CLANG) -std=c11 -Iinclude -Isrc -D_GNU_SOURCE -g -O1 \
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		tests/fuzz_text.c $(FUZZ_TEXT_SRC) -o $@ -lpcre2-8 -lm
+		tests/fuzz_text.c $(FUZZ_TEXT_SRC) -o $@ -lpcre2-8 -lm -ljansson
 fuzz-build: $(FUZZ_BIN) $(FUZZ_TEXT_BIN)
 fuzz: $(FUZZ_BIN) $(FUZZ_TEXT_BIN) $(GEN_MALFORMED)
 	SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BIN=$(FUZZ_BIN) FUZZ_TEXT_BIN=$(FUZZ_TEXT_BIN) \

@@ -58,6 +58,11 @@ printf "\002 to=functions.f<|channel|>commentary <|constrain|>json<|message|>{}<
 printf '\001root ::= "{" ws (kv ("," ws kv)*)? "}"\nkv ::= "\\"" [a-z]+ "\\"" ws ":" ws [0-9]{1,3} ws\nws ::= [ \\n]?' \
     > "$text_corpus/seed-grammar-json"
 printf '\000root ::= ("ab" | [^x-z\\u00e9])* .{2,4} ("x"? "\\U0001F600")+ # c' > "$text_corpus/seed-grammar-rep"
+# A reply with tool calls (both forms), and a JSON Schema
+printf '\001Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": [1, "\\u00e9"]}}\n</tool_call>\n<tool_call>\n<function=g>\n<parameter=x>\n3\n</parameter>\n</function>\n</tool_call></tool_call>' \
+    > "$text_corpus/seed-toolcall"
+printf '\001{"type": "object", "properties": {"n": {"type": "integer", "minimum": -5, "exclusiveMaximum": 120}, "s": {"type": "string", "pattern": "^[a-z]{2}(x|y)?$"}, "e": {"enum": [1, "a", null]}, "l": {"type": "array", "items": {"$ref": "#/$defs/d"}, "maxItems": 3}}, "required": ["n"], "$defs": {"d": {"type": "number", "minimum": 0.5}}}' \
+    > "$text_corpus/seed-schema"
 # The generator's odd vocabularies too (tests/gen_malformed.c), when it is built.
 gen=${BUILD:-build}/gen_malformed
 odd=$(dirname "$text_bin")/odd_vocabs

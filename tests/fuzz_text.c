@@ -16,7 +16,11 @@
  *     end state must not depend on the cuts), and fed token by token to a parser with
  *     the vocabulary (al_harmony_push_token);
  *   - compiled as a grammar; one that compiles takes the text's own tokens while it
- *     allows them, and its mask must agree with al_grammar_allows on every token.
+ *     allows them, and its mask must agree with al_grammar_allows on every token;
+ *   - read as a model's reply by the server's tool-call parser, whole and byte by byte
+ *     (the same text and calls, every call's arguments a JSON object);
+ *   - parsed as JSON and, if it is, compiled as a JSON Schema to grammar text, which
+ *     must then compile as a grammar (or be refused with a reason).
  * Without vocabularies (SHARED unset and ../shared absent) only the chat part runs.
  */
 #include <stdio.h>
@@ -24,6 +28,8 @@
 #include <string.h>
 
 #include "anyllm.h"
+#include "server/schema.h"
+#include "server/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -225,6 +231,58 @@ static void fuzz_grammar(al_vocab *v, const char *text, size_t len) {
     al_grammar_destroy(g);
 }
 
+/* The events of a whole parse as one string: T<text> and C<name>(<arguments>) records. */
+static void tc_record(srv_buf *b, const srv_tc_event *ev, int n) {
+    for (int i = 0; i < n; i++) {
+        if (ev[i].kind == SRV_TC_TEXT) {
+            srv_buf_add(b, ev[i].text, ev[i].len);
+            continue;
+        }
+        json_t *args = json_loads(ev[i].arguments, JSON_ALLOW_NUL, NULL);
+        REQUIRE(json_is_object(args));
+        json_decref(args);
+        srv_buf_printf(b, "\x01%s\x02%s\x03", ev[i].name, ev[i].arguments);
+    }
+}
+
+static void fuzz_toolcalls(const char *text, size_t len) {
+    srv_buf whole = {0}, bytes = {0};
+    const srv_tc_event *ev;
+    int n;
+    srv_tc *p = srv_tc_create(NULL);
+    REQUIRE(p && srv_tc_push(p, text, len, &ev, &n));
+    tc_record(&whole, ev, n);
+    REQUIRE(srv_tc_finish(p, &ev, &n));
+    tc_record(&whole, ev, n);
+    srv_tc_destroy(p);
+    p = srv_tc_create(NULL);
+    REQUIRE(p);
+    for (size_t i = 0; i < len; i++) {
+        REQUIRE(srv_tc_push(p, text + i, 1, &ev, &n));
+        tc_record(&bytes, ev, n);
+    }
+    REQUIRE(srv_tc_finish(p, &ev, &n));
+    tc_record(&bytes, ev, n);
+    srv_tc_destroy(p);
+    REQUIRE(whole.len == bytes.len && (whole.len == 0 || !memcmp(whole.s, bytes.s, whole.len)));
+    srv_buf_free(&whole);
+    srv_buf_free(&bytes);
+}
+
+static void fuzz_schema(al_vocab *v, const char *text, size_t len) {
+    json_t *s = json_loadb(text, len, JSON_DECODE_ANY, NULL);
+    if (!s) return;
+    srv_gram g = {0};
+    if (srv_gram_schema(&g, s, "root") && v) {
+        al_grammar *gr = NULL;
+        if (al_grammar_create(v, g.text.s, &gr) != AL_OK)
+            REQUIRE(strstr(al_last_error(), "too large") != NULL); /* only size may refuse it */
+        al_grammar_destroy(gr);
+    }
+    srv_gram_free(&g);
+    json_decref(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     char *text = malloc(size); /* the text after the selector byte, NUL-terminated */
@@ -236,6 +294,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_chat(text);
     fuzz_harmony(g_vocab[which], text, size - 1);
     fuzz_grammar(g_vocab[which], text, size - 1);
+    fuzz_toolcalls(text, size - 1);
+    fuzz_schema(g_vocab[which], text, size - 1);
     free(text);
     return 0;
 }

@@ -56,6 +56,16 @@ static void test_errors(void) {
                   al_last_error(), cases[i].expect);
         al_grammar_destroy(g);
     }
+    /* a chain of rules each starting with the next, deeper than the check recurses */
+    size_t cap = 3000 * 24 + 64, len = 0;
+    char *chain = malloc(cap);
+    len += (size_t)snprintf(chain, cap, "root ::= r0\n");
+    for (int i = 0; i < 3000; i++) len += (size_t)snprintf(chain + len, cap - len, "r%d ::= r%d\n", i, i + 1);
+    snprintf(chain + len, cap - len, "r3000 ::= \"x\"\n");
+    al_grammar *gc = NULL;
+    CHECK(al_grammar_create(g_gpt2, chain, &gc) == AL_ERR_ARG && !gc);
+    CHECK_MSG(strstr(al_last_error(), "more than 2000 deep"), "%s", al_last_error());
+    free(chain);
     /* a short text that would expand to millions of rules is refused, not built */
     char big[2048] = "root ::=";
     for (int i = 0; i < 120; i++) strcat(big, " \"ab\"{0,10000}");

@@ -221,7 +221,7 @@ static json_t *usage_of(const srv_job_state *st, int n_prompt) {
 static json_t *tool_use(const srv_call *c) {
     char id[40];
     srv_new_id("toolu_", id, sizeof id);
-    json_t *input = json_loads(c->arguments, 0, NULL);
+    json_t *input = json_loads(c->arguments, JSON_ALLOW_NUL, NULL);
     return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id, "name", c->name,
                      "input", input ? input : json_object());
 }

@@ -79,6 +79,92 @@ static bool lit_json(srv_gram *g, srv_buf *b, const json_t *v, const char *path)
     return true;
 }
 
+/* ---- enums: literals factored by their common prefixes -----------------------------------
+ * A flat alternation of n literals leaves n stacks alive in the matcher at the start of
+ * the value (and the work of each step grows with n); factored as a trie, one literal's
+ * worth of stacks remains. */
+
+typedef struct lit_text {
+    char *s;
+    size_t n;
+} lit_text;
+
+static int by_text(const void *a, const void *b) {
+    const lit_text *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+/* Bytes of the UTF-8 character at s (the texts are valid UTF-8: jansson wrote them). */
+static size_t char_len(const char *s) {
+    unsigned char c = (unsigned char)*s;
+    return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+}
+
+/* t[0..n) sorted, all sharing their first off bytes: the rest of each as a trie. */
+static void trie_expr(srv_buf *e, const lit_text *t, size_t n, size_t off, int depth) {
+    size_t common = off; /* the run every text shares: one literal, no branching */
+    while (n > 1 && t[0].n > common && t[n - 1].n > common) {
+        size_t k = char_len(t[0].s + common);
+        if (t[n - 1].n < common + k || memcmp(t[0].s + common, t[n - 1].s + common, k)) break;
+        common += k; /* sorted: the first and the last agree, so all do */
+    }
+    if (n == 1) common = t[0].n;
+    if (common > off) lit(e, t[0].s + off, common - off);
+    if (n == 1) return;
+    if (depth > 64) { /* deep branching: the rest as a flat alternation */
+        srv_buf_str(e, " (");
+        for (size_t i = 0; i < n; i++) {
+            srv_buf_str(e, i ? " | " : " ");
+            lit(e, t[i].s + common, t[i].n - common);
+        }
+        srv_buf_str(e, " )");
+        return;
+    }
+    srv_buf_str(e, " (");
+    size_t i = 0;
+    bool first = true;
+    if (t[0].n == common) { /* one text ends here: the empty alternative */
+        srv_buf_str(e, " \"\"");
+        first = false;
+        while (i < n && t[i].n == common) i++;
+    }
+    while (i < n) { /* the texts that go on with the same character */
+        size_t k = char_len(t[i].s + common), j = i + 1;
+        while (j < n && t[j].n >= common + k && !memcmp(t[j].s + common, t[i].s + common, k)) j++;
+        srv_buf_str(e, first ? " " : " | ");
+        first = false;
+        lit(e, t[i].s + common, k);
+        if (j - i > 1 || t[i].n > common + k) {
+            srv_buf_str(e, " ");
+            trie_expr(e, t + i, j - i, common + k, depth + 1);
+        }
+        i = j;
+    }
+    srv_buf_str(e, " )");
+}
+
+static bool gen_enum(srv_gram *g, const json_t *en, const char *path, srv_buf *e) {
+    size_t n = json_array_size(en);
+    lit_text *t = calloc(n, sizeof *t);
+    bool ok = t != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        t[i].s = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        ok = t[i].s != NULL;
+        if (ok) t[i].n = strlen(t[i].s);
+    }
+    if (ok) {
+        qsort(t, n, sizeof *t, by_text);
+        srv_buf_str(e, "( ");
+        trie_expr(e, t, n, 0, 0);
+        srv_buf_str(e, " )");
+    }
+    for (size_t i = 0; t && i < n; i++) free(t[i].s);
+    free(t);
+    return ok || fail(g, path, "cannot encode an enum value");
+}
+
 /* Ends the rule whose expression is e: appends `name ::= e`, frees e. */
 static bool define(srv_gram *g, const char *name, srv_buf *e) {
     srv_buf_printf(&g->text, "%s ::= %s\n", name, e->s ? e->s : "\"\"");
@@ -755,14 +841,7 @@ static bool gen_expr(srv_gram *g, const json_t *s, const char *path, int depth, 
         if (other) return fail(g, path, "'%s' beside enum/const is not supported", other);
         if (en && (!json_is_array(en) || json_array_size(en) == 0))
             return fail(g, path, "enum must be a non-empty array");
-        size_t n = cn ? 1 : json_array_size(en);
-        srv_buf_str(e, "( ");
-        for (size_t i = 0; i < n; i++) {
-            if (i) srv_buf_str(e, " | ");
-            if (!lit_json(g, e, cn ? cn : json_array_get(en, i), path)) return false;
-        }
-        srv_buf_str(e, " )");
-        return true;
+        return cn ? lit_json(g, e, cn, path) : gen_enum(g, en, path, e);
     }
     const char *comb = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf"
                        : json_object_get(s, "allOf") ? "allOf" : NULL;

@@ -166,7 +166,7 @@ static bool add_call(const srv_tools *t, json_t *call, size_t i, srv_buf *b, srv
     if (!name || (args && !json_is_string(args) && !json_is_object(args)))
         return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].tool_calls: each call "
                         "needs function.name and function.arguments (a JSON string)", i);
-    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL)
+    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), JSON_ALLOW_NUL, NULL)
                                           : json_incref(args);
     if (!parsed && args && json_string_length(args) > 0)
         parsed = json_pack("{s:O}", "value", args); /* not JSON: kept as written */

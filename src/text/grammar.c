@@ -21,6 +21,7 @@ enum {
     MAX_REPEAT = 10000,     /* x{m,n}: m and n at most this */
     MAX_CODE = 1 << 20,     /* elements in all: bounds the memory of a huge grammar (~60 MB) */
     MAX_NEST = 200,         /* parentheses inside parentheses */
+    MAX_LEFT_CHAIN = 2000,  /* rules whose first element is the next rule, in a row */
 };
 
 typedef struct alt_vec {
@@ -450,8 +451,12 @@ static bool *nullable_rules(parser *ps) {
     return nul;
 }
 
-/* Depth-first over "r can start with s without consuming"; color 1 = on the path. */
-static bool left_rec(parser *ps, const bool *nul, uint8_t *color, int32_t r) {
+/* Depth-first over "r can start with s without consuming"; color 1 = on the path. The
+ * depth is bounded: a chain of rules each starting with the next would otherwise take
+ * the thread's stack. */
+static bool left_rec(parser *ps, const bool *nul, uint8_t *color, int32_t r, int depth) {
+    if (depth > MAX_LEFT_CHAIN)
+        return fail(ps, "rules start with rules more than %d deep", MAX_LEFT_CHAIN);
     color[r] = 1;
     for (int32_t a = 0; a < ps->rules[r].n_alts; a++) {
         const alt_vec *v = &ps->rules[r].alts[a];
@@ -462,7 +467,7 @@ static bool left_rec(parser *ps, const bool *nul, uint8_t *color, int32_t r) {
                 return fail(ps, "rule '%s' is left-recursive (it can reach itself without "
                             "matching a character)", nm ? nm : "(a group or repetition)");
             }
-            if (color[s] == 0 && !left_rec(ps, nul, color, s)) return false;
+            if (color[s] == 0 && !left_rec(ps, nul, color, s, depth + 1)) return false;
             if (!nul[s]) break;
         }
     }
@@ -480,10 +485,8 @@ static bool check(parser *ps) {
     uint8_t *color = al_calloc((size_t)ps->n_rules + 1, 1);
     bool ok = nul && color;
     if (!ok) nomem(ps);
-    /* an explicit stack would spare the recursion; rules nest at most as deep as the
-     * text's parentheses and repetition chains, which MAX_CODE bounds */
     for (int32_t r = 0; ok && r < ps->n_rules; r++)
-        if (color[r] == 0) ok = left_rec(ps, nul, color, r);
+        if (color[r] == 0) ok = left_rec(ps, nul, color, r, 0);
     al_free(nul);
     al_free(color);
     return ok;
