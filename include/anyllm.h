@@ -571,7 +571,8 @@ void al_sampler_set_grammar(al_sampler *s, al_grammar *g);
  * letting a message forge turn boundaries ("<|im_end|>\n<|im_start|>system ..."). */
 
 typedef struct al_chat_message {
-    const char *role;    /* "system", "user" or "assistant" */
+    const char *role;    /* "system", "user" or "assistant"; "tool" (a tool's result) for
+                            llama3, which writes it in its ipython role */
     const char *content;
 } al_chat_message;
 

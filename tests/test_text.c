@@ -226,6 +226,17 @@ static void test_render_errors(void) {
     CHECK(al_chat_render("jinja-magic", NULL, ok, 1, true, &out) == AL_ERR_UNSUPPORTED && !out);
     const al_chat_message null_content[] = {{"user", NULL}};
     CHECK(al_chat_render("chatml", NULL, null_content, 1, true, &out) == AL_ERR_ARG);
+    /* a tool's result: Llama 3's ipython role; other formats refuse the role */
+    const al_chat_message tool[] = {{"user", "Weather?"}, {"assistant", "{\"name\": \"w\"}"},
+                                    {"tool", "sunny"}};
+    expect_render("llama3", NULL, tool, 3,
+                  "<|start_header_id|>user<|end_header_id|>\n\nWeather?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"w\"}<|eot_id|>"
+                  "<|start_header_id|>ipython<|end_header_id|>\n\nsunny<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    out = (char *)1;
+    CHECK(al_chat_render("chatml", NULL, tool, 3, true, &out) == AL_ERR_ARG && !out);
+    CHECK(strstr(al_last_error(), "'tool' is not system, user or assistant") != NULL);
 }
 
 /* A template that repeats the opening of a system turn must not cost a scan of the

@@ -1,5 +1,5 @@
-/* test_toolcall.c: the tool-call parser of the chatml family (src/server/toolcall.h) on a
- * table of replies per format, Hermes JSON and Qwen's XML: text before, between and after
+/* test_toolcall.c: the tool-call parser (src/server/toolcall.h) on a table of replies per
+ * format, Hermes JSON, Qwen's XML and Llama 3's bare JSON: text before, between and after
  * calls, parallel calls, malformed markup (unclosed and duplicated tags, arguments that
  * are not JSON or not an object, missing parts), unicode and escapes in arguments. Each
  * reply is fed whole, cut in two at every byte, and byte by byte: the events, adjacent
@@ -301,6 +301,65 @@ static const tc_case k_xml_cases[] = {
      "C0:a:{}C1:b:{}"},
 };
 
+/* Llama 3 (srv_tc_bare): a reply that is only call objects is calls; anything else is
+ * text (and <tool_call> blocks as above), decided from the whole reply. */
+static const tc_case k_bare_cases[] = {
+    {"plain text", "Hello world", "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"one call", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"arguments for parameters", "{\"name\": \"f\", \"arguments\": {\"x\": 1}}", "C0:f:{\"x\":1}"},
+    {"both: arguments win", "{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"parameters\": {\"b\": 2}}",
+     "C0:f:{\"a\":1}"},
+    {"blank before", "\n\n  {\"name\": \"f\", \"parameters\": {}}", "C0:f:{}"},
+    {"blank after", "{\"name\": \"f\", \"parameters\": {}}\n\n", "C0:f:{}"},
+    {"two calls, ;", "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {}}",
+     "C0:a:{}C1:b:{}"},
+    {"two calls, newline", "{\"name\": \"a\", \"parameters\": {}}\n{\"name\": \"b\", \"parameters\": {}}",
+     "C0:a:{}C1:b:{}"},
+    {"three calls", "{\"name\":\"a\"};{\"name\":\"b\"} ; {\"name\":\"c\"}", "C0:a:{}C1:b:{}C2:c:{}"},
+    {"trailing ;", "{\"name\": \"f\"};", "C0:f:{}"},
+    {"no parameters", "{\"name\": \"f\"}", "C0:f:{}"},
+    {"parameters a JSON string", "{\"name\": \"f\", \"parameters\": \"{\\\"a\\\": 1}\"}", "C0:f:{\"a\":1}"},
+    {"parameters an empty string", "{\"name\": \"f\", \"parameters\": \"\"}",
+     "T[{\"name\": \"f\", \"parameters\": \"\"}]"},
+    {"parameters an array", "{\"name\": \"f\", \"parameters\": [1]}",
+     "T[{\"name\": \"f\", \"parameters\": [1]}]"},
+    {"parameters null", "{\"name\": \"f\", \"parameters\": null}",
+     "T[{\"name\": \"f\", \"parameters\": null}]"},
+    {"no name", "{\"parameters\": {}}", "T[{\"parameters\": {}}]"},
+    {"empty name", "{\"name\": \"\"}", "T[{\"name\": \"\"}]"},
+    {"name a number", "{\"name\": 7}", "T[{\"name\": 7}]"},
+    {"an object that is no call", "{\"a\": 1, \"b\": [true]}", "T[{\"a\": 1, \"b\": [true]}]"},
+    {"empty object", "{}", "T[{}]"},
+    {"a brace alone", "{", "T[{]"},
+    {"unclosed", "{\"name\": \"f\", \"parameters\": {\"a\": 1}", "T[{\"name\": \"f\", \"parameters\": {\"a\": 1}]"},
+    {"not JSON", "{hello}", "T[{hello}]"},
+    {"an array first", "[{\"name\": \"f\"}]", "T[[{\"name\": \"f\"}]]"},
+    {"text first", "Sure: {\"name\": \"f\"}", "T[Sure: {\"name\": \"f\"}]"},
+    {"text after a call", "{\"name\": \"f\"} and done", "T[{\"name\": \"f\"} and done]"},
+    {"text on the next line", "{\"name\": \"f\"}\nDone.", "T[{\"name\": \"f\"}\nDone.]"},
+    {"a bad second call", "{\"name\": \"f\"}; {\"x\": 1}", "T[{\"name\": \"f\"}; {\"x\": 1}]"},
+    {"separated by a comma", "{\"name\": \"a\"},{\"name\": \"b\"}", "T[{\"name\": \"a\"},{\"name\": \"b\"}]"},
+    {"a leading ;", "; {\"name\": \"f\"}", "T[; {\"name\": \"f\"}]"},
+    {"duplicated key", "{\"name\": \"f\", \"parameters\": {\"a\": 1, \"a\": 2}}",
+     "T[{\"name\": \"f\", \"parameters\": {\"a\": 1, \"a\": 2}}]"},
+    {"unicode and escapes", "{\"name\": \"note\", \"parameters\": {\"t\": \"caf\\u00e9 \\\"q\\\" \\\\ \\n \xe2\x98\x83\"}}",
+     "C0:note:{\"t\":\"caf\xc3\xa9 \\\"q\\\" \\\\ \\n \xe2\x98\x83\"}"},
+    {"nested values", "{\"name\": \"f\", \"parameters\": {\"x\": [1, {\"y\": null}], \"z\": {\"w\": false}}}",
+     "C0:f:{\"x\":[1,{\"y\":null}],\"z\":{\"w\":false}}"},
+    {"numbers", "{\"name\": \"f\", \"parameters\": {\"i\": -3, \"d\": 2.5, \"e\": 1e3}}",
+     "C0:f:{\"i\":-3,\"d\":2.5,\"e\":1000.0}"},
+    {"a name with a space", "{\"name\": \"get weather\"}", "C0:get weather:{}"},
+    {"only blanks", "  \n ", "T[  \n ]"},
+    {"a Hermes block", "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "C0:f:{}"},
+    {"text before a Hermes block", "Ok. <tool_call>{\"name\": \"f\"}</tool_call>", "T[Ok.]C0:f:{}"},
+    {"a bare call then a block", "{\"name\": \"a\"}<tool_call>{\"name\": \"b\"}</tool_call>",
+     "T[{\"name\": \"a\"}]C0:b:{}"},
+    {"braces inside strings", "{\"name\": \"f\", \"parameters\": {\"s\": \"}{;\"}}", "C0:f:{\"s\":\"}{;\"}"},
+    {"a tab and CRLF between", "{\"name\": \"a\"}\t\r\n{\"name\": \"b\"}", "C0:a:{}C1:b:{}"},
+};
+
 /* The tools of the XML cases' requests: parameter types for get_weather and note. */
 static const char k_tools[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
@@ -324,9 +383,12 @@ static void render(srv_buf *out, bool *in_text, const srv_tc_event *ev, int n) {
     }
 }
 
+static bool g_bare; /* the table being run is Llama 3's */
+
 /* The reply fed in pieces cut at the offsets cuts[0..n_cuts) (ascending). */
 static char *parse(const json_t *tools, const char *reply, const size_t *cuts, int n_cuts) {
     srv_tc *p = srv_tc_create(tools);
+    if (g_bare) srv_tc_bare(p);
     srv_buf out = {0};
     bool in_text = false, ok = p != NULL;
     const srv_tc_event *ev;
@@ -387,6 +449,23 @@ static void test_qwen_xml(void) {
     json_decref(tools);
 }
 
+static void test_llama3_bare(void) {
+    g_bare = true;
+    run_table("Llama 3 JSON", k_bare_cases, (int)(sizeof k_bare_cases / sizeof *k_bare_cases), NULL);
+    g_bare = false;
+    /* more than 64 calls in one reply: text */
+    srv_buf many = {0};
+    for (int i = 0; i < 65; i++) srv_buf_str(&many, "{\"name\": \"f\"};");
+    srv_tc *p = srv_tc_create(NULL);
+    srv_tc_bare(p);
+    const srv_tc_event *ev;
+    int n = 0;
+    CHECK(srv_tc_push(p, many.s, many.len, &ev, &n) && n == 0);
+    CHECK(srv_tc_finish(p, &ev, &n) && n == 1 && ev[0].kind == SRV_TC_TEXT && ev[0].len == many.len);
+    srv_tc_destroy(p);
+    srv_buf_free(&many);
+}
+
 /* A block past SRV_TC_BLOCK_MAX is text, and so is what follows it up to the next tag;
  * a push after finish is ignored. */
 static void test_limits(void) {
@@ -420,6 +499,7 @@ static void test_limits(void) {
 int main(void) {
     TEST_RUN(test_hermes_json);
     TEST_RUN(test_qwen_xml);
+    TEST_RUN(test_llama3_bare);
     TEST_RUN(test_limits);
     return test_finish();
 }

@@ -14,6 +14,8 @@ static const char *TOOLS =
     "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
     "\"required\": [\"city\"]}}}], \"messages\": ";
 
+static const char *g_format = "chatml";
+
 /* Renders the messages of body (JSON text) to "role: content" lines in out. */
 static bool render(const char *body, const char *tmpl, char *out, size_t cap, srv_error *err) {
     json_t *o = json_loads(body, 0, NULL);
@@ -21,8 +23,8 @@ static bool render(const char *body, const char *tmpl, char *out, size_t cap, sr
     al_chat_message *m = NULL;
     char **owned = NULL;
     int n = 0, n_owned = 0;
-    bool ok = o && srv_tools_parse(o, "chatml", tmpl, &t, err) &&
-              srv_tools_messages(&t, "chatml", json_object_get(o, "messages"), &m, &n, &owned,
+    bool ok = o && srv_tools_parse(o, g_format, tmpl, &t, err) &&
+              srv_tools_messages(&t, g_format, json_object_get(o, "messages"), &m, &n, &owned,
                                  &n_owned, err);
     size_t len = 0;
     out[0] = 0;
@@ -67,6 +69,18 @@ static void test_render(void) {
     CHECK_MSG(strstr(out, "<function=NAME>\n<parameter=PARAMETER>") &&
               strstr(out, "assistant: <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
                           "</parameter>\n</function>\n</tool_call>"), "%s", out);
+    /* Llama 3: bare JSON calls with "parameters", each result a tool message of its own */
+    g_format = "llama3";
+    snprintf(body, sizeof body, "%s[{\"role\": \"user\", \"content\": \"Paris?\"}, {\"role\": "
+             "\"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"get_weather\", "
+             "\"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", "
+             "\"content\": \"sunny\"}, {\"role\": \"tool\", \"content\": \"21 C\"}]}", TOOLS);
+    CHECK(render(body, NULL, out, sizeof out, &err));
+    CHECK_MSG(!strncmp(out, "system: # Tools", 15) &&
+              strstr(out, "reply with nothing but a JSON object") &&
+              strstr(out, "\nassistant: {\"name\":\"get_weather\",\"parameters\":{\"city\":"
+                          "\"Paris\"}}\ntool: sunny\ntool: 21 C\n"), "%s", out);
+    g_format = "chatml";
     /* tool_choice none: no tools described, the history still rendered */
     snprintf(body, sizeof body, "{\"tool_choice\": \"none\", %s[{\"role\": \"user\", \"content\": "
              "\"x\"}]}", TOOLS + 1);
@@ -89,6 +103,16 @@ static void test_grammar_text(void) {
               strstr(g.text.s, "tool1-args"), "%s", g.text.s ? g.text.s : "(none)");
     srv_gram_free(&g);
     srv_tools_free(&t);
+    /* Llama 3's calls: bare objects with "parameters", several on separate lines */
+    json_object_set_new(o, "parallel_tool_calls", json_true());
+    g = (srv_gram){0};
+    CHECK(srv_tools_parse(o, "llama3", NULL, &t, &err) && srv_tools_grammar(&t, &g, &any, &err));
+    CHECK_MSG(g.text.s && strstr(g.text.s, "tool-call ::= ( ") &&
+              strstr(g.text.s, "\\\"parameters\\\": ") && !strstr(g.text.s, "<tool_call>") &&
+              strstr(g.text.s, "root ::= tool-call ( \"\\n\" tool-call )*"),
+              "%s", g.text.s ? g.text.s : "(none)");
+    srv_gram_free(&g);
+    srv_tools_free(&t);
     json_decref(o);
 }
 
@@ -98,8 +122,8 @@ static void test_refused(void) {
     } cases[] = {
         {"{\"tools\": 3}", "chatml", "tools must be an array"},
         {"{\"tools\": [{\"type\": \"code_interpreter\"}]}", "chatml", "only function tools"},
-        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "llama3",
-         "not supported with the 'llama3' chat format"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "phi3",
+         "not supported with the 'phi3' chat format"},
         {"{\"tool_choice\": {\"type\": \"function\"}, \"tools\": [{\"type\": \"function\", "
          "\"function\": {\"name\": \"f\"}}]}", "chatml", "tool_choice must be"},
     };

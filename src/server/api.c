@@ -408,7 +408,10 @@ static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_reque
     if (ok) ok = build_job(api, j, ids, n_ids, &sp, max_tokens, param, err) &&
                  harmony_parser(api, kind, j, err) && constrain(api, o, kind, &tools, j, err);
     else free(ids);
-    if (ok && srv_tools_parsed(&tools)) out->tools = json_incref(tools.tools);
+    if (ok && srv_tools_parsed(&tools)) {
+        out->tools = json_incref(tools.tools);
+        out->bare_calls = tools.llama3;
+    }
     srv_tools_free(&tools);
     json_decref(o);
     if (!ok) {

@@ -35,6 +35,7 @@ typedef struct srv_request {
     srv_job *job;       /* one reference, the caller's: submit it, then release it */
     json_t *tools;      /* the tools when the reply is parsed for calls (toolcall.h), or NULL;
                            one reference, the caller's */
+    bool bare_calls;    /* the reply may be bare JSON calls (Llama 3): srv_tc_bare */
     json_t *history;    /* RESPONSES to be stored: the chat messages (one reference), or NULL */
     char prev_id[64];   /* RESPONSES: previous_response_id, or "" */
 } srv_request;

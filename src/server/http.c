@@ -134,6 +134,7 @@ typedef struct stream {
     srv_tc *tc;         /* the reply's tool calls (toolcall.h), or NULL */
     json_t *history;    /* a response to keep (its own reference), or NULL */
     char prev_id[64];
+    bool bare;          /* tc reads bare JSON calls (Llama 3) */
 } stream;
 
 srv_params srv_default_params(void) {
@@ -324,7 +325,7 @@ static bool client_gone(int fd) {
 }
 
 static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
-                          const char *id);
+                          bool bare, const char *id);
 
 /* Events of the tool-call parser as chunks: text as content deltas, calls as tool_calls
  * deltas. */
@@ -383,7 +384,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
             if (st->history && srv_finish_reason(js.finish))
-                keep_response(st->srv, st->job, st->history, st->tools, st->resp.id);
+                keep_response(st->srv, st->job, st->history, st->tools, st->bare, st->resp.id);
         }
         if (!ok || st->out.failed || st->text.failed || st->reasoning.failed) {
             srv_job_cancel(e, st->job);
@@ -428,6 +429,8 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
         stream_free(st);
         return MHD_NO;
     }
+    st->bare = req->bare_calls;
+    if (st->bare) srv_tc_bare(st->tc);
     struct MHD_Response *resp = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
     if (!resp) {
@@ -510,11 +513,12 @@ static bool tool_calls(srv_tc *tc, const srv_buf *text, srv_buf *content, srv_ca
 /* A streamed response, finished: its conversation kept for previous_response_id (the
  * whole reply read again from the job and parsed once more for calls). */
 static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
-                          const char *id) {
+                          bool bare, const char *id) {
     srv_buf text = {0}, content = {0};
     srv_job_state js;
     srv_job_poll(s->engine, job, 0, 0, 0, &text, NULL, &js);
     srv_tc *tc = tools ? srv_tc_create(tools) : NULL;
+    if (bare) srv_tc_bare(tc);
     srv_call *calls = NULL;
     int n_calls = 0;
     bool ok = !tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));
@@ -540,6 +544,7 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
     srv_resp resp;
     srv_resp_init(&resp, req->kind, s->model_name, false);
     srv_tc *tc = req->tools ? srv_tc_create(req->tools) : NULL;
+    if (req->bare_calls) srv_tc_bare(tc);
     srv_call *calls = NULL;
     int n_calls = 0;
     bool ok = !req->tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));

@@ -29,6 +29,8 @@ typedef struct tc_rec { /* an event, with offsets into out until the call return
 struct srv_tc {
     const json_t *tools;
     bool in_block, after_call, done, failed;
+    bool bare;      /* a reply of bare JSON calls is calls too (Llama 3) */
+    int bare_state; /* 0 only whitespace so far, 1 JSON held to the end, 2 decided: text */
     srv_buf pend;
     size_t scanned; /* BLOCK: pend[0, scanned) holds no tag */
     int n_calls;
@@ -176,9 +178,9 @@ static bool parse_xml(const srv_tc *p, const char *s, const char *end, char **na
     }
 }
 
-/* {"name": N, "arguments": {...} or "{...}"} ("parameters" also names them) */
-static bool parse_json(const char *s, const char *end, char **name, json_t **args) {
-    json_t *j = json_loadb(s, (size_t)(end - s), JSON_REJECT_DUPLICATES, NULL);
+/* A call object: {"name": N, "arguments": {...} or "{...}"} ("parameters" also names
+ * them); takes j. */
+static bool call_of(json_t *j, char **name, json_t **args) {
     const char *n = json_string_value(json_object_get(j, "name"));
     json_t *a = json_object_get(j, "arguments");
     if (!a) a = json_object_get(j, "parameters");
@@ -196,6 +198,10 @@ static bool parse_json(const char *s, const char *end, char **name, json_t **arg
     json_decref(parsed);
     json_decref(j);
     return ok;
+}
+
+static bool parse_json(const char *s, const char *end, char **name, json_t **args) {
+    return call_of(json_loadb(s, (size_t)(end - s), JSON_REJECT_DUPLICATES, NULL), name, args);
 }
 
 /* The block pend[0, n) (without its tags): a call, or text with its tags (closed tells
@@ -224,6 +230,64 @@ static void end_block(srv_tc *p, size_t n, bool closed) {
     }
     free(name), free(text);
     json_decref(args);
+}
+
+static void pend_drop(srv_tc *p, size_t n);
+
+/* Llama 3: the whole reply as call objects separated by whitespace or ';'. All of them
+ * parse (and are emitted) or none is. */
+static bool bare_calls(srv_tc *p) {
+    const char *s = p->pend.s, *end = s + p->pend.len;
+    enum { MAX_BARE = 64 };
+    char *names[MAX_BARE], *texts[MAX_BARE];
+    int n = 0;
+    bool ok = true;
+    for (;;) {
+        while (s < end && (is_ws(*s) || *s == ';')) s++;
+        if (s == end || !ok) break;
+        json_error_t je;
+        json_t *j = *s == '{' ? json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK |
+                                           JSON_REJECT_DUPLICATES, &je) : NULL;
+        json_t *args = NULL;
+        ok = j && n < MAX_BARE && call_of(json_incref(j), &names[n], &args);
+        if (ok) {
+            texts[n] = json_dumps(args, JSON_COMPACT);
+            ok = texts[n] != NULL;
+            if (!ok) free(names[n]);
+            else n++;
+            s += je.position;
+        }
+        json_decref(args);
+        json_decref(j);
+    }
+    ok = ok && n > 0;
+    for (int i = 0; i < n; i++) {
+        if (ok) emit_call(p, names[i], texts[i]);
+        free(names[i]), free(texts[i]);
+    }
+    return ok;
+}
+
+/* Bare mode: true while the reply is held (it may be only calls), after which it is
+ * either calls (pend emptied) or text, decided from all of it. */
+static bool bare_hold(srv_tc *p, bool at_end) {
+    if (p->bare_state == 0) {
+        const char *s = skip_ws(p->pend.s, p->pend.s + p->pend.len);
+        if (s == p->pend.s + p->pend.len) {
+            if (!at_end) return true; /* only whitespace: undecided */
+            p->bare_state = 2;
+        } else {
+            p->bare_state = *s == '{' ? 1 : 2;
+        }
+    }
+    if (p->bare_state != 1) return false;
+    if (!at_end && p->pend.len <= SRV_TC_BLOCK_MAX) return true;
+    p->bare_state = 2;
+    if (at_end && bare_calls(p)) {
+        pend_drop(p, p->pend.len);
+        return true;
+    }
+    return false;
 }
 
 /* ---- the two states -------------------------------------------------------------------- */
@@ -298,6 +362,7 @@ static bool scan_block(srv_tc *p, bool at_end) {
 }
 
 static void run(srv_tc *p, bool at_end) {
+    if (p->bare && bare_hold(p, at_end)) return;
     size_t at = 0;
     while (!p->failed) {
         if (p->in_block) {
@@ -334,6 +399,10 @@ srv_tc *srv_tc_create(const json_t *tools) {
     srv_tc *p = calloc(1, sizeof *p);
     if (p) p->tools = tools;
     return p;
+}
+
+void srv_tc_bare(srv_tc *p) {
+    if (p) p->bare = true;
 }
 
 void srv_tc_destroy(srv_tc *p) {

@@ -50,6 +50,12 @@ typedef struct srv_tc srv_tc;
 srv_tc *srv_tc_create(const json_t *tools);
 void srv_tc_destroy(srv_tc *p); /* NULL is a no-op */
 
+/* Llama 3 writes a call as a bare JSON object, {"name": ..., "parameters": {...}}, as the
+ * whole reply: with this (before the first push) a reply whose first non-blank byte is
+ * '{' is held to its end and is calls when all of it is call objects separated by
+ * whitespace or ';' (at most 64), else text as usual. */
+void srv_tc_bare(srv_tc *p);
+
 /* Feeds n bytes of the reply. *ev lists what is now decided, in order (adjacent text
  * merged); it is owned by the parser and valid until its next call. False when memory
  * ran out: the parser is then unusable. */

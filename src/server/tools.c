@@ -83,6 +83,11 @@ static bool parse_choice(json_t *body, srv_tools *t, srv_error *err) {
     return true;
 }
 
+/* The chat formats whose tool calls are written and read here. */
+static bool tools_format(const char *tmpl_name) {
+    return tmpl_name && (!strcmp(tmpl_name, "chatml") || !strcmp(tmpl_name, "llama3"));
+}
+
 bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_tools *t,
                      srv_error *err) {
     *t = (srv_tools){.parallel = true};
@@ -109,10 +114,12 @@ bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_
                         "be true or false");
     if (json_is_false(par)) t->parallel = false;
     if (!parse_choice(body, t, err)) return false;
-    if (t->tools && t->choice != SRV_TOOLS_NONE && (!tmpl_name || strcmp(tmpl_name, "chatml")))
+    if (t->tools && t->choice != SRV_TOOLS_NONE && !tools_format(tmpl_name))
         return srv_fail(err, 400, "tools", "unsupported_value", "tools are not supported with the "
-                        "'%s' chat format yet (chatml is)", tmpl_name ? tmpl_name : "unknown");
-    t->xml = tmpl && strstr(tmpl, "<function=");
+                        "'%s' chat format yet (chatml and llama3 are)",
+                        tmpl_name ? tmpl_name : "unknown");
+    t->llama3 = tmpl_name && !strcmp(tmpl_name, "llama3");
+    t->xml = !t->llama3 && tmpl && strstr(tmpl, "<function=");
     return true;
 }
 
@@ -149,7 +156,11 @@ static void add_tools_block(const srv_tools *t, srv_buf *b) {
         srv_buf_printf(b, "\n%s", s ? s : "{}");
         free(s);
     }
-    if (t->xml)
+    if (t->llama3)
+        srv_buf_str(b, "\n</tools>\n\nTo call a function, reply with nothing but a JSON object "
+                       "naming it and its arguments:\n{\"name\": <function-name>, \"parameters\": "
+                       "<arguments-object>}");
+    else if (t->xml)
         srv_buf_str(b, "\n</tools>\n\nTo call a function, write:\n<tool_call>\n<function=NAME>\n"
                        "<parameter=PARAMETER>\nVALUE\n</parameter>\n</function>\n</tool_call>");
     else
@@ -172,9 +183,10 @@ static bool add_call(const srv_tools *t, json_t *call, size_t i, srv_buf *b, srv
         parsed = json_pack("{s:O}", "value", args); /* not JSON: kept as written */
     if (!parsed) parsed = json_object();
     if (!t->xml) {
-        json_t *obj = json_pack("{s:s, s:O}", "name", name, "arguments", parsed);
+        json_t *obj = json_pack("{s:s, s:O}", "name", name, t->llama3 ? "parameters" : "arguments",
+                                parsed);
         char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-        srv_buf_printf(b, "<tool_call>\n%s\n</tool_call>", s ? s : "{}");
+        srv_buf_printf(b, t->llama3 ? "%s" : "<tool_call>\n%s\n</tool_call>", s ? s : "{}");
         free(s);
         json_decref(obj);
     } else {
@@ -238,6 +250,11 @@ static bool convert(const srv_tools *t, bool tools_on, json_t *msgs, conv *c, sr
         json_t *content = json_object_get(m, "content"), *calls = json_object_get(m, "tool_calls");
         srv_buf b = {0};
         bool ok = true;
+        if (tool && t->llama3) { /* a message of its own, in the tool role */
+            if (!content_text(content, i, &b, err)) return srv_buf_free(&b), false;
+            if (!push(c, "tool", &b, err)) return false;
+            continue;
+        }
         if (tool) {
             srv_buf_str(&results, results.len ? "\n<tool_response>\n" : "<tool_response>\n");
             ok = content_text(content, i, &results, err);
@@ -284,9 +301,9 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
                         al_chat_message **out, int *n_out, char ***owned, int *n_owned,
                         srv_error *err) {
     size_t n = json_array_size(msgs);
-    if (uses_tools(msgs) && (!tmpl_name || strcmp(tmpl_name, "chatml")))
+    if (uses_tools(msgs) && !tools_format(tmpl_name))
         return srv_fail(err, 400, "messages", "unsupported_value", "tool calls and tool messages "
-                        "are not supported with the '%s' chat format yet (chatml is)",
+                        "are not supported with the '%s' chat format yet (chatml and llama3 are)",
                         tmpl_name ? tmpl_name : "unknown");
     conv c = {.cap = (int)n + 1};
     c.m = calloc(n + 1, sizeof *c.m);
@@ -316,7 +333,8 @@ bool srv_tools_grammar(const srv_tools *t, srv_gram *g, bool *any, srv_error *er
         char rule[32], head[32], text[160];
         snprintf(rule, sizeof rule, "tool%zu-args", i);
         snprintf(head, sizeof head, "tool%zu-head", i);
-        snprintf(text, sizeof text, "{\"name\": \"%s\", \"arguments\": ", name);
+        snprintf(text, sizeof text, "{\"name\": \"%s\", \"%s\": ", name,
+                 t->llama3 ? "parameters" : "arguments");
         ok = srv_gram_schema(g, params, rule) && srv_gram_literal_rule(g, head, text, strlen(text));
         if (!ok)
             srv_fail(err, 400, "tools", "unsupported_schema", "tools[%zu].function.parameters: %s",
@@ -325,9 +343,9 @@ bool srv_tools_grammar(const srv_tools *t, srv_gram *g, bool *any, srv_error *er
         json_decref(own);
     }
     if (ok) {
-        srv_gram_raw(g, "tool-call ::= \"<tool_call>\\n\" ( ");
+        srv_gram_raw(g, t->llama3 ? "tool-call ::= ( " : "tool-call ::= \"<tool_call>\\n\" ( ");
         srv_gram_raw(g, alts.s);
-        srv_gram_raw(g, " ) \"}\\n</tool_call>\"\n");
+        srv_gram_raw(g, t->llama3 ? " ) \"}\"\n" : " ) \"}\\n</tool_call>\"\n");
         srv_gram_raw(g, t->parallel ? "root ::= tool-call ( \"\\n\" tool-call )*\n"
                                     : "root ::= tool-call\n");
         ok = !g->text.failed || srv_fail(err, 500, NULL, NULL, "out of memory");

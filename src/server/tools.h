@@ -12,6 +12,9 @@
  * consecutive results. tool_choice "required" and a named function hold the reply to
  * calls with a grammar (each function's parameters compiled as JSON Schema); "auto"
  * leaves the model free and the reply is parsed (toolcall.h); "none" describes no tools.
+ * Llama 3 (the llama3 format) is told to answer with a bare JSON object, {"name": ...,
+ * "parameters": {...}}, which is how its history writes calls too; its tool results
+ * stay messages of their own (the library renders them in Llama 3.1's ipython role).
  * Other chat formats refuse tools and tool messages (400) rather than drop them.
  */
 #ifndef AL_SERVER_TOOLS_H
@@ -36,6 +39,7 @@ typedef struct srv_tools {
     const char *named;    /* SRV_TOOLS_NAMED: that function's name (in tools) */
     bool parallel;        /* parallel_tool_calls (default true) */
     bool xml;             /* the template writes calls in the XML form */
+    bool llama3;          /* Llama 3: bare JSON calls, results in the tool (ipython) role */
 } srv_tools;
 
 /* Reads tools, tool_choice and parallel_tool_calls from the request body (every tool a

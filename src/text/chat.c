@@ -221,7 +221,9 @@ static void render_chatml(strbuf *b, const char *tmpl, const al_chat_message *m,
 
 static void render_llama3(strbuf *b, const al_chat_message *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
-        sb_cat(b, "<|start_header_id|>", m[i].role, "<|end_header_id|>\n\n", NULL);
+        /* a tool's result: Llama 3.1's ipython role */
+        const char *role = is_role(m[i].role, "tool") ? "ipython" : m[i].role;
+        sb_cat(b, "<|start_header_id|>", role, "<|end_header_id|>\n\n", NULL);
         sb_content(b, m[i].content);
         sb_append(b, "<|eot_id|>");
     }
@@ -323,10 +325,12 @@ static al_status render(const char *name, const char *tmpl, const al_chat_messag
     for (int i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content)
             return al_error(AL_ERR_ARG, "chat message %d has no role or content", i);
+        bool tool = is_role(msgs[i].role, "tool") && !strcmp(name, "llama3");
         if (!is_role(msgs[i].role, "system") && !is_role(msgs[i].role, "user") &&
-            !is_role(msgs[i].role, "assistant"))
+            !is_role(msgs[i].role, "assistant") && !tool)
             return al_error(AL_ERR_ARG, "chat message %d: role '%s' is not system, user or "
-                            "assistant", i, msgs[i].role);
+                            "assistant%s", i, msgs[i].role,
+                            strcmp(name, "llama3") ? "" : " or tool");
     }
     if (!strcmp(name, "chatml")) render_chatml(b, tmpl, msgs, n, gen);
     else if (!strcmp(name, "llama3")) render_llama3(b, msgs, n, gen);

@@ -1318,6 +1318,34 @@ def test_tools():
                                        extra_body={"grammar": forced})
     check(not r.choices[0].message.tool_calls and "<tool_call>" in r.choices[0].message.content
           and r.choices[0].finish_reason == "stop", "tool_choice none: the reply is not parsed")
+    # Llama 3's format on a second instance: bare JSON calls, results in the ipython role
+    p, base = start_server("--chat-template", "llama3", "--parallel", "1")
+    try:
+        lclient = openai.OpenAI(base_url=base + "/v1", api_key="not-needed", max_retries=0)
+        r = lclient.chat.completions.create(model="m", temperature=0, max_tokens=120, messages=ask,
+                                            tools=[WEATHER], tool_choice="required",
+                                            parallel_tool_calls=False)
+        calls = r.choices[0].message.tool_calls or []
+        check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+              and all(c.function.name == "get_weather" and "city" in json.loads(c.function.arguments)
+                      for c in calls),
+              f"llama3 format, tool_choice required: {[(c.function.name, c.function.arguments) for c in calls]}")
+        bare = ('root ::= "{\\"name\\": \\"get_weather\\", \\"parameters\\": '
+                '{\\"city\\": \\"Oslo\\"}}"')
+        text, scalls, finish = streamed_calls(lclient.chat.completions.create(
+            model="m", messages=ask, tools=[WEATHER], extra_body={"grammar": bare}, stream=True))
+        check(not text and finish == "tool_calls" and len(scalls) == 1
+              and json.loads(scalls[0]["arguments"]) == {"city": "Oslo"},
+              f"llama3 format, a bare JSON reply streamed as a call: {scalls}")
+        r = lclient.chat.completions.create(model="m", temperature=0, max_tokens=20, tools=[WEATHER],
+                                            messages=conv)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
+              f"llama3 format, a conversation with a call and its result: {r.choices[0].message.content!r}")
+        rr = post(CHAT, chat_body(max_tokens=2, tools=[WEATHER]), base=base)
+        check(rr.status_code == 200, f"llama3 format takes tools: {rr.status_code}")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
     bad = [("a tool not a function", {"tools": [{"type": "web_search"}]}, "only function tools"),
            ("a tool without a name", {"tools": [{"type": "function", "function": {}}]}, "name"),
            ("a bad tool name", {"tools": [{"type": "function", "function": {"name": "a b"}}]}, "must be"),
