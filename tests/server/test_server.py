@@ -1167,6 +1167,7 @@ def test_chat_page():
         print("skip: chromium not found (Debian package 'chromium')")
         return "skip"
     chat_page_in(exe, BASE, None)
+    chat_page_tools_and_json(exe)
     # with --api-key: the page loads without the key and sends the one typed in its field
     key = "sk-page-" + "p" * 20
     p, base = start_server("--api-key", key, "--parallel", "1")
@@ -1176,6 +1177,65 @@ def test_chat_page():
         p.terminate()
         p.wait(timeout=30)
     return "ok"
+
+
+def page_state(exe, url, expression, png):
+    """Loads url in headless Chromium, waits until the reply is done, returns expression's value."""
+    dt = DevTools(exe, ["--window-size=1000,700", "--hide-scrollbars"])
+    try:
+        target = dt.call("Target.createTarget", url="about:blank")["targetId"]
+        session = dt.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        dt.call("Page.navigate", session, url=url)
+        state, t0 = {}, time.time()
+        while time.time() - t0 < 120:
+            state = dt.call("Runtime.evaluate", session, returnByValue=True, expression=expression)["result"]["value"]
+            if state.get("done"):
+                break
+            time.sleep(0.25)
+        shot = dt.call("Page.captureScreenshot", session, format="png")["data"]
+        with open(png, "wb") as f:
+            f.write(base64.b64decode(shot))
+        return state
+    finally:
+        dt.close()
+
+
+def chat_page_tools_and_json(exe):
+    """The page's options: a tool call shown as a card, a JSON Schema reply indented."""
+    q = requests.utils.quote
+    url = (BASE + "/?q=" + q("What is the weather in Paris?") + "&tool_choice=required&tools="
+           + q(json.dumps([WEATHER])))
+    state = page_state(exe, url, (
+        "(() => { const a = document.querySelector('.msg.assistant'), c = document.querySelector('.toolcall');"
+        " return {done: !!(a && a.dataset.done), name: c ? c.querySelector('.name').textContent : null,"
+        " args: c ? c.querySelector('.args').textContent : null,"
+        " error: (document.querySelector('.msg.error') || {}).textContent || null}; })()"),
+        os.path.join(ARGS.build, "chat-page-tools.png"))
+    args = None
+    try:
+        args = json.loads(state.get("args") or "")
+    except ValueError:
+        pass
+    check(state.get("done") and state.get("name") == "get_weather" and isinstance(args, dict) and "city" in args
+          and "\n" in (state.get("args") or "") and not state.get("error"),
+          f"chat page shows a tool call as a card: {state}")
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"]}
+    url = BASE + "/?q=" + q("Describe a person.") + "&format=schema&schema=" + q(json.dumps(schema))
+    state = page_state(exe, url, (
+        "(() => { const a = document.querySelector('.msg.assistant'), j = document.querySelector('.json');"
+        " return {done: !!(a && a.dataset.done), json: j ? j.textContent : null,"
+        " invalid: j ? j.classList.contains('invalid') : null}; })()"),
+        os.path.join(ARGS.build, "chat-page-json.png"))
+    obj = None
+    try:
+        obj = json.loads(state.get("json") or "")
+    except ValueError:
+        pass
+    check(state.get("done") and isinstance(obj, dict) and set(obj) >= {"name", "age"} and not state.get("invalid")
+          and "\n  \"" in (state.get("json") or ""),
+          f"chat page shows a JSON Schema reply indented: {state.get('json')!r}")
 
 
 def chat_page_in(exe, base, key):
