@@ -351,6 +351,29 @@ static bool constrain(const srv_api *api, json_t *o, srv_kind kind, const srv_to
 static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_request *out,
                          srv_error *err);
 
+/* A refusal of a translated request names the field the client sent, not the chat
+ * request's: "response_format: ..." becomes "text.format: ..." for /v1/responses. */
+static void rename_param(srv_kind kind, srv_error *err) {
+    static const char *const map[][3] = { /* chat name, Responses name, Messages name */
+        {"response_format", "text.format", "output_config.format"},
+        {"max_tokens", "max_output_tokens", "max_tokens"},
+        {"messages", "input", "messages"},
+        {"stop", "stop", "stop_sequences"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        const char *to = map[i][kind == SRV_KIND_RESPONSES ? 1 : 2];
+        if (strcmp(err->param, map[i][0])) continue;
+        size_t n = strlen(map[i][0]);
+        if (!strncmp(err->message, map[i][0], n)) {
+            char msg[sizeof err->message];
+            snprintf(msg, sizeof msg, "%s%s", to, err->message + n);
+            snprintf(err->message, sizeof err->message, "%s", msg);
+        }
+        snprintf(err->param, sizeof err->param, "%s", to);
+        return;
+    }
+}
+
 bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
                    srv_request *out, srv_error *err) {
     *out = (srv_request){.kind = kind};
@@ -379,7 +402,10 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
     }
     bool ok = parse_object(api, kind >= SRV_KIND_MESSAGES ? SRV_KIND_CHAT : kind, o, out, err);
     out->kind = kind;
-    if (!ok) srv_request_clear(out);
+    if (!ok) {
+        srv_request_clear(out);
+        if (kind >= SRV_KIND_MESSAGES) rename_param(kind, err);
+    }
     return ok;
 }
 

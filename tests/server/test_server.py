@@ -1503,6 +1503,19 @@ def test_responses():
     check(nxt.usage.input_tokens > first.usage.input_tokens + 5 and nxt.previous_response_id == first.id,
           f"previous_response_id carries the conversation: {first.usage.input_tokens} then "
           f"{nxt.usage.input_tokens} input tokens, {nxt.output_text!r}")
+    sid = None
+    for ev in client.responses.create(model="m", input="My name is Ada. Reply with OK.", temperature=0,
+                                      max_output_tokens=8, stream=True):
+        if ev.type == "response.completed" or ev.type == "response.incomplete":
+            sid = ev.response.id
+    nxt = client.responses.create(model="m", input="What is my name?", previous_response_id=sid,
+                                  temperature=0, max_output_tokens=20)
+    check(sid and nxt.usage.input_tokens > first.usage.input_tokens + 5,
+          f"previous_response_id of a streamed response: {nxt.usage.input_tokens} input tokens")
+    unstored = client.responses.create(model="m", input="x", store=False, max_output_tokens=2)
+    rr = post("/v1/responses", {"model": "m", "input": "y", "previous_response_id": unstored.id,
+                                "max_output_tokens": 2})
+    check(rr.status_code == 404 and not unstored.store, f"store false keeps nothing: {rr.status_code}")
     for what, body, status, expect in (
             ("an unknown previous_response_id", {"input": "x", "previous_response_id": "resp_nope"}, 404,
              "not held"),
@@ -1514,7 +1527,7 @@ def test_responses():
             ("an unsupported schema", {"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
                                                                          "schema": {"type": "string",
                                                                                     "format": "email"}}}},
-             400, "email")):
+             400, "text.format: format 'email'")):
         body = {"model": "m", "max_output_tokens": 4, **body}
         rr = post("/v1/responses", body)
         msg = rr.json().get("error", {}).get("message", "")
