@@ -9,7 +9,6 @@
 #include "anyllm.h"
 #include "test.h"
 
-
 static al_vocab *g_gpt2, *g_spm;
 
 static al_vocab *load_vocab(const char *name) {
@@ -60,7 +59,8 @@ static void test_errors(void) {
     size_t cap = 3000 * 24 + 64, len = 0;
     char *chain = malloc(cap);
     len += (size_t)snprintf(chain, cap, "root ::= r0\n");
-    for (int i = 0; i < 3000; i++) len += (size_t)snprintf(chain + len, cap - len, "r%d ::= r%d\n", i, i + 1);
+    for (int i = 0; i < 3000; i++)
+        len += (size_t)snprintf(chain + len, cap - len, "r%d ::= r%d\n", i, i + 1);
     snprintf(chain + len, cap - len, "r3000 ::= \"x\"\n");
     al_grammar *gc = NULL;
     CHECK(al_grammar_create(g_gpt2, chain, &gc) == AL_ERR_ARG && !gc);
@@ -68,7 +68,8 @@ static void test_errors(void) {
     free(chain);
     /* a short text that would expand to millions of rules is refused, not built */
     char big[2048] = "root ::=";
-    for (int i = 0; i < 120; i++) strcat(big, " \"ab\"{0,10000}");
+    for (int i = 0; i < 120; i++)
+        strcat(big, " \"ab\"{0,10000}");
     al_grammar *g = NULL;
     CHECK(al_grammar_create(g_gpt2, big, &g) == AL_ERR_ARG && !g);
     CHECK_MSG(strstr(al_last_error(), "too large"), "%s", al_last_error());
@@ -115,21 +116,23 @@ static int feed(al_grammar *g, al_vocab *v, const char *text) {
     for (int i = 0; i < n && r; i++) {
         bool allows = al_grammar_allows(g, ids[i]);
         al_status st = al_grammar_accept(g, ids[i]);
-        if ((st == AL_OK) != allows) r = -1; /* the two must agree */
-        else if (st != AL_OK) r = 0;
+        if ((st == AL_OK) != allows)
+            r = -1; /* the two must agree */
+        else if (st != AL_OK)
+            r = 0;
     }
     free(ids);
     if (r == 1 && al_grammar_complete(g)) r = al_grammar_finished(g) ? 3 : 2;
     return r;
 }
 
-#define JSONISH \
-    "root ::= obj\n" \
-    "obj ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\n" \
-    "pair ::= str \":\" ws val ws\n" \
-    "val ::= str | num | obj | \"true\" | \"false\" | \"null\"\n" \
-    "str ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt] )* \"\\\"\"\n" \
-    "num ::= \"-\"? [0-9]+ ( \".\" [0-9]{1,6} )?\n" \
+#define JSONISH                                                                                    \
+    "root ::= obj\n"                                                                               \
+    "obj ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\n"                                        \
+    "pair ::= str \":\" ws val ws\n"                                                               \
+    "val ::= str | num | obj | \"true\" | \"false\" | \"null\"\n"                                  \
+    "str ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt] )* \"\\\"\"\n"                  \
+    "num ::= \"-\"? [0-9]+ ( \".\" [0-9]{1,6} )?\n"                                                \
     "ws ::= [ \\n]{0,4}\n"
 
 static void test_match(void) {
@@ -242,7 +245,8 @@ static void test_mask(void) {
         if (g && mask) { /* finished: the mask is the end-of-generation tokens alone */
             al_grammar_mask(g, mask);
             int n_on = 0;
-            for (int id = 0; id < al_vocab_n_tokens(vs[k]); id++) n_on += mask[id];
+            for (int id = 0; id < al_vocab_n_tokens(vs[k]); id++)
+                n_on += mask[id];
             CHECK(n_on >= 1 && mask[al_vocab_eos(vs[k])]);
             for (int id = 0; id < al_vocab_n_tokens(vs[k]); id++)
                 if (mask[id]) CHECK(al_vocab_is_eog(vs[k], id));
@@ -273,7 +277,8 @@ static void test_sampler(void) {
         al_sampler_set_grammar(s, g);
         bool ended = false;
         for (int step = 0; step < 40 && !ended; step++) {
-            for (int i = 0; i < nv; i++) logits[i] = test_frand() * 8;
+            for (int i = 0; i < nv; i++)
+                logits[i] = test_frand() * 8;
             int32_t t = al_sampler_sample(s, logits);
             CHECK_MSG(t >= 0 && al_grammar_accept(g, t) == AL_OK, "trial %d step %d token %d",
                       trial, step, t);
@@ -297,21 +302,26 @@ static void test_distribution(void) {
     float *logits = malloc((size_t)nv * sizeof *logits);
     for (int mode = 0; mode < 2; mode++) {
         /* mode 0: the three hold most of the mass; mode 1: almost none */
-        for (int i = 0; i < nv; i++) logits[i] = mode ? 12.0f : -20.0f;
-        for (int k = 0; k < 3; k++) logits[ids[k]] = lg[k];
+        for (int i = 0; i < nv; i++)
+            logits[i] = mode ? 12.0f : -20.0f;
+        for (int k = 0; k < 3; k++)
+            logits[ids[k]] = lg[k];
         al_sampler_params sp = al_sampler_default_params();
         sp.temperature = 1, sp.top_k = 0, sp.top_p = 1, sp.min_p = 0, sp.seed = 77;
         al_sampler *s = NULL;
         al_grammar *g = NULL;
-        CHECK(al_sampler_create(&sp, nv, &s) == AL_OK && al_grammar_create(v, "root ::= [abc]", &g) == AL_OK);
+        CHECK(al_sampler_create(&sp, nv, &s) == AL_OK &&
+              al_grammar_create(v, "root ::= [abc]", &g) == AL_OK);
         if (!s || !g) break;
         al_sampler_set_grammar(s, g);
         int count[3] = {0}, n = 4000, other = 0;
         for (int i = 0; i < n; i++) {
             int32_t t = al_sampler_sample(s, logits);
             int k = t == ids[0] ? 0 : t == ids[1] ? 1 : t == ids[2] ? 2 : -1;
-            if (k < 0) other++;
-            else count[k]++;
+            if (k < 0)
+                other++;
+            else
+                count[k]++;
         }
         double z = exp(1) + exp(0) + exp(-1), chi2 = 0;
         for (int k = 0; k < 3; k++) {

@@ -27,7 +27,8 @@ static al_grammar *compile(const char *schema_json, char *err, size_t cap) {
     }
     srv_gram g = {0};
     al_grammar *out = NULL;
-    if (!srv_gram_schema(&g, s, "root")) snprintf(err, cap, "%s", g.err);
+    if (!srv_gram_schema(&g, s, "root"))
+        snprintf(err, cap, "%s", g.err);
     else if (al_grammar_create(g_vocab, g.text.s, &out) != AL_OK)
         snprintf(err, cap, "grammar: %s", al_last_error());
     srv_gram_free(&g);
@@ -43,7 +44,8 @@ static bool takes(al_grammar *g, const char *text) {
     if (al_tokenize(g_vocab, text, strlen(text), &tp, &ids, &n) != AL_OK) return false;
     al_grammar_reset(g);
     bool ok = true;
-    for (int i = 0; i < n && ok; i++) ok = al_grammar_accept(g, ids[i]) == AL_OK;
+    for (int i = 0; i < n && ok; i++)
+        ok = al_grammar_accept(g, ids[i]) == AL_OK;
     al_free_tokens(ids);
     return ok && al_grammar_complete(g);
 }
@@ -62,7 +64,8 @@ static bool draw(al_grammar *g, uint64_t seed, char *out, size_t cap) {
     size_t len = 0;
     bool ended = false;
     for (int step = 0; step < 400 && !ended && s; step++) {
-        for (int i = 0; i < nv; i++) logits[i] = test_frand() * 6;
+        for (int i = 0; i < nv; i++)
+            logits[i] = test_frand() * 6;
         int32_t t = al_sampler_sample(s, logits);
         if (t < 0 || al_vocab_is_eog(g_vocab, t)) {
             ended = t >= 0;
@@ -82,14 +85,14 @@ static bool draw(al_grammar *g, uint64_t seed, char *out, size_t cap) {
 
 static void test_integer_ranges(void) {
     static const long long ranges[][2] = {
-        {0, 9}, {0, 10}, {1, 99}, {-5, 5}, {-120, -7}, {17, 23}, {95, 1005}, {-1000, 1000},
-        {0, 0}, {-1, -1}, {99, 101}, {123, 45678}, {-9999, -10}, {500, 100000},
+        {0, 9},        {0, 10}, {1, 99},  {-5, 5},   {-120, -7},   {17, 23},     {95, 1005},
+        {-1000, 1000}, {0, 0},  {-1, -1}, {99, 101}, {123, 45678}, {-9999, -10}, {500, 100000},
     };
     for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
         long long lo = ranges[r][0], hi = ranges[r][1];
         char schema[128], err[512];
-        snprintf(schema, sizeof schema, "{\"type\": \"integer\", \"minimum\": %lld, \"maximum\": %lld}",
-                 lo, hi);
+        snprintf(schema, sizeof schema,
+                 "{\"type\": \"integer\", \"minimum\": %lld, \"maximum\": %lld}", lo, hi);
         al_grammar *g = compile(schema, err, sizeof err);
         CHECK_MSG(g, "%s: %s", schema, err);
         if (!g) continue;
@@ -149,23 +152,27 @@ static void test_number_bounds(void) {
 
 static void test_strings(void) {
     char err[512];
-    al_grammar *g = compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 5}", err,
-                            sizeof err);
+    al_grammar *g =
+        compile("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 5}", err, sizeof err);
     CHECK_MSG(g, "%s", err);
     if (!g) return;
-    CHECK(!takes(g, "\"a\"") && takes(g, "\"ab\"") && takes(g, "\"abcde\"") && !takes(g, "\"abcdef\""));
+    CHECK(!takes(g, "\"a\"") && takes(g, "\"ab\"") && takes(g, "\"abcde\"") &&
+          !takes(g, "\"abcdef\""));
     CHECK(takes(g, "\"\\n\\u00e9\"") && takes(g, "\"\xc3\xa9t\xc3\xa9\"") && !takes(g, "\"a\nb\""));
     CHECK(!takes(g, "\"ab\\q\"") && !takes(g, "abc"));
     al_grammar_destroy(g);
     /* enum and const of any values, the properties' order and required ones */
     g = compile("{\"type\": \"object\", \"properties\": {\"a\": {\"enum\": [1, \"x\\\"y\", null, "
                 "[true]]}, \"b\": {\"const\": {\"k\": 2}}, \"c\": {\"type\": \"boolean\"}}, "
-                "\"required\": [\"c\"]}", err, sizeof err);
+                "\"required\": [\"c\"]}",
+                err, sizeof err);
     CHECK_MSG(g, "%s", err);
     if (!g) return;
     CHECK(takes(g, "{\"c\": true}") && takes(g, "{\"a\": \"x\\\"y\", \"c\": false}"));
-    CHECK(takes(g, "{\"a\":[true],\"b\":{\"k\":2},\"c\":true}") && takes(g, "{\n  \"c\": false\n}"));
-    CHECK(!takes(g, "{}") && !takes(g, "{\"c\": true, \"a\": 1}") && !takes(g, "{\"a\": 2, \"c\": true}"));
+    CHECK(takes(g, "{\"a\":[true],\"b\":{\"k\":2},\"c\":true}") &&
+          takes(g, "{\n  \"c\": false\n}"));
+    CHECK(!takes(g, "{}") && !takes(g, "{\"c\": true, \"a\": 1}") &&
+          !takes(g, "{\"a\": 2, \"c\": true}"));
     CHECK(!takes(g, "{\"c\": true, \"d\": 1}") && !takes(g, "{\"b\": {\"k\": 3}, \"c\": true}"));
     al_grammar_destroy(g);
 }
@@ -183,10 +190,19 @@ static bool pcre_matches(const char *re, const char *s) {
 }
 
 static void test_patterns(void) {
-    static const char *const pats[] = {
-        "^[A-Z]{2}-[0-9]{3}$", "^(yes|no|maybe)$", "^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$",
-        "^\\d{1,3}(\\.\\d{1,2})?$", "^[^\"\\\\]{0,6}$", "^(?:ab|cd){1,3}x?$", "^\\w{1,5}\\s\\w{1,5}$",
-        "^\\\\[a-z]{1,4}\"$", "^[\\t\\n]x{2}$", "^ab[0-9]{1,3}$", "^\\S{2,4}\\W$", "^.{3}$", "^[^a-z]{2}$"};
+    static const char *const pats[] = {"^[A-Z]{2}-[0-9]{3}$",
+                                       "^(yes|no|maybe)$",
+                                       "^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$",
+                                       "^\\d{1,3}(\\.\\d{1,2})?$",
+                                       "^[^\"\\\\]{0,6}$",
+                                       "^(?:ab|cd){1,3}x?$",
+                                       "^\\w{1,5}\\s\\w{1,5}$",
+                                       "^\\\\[a-z]{1,4}\"$",
+                                       "^[\\t\\n]x{2}$",
+                                       "^ab[0-9]{1,3}$",
+                                       "^\\S{2,4}\\W$",
+                                       "^.{3}$",
+                                       "^[^a-z]{2}$"};
     for (size_t p = 0; p < sizeof pats / sizeof *pats; p++) {
         json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pats[p]);
         char *sj = json_dumps(s, 0), err[512], text[2048];
@@ -214,7 +230,8 @@ static void test_patterns(void) {
  * the token-by-token check. */
 static void test_large_enum(void) {
     json_t *vals = json_array();
-    for (int i = 0; i < 3000; i++) json_array_append_new(vals, json_sprintf("item %d", i * 7));
+    for (int i = 0; i < 3000; i++)
+        json_array_append_new(vals, json_sprintf("item %d", i * 7));
     json_array_append_new(vals, json_integer(42));
     json_array_append_new(vals, json_string("it\u00e9m"));
     json_t *s = json_pack("{s:o}", "enum", vals);
@@ -263,10 +280,13 @@ static void test_refused(void) {
     } cases[] = {
         {"{\"type\": \"array\", \"uniqueItems\": true}", "'uniqueItems' is not supported"},
         {"{\"type\": \"integer\", \"multipleOf\": 2}", "'multipleOf' is not supported"},
-        {"{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}, \"$ref\": "
-         "\"#/$defs/a\"}", "recursive $ref"},
+        {"{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}, "
+         "\"$ref\": "
+         "\"#/$defs/a\"}",
+         "recursive $ref"},
         {"{\"$ref\": \"#/$defs/none\"}", "points to nothing"},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"strin\"}}}", "unknown type 'strin'"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"strin\"}}}",
+         "unknown type 'strin'"},
         {"{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 2}", "maxLength"},
         {"{\"type\": \"string\", \"pattern\": \"(a\"}", "unclosed '('"},
         {"{\"type\": \"string\", \"pattern\": \"a**\"}", "quantifier after a quantifier"},

@@ -30,7 +30,8 @@ static bool render(const char *body, const char *tmpl, char *out, size_t cap, sr
     out[0] = 0;
     for (int i = 0; ok && i < n; i++)
         len += (size_t)snprintf(out + len, cap - len, "%s: %s\n", m[i].role, m[i].content);
-    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    for (int i = 0; i < n_owned; i++)
+        free(owned[i]);
     free(owned);
     free(m);
     if (o) srv_tools_free(&t);
@@ -42,65 +43,83 @@ static void test_render(void) {
     char body[4096], out[8192];
     srv_error err;
     /* no system message: one carrying the tools comes first */
-    snprintf(body, sizeof body, "%s[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]}", TOOLS);
-    CHECK(render(body, NULL, out, sizeof out, &err));
-    CHECK_MSG(!strncmp(out, "system: # Tools\n\n", 17) && strstr(out, "<tools>\n{\"type\":\"function\"") &&
-              strstr(out, "</tools>") && strstr(out, "<tool_call>\n{\"name\": <function-name>") &&
-              strstr(out, "\nuser: Weather in Paris?\n"), "%s", out);
-    /* a system message gets the tools after its text; calls and results in the history */
-    snprintf(body, sizeof body, "%s[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
-             "{\"role\": \"user\", \"content\": \"Paris and Rome?\"}, {\"role\": \"assistant\", "
-             "\"content\": null, \"tool_calls\": [{\"id\": \"a\", \"type\": \"function\", \"function\": "
-             "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}, {\"id\": "
-             "\"b\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
-             "\"{\\\"city\\\": \\\"Rome\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"a\", "
-             "\"content\": \"sunny\"}, {\"role\": \"tool\", \"tool_call_id\": \"b\", \"content\": "
-             "[{\"type\": \"text\", \"text\": \"rain\"}]}, {\"role\": \"user\", \"content\": \"And?\"}]}",
+    snprintf(body, sizeof body, "%s[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}]}",
              TOOLS);
     CHECK(render(body, NULL, out, sizeof out, &err));
-    CHECK_MSG(!strncmp(out, "system: Be brief.\n\n# Tools", 26), "%s", out);
-    CHECK_MSG(strstr(out, "\nassistant: <tool_call>\n{\"name\":\"get_weather\",\"arguments\":"
-                          "{\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_weather\","
-                          "\"arguments\":{\"city\":\"Rome\"}}\n</tool_call>\nuser: <tool_response>\n"
-                          "sunny\n</tool_response>\n<tool_response>\nrain\n</tool_response>\nuser: And?\n"),
+    CHECK_MSG(!strncmp(out, "system: # Tools\n\n", 17) &&
+                  strstr(out, "<tools>\n{\"type\":\"function\"") && strstr(out, "</tools>") &&
+                  strstr(out, "<tool_call>\n{\"name\": <function-name>") &&
+                  strstr(out, "\nuser: Weather in Paris?\n"),
               "%s", out);
+    /* a system message gets the tools after its text; calls and results in the history */
+    snprintf(
+        body, sizeof body,
+        "%s[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+        "{\"role\": \"user\", \"content\": \"Paris and Rome?\"}, {\"role\": \"assistant\", "
+        "\"content\": null, \"tool_calls\": [{\"id\": \"a\", \"type\": \"function\", \"function\": "
+        "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}, {\"id\": "
+        "\"b\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+        "\"{\\\"city\\\": \\\"Rome\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"a\", "
+        "\"content\": \"sunny\"}, {\"role\": \"tool\", \"tool_call_id\": \"b\", \"content\": "
+        "[{\"type\": \"text\", \"text\": \"rain\"}]}, {\"role\": \"user\", \"content\": "
+        "\"And?\"}]}",
+        TOOLS);
+    CHECK(render(body, NULL, out, sizeof out, &err));
+    CHECK_MSG(!strncmp(out, "system: Be brief.\n\n# Tools", 26), "%s", out);
+    CHECK_MSG(
+        strstr(out,
+               "\nassistant: <tool_call>\n{\"name\":\"get_weather\",\"arguments\":"
+               "{\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_weather\","
+               "\"arguments\":{\"city\":\"Rome\"}}\n</tool_call>\nuser: <tool_response>\n"
+               "sunny\n</tool_response>\n<tool_response>\nrain\n</tool_response>\nuser: And?\n"),
+        "%s", out);
     /* a template that writes calls as XML: the instructions and the history in that form */
     CHECK(render(body, "... <function=NAME> ...", out, sizeof out, &err));
     CHECK_MSG(strstr(out, "<function=NAME>\n<parameter=PARAMETER>") &&
-              strstr(out, "assistant: <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
-                          "</parameter>\n</function>\n</tool_call>"), "%s", out);
+                  strstr(out,
+                         "assistant: <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                         "</parameter>\n</function>\n</tool_call>"),
+              "%s", out);
     /* Llama 3: bare JSON calls with "parameters", each result a tool message of its own */
     g_format = "llama3";
-    snprintf(body, sizeof body, "%s[{\"role\": \"user\", \"content\": \"Paris?\"}, {\"role\": "
+    snprintf(body, sizeof body,
+             "%s[{\"role\": \"user\", \"content\": \"Paris?\"}, {\"role\": "
              "\"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"get_weather\", "
              "\"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", "
-             "\"content\": \"sunny\"}, {\"role\": \"tool\", \"content\": \"21 C\"}]}", TOOLS);
+             "\"content\": \"sunny\"}, {\"role\": \"tool\", \"content\": \"21 C\"}]}",
+             TOOLS);
     CHECK(render(body, NULL, out, sizeof out, &err));
     CHECK_MSG(!strncmp(out, "system: # Tools", 15) &&
-              strstr(out, "reply with nothing but a JSON object") &&
-              strstr(out, "\nassistant: {\"name\":\"get_weather\",\"parameters\":{\"city\":"
-                          "\"Paris\"}}\ntool: sunny\ntool: 21 C\n"), "%s", out);
+                  strstr(out, "reply with nothing but a JSON object") &&
+                  strstr(out, "\nassistant: {\"name\":\"get_weather\",\"parameters\":{\"city\":"
+                              "\"Paris\"}}\ntool: sunny\ntool: 21 C\n"),
+              "%s", out);
     g_format = "chatml";
     /* tool_choice none: no tools described, the history still rendered */
-    snprintf(body, sizeof body, "{\"tool_choice\": \"none\", %s[{\"role\": \"user\", \"content\": "
-             "\"x\"}]}", TOOLS + 1);
+    snprintf(body, sizeof body,
+             "{\"tool_choice\": \"none\", %s[{\"role\": \"user\", \"content\": "
+             "\"x\"}]}",
+             TOOLS + 1);
     CHECK(render(body, NULL, out, sizeof out, &err) && !strcmp(out, "user: x\n"));
 }
 
 static void test_grammar_text(void) {
-    json_t *o = json_loads("{\"tool_choice\": \"required\", \"parallel_tool_calls\": false, \"tools\": "
-                           "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": "
-                           "\"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"type\": "
-                           "\"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}}}}]}",
-                           0, NULL);
+    json_t *o =
+        json_loads("{\"tool_choice\": \"required\", \"parallel_tool_calls\": false, \"tools\": "
+                   "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": "
+                   "\"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"type\": "
+                   "\"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}}}}]}",
+                   0, NULL);
     srv_tools t;
     srv_error err;
     srv_gram g = {0};
     bool any = false;
-    CHECK(srv_tools_parse(o, "chatml", NULL, &t, &err) && srv_tools_grammar(&t, &g, &any, &err) && any);
+    CHECK(srv_tools_parse(o, "chatml", NULL, &t, &err) && srv_tools_grammar(&t, &g, &any, &err) &&
+          any);
     CHECK_MSG(g.text.s && strstr(g.text.s, "root ::= tool-call\n") &&
-              strstr(g.text.s, "\"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": \"") &&
-              strstr(g.text.s, "tool1-args"), "%s", g.text.s ? g.text.s : "(none)");
+                  strstr(g.text.s, "\"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": \"") &&
+                  strstr(g.text.s, "tool1-args"),
+              "%s", g.text.s ? g.text.s : "(none)");
     srv_gram_free(&g);
     srv_tools_free(&t);
     /* Llama 3's calls: bare objects with "parameters", several on separate lines */
@@ -108,8 +127,8 @@ static void test_grammar_text(void) {
     g = (srv_gram){0};
     CHECK(srv_tools_parse(o, "llama3", NULL, &t, &err) && srv_tools_grammar(&t, &g, &any, &err));
     CHECK_MSG(g.text.s && strstr(g.text.s, "tool-call ::= ( ") &&
-              strstr(g.text.s, "\\\"parameters\\\": ") && !strstr(g.text.s, "<tool_call>") &&
-              strstr(g.text.s, "root ::= tool-call ( \"\\n\" tool-call )*"),
+                  strstr(g.text.s, "\\\"parameters\\\": ") && !strstr(g.text.s, "<tool_call>") &&
+                  strstr(g.text.s, "root ::= tool-call ( \"\\n\" tool-call )*"),
               "%s", g.text.s ? g.text.s : "(none)");
     srv_gram_free(&g);
     srv_tools_free(&t);
@@ -125,15 +144,16 @@ static void test_refused(void) {
         {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "phi3",
          "not supported with the 'phi3' chat format"},
         {"{\"tool_choice\": {\"type\": \"function\"}, \"tools\": [{\"type\": \"function\", "
-         "\"function\": {\"name\": \"f\"}}]}", "chatml", "tool_choice must be"},
+         "\"function\": {\"name\": \"f\"}}]}",
+         "chatml", "tool_choice must be"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_t *o = json_loads(cases[i].body, 0, NULL);
         srv_tools t;
         srv_error err = {0};
         bool ok = srv_tools_parse(o, cases[i].fmt, NULL, &t, &err);
-        CHECK_MSG(!ok && err.status == 400 && strstr(err.message, cases[i].expect), "case %zu: %s", i,
-                  err.message);
+        CHECK_MSG(!ok && err.status == 400 && strstr(err.message, cases[i].expect), "case %zu: %s",
+                  i, err.message);
         srv_tools_free(&t);
         json_decref(o);
     }

@@ -43,13 +43,17 @@ static bool blocks(json_t *content, size_t i, bool assistant, json_t *out, srv_b
         json_t *b = json_array_get(content, k);
         const char *type = json_string_value(json_object_get(b, "type"));
         if (!type)
-            return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu] needs "
-                            "a type", i, k);
+            return srv_fail(err, 400, "messages", "invalid_type",
+                            "messages[%zu].content[%zu] needs "
+                            "a type",
+                            i, k);
         if (!strcmp(type, "text")) {
             const char *t = json_string_value(json_object_get(b, "text"));
             if (!t)
-                return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu]"
-                                ".text must be a string", i, k);
+                return srv_fail(err, 400, "messages", "invalid_type",
+                                "messages[%zu].content[%zu]"
+                                ".text must be a string",
+                                i, k);
             srv_buf_str(text, t);
         } else if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) {
             continue; /* a past turn's reasoning: not shown to the model again */
@@ -58,8 +62,10 @@ static bool blocks(json_t *content, size_t i, bool assistant, json_t *out, srv_b
             const char *id = json_string_value(json_object_get(b, "id"));
             json_t *input = json_object_get(b, "input");
             if (!name || (input && !json_is_object(input)))
-                return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu]: "
-                                "tool_use needs a name and an input object", i, k);
+                return srv_fail(err, 400, "messages", "invalid_type",
+                                "messages[%zu].content[%zu]: "
+                                "tool_use needs a name and an input object",
+                                i, k);
             char *args = json_dumps(input ? input : json_object(), JSON_COMPACT);
             json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id ? id : "",
                                                    "type", "function", "function", "name", name,
@@ -81,9 +87,10 @@ static bool blocks(json_t *content, size_t i, bool assistant, json_t *out, srv_b
             json_array_append_new(out, json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id",
                                                  id ? id : "", "content", s));
         } else {
-            return srv_fail(err, 400, "messages", "unsupported_value", "messages[%zu].content[%zu]: "
-                            "a block of type '%.40s' is not supported in a%s message", i, k, type,
-                            assistant ? "n assistant" : " user");
+            return srv_fail(err, 400, "messages", "unsupported_value",
+                            "messages[%zu].content[%zu]: "
+                            "a block of type '%.40s' is not supported in a%s message",
+                            i, k, type, assistant ? "n assistant" : " user");
         }
     }
     return true;
@@ -96,22 +103,26 @@ static bool translate_messages(json_t *msgs, json_t *out, srv_error *err) {
         json_t *m = json_array_get(msgs, i), *content = json_object_get(m, "content");
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return srv_fail(err, 400, "messages", "invalid_value", "messages[%zu].role must be user "
-                            "or assistant", i);
+            return srv_fail(err, 400, "messages", "invalid_value",
+                            "messages[%zu].role must be user "
+                            "or assistant",
+                            i);
         bool assistant = !strcmp(role, "assistant");
         if (json_is_string(content)) {
             json_array_append_new(out, json_pack("{s:s, s:O}", "role", role, "content", content));
             continue;
         }
         if (!json_is_array(content))
-            return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content must be a "
-                            "string or an array of blocks", i);
+            return srv_fail(err, 400, "messages", "invalid_type",
+                            "messages[%zu].content must be a "
+                            "string or an array of blocks",
+                            i);
         srv_buf text = {0};
         json_t *calls = json_array();
         bool ok = blocks(content, i, assistant, out, &text, calls, err);
         if (ok && (text.len || json_array_size(calls) || !json_array_size(content) || assistant)) {
-            json_t *msg = json_pack("{s:s, s:s%}", "role", role, "content", text.s ? text.s : "",
-                                    text.len);
+            json_t *msg =
+                json_pack("{s:s, s:s%}", "role", role, "content", text.s ? text.s : "", text.len);
             if (json_array_size(calls)) json_object_set(msg, "tool_calls", calls);
             json_array_append_new(out, msg);
         }
@@ -125,14 +136,16 @@ static bool translate_messages(json_t *msgs, json_t *out, srv_error *err) {
 static bool translate_tools(json_t *body, json_t *chat, srv_error *err) {
     json_t *tools = json_object_get(body, "tools"), *tc = json_object_get(body, "tool_choice");
     if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return srv_fail(err, 400, "tools", "invalid_type", "tools must be an array");
+        if (!json_is_array(tools))
+            return srv_fail(err, 400, "tools", "invalid_type", "tools must be an array");
         json_t *list = json_array();
         json_object_set_new(chat, "tools", list);
         for (size_t i = 0; i < json_array_size(tools); i++) {
             json_t *t = json_array_get(tools, i);
             const char *type = json_string_value(json_object_get(t, "type"));
             if (type && strcmp(type, "custom"))
-                return srv_fail(err, 400, "tools", "unsupported_value", "tools[%zu]: the server "
+                return srv_fail(err, 400, "tools", "unsupported_value",
+                                "tools[%zu]: the server "
                                 "tool '%.60s' is not supported (only tools with an input_schema)",
                                 i, type);
             json_t *f = json_pack("{s:O*, s:O*, s:O*}", "name", json_object_get(t, "name"),
@@ -147,21 +160,25 @@ static bool translate_tools(json_t *body, json_t *chat, srv_error *err) {
     if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
         json_object_set_new(chat, "parallel_tool_calls", json_false());
     if (!strcmp(type, "auto") || !strcmp(type, "none") || !strcmp(type, "any"))
-        json_object_set_new(chat, "tool_choice", json_string(!strcmp(type, "any") ? "required" : type));
+        json_object_set_new(chat, "tool_choice",
+                            json_string(!strcmp(type, "any") ? "required" : type));
     else if (!strcmp(type, "tool"))
         json_object_set_new(chat, "tool_choice",
                             json_pack("{s:s, s:{s:O*}}", "type", "function", "function", "name",
                                       json_object_get(tc, "name")));
     else
-        return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice type '%.40s' is not "
-                        "auto, any, tool or none", type);
+        return srv_fail(err, 400, "tool_choice", "invalid_value",
+                        "tool_choice type '%.40s' is not "
+                        "auto, any, tool or none",
+                        type);
     return true;
 }
 
 json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err) {
     json_t *mt = json_object_get(body, "max_tokens");
     if (!json_is_integer(mt) || json_integer_value(mt) < 1) {
-        srv_fail(err, 400, "max_tokens", mt ? "invalid_type" : "missing", "max_tokens is required "
+        srv_fail(err, 400, "max_tokens", mt ? "invalid_type" : "missing",
+                 "max_tokens is required "
                  "and must be a positive integer");
         return NULL;
     }
@@ -178,7 +195,8 @@ json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err) {
     if (fmt && !json_is_null(fmt)) { /* structured output: the chat request's response_format */
         const char *type = json_string_value(json_object_get(fmt, "type"));
         if (!type || strcmp(type, "json_schema")) {
-            srv_fail(err, 400, "output_config", "invalid_value", "output_config.format.type must be "
+            srv_fail(err, 400, "output_config", "invalid_value",
+                     "output_config.format.type must be "
                      "json_schema");
             json_decref(chat);
             return NULL;
@@ -194,7 +212,8 @@ json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err) {
     if (sys && !json_is_null(sys)) {
         json_t *s = joined_text(sys, "system", err);
         ok = s != NULL;
-        if (ok) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", s));
+        if (ok)
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", s));
     }
     ok = ok && translate_messages(json_object_get(body, "messages"), msgs, err) &&
          translate_tools(body, chat, err);
@@ -222,22 +241,14 @@ static json_t *tool_use(const srv_call *c) {
     char id[40];
     srv_new_id("toolu_", id, sizeof id);
     json_t *input = json_loads(c->arguments, JSON_ALLOW_NUL, NULL);
-    return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id, "name", c->name,
-                     "input", input ? input : json_object());
+    return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", id, "name", c->name, "input",
+                     input ? input : json_object());
 }
 
 static json_t *message(const srv_resp *r, json_t *content, const char *stop, json_t *usage) {
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s?, s:n, s:o}", "id", r->id, "type", "message",
                      "role", "assistant", "model", r->model, "content", content, "stop_reason",
                      stop, "stop_sequence", "usage", usage);
-}
-
-static bool dump(json_t *o, srv_buf *out) {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    bool ok = s && srv_buf_str(out, s);
-    free(s);
-    return ok;
 }
 
 bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
@@ -249,33 +260,26 @@ bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const 
                                                  reasoning, rlen, "signature", ""));
     if (len || n_calls == 0)
         json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, len));
-    for (int i = 0; i < n_calls; i++) json_array_append_new(content, tool_use(&calls[i]));
-    return dump(message(r, content, stop_reason(st->finish, n_calls), usage_of(st, 0)), out);
-}
-
-/* One server-sent event: "event: TYPE\ndata: {...}\n\n" (obj taken over). */
-static bool event(const char *type, json_t *obj, srv_buf *out) {
-    if (obj) json_object_set_new(obj, "type", json_string(type));
-    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    bool ok = s && srv_buf_printf(out, "event: %s\ndata: %s\n\n", type, s);
-    free(s);
-    return ok;
+    for (int i = 0; i < n_calls; i++)
+        json_array_append_new(content, tool_use(&calls[i]));
+    return srv_json_out(message(r, content, stop_reason(st->finish, n_calls), usage_of(st, 0)),
+                        out);
 }
 
 bool srv_anthropic_start(srv_resp *r, srv_buf *out) {
     r->block = -1;
     r->open = 0;
-    return event("message_start", json_pack("{s:o}", "message",
-                                            message(r, json_array(), NULL, usage_of(NULL, r->n_prompt))),
-                 out);
+    return srv_sse_typed(
+        "message_start",
+        json_pack("{s:o}", "message", message(r, json_array(), NULL, usage_of(NULL, r->n_prompt))),
+        out);
 }
 
 /* Closes the open block, if any. */
 static bool close_block(srv_resp *r, srv_buf *out) {
     if (!r->open) return true;
     r->open = 0;
-    return event("content_block_stop", json_pack("{s:i}", "index", r->block), out);
+    return srv_sse_typed("content_block_stop", json_pack("{s:i}", "index", r->block), out);
 }
 
 /* Opens a block of kind (1 text, 2 thinking) unless one of that kind is open. */
@@ -286,8 +290,8 @@ static bool open_block(srv_resp *r, int kind, srv_buf *out) {
     r->block++;
     json_t *b = kind == 1 ? json_pack("{s:s, s:s}", "type", "text", "text", "")
                           : json_pack("{s:s, s:s}", "type", "thinking", "thinking", "");
-    return event("content_block_start", json_pack("{s:i, s:o}", "index", r->block, "content_block", b),
-                 out);
+    return srv_sse_typed("content_block_start",
+                         json_pack("{s:i, s:o}", "index", r->block, "content_block", b), out);
 }
 
 bool srv_anthropic_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
@@ -295,14 +299,17 @@ bool srv_anthropic_text(srv_resp *r, const char *text, size_t len, const char *r
     bool ok = true;
     if (rlen) {
         ok = open_block(r, 2, out) &&
-             event("content_block_delta", json_pack("{s:i, s:{s:s, s:s%}}", "index", r->block, "delta",
-                                                    "type", "thinking_delta", "thinking", reasoning,
-                                                    rlen), out);
+             srv_sse_typed("content_block_delta",
+                           json_pack("{s:i, s:{s:s, s:s%}}", "index", r->block, "delta", "type",
+                                     "thinking_delta", "thinking", reasoning, rlen),
+                           out);
     }
     if (ok && len) {
         ok = open_block(r, 1, out) &&
-             event("content_block_delta", json_pack("{s:i, s:{s:s, s:s%}}", "index", r->block, "delta",
-                                                    "type", "text_delta", "text", text, len), out);
+             srv_sse_typed("content_block_delta",
+                           json_pack("{s:i, s:{s:s, s:s%}}", "index", r->block, "delta", "type",
+                                     "text_delta", "text", text, len),
+                           out);
     }
     return ok;
 }
@@ -313,28 +320,32 @@ bool srv_anthropic_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     r->n_calls++;
     json_t *b = tool_use(call);
     json_object_set_new(b, "input", json_object()); /* the input comes as deltas */
-    return event("content_block_start", json_pack("{s:i, s:o}", "index", r->block, "content_block", b),
-                 out) &&
-           event("content_block_delta", json_pack("{s:i, s:{s:s, s:s}}", "index", r->block, "delta",
-                                                  "type", "input_json_delta", "partial_json",
-                                                  call->arguments), out) &&
-           event("content_block_stop", json_pack("{s:i}", "index", r->block), out);
+    return srv_sse_typed("content_block_start",
+                         json_pack("{s:i, s:o}", "index", r->block, "content_block", b), out) &&
+           srv_sse_typed("content_block_delta",
+                         json_pack("{s:i, s:{s:s, s:s}}", "index", r->block, "delta", "type",
+                                   "input_json_delta", "partial_json", call->arguments),
+                         out) &&
+           srv_sse_typed("content_block_stop", json_pack("{s:i}", "index", r->block), out);
 }
 
 bool srv_anthropic_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (!srv_finish_reason(st->finish)) {
         srv_error err;
-        srv_fail(&err, 500, NULL, NULL, "generation failed: %s", st->error[0] ? st->error : "cancelled");
+        srv_fail(&err, 500, NULL, NULL, "generation failed: %s",
+                 st->error[0] ? st->error : "cancelled");
         srv_buf_str(out, "event: error\ndata: ");
         srv_anthropic_error_body(&err, out);
         return srv_buf_str(out, "\n\n");
     }
     if (r->block < 0 && !open_block(r, 1, out)) return false; /* a reply has one block at least */
     return close_block(r, out) &&
-           event("message_delta", json_pack("{s:{s:s, s:n}, s:{s:i}}", "delta", "stop_reason",
-                                            stop_reason(st->finish, r->n_calls), "stop_sequence",
-                                            "usage", "output_tokens", st->n_gen), out) &&
-           event("message_stop", json_object(), out);
+           srv_sse_typed("message_delta",
+                         json_pack("{s:{s:s, s:n}, s:{s:i}}", "delta", "stop_reason",
+                                   stop_reason(st->finish, r->n_calls), "stop_sequence", "usage",
+                                   "output_tokens", st->n_gen),
+                         out) &&
+           srv_sse_typed("message_stop", json_object(), out);
 }
 
 void srv_anthropic_error_body(const srv_error *err, srv_buf *out) {
@@ -349,8 +360,9 @@ void srv_anthropic_error_body(const srv_error *err, srv_buf *out) {
     srv_buf_add_utf8(&msg, err->message, strlen(err->message));
     json_t *e = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message",
                           msg.s ? msg.s : "error");
-    if (!dump(e, out))
-        srv_buf_str(out, "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of "
-                         "memory\"}}");
+    if (!srv_json_out(e, out))
+        srv_buf_str(out,
+                    "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of "
+                    "memory\"}}");
     srv_buf_free(&msg);
 }

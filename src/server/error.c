@@ -4,8 +4,8 @@
 
 #include "server/error.h"
 
-bool srv_fail(srv_error *err, int status, const char *param, const char *code,
-              const char *fmt, ...) {
+bool srv_fail(srv_error *err, int status, const char *param, const char *code, const char *fmt,
+              ...) {
     err->status = status;
     err->type = status >= 500 ? "server_error" : "invalid_request_error";
     err->code = code;

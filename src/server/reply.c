@@ -1,5 +1,6 @@
-/* reply.c: identifiers and finish reasons (see reply.h). */
+/* reply.c: identifiers, finish reasons and the JSON and event writers (see reply.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "server/reply.h"
@@ -28,4 +29,21 @@ const char *srv_finish_reason(srv_finish f) {
 
 const char *srv_reply_finish(srv_finish f, int n_calls) {
     return f == SRV_FINISH_STOP && n_calls > 0 ? "tool_calls" : srv_finish_reason(f);
+}
+
+bool srv_json_out(json_t *obj, srv_buf *out) {
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    bool ok = s && srv_buf_str(out, s);
+    free(s);
+    return ok;
+}
+
+bool srv_sse_typed(const char *type, json_t *obj, srv_buf *out) {
+    if (obj) json_object_set_new(obj, "type", json_string(type));
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    bool ok = s && srv_buf_printf(out, "event: %s\ndata: %s\n\n", type, s);
+    free(s);
+    return ok;
 }

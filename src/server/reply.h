@@ -4,6 +4,7 @@
 #ifndef AL_SERVER_REPLY_H
 #define AL_SERVER_REPLY_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -31,7 +32,7 @@ typedef struct srv_resp {
     /* RESPONSES: events sent, output items so far (their JSON), the open item's kind
      * (0 none, 1 message, 2 reasoning), id and text */
     int seq, n_items;
-    struct json_t *items;
+    json_t *items;
     char item_id[48];
     srv_buf acc;
     bool store;
@@ -50,5 +51,11 @@ typedef struct srv_call {
 const char *srv_finish_reason(srv_finish f);
 /* ... of a reply with n_calls tool calls: "tool_calls" for one that stopped with some. */
 const char *srv_reply_finish(srv_finish f, int n_calls);
+
+/* Appends obj as compact JSON and drops it (NULL: false, nothing appended). */
+bool srv_json_out(json_t *obj, srv_buf *out);
+/* Appends a typed server-sent event, "event: TYPE\ndata: {...}\n\n", obj carrying
+ * "type": TYPE as well (the Responses and Messages streams); drops obj. */
+bool srv_sse_typed(const char *type, json_t *obj, srv_buf *out);
 
 #endif /* AL_SERVER_REPLY_H */

@@ -26,7 +26,8 @@ srv_store *srv_store_create(void) {
 
 void srv_store_destroy(srv_store *s) {
     if (!s) return;
-    for (int i = 0; i < SRV_STORE_MAX; i++) json_decref(s->msgs[i]);
+    for (int i = 0; i < SRV_STORE_MAX; i++)
+        json_decref(s->msgs[i]);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -51,14 +52,17 @@ json_t *srv_store_get(srv_store *s, const char *id) {
     return m;
 }
 
-/* ---- the request ------------------------------------------------------------------------------ */
+/* ---- the request ------------------------------------------------------------------------------
+ */
 
 /* A message item's content: a string, or input_text / output_text parts joined. */
 static json_t *item_text(json_t *c, size_t i, srv_error *err) {
     if (json_is_string(c)) return json_incref(c);
     if (!json_is_array(c)) {
-        srv_fail(err, 400, "input", "invalid_type", "input[%zu].content must be a string or an array "
-                 "of parts", i);
+        srv_fail(err, 400, "input", "invalid_type",
+                 "input[%zu].content must be a string or an array "
+                 "of parts",
+                 i);
         return NULL;
     }
     srv_buf b = {0};
@@ -69,9 +73,10 @@ static json_t *item_text(json_t *c, size_t i, srv_error *err) {
         const char *text = json_string_value(json_object_get(p, "text"));
         if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text")) || !text) {
             srv_buf_free(&b);
-            srv_fail(err, 400, "input", "unsupported_value", "input[%zu].content[%zu]: a part of type "
-                     "'%.40s' is not supported (input_text and output_text are)", i, k,
-                     type ? type : "(none)");
+            srv_fail(err, 400, "input", "unsupported_value",
+                     "input[%zu].content[%zu]: a part of type "
+                     "'%.40s' is not supported (input_text and output_text are)",
+                     i, k, type ? type : "(none)");
             return NULL;
         }
         srv_buf_str(&b, text);
@@ -101,7 +106,8 @@ static bool input_items(json_t *input, json_t *msgs, srv_error *err) {
         return true;
     }
     if (!json_is_array(input))
-        return srv_fail(err, 400, "input", "invalid_type", "input must be a string or an array of "
+        return srv_fail(err, 400, "input", "invalid_type",
+                        "input must be a string or an array of "
                         "items");
     for (size_t i = 0; i < json_array_size(input); i++) {
         json_t *it = json_array_get(input, i);
@@ -110,14 +116,16 @@ static bool input_items(json_t *input, json_t *msgs, srv_error *err) {
         if (!json_is_object(it))
             return srv_fail(err, 400, "input", "invalid_type", "input[%zu] must be an object", i);
         if ((!type && role) || (type && !strcmp(type, "message"))) {
-            if (!role || (strcmp(role, "user") && strcmp(role, "system") && strcmp(role, "developer") &&
-                          strcmp(role, "assistant")))
-                return srv_fail(err, 400, "input", "invalid_value", "input[%zu].role must be user, "
-                                "system, developer or assistant", i);
+            if (!role || (strcmp(role, "user") && strcmp(role, "system") &&
+                          strcmp(role, "developer") && strcmp(role, "assistant")))
+                return srv_fail(err, 400, "input", "invalid_value",
+                                "input[%zu].role must be user, "
+                                "system, developer or assistant",
+                                i);
             json_t *text = item_text(json_object_get(it, "content"), i, err);
             if (!text) return false;
-            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", strcmp(role, "developer")
-                                                                          ? role : "system",
+            json_array_append_new(msgs, json_pack("{s:s, s:o}", "role",
+                                                  strcmp(role, "developer") ? role : "system",
                                                   "content", text));
         } else if (type && !strcmp(type, "function_call")) {
             json_t *a = assistant_for_calls(msgs);
@@ -131,13 +139,16 @@ static bool input_items(json_t *input, json_t *msgs, srv_error *err) {
             json_t *out = json_object_get(it, "output");
             json_t *text = json_is_string(out) ? json_incref(out) : item_text(out, i, err);
             if (!text) return false;
-            json_array_append_new(msgs, json_pack("{s:s, s:O*, s:o}", "role", "tool", "tool_call_id",
-                                                  json_object_get(it, "call_id"), "content", text));
+            json_array_append_new(msgs,
+                                  json_pack("{s:s, s:O*, s:o}", "role", "tool", "tool_call_id",
+                                            json_object_get(it, "call_id"), "content", text));
         } else if (type && !strcmp(type, "reasoning")) {
             continue; /* an earlier turn's reasoning: not shown to the model again */
         } else {
-            return srv_fail(err, 400, "input", "unsupported_value", "input[%zu]: an item of type "
-                            "'%.40s' is not supported", i, type ? type : "(none)");
+            return srv_fail(err, 400, "input", "unsupported_value",
+                            "input[%zu]: an item of type "
+                            "'%.40s' is not supported",
+                            i, type ? type : "(none)");
         }
     }
     return true;
@@ -146,16 +157,18 @@ static bool input_items(json_t *input, json_t *msgs, srv_error *err) {
 static bool tools_and_format(json_t *body, json_t *chat, srv_error *err) {
     json_t *tools = json_object_get(body, "tools");
     if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return srv_fail(err, 400, "tools", "invalid_type", "tools must be an array");
+        if (!json_is_array(tools))
+            return srv_fail(err, 400, "tools", "invalid_type", "tools must be an array");
         json_t *list = json_array();
         json_object_set_new(chat, "tools", list);
         for (size_t i = 0; i < json_array_size(tools); i++) {
             json_t *t = json_array_get(tools, i);
             const char *type = json_string_value(json_object_get(t, "type"));
             if (!type || strcmp(type, "function"))
-                return srv_fail(err, 400, "tools", "unsupported_value", "tools[%zu]: a tool of type "
-                                "'%.40s' is not supported (function tools are)", i,
-                                type ? type : "(none)");
+                return srv_fail(err, 400, "tools", "unsupported_value",
+                                "tools[%zu]: a tool of type "
+                                "'%.40s' is not supported (function tools are)",
+                                i, type ? type : "(none)");
             json_array_append_new(list, json_pack("{s:s, s:{s:O*, s:O*, s:O*}}", "type", "function",
                                                   "function", "name", json_object_get(t, "name"),
                                                   "description", json_object_get(t, "description"),
@@ -166,11 +179,12 @@ static bool tools_and_format(json_t *body, json_t *chat, srv_error *err) {
     if (tc && json_is_object(tc)) { /* {"type": "function", "name": N}: the chat shape nests it */
         const char *type = json_string_value(json_object_get(tc, "type"));
         if (!type || strcmp(type, "function"))
-            return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice must be auto, none, "
+            return srv_fail(err, 400, "tool_choice", "invalid_value",
+                            "tool_choice must be auto, none, "
                             "required or {\"type\": \"function\", \"name\": NAME}");
-        json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O*}}", "type", "function",
-                                                           "function", "name",
-                                                           json_object_get(tc, "name")));
+        json_object_set_new(chat, "tool_choice",
+                            json_pack("{s:s, s:{s:O*}}", "type", "function", "function", "name",
+                                      json_object_get(tc, "name")));
     } else if (tc) {
         json_object_set(chat, "tool_choice", tc);
     }
@@ -195,12 +209,14 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
     bool ok = true;
     if (prev && !json_is_null(prev)) {
         const char *id = json_string_value(prev);
-        if (!id) ok = srv_fail(err, 400, "previous_response_id", "invalid_type",
-                               "previous_response_id must be a string");
+        if (!id)
+            ok = srv_fail(err, 400, "previous_response_id", "invalid_type",
+                          "previous_response_id must be a string");
         else if (!(msgs = srv_store_get(store, id)))
             ok = srv_fail(err, 404, "previous_response_id", "previous_response_not_found",
                           "previous response '%.60s' is not held by this server (it keeps the last "
-                          "%d stored)", id, SRV_STORE_MAX);
+                          "%d stored)",
+                          id, SRV_STORE_MAX);
         if (msgs) { /* a copy: the stored one stays as it was */
             json_t *copy = json_deep_copy(msgs);
             json_decref(msgs);
@@ -211,9 +227,12 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
     json_object_set_new(chat, "messages", msgs);
     json_t *ins = json_object_get(body, "instructions");
     if (ok && ins && !json_is_null(ins)) {
-        if (!json_is_string(ins)) ok = srv_fail(err, 400, "instructions", "invalid_type",
-                                                "instructions must be a string");
-        else json_array_insert_new(msgs, 0, json_pack("{s:s, s:O}", "role", "system", "content", ins));
+        if (!json_is_string(ins))
+            ok =
+                srv_fail(err, 400, "instructions", "invalid_type", "instructions must be a string");
+        else
+            json_array_insert_new(msgs, 0,
+                                  json_pack("{s:s, s:O}", "role", "system", "content", ins));
     }
     json_t *input = json_object_get(body, "input");
     if (ok && !input) ok = srv_fail(err, 400, "input", "missing", "input is required");
@@ -221,11 +240,13 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
     json_t *mt = json_object_get(body, "max_output_tokens");
     if (ok && mt && !json_is_null(mt)) {
         if (!json_is_integer(mt) || json_integer_value(mt) < 1)
-            ok = srv_fail(err, 400, "max_output_tokens", "invalid_type", "max_output_tokens must be "
+            ok = srv_fail(err, 400, "max_output_tokens", "invalid_type",
+                          "max_output_tokens must be "
                           "a positive integer");
         else
-            json_object_set_new(chat, "max_tokens", json_integer(json_integer_value(mt) < n_ctx
-                                                                     ? json_integer_value(mt) : n_ctx));
+            json_object_set_new(
+                chat, "max_tokens",
+                json_integer(json_integer_value(mt) < n_ctx ? json_integer_value(mt) : n_ctx));
     }
     static const char *const same[] = {"model", "stream", "temperature", "top_p",
                                        "parallel_tool_calls"};
@@ -240,8 +261,8 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
     return chat;
 }
 
-json_t *srv_responses_history(json_t *messages, const char *text, size_t len,
-                              const srv_call *calls, int n_calls) {
+json_t *srv_responses_history(json_t *messages, const char *text, size_t len, const srv_call *calls,
+                              int n_calls) {
     json_t *h = json_deep_copy(messages);
     json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", text ? text : "", len);
     if (n_calls > 0) {
@@ -256,12 +277,13 @@ json_t *srv_responses_history(json_t *messages, const char *text, size_t len,
     return h;
 }
 
-/* ---- the reply ---------------------------------------------------------------------------------- */
+/* ---- the reply ----------------------------------------------------------------------------------
+ */
 
 static json_t *message_item(const char *id, const char *text, size_t len, const char *status) {
     return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[]}]}", "type", "message", "id", id,
-                     "status", status, "role", "assistant", "content", "type", "output_text", "text",
-                     text, len, "annotations");
+                     "status", status, "role", "assistant", "content", "type", "output_text",
+                     "text", text, len, "annotations");
 }
 
 static json_t *reasoning_item(const char *id, const char *text, size_t len) {
@@ -278,32 +300,27 @@ static json_t *call_item(const char *id, const srv_call *c, const char *args, co
 
 /* The response object: status from the end state (NULL: in progress). */
 static json_t *response(const srv_resp *r, json_t *output, const srv_job_state *st) {
-    const char *status = !st ? "in_progress" : st->finish == SRV_FINISH_LENGTH ? "incomplete"
-                                                                              : "completed";
+    const char *status = !st                               ? "in_progress"
+                         : st->finish == SRV_FINISH_LENGTH ? "incomplete"
+                                                           : "completed";
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:n, s:b, s:s, s:[], s:{s:{s:s}}, s:b}",
                           "id", r->id, "object", "response", "created_at", (json_int_t)r->created,
                           "status", status, "model", r->model, "output", output, "error",
-                          "parallel_tool_calls", 1, "tool_choice", "auto", "tools", "text", "format",
-                          "type", "text", "store", r->store);
-    json_object_set_new(o, "previous_response_id", r->prev_id ? json_string(r->prev_id) : json_null());
+                          "parallel_tool_calls", 1, "tool_choice", "auto", "tools", "text",
+                          "format", "type", "text", "store", r->store);
+    json_object_set_new(o, "previous_response_id",
+                        r->prev_id ? json_string(r->prev_id) : json_null());
     json_object_set_new(o, "incomplete_details",
                         st && st->finish == SRV_FINISH_LENGTH
-                            ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
+                            ? json_pack("{s:s}", "reason", "max_output_tokens")
+                            : json_null());
     int np = st ? st->n_prompt : r->n_prompt, ng = st ? st->n_gen : 0;
-    json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "input_tokens", np,
-                                              "output_tokens", ng, "total_tokens", np + ng,
-                                              "input_tokens_details", "cached_tokens",
-                                              st ? st->n_reused : 0, "output_tokens_details",
-                                              "reasoning_tokens", 0));
+    json_object_set_new(o, "usage",
+                        json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "input_tokens", np,
+                                  "output_tokens", ng, "total_tokens", np + ng,
+                                  "input_tokens_details", "cached_tokens", st ? st->n_reused : 0,
+                                  "output_tokens_details", "reasoning_tokens", 0));
     return o;
-}
-
-static bool dump(json_t *o, srv_buf *out) {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    bool ok = s && srv_buf_str(out, s);
-    free(s);
-    return ok;
 }
 
 bool srv_responses_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
@@ -323,25 +340,19 @@ bool srv_responses_final(const srv_resp *r, const char *text, size_t len, const 
         srv_new_id("fc_", id, sizeof id);
         json_array_append_new(output, call_item(id, &calls[i], calls[i].arguments, "completed"));
     }
-    return dump(response(r, output, st), out);
+    return srv_json_out(response(r, output, st), out);
 }
 
 /* One event: "event: TYPE\ndata: {...}\n\n" with type and sequence_number (obj taken). */
 static bool event(srv_resp *r, const char *type, json_t *obj, srv_buf *out) {
-    if (!obj) return false;
-    json_object_set_new(obj, "type", json_string(type));
-    json_object_set_new(obj, "sequence_number", json_integer(r->seq++));
-    char *s = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    bool ok = s && srv_buf_printf(out, "event: %s\ndata: %s\n\n", type, s);
-    free(s);
-    return ok;
+    if (obj) json_object_set_new(obj, "sequence_number", json_integer(r->seq++));
+    return srv_sse_typed(type, obj, out);
 }
 
 bool srv_responses_start(srv_resp *r, srv_buf *out) {
     if (!r->items) r->items = json_array();
-    return event(r, "response.created", json_pack("{s:o}", "response", response(r, json_array(), NULL)),
-                 out) &&
+    return event(r, "response.created",
+                 json_pack("{s:o}", "response", response(r, json_array(), NULL)), out) &&
            event(r, "response.in_progress",
                  json_pack("{s:o}", "response", response(r, json_array(), NULL)), out);
 }
@@ -356,11 +367,13 @@ static bool close_item(srv_resp *r, srv_buf *out) {
     if (r->open == 1) {
         ok = event(r, "response.output_text.done",
                    json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index", idx,
-                             "content_index", 0, "text", text, r->acc.len), out) &&
+                             "content_index", 0, "text", text, r->acc.len),
+                   out) &&
              event(r, "response.content_part.done",
                    json_pack("{s:s, s:i, s:i, s:{s:s, s:s%, s:[]}}", "item_id", r->item_id,
                              "output_index", idx, "content_index", 0, "part", "type", "output_text",
-                             "text", text, r->acc.len, "annotations"), out);
+                             "text", text, r->acc.len, "annotations"),
+                   out);
         item = message_item(r->item_id, text, r->acc.len, "completed");
     } else {
         item = reasoning_item(r->item_id, text, r->acc.len);
@@ -380,18 +393,19 @@ static bool open_item(srv_resp *r, int kind, srv_buf *out) {
     r->open = kind;
     srv_new_id(kind == 1 ? "msg_" : "rs_", r->item_id, sizeof r->item_id);
     int idx = r->n_items++;
-    json_t *item = kind == 1 ? json_pack("{s:s, s:s, s:s, s:s, s:[]}", "type", "message", "id",
-                                         r->item_id, "status", "in_progress", "role", "assistant",
-                                         "content")
-                             : json_pack("{s:s, s:s, s:[], s:[]}", "type", "reasoning", "id",
-                                         r->item_id, "summary", "content");
+    json_t *item =
+        kind == 1 ? json_pack("{s:s, s:s, s:s, s:s, s:[]}", "type", "message", "id", r->item_id,
+                              "status", "in_progress", "role", "assistant", "content")
+                  : json_pack("{s:s, s:s, s:[], s:[]}", "type", "reasoning", "id", r->item_id,
+                              "summary", "content");
     bool ok = event(r, "response.output_item.added",
                     json_pack("{s:i, s:o}", "output_index", idx, "item", item), out);
     if (ok && kind == 1)
         ok = event(r, "response.content_part.added",
                    json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", r->item_id,
                              "output_index", idx, "content_index", 0, "part", "type", "output_text",
-                             "text", "", "annotations"), out);
+                             "text", "", "annotations"),
+                   out);
     return ok;
 }
 
@@ -402,14 +416,16 @@ bool srv_responses_text(srv_resp *r, const char *text, size_t len, const char *r
         ok = open_item(r, 2, out) &&
              event(r, "response.reasoning_text.delta",
                    json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index",
-                             r->n_items - 1, "content_index", 0, "delta", reasoning, rlen), out);
+                             r->n_items - 1, "content_index", 0, "delta", reasoning, rlen),
+                   out);
         srv_buf_add(&r->acc, reasoning, rlen);
     }
     if (ok && len) {
         ok = open_item(r, 1, out) &&
              event(r, "response.output_text.delta",
                    json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index",
-                             r->n_items - 1, "content_index", 0, "delta", text, len), out);
+                             r->n_items - 1, "content_index", 0, "delta", text, len),
+                   out);
         srv_buf_add(&r->acc, text, len);
     }
     return ok && !r->acc.failed;
@@ -426,28 +442,33 @@ bool srv_responses_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     json_object_set_new(done, "arguments", json_string(call->arguments));
     json_object_set_new(done, "status", json_string("completed"));
     json_array_append(r->items, done);
-    return event(r, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", idx, "item",
-                                                            added), out) &&
+    return event(r, "response.output_item.added",
+                 json_pack("{s:i, s:o}", "output_index", idx, "item", added), out) &&
            event(r, "response.function_call_arguments.delta",
                  json_pack("{s:s, s:i, s:s}", "item_id", id, "output_index", idx, "delta",
-                           call->arguments), out) &&
+                           call->arguments),
+                 out) &&
            event(r, "response.function_call_arguments.done",
                  json_pack("{s:s, s:i, s:s}", "item_id", id, "output_index", idx, "arguments",
-                           call->arguments), out) &&
+                           call->arguments),
+                 out) &&
            event(r, "response.output_item.done",
                  json_pack("{s:i, s:o}", "output_index", idx, "item", done), out);
 }
 
 bool srv_responses_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (!srv_finish_reason(st->finish)) {
-        return event(r, "error", json_pack("{s:s, s:s*, s:n}", "code", "server_error", "message",
-                                           st->error[0] ? st->error : "generation failed", "param"),
+        return event(r, "error",
+                     json_pack("{s:s, s:s*, s:n}", "code", "server_error", "message",
+                               st->error[0] ? st->error : "generation failed", "param"),
                      out);
     }
     if (r->n_items == 0 && !open_item(r, 1, out)) return false; /* one message at least */
     if (!close_item(r, out)) return false;
-    const char *type = st->finish == SRV_FINISH_LENGTH ? "response.incomplete" : "response.completed";
-    return event(r, type, json_pack("{s:o}", "response", response(r, json_incref(r->items), st)), out);
+    const char *type =
+        st->finish == SRV_FINISH_LENGTH ? "response.incomplete" : "response.completed";
+    return event(r, type, json_pack("{s:o}", "response", response(r, json_incref(r->items), st)),
+                 out);
 }
 
 void srv_responses_free(srv_resp *r) {

@@ -46,11 +46,15 @@ static bool fail(srv_gram *g, const char *path, const char *fmt, ...) {
 /* Names a shared rule, writing it (and what it uses) on first use. */
 static const char *use(srv_gram *g, unsigned p) {
     static const char *const names[] = {"j-ws", "j-str", "j-int", "j-num", "j-val", "j-char"};
-    unsigned deps = p == P_STR ? P_CHAR : p == P_NUM ? P_INT : p == P_VAL ? P_WS | P_STR | P_NUM : 0;
+    unsigned deps = p == P_STR   ? P_CHAR
+                    : p == P_NUM ? P_INT
+                    : p == P_VAL ? P_WS | P_STR | P_NUM
+                                 : 0;
     for (unsigned d = 1; d <= P_CHAR; d <<= 1)
         if (deps & d) use(g, d);
     int i = 0;
-    while ((1u << i) != p) i++;
+    while ((1u << i) != p)
+        i++;
     if (!(g->prims & p)) {
         g->prims |= p;
         srv_buf_str(&g->text, PRIM_TEXT[i]);
@@ -63,9 +67,12 @@ static void lit(srv_buf *b, const char *s, size_t n) {
     srv_buf_str(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') srv_buf_printf(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f) srv_buf_printf(b, "\\x%02X", c);
-        else srv_buf_add(b, &s[i], 1);
+        if (c == '"' || c == '\\')
+            srv_buf_printf(b, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            srv_buf_printf(b, "\\x%02X", c);
+        else
+            srv_buf_add(b, &s[i], 1);
     }
     srv_buf_str(b, "\"");
 }
@@ -128,11 +135,13 @@ static void trie_expr(srv_buf *e, const lit_text *t, size_t n, size_t off, int d
     if (t[0].n == common) { /* one text ends here: the empty alternative */
         srv_buf_str(e, " \"\"");
         first = false;
-        while (i < n && t[i].n == common) i++;
+        while (i < n && t[i].n == common)
+            i++;
     }
     while (i < n) { /* the texts that go on with the same character */
         size_t k = char_len(t[i].s + common), j = i + 1;
-        while (j < n && t[j].n >= common + k && !memcmp(t[j].s + common, t[i].s + common, k)) j++;
+        while (j < n && t[j].n >= common + k && !memcmp(t[j].s + common, t[i].s + common, k))
+            j++;
         srv_buf_str(e, first ? " " : " | ");
         first = false;
         lit(e, t[i].s + common, k);
@@ -160,7 +169,8 @@ static bool gen_enum(srv_gram *g, const json_t *en, const char *path, srv_buf *e
         trie_expr(e, t, n, 0, 0);
         srv_buf_str(e, " )");
     }
-    for (size_t i = 0; t && i < n; i++) free(t[i].s);
+    for (size_t i = 0; t && i < n; i++)
+        free(t[i].s);
     free(t);
     return ok || fail(g, path, "cannot encode an enum value");
 }
@@ -176,7 +186,9 @@ static bool define(srv_gram *g, const char *name, srv_buf *e) {
     return true;
 }
 
-static void fresh(srv_gram *g, char name[32]) { snprintf(name, 32, "s%d", g->n_rules++); }
+static void fresh(srv_gram *g, char name[32]) {
+    snprintf(name, 32, "s%d", g->n_rules++);
+}
 
 static bool gen(srv_gram *g, const json_t *s, const char *path, int depth, char name[32]);
 
@@ -186,7 +198,8 @@ static bool gen(srv_gram *g, const json_t *s, const char *path, int depth, char 
 static void same_len(srv_buf *b, const char *x, const char *y, int n) {
     if (n == 0) return;
     int z = 0;
-    while (z < n && x[z] == '0' && y[z] == '9') z++;
+    while (z < n && x[z] == '0' && y[z] == '9')
+        z++;
     if (z == n) { /* 00..0 to 99..9: any digits; without this the recursion is exponential */
         srv_buf_printf(b, "[0-9]{%d}", n);
         return;
@@ -222,7 +235,8 @@ static void uint_range(srv_buf *out, long long a, long long b) {
     long long lo_len = 1;
     bool first = true;
     for (int len = 1; len <= 18; len++, lo_len *= 10) {
-        long long hi_len = lo_len * 10 - 1, lo = a > (len == 1 ? 0 : lo_len) ? a : (len == 1 ? 0 : lo_len);
+        long long hi_len = lo_len * 10 - 1,
+                  lo = a > (len == 1 ? 0 : lo_len) ? a : (len == 1 ? 0 : lo_len);
         long long hi = b < hi_len ? b : hi_len;
         if (lo > hi) continue;
         char x[24], y[24];
@@ -258,11 +272,11 @@ static int bound(srv_gram *g, const json_t *s, const char *key, const char *path
     return 0;
 }
 
-static bool gen_number(srv_gram *g, const json_t *s, bool integer, const char *path,
-                       srv_buf *e) {
+static bool gen_number(srv_gram *g, const json_t *s, bool integer, const char *path, srv_buf *e) {
     double mn = 0, mx = 0, xmn = 0, xmx = 0;
     int a = bound(g, s, "minimum", path, &mn), b = bound(g, s, "maximum", path, &mx);
-    int c = bound(g, s, "exclusiveMinimum", path, &xmn), d = bound(g, s, "exclusiveMaximum", path, &xmx);
+    int c = bound(g, s, "exclusiveMinimum", path, &xmn),
+        d = bound(g, s, "exclusiveMaximum", path, &xmx);
     if (a > 0 || b > 0 || c > 0 || d > 0) return false;
     if (a < 0 && b < 0 && c < 0 && d < 0) {
         srv_buf_str(e, use(g, integer ? P_INT : P_NUM));
@@ -304,8 +318,9 @@ static bool gen_number(srv_gram *g, const json_t *s, bool integer, const char *p
             any = true;
         }
     }
-    if (!any) return fail(g, path, "no %s lies within the bounds (or within +-10^15)",
-                          integer ? "integer" : "number");
+    if (!any)
+        return fail(g, path, "no %s lies within the bounds (or within +-10^15)",
+                    integer ? "integer" : "number");
     return true;
 }
 
@@ -338,11 +353,13 @@ static bool gen_string(srv_gram *g, const json_t *s, const char *path, srv_buf *
     if (fmt) {
         static const char *const fmts[][2] = {
             /* days by month; February to the 28th, which every year has */
-            {"date", "[0-9]{3} [1-9] \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | "
-                     "[12] [0-9] | \"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | "
-                     "[12] [0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )"},
-            {"time", "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" "
-                     "[0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
+            {"date",
+             "[0-9]{3} [1-9] \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | "
+             "[12] [0-9] | \"3\" [01] ) | ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | "
+             "[12] [0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )"},
+            {"time",
+             "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" "
+             "[0-9]{1,6} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
             {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
                      "[0-9a-f]{12}"},
         };
@@ -361,8 +378,10 @@ static bool gen_string(srv_gram *g, const json_t *s, const char *path, srv_buf *
         return fail(g, path, "format '%s' is not supported (date, time, date-time, uuid are)", f);
     }
     use(g, P_CHAR);
-    if (mx < 0) srv_buf_printf(e, "\"\\\"\" j-char{%lld,} \"\\\"\"", mn);
-    else srv_buf_printf(e, "\"\\\"\" j-char{%lld,%lld} \"\\\"\"", mn, mx);
+    if (mx < 0)
+        srv_buf_printf(e, "\"\\\"\" j-char{%lld,} \"\\\"\"", mn);
+    else
+        srv_buf_printf(e, "\"\\\"\" j-char{%lld,%lld} \"\\\"\"", mn, mx);
     return true;
 }
 
@@ -383,21 +402,31 @@ static bool rx_unsupported(rx *r, const char *what) {
 
 /* A code point as a class member. */
 static void cls_cp(srv_buf *b, uint32_t c) {
-    if (c <= 0xFFFF) srv_buf_printf(b, "\\u%04X", c);
-    else srv_buf_printf(b, "\\U%08X", c);
+    if (c <= 0xFFFF)
+        srv_buf_printf(b, "\\u%04X", c);
+    else
+        srv_buf_printf(b, "\\U%08X", c);
 }
 
 /* JSON's form of a character outside a plain class: '"', '\\' and controls. */
 static void json_escaped(srv_buf *b, uint32_t c) {
-    if (c == '"') srv_buf_str(b, "\"\\\\\\\"\"");
-    else if (c == '\\') srv_buf_str(b, "\"\\\\\\\\\"");
-    else if (c == '\n') srv_buf_str(b, "\"\\\\n\"");
-    else if (c == '\t') srv_buf_str(b, "\"\\\\t\"");
-    else if (c == '\r') srv_buf_str(b, "\"\\\\r\"");
-    else srv_buf_printf(b, "\"\\\\u%04X\"", c);
+    if (c == '"')
+        srv_buf_str(b, "\"\\\\\\\"\"");
+    else if (c == '\\')
+        srv_buf_str(b, "\"\\\\\\\\\"");
+    else if (c == '\n')
+        srv_buf_str(b, "\"\\\\n\"");
+    else if (c == '\t')
+        srv_buf_str(b, "\"\\\\t\"");
+    else if (c == '\r')
+        srv_buf_str(b, "\"\\\\r\"");
+    else
+        srv_buf_printf(b, "\"\\\\u%04X\"", c);
 }
 
-static bool special(uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; }
+static bool special(uint32_t c) {
+    return c < 0x20 || c == '"' || c == '\\';
+}
 
 /* A class of ranges (negated or not) as an expression: a grammar class of the plain
  * characters, and the escaped forms of the special ones it holds. */
@@ -411,10 +440,12 @@ static void rx_class(srv_buf *e, const uint32_t *rg, int n, bool neg) {
             continue;
         }
         for (uint32_t a = lo; a <= hi;) { /* the runs between specials */
-            while (a <= hi && special(a)) a++;
+            while (a <= hi && special(a))
+                a++;
             if (a > hi) break;
             uint32_t b = a;
-            while (b < hi && !special(b + 1)) b++;
+            while (b < hi && !special(b + 1))
+                b++;
             cls_cp(&cls, a), srv_buf_str(&cls, "-"), cls_cp(&cls, b);
             a = b + 1;
         }
@@ -426,7 +457,8 @@ static void rx_class(srv_buf *e, const uint32_t *rg, int n, bool neg) {
     const uint32_t sp[] = {'"', '\\', '\n', '\t', '\r'};
     for (size_t k = 0; k < sizeof sp / sizeof *sp; k++) {
         bool in = false;
-        for (int i = 0; i < n && !in; i++) in = sp[k] >= rg[2 * i] && sp[k] <= rg[2 * i + 1];
+        for (int i = 0; i < n && !in; i++)
+            in = sp[k] >= rg[2 * i] && sp[k] <= rg[2 * i + 1];
         if (in == neg) continue;
         srv_buf_str(e, first ? "" : " | ");
         json_escaped(e, sp[k]);
@@ -458,12 +490,27 @@ static bool rx_escape(rx *r, uint32_t *rg, int *n, bool *neg) {
     const uint32_t *src = NULL;
     int k = 0;
     switch (c) {
-    case 'd': case 'D': src = digit, k = 1; break;
-    case 'w': case 'W': src = word, k = 4; break;
-    case 's': case 'S': src = space, k = 3; break;
-    case 'n': rg[0] = rg[1] = '\n', *n = 1; return true;
-    case 't': rg[0] = rg[1] = '\t', *n = 1; return true;
-    case 'r': rg[0] = rg[1] = '\r', *n = 1; return true;
+    case 'd':
+    case 'D':
+        src = digit, k = 1;
+        break;
+    case 'w':
+    case 'W':
+        src = word, k = 4;
+        break;
+    case 's':
+    case 'S':
+        src = space, k = 3;
+        break;
+    case 'n':
+        rg[0] = rg[1] = '\n', *n = 1;
+        return true;
+    case 't':
+        rg[0] = rg[1] = '\t', *n = 1;
+        return true;
+    case 'r':
+        rg[0] = rg[1] = '\r', *n = 1;
+        return true;
     default:
         if (c == 0 || (c >= '0' && c <= '9') || c == 'b' || c == 'B' || c == 'p' || c == 'P' ||
             c == 'u' || c == 'x' || c == 'k')
@@ -541,7 +588,8 @@ static bool rx_atom(rx *r) {
         return true;
     }
     if (c == '^' || c == '$') return rx_unsupported(r, "'^' or '$' inside the pattern");
-    if (c == '*' || c == '+' || c == '?' || c == '{') return rx_unsupported(r, "a quantifier with nothing before it");
+    if (c == '*' || c == '+' || c == '?' || c == '{')
+        return rx_unsupported(r, "a quantifier with nothing before it");
     if (c == '[') {
         if (!rx_bracket(r, rg, &n, &neg)) return false;
     } else if (c == '.') {
@@ -553,7 +601,8 @@ static bool rx_atom(rx *r) {
     } else {
         uint32_t ch;
         if (!rx_char(r, &ch)) return false;
-        if (special(ch)) json_escaped(r->e, ch);
+        if (special(ch))
+            json_escaped(r->e, ch);
         else {
             srv_buf_str(r->e, "[");
             cls_cp(r->e, ch);
@@ -579,16 +628,21 @@ static bool rx_seq(rx *r) {
         } else if (q == '{') {
             char *end;
             long m = strtol(r->p + 1, &end, 10), x = m;
-            if (end == r->p + 1 || m < 0 || m > 1000) return rx_unsupported(r, "a {m,n} beyond 1000");
+            if (end == r->p + 1 || m < 0 || m > 1000)
+                return rx_unsupported(r, "a {m,n} beyond 1000");
             if (*end == ',') {
                 x = end[1] == '}' ? -1 : strtol(end + 1, &end, 10);
-                if (x == -1) end++;
-                else if (x < m || x > 1000) return rx_unsupported(r, "a {m,n} beyond 1000");
+                if (x == -1)
+                    end++;
+                else if (x < m || x > 1000)
+                    return rx_unsupported(r, "a {m,n} beyond 1000");
             }
             if (*end != '}') return rx_unsupported(r, "a malformed {m,n}");
             r->p = end + 1;
-            if (x < 0) srv_buf_printf(r->e, "{%ld,}", m);
-            else srv_buf_printf(r->e, "{%ld,%ld}", m, x);
+            if (x < 0)
+                srv_buf_printf(r->e, "{%ld,}", m);
+            else
+                srv_buf_printf(r->e, "{%ld,%ld}", m, x);
         }
         if (*r->p == '?') r->p++; /* lazy or greedy: the same strings */
         if (*r->p == '*' || *r->p == '+' || *r->p == '{')
@@ -647,8 +701,10 @@ static bool gen_object(srv_gram *g, const json_t *s, const char *path, int depth
         if (ap && json_is_object(ap) && !gen(g, ap, path, depth + 1, vname)) return false;
         if (!ap || !json_is_object(ap)) use(g, P_VAL);
         const char *str = use(g, P_STR);
-        srv_buf_printf(e, "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? "
-                          "\"}\"", ws, str, ws, ws, vname, ws, ws, str, ws, ws, vname, ws);
+        srv_buf_printf(e,
+                       "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? "
+                       "\"}\"",
+                       ws, str, ws, ws, vname, ws, ws, str, ws, ws, vname, ws);
         return true;
     }
     int base = g->n_rules;
@@ -674,8 +730,9 @@ static bool gen_object(srv_gram *g, const json_t *s, const char *path, int depth
         int bi = base + 2 * (int)i, ai = bi + 1, bn = bi + 2, an = bi + 3;
         srv_buf_printf(&b, "%s %s \":\" %s %s %s s%d", klit.s, ws, ws, vname, ws, an);
         if (!required) srv_buf_printf(&b, " | s%d", bn);
-        srv_buf_printf(&a, required ? "\",\" %s %s %s \":\" %s %s %s s%d"
-                                    : "( \",\" %s %s %s \":\" %s %s %s )? s%d",
+        srv_buf_printf(&a,
+                       required ? "\",\" %s %s %s \":\" %s %s %s s%d"
+                                : "( \",\" %s %s %s \":\" %s %s %s )? s%d",
                        ws, klit.s, ws, ws, vname, ws, an);
         srv_buf_free(&klit);
         char nb[32], na[32];
@@ -710,7 +767,8 @@ static bool gen_array(srv_gram *g, const json_t *s, const char *path, int depth,
     const char *ws = use(g, P_WS);
     if (prefix) {
         size_t n = json_array_size(prefix);
-        if (!json_is_array(prefix) || n == 0) return fail(g, path, "prefixItems must be a non-empty array");
+        if (!json_is_array(prefix) || n == 0)
+            return fail(g, path, "prefixItems must be a non-empty array");
         if ((long long)n < mn || (mx >= 0 && (long long)n > mx))
             return fail(g, path, "prefixItems of %zu outside minItems/maxItems", n);
         srv_buf_printf(e, "\"[\" %s", ws);
@@ -734,8 +792,10 @@ static bool gen_array(srv_gram *g, const json_t *s, const char *path, int depth,
     }
     long long rmin = mn > 0 ? mn - 1 : 0, rmax = mx > 0 ? mx - 1 : -1;
     srv_buf_printf(e, "\"[\" %s ( %s %s ( \",\" %s %s %s )", ws, nm, ws, ws, nm, ws);
-    if (rmax < 0) srv_buf_printf(e, "{%lld,}", rmin);
-    else srv_buf_printf(e, "{%lld,%lld}", rmin, rmax);
+    if (rmax < 0)
+        srv_buf_printf(e, "{%lld,}", rmin);
+    else
+        srv_buf_printf(e, "{%lld,%lld}", rmin, rmax);
     srv_buf_printf(e, " )%s \"]\"", mn > 0 ? "" : "?");
     return true;
 }
@@ -746,11 +806,11 @@ static bool known_keyword(const char *k) {
     static const char *const ok[] = {
         "type", "properties", "required", "additionalProperties", "items", "prefixItems",
         "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-        "definitions", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-        "minLength", "maxLength", "pattern", "format",
+        "definitions", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+        "maxLength", "pattern", "format",
         /* annotations: no effect on what is valid */
-        "title", "description", "default", "examples", "$schema", "$id", "$comment",
-        "deprecated", "readOnly", "writeOnly"};
+        "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+        "readOnly", "writeOnly"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(k, ok[i])) return true;
     return false;
@@ -769,7 +829,8 @@ static const char *other_keyword(const json_t *s, const char *const *allow) {
     const json_t *v;
     json_object_foreach((json_t *)s, k, v) {
         bool ok = is_annotation(k);
-        for (int i = 0; allow[i] && !ok; i++) ok = !strcmp(k, allow[i]);
+        for (int i = 0; allow[i] && !ok; i++)
+            ok = !strcmp(k, allow[i]);
         if (!ok) return k;
     }
     return NULL;
@@ -782,12 +843,17 @@ static bool gen_ref(srv_gram *g, const json_t *s, const char *path, int depth, s
     const char *other = other_keyword(s, allow);
     if (other) return fail(g, path, "'%s' beside $ref is not supported", other);
     const json_t *t = NULL;
-    if (!strcmp(ref, "#")) t = g->doc;
-    else if (!strncmp(ref, "#/$defs/", 8)) t = json_object_get(json_object_get(g->doc, "$defs"), ref + 8);
+    if (!strcmp(ref, "#"))
+        t = g->doc;
+    else if (!strncmp(ref, "#/$defs/", 8))
+        t = json_object_get(json_object_get(g->doc, "$defs"), ref + 8);
     else if (!strncmp(ref, "#/definitions/", 14))
         t = json_object_get(json_object_get(g->doc, "definitions"), ref + 14);
-    else return fail(g, path, "$ref '%.100s' is not supported (only #, #/$defs/NAME and "
-                     "#/definitions/NAME)", ref);
+    else
+        return fail(g, path,
+                    "$ref '%.100s' is not supported (only #, #/$defs/NAME and "
+                    "#/definitions/NAME)",
+                    ref);
     if (!t) return fail(g, path, "$ref '%.100s' points to nothing", ref);
     for (int i = 0; i < g->n_open; i++)
         if (g->open[i] == t) return fail(g, path, "recursive $ref '%.100s' is not supported", ref);
@@ -817,11 +883,20 @@ static bool gen_type(srv_gram *g, const json_t *s, const char *type, const char 
 static const char *implied_type(const json_t *s) {
     static const struct {
         const char *key, *type;
-    } map[] = {{"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
-               {"items", "array"}, {"prefixItems", "array"}, {"minItems", "array"},
-               {"maxItems", "array"}, {"minLength", "string"}, {"maxLength", "string"},
-               {"pattern", "string"}, {"format", "string"}, {"minimum", "number"},
-               {"maximum", "number"}, {"exclusiveMinimum", "number"},
+    } map[] = {{"properties", "object"},
+               {"required", "object"},
+               {"additionalProperties", "object"},
+               {"items", "array"},
+               {"prefixItems", "array"},
+               {"minItems", "array"},
+               {"maxItems", "array"},
+               {"minLength", "string"},
+               {"maxLength", "string"},
+               {"pattern", "string"},
+               {"format", "string"},
+               {"minimum", "number"},
+               {"maximum", "number"},
+               {"exclusiveMinimum", "number"},
                {"exclusiveMaximum", "number"}};
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (json_object_get(s, map[i].key)) return map[i].type;
@@ -831,8 +906,8 @@ static const char *implied_type(const json_t *s) {
 static bool gen_expr(srv_gram *g, const json_t *s, const char *path, int depth, srv_buf *e) {
     const char *k;
     const json_t *v;
-    json_object_foreach((json_t *)s, k, v) if (!known_keyword(k))
-        return fail(g, path, "JSON Schema keyword '%.60s' is not supported", k);
+    json_object_foreach((json_t *)s, k, v) if (!known_keyword(k)) return fail(
+        g, path, "JSON Schema keyword '%.60s' is not supported", k);
     if (json_object_get(s, "$ref")) return gen_ref(g, s, path, depth, e);
     const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en || cn) {
@@ -843,15 +918,18 @@ static bool gen_expr(srv_gram *g, const json_t *s, const char *path, int depth, 
             return fail(g, path, "enum must be a non-empty array");
         return cn ? lit_json(g, e, cn, path) : gen_enum(g, en, path, e);
     }
-    const char *comb = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf"
-                       : json_object_get(s, "allOf") ? "allOf" : NULL;
+    const char *comb = json_object_get(s, "anyOf")   ? "anyOf"
+                       : json_object_get(s, "oneOf") ? "oneOf"
+                       : json_object_get(s, "allOf") ? "allOf"
+                                                     : NULL;
     if (comb) {
         const json_t *list = json_object_get(s, comb);
         const char *const allow[] = {comb, NULL};
         const char *other = other_keyword(s, allow);
         if (other) return fail(g, path, "'%s' beside %s is not supported", other, comb);
         size_t n = json_array_size(list);
-        if (!json_is_array(list) || n == 0) return fail(g, path, "%s must be a non-empty array", comb);
+        if (!json_is_array(list) || n == 0)
+            return fail(g, path, "%s must be a non-empty array", comb);
         if (!strcmp(comb, "allOf") && n != 1)
             return fail(g, path, "allOf of %zu schemas is not supported (of one is)", n);
         srv_buf_str(e, "( ");

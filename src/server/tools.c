@@ -19,7 +19,9 @@ static bool name_ok(const char *s) {
     return true;
 }
 
-static json_t *tool_function(json_t *tool) { return json_object_get(tool, "function"); }
+static json_t *tool_function(json_t *tool) {
+    return json_object_get(tool, "function");
+}
 
 static const char *tool_name(json_t *tool) {
     return json_string_value(json_object_get(tool_function(tool), "name"));
@@ -28,26 +30,38 @@ static const char *tool_name(json_t *tool) {
 static bool check_tool(json_t *tool, size_t i, srv_error *err) {
     const char *type = json_string_value(json_object_get(tool, "type"));
     if (!json_is_object(tool) || !type)
-        return srv_fail(err, 400, "tools", "invalid_type", "tools[%zu] must be an object with a "
-                        "type", i);
+        return srv_fail(err, 400, "tools", "invalid_type",
+                        "tools[%zu] must be an object with a "
+                        "type",
+                        i);
     if (strcmp(type, "function"))
-        return srv_fail(err, 400, "tools", "unsupported_value", "tools[%zu].type is '%.40s': only "
-                        "function tools can be called here", i, type);
+        return srv_fail(err, 400, "tools", "unsupported_value",
+                        "tools[%zu].type is '%.40s': only "
+                        "function tools can be called here",
+                        i, type);
     json_t *f = tool_function(tool), *params = json_object_get(f, "parameters");
     const char *name = tool_name(tool);
     if (!json_is_object(f) || !name)
-        return srv_fail(err, 400, "tools", "invalid_type", "tools[%zu].function must be an object "
-                        "with a string name", i);
+        return srv_fail(err, 400, "tools", "invalid_type",
+                        "tools[%zu].function must be an object "
+                        "with a string name",
+                        i);
     if (!name_ok(name))
-        return srv_fail(err, 400, "tools", "invalid_value", "tools[%zu].function.name '%.70s' must "
-                        "be 1 to %d of a-z, A-Z, 0-9, _, - and .", i, name, MAX_NAME);
+        return srv_fail(err, 400, "tools", "invalid_value",
+                        "tools[%zu].function.name '%.70s' must "
+                        "be 1 to %d of a-z, A-Z, 0-9, _, - and .",
+                        i, name, MAX_NAME);
     if (params && !json_is_null(params) && !json_is_object(params))
-        return srv_fail(err, 400, "tools", "invalid_type", "tools[%zu].function.parameters must "
-                        "be a JSON Schema object", i);
+        return srv_fail(err, 400, "tools", "invalid_type",
+                        "tools[%zu].function.parameters must "
+                        "be a JSON Schema object",
+                        i);
     json_t *desc = json_object_get(f, "description");
     if (desc && !json_is_null(desc) && !json_is_string(desc))
-        return srv_fail(err, 400, "tools", "invalid_type", "tools[%zu].function.description must "
-                        "be a string", i);
+        return srv_fail(err, 400, "tools", "invalid_type",
+                        "tools[%zu].function.description must "
+                        "be a string",
+                        i);
     return true;
 }
 
@@ -58,28 +72,36 @@ static bool parse_choice(json_t *body, srv_tools *t, srv_error *err) {
     const char *s = json_string_value(c);
     if (s && !strcmp(s, "auto")) return true;
     if (s && !strcmp(s, "none")) return t->choice = SRV_TOOLS_NONE, true;
-    if (s && !strcmp(s, "required")) t->choice = SRV_TOOLS_REQUIRED;
+    if (s && !strcmp(s, "required"))
+        t->choice = SRV_TOOLS_REQUIRED;
     else if (s)
-        return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice '%.40s' is not "
-                        "auto, none, required or {\"type\": \"function\", ...}", s);
+        return srv_fail(err, 400, "tool_choice", "invalid_value",
+                        "tool_choice '%.40s' is not "
+                        "auto, none, required or {\"type\": \"function\", ...}",
+                        s);
     else {
         const char *type = json_string_value(json_object_get(c, "type"));
-        const char *name = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+        const char *name =
+            json_string_value(json_object_get(json_object_get(c, "function"), "name"));
         if (!type || strcmp(type, "function") || !name)
-            return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice must be auto, "
+            return srv_fail(err, 400, "tool_choice", "invalid_value",
+                            "tool_choice must be auto, "
                             "none, required or {\"type\": \"function\", \"function\": {\"name\": "
                             "NAME}}");
         t->choice = SRV_TOOLS_NAMED;
         t->named = name;
     }
     if (!t->tools)
-        return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice asks for a call but "
+        return srv_fail(err, 400, "tool_choice", "invalid_value",
+                        "tool_choice asks for a call but "
                         "the request has no tools");
     for (size_t i = 0; t->named && i < json_array_size(t->tools); i++)
         if (!strcmp(tool_name(json_array_get(t->tools, i)), t->named)) return true;
     if (t->named)
-        return srv_fail(err, 400, "tool_choice", "invalid_value", "tool_choice names '%.64s', which "
-                        "is not among the tools", t->named);
+        return srv_fail(err, 400, "tool_choice", "invalid_value",
+                        "tool_choice names '%.64s', which "
+                        "is not among the tools",
+                        t->named);
     return true;
 }
 
@@ -102,20 +124,25 @@ bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_
         for (size_t i = 0; i < n; i++) {
             if (!check_tool(json_array_get(tools, i), i, err)) return false;
             for (size_t k = 0; k < i; k++)
-                if (!strcmp(tool_name(json_array_get(tools, i)), tool_name(json_array_get(tools, k))))
-                    return srv_fail(err, 400, "tools", "invalid_value", "tools[%zu] and tools[%zu] "
-                                    "are both named '%s'", k, i, tool_name(json_array_get(tools, i)));
+                if (!strcmp(tool_name(json_array_get(tools, i)),
+                            tool_name(json_array_get(tools, k))))
+                    return srv_fail(err, 400, "tools", "invalid_value",
+                                    "tools[%zu] and tools[%zu] "
+                                    "are both named '%s'",
+                                    k, i, tool_name(json_array_get(tools, i)));
         }
         if (n > 0) t->tools = json_incref(tools);
     }
     json_t *par = json_object_get(body, "parallel_tool_calls");
     if (par && !json_is_null(par) && !json_is_boolean(par))
-        return srv_fail(err, 400, "parallel_tool_calls", "invalid_type", "parallel_tool_calls must "
+        return srv_fail(err, 400, "parallel_tool_calls", "invalid_type",
+                        "parallel_tool_calls must "
                         "be true or false");
     if (json_is_false(par)) t->parallel = false;
     if (!parse_choice(body, t, err)) return false;
     if (t->tools && t->choice != SRV_TOOLS_NONE && !tools_format(tmpl_name))
-        return srv_fail(err, 400, "tools", "unsupported_value", "tools are not supported with the "
+        return srv_fail(err, 400, "tools", "unsupported_value",
+                        "tools are not supported with the "
                         "'%s' chat format yet (chatml and llama3 are)",
                         tmpl_name ? tmpl_name : "unknown");
     t->llama3 = tmpl_name && !strcmp(tmpl_name, "llama3");
@@ -134,14 +161,18 @@ void srv_tools_free(srv_tools *t) {
 static bool content_text(json_t *c, size_t i, srv_buf *b, srv_error *err) {
     if (json_is_string(c)) return srv_buf_add(b, json_string_value(c), json_string_length(c)), true;
     if (!json_is_array(c))
-        return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content must be a "
-                        "string or an array of text parts", i);
+        return srv_fail(err, 400, "messages", "invalid_type",
+                        "messages[%zu].content must be a "
+                        "string or an array of text parts",
+                        i);
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k), *text = json_object_get(part, "text");
         const char *type = json_string_value(json_object_get(part, "type"));
         if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text))
-            return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].content[%zu] must "
-                            "be {\"type\": \"text\", \"text\": STRING}: only text is supported", i, k);
+            return srv_fail(err, 400, "messages", "invalid_type",
+                            "messages[%zu].content[%zu] must "
+                            "be {\"type\": \"text\", \"text\": STRING}: only text is supported",
+                            i, k);
         srv_buf_add(b, json_string_value(text), json_string_length(text));
     }
     return true;
@@ -175,16 +206,19 @@ static bool add_call(const srv_tools *t, json_t *call, size_t i, srv_buf *b, srv
     const char *name = json_string_value(json_object_get(f, "name"));
     json_t *args = json_object_get(f, "arguments");
     if (!name || (args && !json_is_string(args) && !json_is_object(args)))
-        return srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].tool_calls: each call "
-                        "needs function.name and function.arguments (a JSON string)", i);
-    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), JSON_ALLOW_NUL, NULL)
-                                          : json_incref(args);
+        return srv_fail(err, 400, "messages", "invalid_type",
+                        "messages[%zu].tool_calls: each call "
+                        "needs function.name and function.arguments (a JSON string)",
+                        i);
+    json_t *parsed = json_is_string(args)
+                         ? json_loads(json_string_value(args), JSON_ALLOW_NUL, NULL)
+                         : json_incref(args);
     if (!parsed && args && json_string_length(args) > 0)
         parsed = json_pack("{s:O}", "value", args); /* not JSON: kept as written */
     if (!parsed) parsed = json_object();
     if (!t->xml) {
-        json_t *obj = json_pack("{s:s, s:O}", "name", name, t->llama3 ? "parameters" : "arguments",
-                                parsed);
+        json_t *obj =
+            json_pack("{s:s, s:O}", "name", name, t->llama3 ? "parameters" : "arguments", parsed);
         char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         srv_buf_printf(b, t->llama3 ? "%s" : "<tool_call>\n%s\n</tool_call>", s ? s : "{}");
         free(s);
@@ -235,12 +269,15 @@ static bool convert(const srv_tools *t, bool tools_on, json_t *msgs, conv *c, sr
         if (!json_is_object(m) || !r)
             return srv_buf_free(&results), srv_fail(err, 400, "messages", "invalid_type",
                                                     "messages[%zu] must be an object with a "
-                                                    "string role", i);
+                                                    "string role",
+                                                    i);
         bool tool = !strcmp(r, "tool");
         if (!tool && results.len && !push(c, "user", &results, err)) return false;
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && !tool)
-            return srv_fail(err, 400, "messages", "invalid_value", "messages[%zu].role '%.40s' is "
-                            "not system, user, assistant or tool", i, r);
+            return srv_fail(err, 400, "messages", "invalid_value",
+                            "messages[%zu].role '%.40s' is "
+                            "not system, user, assistant or tool",
+                            i, r);
         if (!sys_done && strcmp(r, "system")) { /* tools need a system message: one first */
             srv_buf b = {0};
             add_tools_block(t, &b);
@@ -263,17 +300,22 @@ static bool convert(const srv_tools *t, bool tools_on, json_t *msgs, conv *c, sr
             continue;
         }
         bool empty_ok = !strcmp(r, "assistant") && json_array_size(calls) > 0;
-        if (!(empty_ok && (!content || json_is_null(content)))) ok = content_text(content, i, &b, err);
+        if (!(empty_ok && (!content || json_is_null(content))))
+            ok = content_text(content, i, &b, err);
         if (ok && !strcmp(r, "system") && !sys_done) {
             add_tools_block(t, &b);
             sys_done = true;
         }
         if (ok && calls && !json_is_null(calls) && strcmp(r, "assistant"))
-            ok = srv_fail(err, 400, "messages", "invalid_value", "messages[%zu]: only assistant "
-                          "messages have tool_calls", i);
+            ok = srv_fail(err, 400, "messages", "invalid_value",
+                          "messages[%zu]: only assistant "
+                          "messages have tool_calls",
+                          i);
         if (ok && calls && !json_is_null(calls) && !json_is_array(calls))
-            ok = srv_fail(err, 400, "messages", "invalid_type", "messages[%zu].tool_calls must be "
-                          "an array", i);
+            ok = srv_fail(err, 400, "messages", "invalid_type",
+                          "messages[%zu].tool_calls must be "
+                          "an array",
+                          i);
         for (size_t k = 0; ok && k < json_array_size(calls); k++) {
             if (b.len) srv_buf_str(&b, "\n");
             ok = add_call(t, json_array_get(calls, k), i, &b, err);
@@ -302,7 +344,8 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
                         srv_error *err) {
     size_t n = json_array_size(msgs);
     if (uses_tools(msgs) && !tools_format(tmpl_name))
-        return srv_fail(err, 400, "messages", "unsupported_value", "tool calls and tool messages "
+        return srv_fail(err, 400, "messages", "unsupported_value",
+                        "tool calls and tool messages "
                         "are not supported with the '%s' chat format yet (chatml and llama3 are)",
                         tmpl_name ? tmpl_name : "unknown");
     conv c = {.cap = (int)n + 1};

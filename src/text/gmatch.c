@@ -64,7 +64,8 @@ struct al_grammar {
 static bool gset_reserve(gset *s, int32_t more) {
     if (s->len + more <= s->cap) return true;
     int32_t cap = s->cap ? s->cap : 64;
-    while (cap < s->len + more) cap *= 2;
+    while (cap < s->len + more)
+        cap *= 2;
     int32_t *d = al_realloc(s->d, (size_t)cap * sizeof *d);
     if (!d) return false;
     s->d = d;
@@ -72,7 +73,9 @@ static bool gset_reserve(gset *s, int32_t more) {
     return true;
 }
 
-static void gset_clear(gset *s) { s->len = s->count = 0; }
+static void gset_clear(gset *s) {
+    s->len = s->count = 0;
+}
 
 /* Adds stack st[0..n) unless it is there already. */
 static bool gset_add(gset *s, const int32_t *st, int32_t n) {
@@ -148,10 +151,14 @@ static bool advance(al_grammar *g, const gset *in, uint32_t c, gset *out) {
 static int utf8_step(utf8_state *u, uint8_t b, uint32_t *cp) {
     if (u->need == 0) {
         if (b < 0x80) return *cp = b, 1;
-        if (b >= 0xC2 && b <= 0xDF) u->need = 1, u->cp = b & 0x1fu;
-        else if (b >= 0xE0 && b <= 0xEF) u->need = 2, u->cp = b & 0x0fu;
-        else if (b >= 0xF0 && b <= 0xF4) u->need = 3, u->cp = b & 0x07u;
-        else return -1;
+        if (b >= 0xC2 && b <= 0xDF)
+            u->need = 1, u->cp = b & 0x1fu;
+        else if (b >= 0xE0 && b <= 0xEF)
+            u->need = 2, u->cp = b & 0x0fu;
+        else if (b >= 0xF0 && b <= 0xF4)
+            u->need = 3, u->cp = b & 0x07u;
+        else
+            return -1;
         u->len = u->need + 1;
         return 0;
     }
@@ -175,7 +182,8 @@ static bool set_meets(const g_rules *r, int32_t set, uint32_t lo, uint32_t hi) {
     /* a complement meets [lo, hi] unless its ranges cover all of it */
     for (uint32_t pos = lo;;) {
         int32_t i = 0;
-        while (i < s->n && !(rg[2 * i] <= pos && rg[2 * i + 1] >= pos)) i++;
+        while (i < s->n && !(rg[2 * i] <= pos && rg[2 * i + 1] >= pos))
+            i++;
         if (i == s->n) return true;
         if (rg[2 * i + 1] >= hi) return false;
         pos = rg[2 * i + 1] + 1;
@@ -260,7 +268,8 @@ void al_grammar_destroy(al_grammar *g) {
     al_free(g->tmp[0].d);
     al_free(g->tmp[1].d);
     al_free(g->work.d);
-    for (int32_t d = 0; g->lv && d <= g->trie->max_depth; d++) al_free(g->lv[d].set.d);
+    for (int32_t d = 0; g->lv && d <= g->trie->max_depth; d++)
+        al_free(g->lv[d].set.d);
     al_free(g->lv);
     al_free(g);
 }
@@ -313,8 +322,9 @@ al_status al_grammar_accept(al_grammar *g, int32_t token) {
     utf8_state u;
     al_status st = token_walk(g, token, &s, &u);
     if (st == AL_ERR_NOMEM) return al_error(st, "out of memory in the grammar");
-    if (st != AL_OK) return al_error(AL_ERR_ARG, "grammar: token %d (%s) is not allowed here",
-                                     token, al_vocab_text(g->v, token));
+    if (st != AL_OK)
+        return al_error(AL_ERR_ARG, "grammar: token %d (%s) is not allowed here", token,
+                        al_vocab_text(g->v, token));
     if (s != &g->cur) { /* swap the buffers rather than copy */
         gset t = g->cur;
         g->cur = *s;
@@ -324,7 +334,9 @@ al_status al_grammar_accept(al_grammar *g, int32_t token) {
     return AL_OK;
 }
 
-int32_t g_grammar_n_tokens(const al_grammar *g) { return g->n_vocab; }
+int32_t g_grammar_n_tokens(const al_grammar *g) {
+    return g->n_vocab;
+}
 
 bool al_grammar_complete(const al_grammar *g) {
     return g && !g->failed && is_complete(&g->cur, &g->u);
@@ -351,8 +363,7 @@ static bool mask_walk(al_grammar *g, uint8_t *allowed) {
         if (st == 0) {
             l->owner = p->owner;
             alive = partial_viable(&g->r, ps, &l->u);
-        }
-        else if (st == 1) {
+        } else if (st == 1) {
             if (!advance(g, ps, c, &l->set)) return false;
             l->owner = d;
             alive = l->set.count > 0;
@@ -361,7 +372,8 @@ static bool mask_walk(al_grammar *g, uint8_t *allowed) {
             i = t->skip[i];
             continue;
         }
-        for (int32_t k = t->tok_first[i]; k < t->tok_first[i + 1]; k++) allowed[t->tok[k]] = 1;
+        for (int32_t k = t->tok_first[i]; k < t->tok_first[i + 1]; k++)
+            allowed[t->tok[k]] = 1;
         i++;
     }
     return true;
@@ -441,7 +453,8 @@ static g_trie *trie_build(const al_vocab *v) {
     for (int32_t k = 0; k < n_tok; k++) {
         uint32_t lcp = 0;
         if (k > 0)
-            while (lcp < tb[k].n && lcp < tb[k - 1].n && tb[k].s[lcp] == tb[k - 1].s[lcp]) lcp++;
+            while (lcp < tb[k].n && lcp < tb[k - 1].n && tb[k].s[lcp] == tb[k - 1].s[lcp])
+                lcp++;
         for (uint32_t d = lcp; d < tb[k].n; d++) {
             t->byte[n] = tb[k].s[d];
             t->depth[n] = (uint16_t)(d + 1);
@@ -451,14 +464,17 @@ static g_trie *trie_build(const al_vocab *v) {
         t->tok_first[path[tb[k].n] + 1]++; /* counts first, prefix sums below */
         t->tok[k] = tb[k].id;
     }
-    for (int32_t i = 0; i < n; i++) t->tok_first[i + 1] += t->tok_first[i];
+    for (int32_t i = 0; i < n; i++)
+        t->tok_first[i + 1] += t->tok_first[i];
     /* skip[i]: the next node no deeper than i; path[] serves as the stack of open nodes */
     int32_t top = 0;
     for (int32_t i = 0; i < n; i++) {
-        while (top > 0 && t->depth[path[top - 1]] >= t->depth[i]) t->skip[path[--top]] = i;
+        while (top > 0 && t->depth[path[top - 1]] >= t->depth[i])
+            t->skip[path[--top]] = i;
         path[top++] = i;
     }
-    while (top > 0) t->skip[path[--top]] = n;
+    while (top > 0)
+        t->skip[path[--top]] = n;
     t->n_nodes = n;
     al_free(path);
     al_free(tb);

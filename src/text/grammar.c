@@ -18,10 +18,10 @@
 #include "util.h"
 
 enum {
-    MAX_REPEAT = 10000,     /* x{m,n}: m and n at most this */
-    MAX_CODE = 1 << 20,     /* elements in all: bounds the memory of a huge grammar (~60 MB) */
-    MAX_NEST = 200,         /* parentheses inside parentheses */
-    MAX_LEFT_CHAIN = 2000,  /* rules whose first element is the next rule, in a row */
+    MAX_REPEAT = 10000,    /* x{m,n}: m and n at most this */
+    MAX_CODE = 1 << 20,    /* elements in all: bounds the memory of a huge grammar (~60 MB) */
+    MAX_NEST = 200,        /* parentheses inside parentheses */
+    MAX_LEFT_CHAIN = 2000, /* rules whose first element is the next rule, in a row */
 };
 
 typedef struct alt_vec {
@@ -98,7 +98,8 @@ static int32_t new_rule(parser *ps, const char *name, size_t len) {
 
 static uint32_t name_hash(const char *s, size_t n) {
     uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
     return h;
 }
 
@@ -110,7 +111,8 @@ static bool names_rehash(parser *ps) {
     for (int32_t i = 0; i < ps->n_rules; i++) {
         if (!ps->rules[i].name) continue;
         uint32_t h = name_hash(ps->rules[i].name, strlen(ps->rules[i].name)) & (n - 1);
-        while (t[h] >= 0) h = (h + 1) & (n - 1);
+        while (t[h] >= 0)
+            h = (h + 1) & (n - 1);
         t[h] = i;
     }
     al_free(ps->names);
@@ -180,21 +182,25 @@ static void skip_space(parser *ps) {
     for (;;) {
         char c = *ps->p;
         if (c == '\n') ps->line++;
-        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') ps->p++;
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+            ps->p++;
         else if (c == '#')
-            while (*ps->p && *ps->p != '\n') ps->p++;
-        else return;
+            while (*ps->p && *ps->p != '\n')
+                ps->p++;
+        else
+            return;
     }
 }
 
 static bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
 }
 
 static size_t name_len(const char *s) {
     size_t n = 0;
-    while (is_name_char(s[n])) n++;
+    while (is_name_char(s[n]))
+        n++;
     return n;
 }
 
@@ -203,7 +209,8 @@ static bool at_rule_start(const char *s) {
     size_t n = name_len(s);
     if (n == 0) return false;
     s += n;
-    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+        s++;
     return !strncmp(s, "::=", 3);
 }
 
@@ -222,7 +229,8 @@ static bool read_char(parser *ps, uint32_t *out) {
         size_t n = utf8_valid_len(s, strlen((const char *)s));
         if (n == 0) return fail(ps, "invalid UTF-8 in a literal");
         uint32_t c = n == 1 ? s[0] : n == 2 ? s[0] & 0x1fu : n == 3 ? s[0] & 0x0fu : s[0] & 7u;
-        for (size_t i = 1; i < n; i++) c = c << 6 | (s[i] & 0x3fu);
+        for (size_t i = 1; i < n; i++)
+            c = c << 6 | (s[i] & 0x3fu);
         ps->p += n;
         *out = c;
         return true;
@@ -339,8 +347,10 @@ static bool parse_item(parser *ps, alt_vec *a) {
     alt_vec piece = {0};
     bool ok;
     char c = *ps->p;
-    if (c == '"') ok = parse_literal(ps, &piece);
-    else if (c == '[') ok = parse_class(ps, &piece);
+    if (c == '"')
+        ok = parse_literal(ps, &piece);
+    else if (c == '[')
+        ok = parse_class(ps, &piece);
     else if (c == '.') {
         int32_t set = begin_set(ps, true);
         ok = set >= 0 && push_elem(ps, &piece, G_CHARS, set);
@@ -377,8 +387,10 @@ static bool parse_item(parser *ps, alt_vec *a) {
     }
     al_free(piece.e);
     long min = op == '+', max = op == '?' ? 1 : -1;
-    if (op == '{') ok = ok && parse_braces(ps, &min, &max);
-    else ps->p++;
+    if (op == '{')
+        ok = ok && parse_braces(ps, &min, &max);
+    else
+        ps->p++;
     return ok && repeat(ps, a, x, min, max);
 }
 
@@ -416,12 +428,10 @@ static bool parse_text(parser *ps) {
         skip_space(ps);
         if (!*ps->p) return true;
         size_t n = name_len(ps->p);
-        if (n == 0 || !at_rule_start(ps->p))
-            return fail(ps, "expected a rule: name ::= ...");
+        if (n == 0 || !at_rule_start(ps->p)) return fail(ps, "expected a rule: name ::= ...");
         int32_t r = rule_id(ps, ps->p, n);
         if (r < 0) return false;
-        if (ps->rules[r].defined)
-            return fail(ps, "rule '%s' is defined twice", ps->rules[r].name);
+        if (ps->rules[r].defined) return fail(ps, "rule '%s' is defined twice", ps->rules[r].name);
         ps->rules[r].defined = true;
         ps->rules[r].line = ps->line;
         ps->p += n;
@@ -443,7 +453,8 @@ static bool *nullable_rules(parser *ps) {
             for (int32_t a = 0; !nul[r] && a < ps->rules[r].n_alts; a++) {
                 const alt_vec *v = &ps->rules[r].alts[a];
                 int32_t i = 0;
-                while (i < v->n && v->e[i].op == G_RULE && nul[v->e[i].arg]) i++;
+                while (i < v->n && v->e[i].op == G_RULE && nul[v->e[i].arg])
+                    i++;
                 if (i == v->n) nul[r] = changed = true;
             }
         }
@@ -464,8 +475,10 @@ static bool left_rec(parser *ps, const bool *nul, uint8_t *color, int32_t r, int
             int32_t s = v->e[i].arg;
             if (color[s] == 1) {
                 const char *nm = ps->rules[s].name;
-                return fail(ps, "rule '%s' is left-recursive (it can reach itself without "
-                            "matching a character)", nm ? nm : "(a group or repetition)");
+                return fail(ps,
+                            "rule '%s' is left-recursive (it can reach itself without "
+                            "matching a character)",
+                            nm ? nm : "(a group or repetition)");
             }
             if (color[s] == 0 && !left_rec(ps, nul, color, s, depth + 1)) return false;
             if (!nul[s]) break;
@@ -496,7 +509,8 @@ static al_status layout(parser *ps, g_rules *out) {
     int32_t n_alts = 0, n_code = 0;
     for (int32_t r = 0; r < ps->n_rules; r++) {
         n_alts += ps->rules[r].n_alts;
-        for (int32_t a = 0; a < ps->rules[r].n_alts; a++) n_code += ps->rules[r].alts[a].n + 1;
+        for (int32_t a = 0; a < ps->rules[r].n_alts; a++)
+            n_code += ps->rules[r].alts[a].n + 1;
     }
     out->code = al_malloc((size_t)n_code * sizeof *out->code);
     out->alt = al_malloc((size_t)(n_alts ? n_alts : 1) * sizeof *out->alt);
@@ -532,11 +546,14 @@ al_status g_compile(const char *text, g_rules *out) {
         int32_t root = -1;
         for (int32_t r = 0; r < ps.n_rules && root < 0; r++)
             if (ps.rules[r].name && !strcmp(ps.rules[r].name, "root")) root = r;
-        if (root < 0) fail(&ps, "no rule named root");
-        else if (layout(&ps, out) == AL_OK) out->root = root;
+        if (root < 0)
+            fail(&ps, "no rule named root");
+        else if (layout(&ps, out) == AL_OK)
+            out->root = root;
     }
     for (int32_t r = 0; r < ps.n_rules; r++) {
-        for (int32_t a = 0; a < ps.rules[r].n_alts; a++) al_free(ps.rules[r].alts[a].e);
+        for (int32_t a = 0; a < ps.rules[r].n_alts; a++)
+            al_free(ps.rules[r].alts[a].e);
         al_free(ps.rules[r].alts);
         al_free(ps.rules[r].name);
     }
