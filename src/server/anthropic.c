@@ -226,9 +226,9 @@ json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err) {
 
 /* ---- the reply ---------------------------------------------------------------------------- */
 
-static const char *stop_reason(srv_finish f, int n_calls) {
-    if (f == SRV_FINISH_LENGTH) return "max_tokens";
-    return n_calls > 0 ? "tool_use" : "end_turn";
+static const char *stop_reason(const srv_job_state *st, int n_calls) {
+    if (st->finish == SRV_FINISH_LENGTH) return "max_tokens";
+    return n_calls > 0 ? "tool_use" : st->stop_hit ? "stop_sequence" : "end_turn";
 }
 
 static json_t *usage_of(const srv_job_state *st, int n_prompt) {
@@ -245,10 +245,13 @@ static json_t *tool_use(const srv_call *c) {
                      input ? input : json_object());
 }
 
-static json_t *message(const srv_resp *r, json_t *content, const char *stop, json_t *usage) {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s?, s:n, s:o}", "id", r->id, "type", "message",
+/* The message object; st NULL: one just begun (no stop reason yet). */
+static json_t *message(const srv_resp *r, json_t *content, const srv_job_state *st, int n_calls,
+                       json_t *usage) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s?, s:s?, s:o}", "id", r->id, "type", "message",
                      "role", "assistant", "model", r->model, "content", content, "stop_reason",
-                     stop, "stop_sequence", "usage", usage);
+                     st ? stop_reason(st, n_calls) : NULL, "stop_sequence",
+                     st && !n_calls ? st->stop_hit : NULL, "usage", usage);
 }
 
 bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
@@ -262,7 +265,7 @@ bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const 
         json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, len));
     for (int i = 0; i < n_calls; i++)
         json_array_append_new(content, tool_use(&calls[i]));
-    return srv_json_out(message(r, content, stop_reason(st->finish, n_calls), usage_of(st, 0)),
+    return srv_json_out(message(r, content, st, n_calls, usage_of(st, 0)),
                         out);
 }
 
@@ -271,7 +274,7 @@ bool srv_anthropic_start(srv_resp *r, srv_buf *out) {
     r->open = 0;
     return srv_sse_typed(
         "message_start",
-        json_pack("{s:o}", "message", message(r, json_array(), NULL, usage_of(NULL, r->n_prompt))),
+        json_pack("{s:o}", "message", message(r, json_array(), NULL, 0, usage_of(NULL, r->n_prompt))),
         out);
 }
 
@@ -341,9 +344,10 @@ bool srv_anthropic_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (r->block < 0 && !open_block(r, 1, out)) return false; /* a reply has one block at least */
     return close_block(r, out) &&
            srv_sse_typed("message_delta",
-                         json_pack("{s:{s:s, s:n}, s:{s:i}}", "delta", "stop_reason",
-                                   stop_reason(st->finish, r->n_calls), "stop_sequence", "usage",
-                                   "output_tokens", st->n_gen),
+                         json_pack("{s:{s:s, s:s?}, s:{s:i}}", "delta", "stop_reason",
+                                   stop_reason(st, r->n_calls), "stop_sequence",
+                                   r->n_calls ? NULL : st->stop_hit, "usage", "output_tokens",
+                                   st->n_gen),
                          out) &&
            srv_sse_typed("message_stop", json_object(), out);
 }

@@ -11,7 +11,8 @@
  * response_format json_schema), and `temperature`, `top_p`, `top_k` where a client
  * still sends them. Server tools (web search, bash, ...) are refused.
  * Replies are a `message` with `text`, `thinking` (Harmony's reasoning) and `tool_use`
- * blocks, `stop_reason` end_turn, max_tokens or tool_use, and `usage`; streamed as
+ * blocks, `stop_reason` end_turn, stop_sequence (with the one met), max_tokens or
+ * tool_use, and `usage`; streamed as
  * message_start, content_block_start / _delta / _stop per block, message_delta and
  * message_stop events. Errors are {"type": "error", "error": {"type", "message"}}.
  */

@@ -182,8 +182,8 @@ bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, size_t r_from, int ms,
     if (r_out && j->reasoning.len > r_from)
         srv_buf_add(r_out, j->reasoning.s + r_from, j->reasoning.len - r_from);
     *st = (srv_job_state){.text_len = j->text.len, .reasoning_len = j->reasoning.len,
-                          .finish = j->finish, .n_prompt = j->n_prompt, .n_gen = j->n_gen,
-                          .n_reused = j->n_reused};
+                          .finish = j->finish, .stop_hit = j->stop_hit, .n_prompt = j->n_prompt,
+                          .n_gen = j->n_gen, .n_reused = j->n_reused};
     memcpy(st->error, j->error, sizeof st->error);
     bool news = j->text.len > from || j->reasoning.len > r_from || j->finish != SRV_FINISH_NONE;
     pthread_mutex_unlock(&e->lock);
@@ -213,17 +213,19 @@ static size_t stop_prefix_tail(const srv_job *j, const char *s, size_t n) {
 static bool release_text(srv_engine *e, srv_job *j, bool final) {
     srv_buf *h = &j->hold;
     size_t cut = h->len;
-    bool stopped = false;
+    const char *hit = NULL;
     for (int i = 0; i < j->n_stop && h->len; i++) {
         const char *p = memmem(h->s, h->len, j->stop[i], strlen(j->stop[i]));
         if (p && (size_t)(p - h->s) < cut) {
             cut = (size_t)(p - h->s);
-            stopped = true;
+            hit = j->stop[i];
         }
     }
+    bool stopped = hit != NULL;
     size_t n = cut;
     if (!stopped && !final) n = h->len - stop_prefix_tail(j, h->s, h->len);
     pthread_mutex_lock(&e->lock);
+    if (hit) j->stop_hit = hit;
     if (n) srv_buf_add_utf8(&j->text, h->s, n);
     j->n_gen = j->n_generated;
     pthread_cond_broadcast(&j->cond);

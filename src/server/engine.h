@@ -78,6 +78,7 @@ struct srv_job {
     int n_gen;                /* generated tokens, as published with the text       */
     int n_reused;             /* prompt tokens found in the slot's cache            */
     srv_finish finish;
+    const char *stop_hit;     /* the stop string that ended the reply, or NULL      */
     char error[256];          /* why, for SRV_FINISH_ERROR                          */
     bool cancel;
     int refs;
@@ -88,6 +89,7 @@ typedef struct srv_job_state {
     size_t text_len; /* bytes released so far                   */
     size_t reasoning_len; /* bytes of reasoning released so far */
     srv_finish finish;
+    const char *stop_hit; /* the stop string that ended it (the job's), or NULL */
     int n_prompt, n_gen, n_reused;
     char error[256];
 } srv_job_state;

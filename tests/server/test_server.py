@@ -1560,6 +1560,18 @@ def test_anthropic():
     check("".join(pieces) == text == ftext and final.stop_reason == m.stop_reason
           and final.usage.output_tokens == m.usage.output_tokens,
           f"anthropic stream: {len(pieces)} text deltas give the same message")
+    for stream in (False, True):
+        kw = dict(model="m", max_tokens=48, extra_body=greedy, messages=ask,
+                  system="You answer in one sentence.", stop_sequences=["Paris"])
+        if stream:
+            with client.messages.stream(**kw) as st:
+                sm = st.get_final_message()
+        else:
+            sm = client.messages.create(**kw)
+        stext = "".join(b.text for b in sm.content if b.type == "text")
+        check(sm.stop_reason == "stop_sequence" and sm.stop_sequence == "Paris" and "Paris" not in stext,
+              f"anthropic stop_sequences{' (streamed)' if stream else ''}: {sm.stop_reason} "
+              f"{sm.stop_sequence!r} {stext!r}")
     weather = {"name": "get_weather", "description": WEATHER["function"]["description"],
                "input_schema": WEATHER["function"]["parameters"]}
     asks = [{"role": "user", "content": "What is the weather in Paris?"}]
