@@ -265,17 +265,16 @@ bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const 
         json_array_append_new(content, json_pack("{s:s, s:s%}", "type", "text", "text", text, len));
     for (int i = 0; i < n_calls; i++)
         json_array_append_new(content, tool_use(&calls[i]));
-    return srv_json_out(message(r, content, st, n_calls, usage_of(st, 0)),
-                        out);
+    return srv_json_out(message(r, content, st, n_calls, usage_of(st, 0)), out);
 }
 
 bool srv_anthropic_start(srv_resp *r, srv_buf *out) {
     r->block = -1;
     r->open = 0;
-    return srv_sse_typed(
-        "message_start",
-        json_pack("{s:o}", "message", message(r, json_array(), NULL, 0, usage_of(NULL, r->n_prompt))),
-        out);
+    return srv_sse_typed("message_start",
+                         json_pack("{s:o}", "message",
+                                   message(r, json_array(), NULL, 0, usage_of(NULL, r->n_prompt))),
+                         out);
 }
 
 /* Closes the open block, if any. */
