@@ -217,10 +217,12 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
                           "previous response '%.60s' is not held by this server (it keeps the last "
                           "%d stored)",
                           id, SRV_STORE_MAX);
-        if (msgs) { /* a copy: the stored one stays as it was */
+        if (msgs) { /* a copy, without the earlier instructions (they do not carry over) */
             json_t *copy = json_deep_copy(msgs);
             json_decref(msgs);
             msgs = copy;
+            if (json_is_true(json_object_get(json_array_get(msgs, 0), "instructions")))
+                json_array_remove(msgs, 0);
         }
     }
     if (!msgs) msgs = json_array();
@@ -231,8 +233,9 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
             ok =
                 srv_fail(err, 400, "instructions", "invalid_type", "instructions must be a string");
         else
-            json_array_insert_new(msgs, 0,
-                                  json_pack("{s:s, s:O}", "role", "system", "content", ins));
+            json_array_insert_new(msgs, 0, /* marked: a later response drops it */
+                                  json_pack("{s:s, s:O, s:b}", "role", "system", "content", ins,
+                                            "instructions", 1));
     }
     json_t *input = json_object_get(body, "input");
     if (ok && !input) ok = srv_fail(err, 400, "input", "missing", "input is required");

@@ -9,7 +9,8 @@
  * `text.format` (text, json_object, json_schema), `max_output_tokens` (above the context
  * it is the context), `temperature`, `top_p`, `stream`, and `previous_response_id`: the
  * conversation of a response this server still holds (the last SRV_STORE_MAX stored, with
- * `store` true, the default) comes before the new input.
+ * `store` true, the default) comes before the new input, its instructions left out
+ * (they do not carry over).
  * Replies are a `response` object whose `output` holds a reasoning item (Harmony), a
  * message item with output_text, and function_call items, `status` completed or
  * incomplete (max_output_tokens), and `usage`; streamed as response.created,

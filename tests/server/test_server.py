@@ -1503,6 +1503,14 @@ def test_responses():
     check(nxt.usage.input_tokens > first.usage.input_tokens + 5 and nxt.previous_response_id == first.id,
           f"previous_response_id carries the conversation: {first.usage.input_tokens} then "
           f"{nxt.usage.input_tokens} input tokens, {nxt.output_text!r}")
+    long_ins = "Answer kindly and briefly. " * 30
+    r1 = client.responses.create(model="m", input="Hi", instructions=long_ins, temperature=0,
+                                 max_output_tokens=4)
+    r2 = client.responses.create(model="m", input="Hi again", previous_response_id=r1.id,
+                                 temperature=0, max_output_tokens=4)
+    check(r2.usage.input_tokens < r1.usage.input_tokens,
+          f"instructions do not carry over to the next response: {r1.usage.input_tokens} then "
+          f"{r2.usage.input_tokens} input tokens")
     sid = None
     for ev in client.responses.create(model="m", input="My name is Ada. Reply with OK.", temperature=0,
                                       max_output_tokens=8, stream=True):
