@@ -100,7 +100,8 @@ TEST_LDLIBS_toolcall := -ljansson
 $(BUILD)/test_schema: $(BUILD)/src/server/schema.o $(BUILD)/src/server/buf.o
 TEST_LDLIBS_schema := -ljansson
 # the request side of tool calls
-TOOLS_TEST_SRC := src/server/tools.c src/server/schema.c src/server/buf.c src/server/error.c
+TOOLS_TEST_SRC := src/server/tools.c src/server/schema.c src/server/buf.c src/server/error.c \
+	src/server/reply.c
 $(BUILD)/test_tools: $(TOOLS_TEST_SRC:%.c=$(BUILD)/%.o)
 TEST_LDLIBS_tools := -ljansson
 

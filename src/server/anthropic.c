@@ -10,28 +10,19 @@
 
 /* Text blocks (or a string) joined into one string; NULL (err set) for other blocks. */
 static json_t *joined_text(json_t *c, const char *what, srv_error *err) {
-    if (json_is_string(c)) return json_incref(c);
-    if (!json_is_array(c)) {
-        srv_fail(err, 400, what, "invalid_type", "%s must be a string or an array of text blocks",
-                 what);
-        return NULL;
-    }
+    static const char *const text[] = {"text", NULL};
     srv_buf b = {0};
     srv_buf_add(&b, "", 0);
-    for (size_t i = 0; i < json_array_size(c); i++) {
-        json_t *blk = json_array_get(c, i);
-        const char *type = json_string_value(json_object_get(blk, "type"));
-        json_t *text = json_object_get(blk, "text");
-        if (!type || strcmp(type, "text") || !json_is_string(text)) {
-            srv_buf_free(&b);
-            srv_fail(err, 400, what, "invalid_type", "%s[%zu] must be a text block", what, i);
-            return NULL;
-        }
-        srv_buf_add(&b, json_string_value(text), json_string_length(text));
-    }
-    json_t *s = b.failed ? NULL : json_stringn(b.s, b.len);
+    long bad = srv_text_parts(c, text, &b);
+    json_t *s = bad == -1 && !b.failed ? json_stringn(b.s, b.len) : NULL;
     srv_buf_free(&b);
-    if (!s) srv_fail(err, 500, NULL, NULL, "out of memory");
+    if (bad == -2)
+        srv_fail(err, 400, what, "invalid_type", "%s must be a string or an array of text blocks",
+                 what);
+    else if (bad >= 0)
+        srv_fail(err, 400, what, "invalid_type", "%s[%ld] must be a text block", what, bad);
+    else if (!s)
+        srv_fail(err, 500, NULL, NULL, "out of memory");
     return s;
 }
 
@@ -224,6 +215,8 @@ json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err) {
     return chat;
 }
 
+static void msg_error_body(const srv_error *err, srv_buf *out);
+
 /* ---- the reply ---------------------------------------------------------------------------- */
 
 static const char *stop_reason(const srv_job_state *st, int n_calls) {
@@ -254,9 +247,9 @@ static json_t *message(const srv_resp *r, json_t *content, const srv_job_state *
                      st && !n_calls ? st->stop_hit : NULL, "usage", usage);
 }
 
-bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                         size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
-                         srv_buf *out) {
+static bool msg_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                      size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
+                      srv_buf *out) {
     json_t *content = json_array();
     if (rlen)
         json_array_append_new(content, json_pack("{s:s, s:s%, s:s}", "type", "thinking", "thinking",
@@ -268,7 +261,7 @@ bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const 
     return srv_json_out(message(r, content, st, n_calls, usage_of(st, 0)), out);
 }
 
-bool srv_anthropic_start(srv_resp *r, srv_buf *out) {
+static bool msg_start(srv_resp *r, srv_buf *out) {
     r->block = -1;
     r->open = 0;
     return srv_sse_typed("message_start",
@@ -296,8 +289,8 @@ static bool open_block(srv_resp *r, int kind, srv_buf *out) {
                          json_pack("{s:i, s:o}", "index", r->block, "content_block", b), out);
 }
 
-bool srv_anthropic_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
-                        size_t rlen, srv_buf *out) {
+static bool msg_text(srv_resp *r, const char *text, size_t len, const char *reasoning, size_t rlen,
+                     srv_buf *out) {
     bool ok = true;
     if (rlen) {
         ok = open_block(r, 2, out) &&
@@ -316,7 +309,7 @@ bool srv_anthropic_text(srv_resp *r, const char *text, size_t len, const char *r
     return ok;
 }
 
-bool srv_anthropic_call(srv_resp *r, const srv_call *call, srv_buf *out) {
+static bool msg_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     if (!close_block(r, out)) return false;
     r->block++;
     r->n_calls++;
@@ -331,13 +324,13 @@ bool srv_anthropic_call(srv_resp *r, const srv_call *call, srv_buf *out) {
            srv_sse_typed("content_block_stop", json_pack("{s:i}", "index", r->block), out);
 }
 
-bool srv_anthropic_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
+static bool msg_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (!srv_finish_reason(st->finish)) {
         srv_error err;
         srv_fail(&err, 500, NULL, NULL, "generation failed: %s",
                  st->error[0] ? st->error : "cancelled");
         srv_buf_str(out, "event: error\ndata: ");
-        srv_anthropic_error_body(&err, out);
+        msg_error_body(&err, out);
         return srv_buf_str(out, "\n\n");
     }
     if (r->block < 0 && !open_block(r, 1, out)) return false; /* a reply has one block at least */
@@ -351,7 +344,7 @@ bool srv_anthropic_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
            srv_sse_typed("message_stop", json_object(), out);
 }
 
-void srv_anthropic_error_body(const srv_error *err, srv_buf *out) {
+static void msg_error_body(const srv_error *err, srv_buf *out) {
     const char *type = err->status == 401   ? "authentication_error"
                        : err->status == 404 ? "not_found_error"
                        : err->status == 413 ? "request_too_large"
@@ -369,3 +362,12 @@ void srv_anthropic_error_body(const srv_error *err, srv_buf *out) {
                     "memory\"}}");
     srv_buf_free(&msg);
 }
+
+const srv_writer srv_anthropic_writer = {
+    .final = msg_final,
+    .start = msg_start,
+    .text = msg_text,
+    .call = msg_call,
+    .end = msg_end,
+    .error_body = msg_error_body,
+};

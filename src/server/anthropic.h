@@ -28,14 +28,7 @@
  * *err filled. */
 json_t *srv_anthropic_request(json_t *body, int n_ctx, srv_error *err);
 
-bool srv_anthropic_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                         size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
-                         srv_buf *out);
-bool srv_anthropic_start(srv_resp *r, srv_buf *out);
-bool srv_anthropic_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
-                        size_t rlen, srv_buf *out);
-bool srv_anthropic_call(srv_resp *r, const srv_call *call, srv_buf *out);
-bool srv_anthropic_end(srv_resp *r, const srv_job_state *st, srv_buf *out);
-void srv_anthropic_error_body(const srv_error *err, srv_buf *out);
+/* Its replies: messages, their stream events and errors (reply.h). */
+extern const srv_writer srv_anthropic_writer;
 
 #endif /* AL_SERVER_ANTHROPIC_H */

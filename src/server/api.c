@@ -491,8 +491,16 @@ static json_t *call_object(const srv_call *c, int index, bool with_index, bool h
     return o;
 }
 
+/* The writer of a kind that is another API's; NULL for OpenAI's own, written here. */
+static const srv_writer *writer_of(srv_kind kind) {
+    return kind == SRV_KIND_MESSAGES    ? &srv_anthropic_writer
+           : kind == SRV_KIND_RESPONSES ? &srv_responses_writer
+                                        : NULL;
+}
+
 void srv_api_error_body_for(srv_kind kind, const srv_error *err, srv_buf *out) {
-    if (kind == SRV_KIND_MESSAGES) srv_anthropic_error_body(err, out);
+    const srv_writer *w = writer_of(kind);
+    if (w && w->error_body) w->error_body(err, out);
     else srv_api_error_body(err, out);
 }
 
@@ -555,10 +563,8 @@ static bool emit_event(json_t *obj, srv_buf *out) {
 bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
                    size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
                    srv_buf *out) {
-    if (r->kind == SRV_KIND_MESSAGES)
-        return srv_anthropic_final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
-    if (r->kind == SRV_KIND_RESPONSES)
-        return srv_responses_final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
+    const srv_writer *w = writer_of(r->kind);
+    if (w) return w->final(r, text, len, reasoning, rlen, calls, n_calls, st, out);
     const char *object = r->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion";
     json_t *c = choice(r, false, text, len, reasoning, rlen, false,
                        srv_reply_finish(st->finish, n_calls));
@@ -584,8 +590,8 @@ static const char *chunk_object(const srv_resp *r) {
 }
 
 bool srv_api_chunk_start(srv_resp *r, srv_buf *out) {
-    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_start(r, out);
-    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_start(r, out);
+    const srv_writer *w = writer_of(r->kind);
+    if (w) return w->start(r, out);
     if (r->kind != SRV_KIND_CHAT) return true; /* text completions have no role to announce */
     return emit_event(envelope(r, chunk_object(r), choice(r, true, "", 0, NULL, 0, true, NULL)),
                       out);
@@ -593,15 +599,15 @@ bool srv_api_chunk_start(srv_resp *r, srv_buf *out) {
 
 bool srv_api_chunk_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
                         size_t rlen, srv_buf *out) {
-    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_text(r, text, len, reasoning, rlen, out);
-    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_text(r, text, len, reasoning, rlen, out);
+    const srv_writer *w = writer_of(r->kind);
+    if (w) return w->text(r, text, len, reasoning, rlen, out);
     json_t *c = choice(r, true, len ? text : NULL, len, reasoning, rlen, false, NULL);
     return emit_event(envelope(r, chunk_object(r), c), out);
 }
 
 bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
-    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_call(r, call, out);
-    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_call(r, call, out);
+    const srv_writer *w = writer_of(r->kind);
+    if (w) return w->call(r, call, out);
     bool ok = true;
     for (int part = 0; part < 2 && ok; part++) {
         json_t *msg = json_pack("{s:[o]}", "tool_calls", call_object(call, r->n_calls, true, !part));
@@ -614,8 +620,8 @@ bool srv_api_chunk_call(srv_resp *r, const srv_call *call, srv_buf *out) {
 }
 
 bool srv_api_chunk_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
-    if (r->kind == SRV_KIND_MESSAGES) return srv_anthropic_end(r, st, out);
-    if (r->kind == SRV_KIND_RESPONSES) return srv_responses_end(r, st, out);
+    const srv_writer *w = writer_of(r->kind);
+    if (w) return w->end(r, st, out);
     const char *why = srv_reply_finish(st->finish, r->n_calls);
     bool ok = true;
     if (!why) { /* the engine failed or is stopping: say so in the stream, then end it */

@@ -1,6 +1,7 @@
 /* reply.c: identifiers, finish reasons and the JSON and event writers (see reply.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "server/reply.h"
@@ -46,4 +47,22 @@ bool srv_sse_typed(const char *type, json_t *obj, srv_buf *out) {
     bool ok = s && srv_buf_printf(out, "event: %s\ndata: %s\n\n", type, s);
     free(s);
     return ok;
+}
+
+long srv_text_parts(const json_t *c, const char *const *types, srv_buf *out) {
+    if (json_is_string(c)) {
+        srv_buf_add(out, json_string_value(c), json_string_length(c));
+        return -1;
+    }
+    if (!json_is_array(c)) return -2;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k), *text = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        bool known = false;
+        for (int t = 0; type && types[t] && !known; t++)
+            known = !strcmp(type, types[t]);
+        if (!known || !json_is_string(text)) return (long)k;
+        srv_buf_add(out, json_string_value(text), json_string_length(text));
+    }
+    return -1;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "server/engine.h"
+#include "server/error.h"
 
 /* The request's API: what it reads and how replies are written; the last two are chats
  * read and written in another API's shape. */
@@ -57,5 +58,26 @@ bool srv_json_out(json_t *obj, srv_buf *out);
 /* Appends a typed server-sent event, "event: TYPE\ndata: {...}\n\n", obj carrying
  * "type": TYPE as well (the Responses and Messages streams); drops obj. */
 bool srv_sse_typed(const char *type, json_t *obj, srv_buf *out);
+
+/* A message's content as every API sends it: a string, or an array of parts {"type": T,
+ * "text": S} with T one of types (NULL-ended), appended to out joined. Returns -1 when
+ * all of it was taken, -2 when c is neither a string nor an array, else the index of
+ * the first part that is not such a text part. */
+long srv_text_parts(const json_t *c, const char *const *types, srv_buf *out);
+
+/* The writer of one API's replies (OpenAI's own are in api.c): the whole object, and a
+ * stream's start, text and reasoning, one tool call, and end. error_body NULL: OpenAI's
+ * error object. */
+typedef struct srv_writer {
+    bool (*final)(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                  size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
+                  srv_buf *out);
+    bool (*start)(srv_resp *r, srv_buf *out);
+    bool (*text)(srv_resp *r, const char *text, size_t len, const char *reasoning, size_t rlen,
+                 srv_buf *out);
+    bool (*call)(srv_resp *r, const srv_call *call, srv_buf *out);
+    bool (*end)(srv_resp *r, const srv_job_state *st, srv_buf *out);
+    void (*error_body)(const srv_error *err, srv_buf *out);
+} srv_writer;
 
 #endif /* AL_SERVER_REPLY_H */

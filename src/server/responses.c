@@ -52,38 +52,28 @@ json_t *srv_store_get(srv_store *s, const char *id) {
     return m;
 }
 
-/* ---- the request ------------------------------------------------------------------------------
- */
+/* ---- the request --------------------------------------------------------------------------- */
 
 /* A message item's content: a string, or input_text / output_text parts joined. */
 static json_t *item_text(json_t *c, size_t i, srv_error *err) {
-    if (json_is_string(c)) return json_incref(c);
-    if (!json_is_array(c)) {
-        srv_fail(err, 400, "input", "invalid_type",
-                 "input[%zu].content must be a string or an array "
-                 "of parts",
-                 i);
-        return NULL;
-    }
+    static const char *const parts[] = {"input_text", "output_text", NULL};
     srv_buf b = {0};
     srv_buf_add(&b, "", 0);
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *p = json_array_get(c, k);
-        const char *type = json_string_value(json_object_get(p, "type"));
-        const char *text = json_string_value(json_object_get(p, "text"));
-        if (!type || (strcmp(type, "input_text") && strcmp(type, "output_text")) || !text) {
-            srv_buf_free(&b);
-            srv_fail(err, 400, "input", "unsupported_value",
-                     "input[%zu].content[%zu]: a part of type "
-                     "'%.40s' is not supported (input_text and output_text are)",
-                     i, k, type ? type : "(none)");
-            return NULL;
-        }
-        srv_buf_str(&b, text);
-    }
-    json_t *s = b.failed ? NULL : json_stringn(b.s, b.len);
+    long bad = srv_text_parts(c, parts, &b);
+    json_t *s = bad == -1 && !b.failed ? json_stringn(b.s, b.len) : NULL;
     srv_buf_free(&b);
-    if (!s) srv_fail(err, 500, NULL, NULL, "out of memory");
+    if (bad == -2)
+        srv_fail(err, 400, "input", "invalid_type",
+                 "input[%zu].content must be a string or an array of parts", i);
+    else if (bad >= 0) {
+        const char *type =
+            json_string_value(json_object_get(json_array_get(c, (size_t)bad), "type"));
+        srv_fail(err, 400, "input", "unsupported_value",
+                 "input[%zu].content[%ld]: a part of type '%.40s' is not supported (input_text "
+                 "and output_text are)",
+                 i, bad, type ? type : "(none)");
+    } else if (!s)
+        srv_fail(err, 500, NULL, NULL, "out of memory");
     return s;
 }
 
@@ -233,9 +223,9 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
             ok =
                 srv_fail(err, 400, "instructions", "invalid_type", "instructions must be a string");
         else
-            json_array_insert_new(msgs, 0, /* marked: a later response drops it */
-                                  json_pack("{s:s, s:O, s:b}", "role", "system", "content", ins,
-                                            "instructions", 1));
+            json_array_insert_new(
+                msgs, 0, /* marked: a later response drops it */
+                json_pack("{s:s, s:O, s:b}", "role", "system", "content", ins, "instructions", 1));
     }
     json_t *input = json_object_get(body, "input");
     if (ok && !input) ok = srv_fail(err, 400, "input", "missing", "input is required");
@@ -326,9 +316,9 @@ static json_t *response(const srv_resp *r, json_t *output, const srv_job_state *
     return o;
 }
 
-bool srv_responses_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                         size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
-                         srv_buf *out) {
+static bool resp_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
+                       size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
+                       srv_buf *out) {
     json_t *output = json_array();
     char id[48];
     if (rlen) {
@@ -352,7 +342,7 @@ static bool event(srv_resp *r, const char *type, json_t *obj, srv_buf *out) {
     return srv_sse_typed(type, obj, out);
 }
 
-bool srv_responses_start(srv_resp *r, srv_buf *out) {
+static bool resp_start(srv_resp *r, srv_buf *out) {
     if (!r->items) r->items = json_array();
     return event(r, "response.created",
                  json_pack("{s:o}", "response", response(r, json_array(), NULL)), out) &&
@@ -412,29 +402,24 @@ static bool open_item(srv_resp *r, int kind, srv_buf *out) {
     return ok;
 }
 
-bool srv_responses_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
-                        size_t rlen, srv_buf *out) {
-    bool ok = true;
-    if (rlen) {
-        ok = open_item(r, 2, out) &&
-             event(r, "response.reasoning_text.delta",
-                   json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index",
-                             r->n_items - 1, "content_index", 0, "delta", reasoning, rlen),
-                   out);
-        srv_buf_add(&r->acc, reasoning, rlen);
-    }
-    if (ok && len) {
-        ok = open_item(r, 1, out) &&
-             event(r, "response.output_text.delta",
-                   json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index",
-                             r->n_items - 1, "content_index", 0, "delta", text, len),
-                   out);
-        srv_buf_add(&r->acc, text, len);
-    }
+/* A delta of the open item of kind (1 message, 2 reasoning), kept for its done event. */
+static bool delta(srv_resp *r, int kind, const char *type, const char *s, size_t n, srv_buf *out) {
+    bool ok = open_item(r, kind, out) &&
+              event(r, type,
+                    json_pack("{s:s, s:i, s:i, s:s%}", "item_id", r->item_id, "output_index",
+                              r->n_items - 1, "content_index", 0, "delta", s, n),
+                    out);
+    srv_buf_add(&r->acc, s, n);
     return ok && !r->acc.failed;
 }
 
-bool srv_responses_call(srv_resp *r, const srv_call *call, srv_buf *out) {
+static bool resp_text(srv_resp *r, const char *text, size_t len, const char *reasoning, size_t rlen,
+                      srv_buf *out) {
+    return (!rlen || delta(r, 2, "response.reasoning_text.delta", reasoning, rlen, out)) &&
+           (!len || delta(r, 1, "response.output_text.delta", text, len, out));
+}
+
+static bool resp_call(srv_resp *r, const srv_call *call, srv_buf *out) {
     if (!close_item(r, out)) return false;
     char id[48];
     srv_new_id("fc_", id, sizeof id);
@@ -459,7 +444,7 @@ bool srv_responses_call(srv_resp *r, const srv_call *call, srv_buf *out) {
                  json_pack("{s:i, s:o}", "output_index", idx, "item", done), out);
 }
 
-bool srv_responses_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
+static bool resp_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
     if (!srv_finish_reason(st->finish)) {
         return event(r, "error",
                      json_pack("{s:s, s:s*, s:n}", "code", "server_error", "message",
@@ -479,3 +464,12 @@ void srv_responses_free(srv_resp *r) {
     r->items = NULL;
     srv_buf_free(&r->acc);
 }
+
+const srv_writer srv_responses_writer = {
+    .final = resp_final,
+    .start = resp_start,
+    .text = resp_text,
+    .call = resp_call,
+    .end = resp_end,
+    .error_body = NULL,
+};

@@ -49,14 +49,8 @@ json_t *srv_responses_request(json_t *body, int n_ctx, srv_store *store, srv_err
 json_t *srv_responses_history(json_t *messages, const char *text, size_t len,
                               const srv_call *calls, int n_calls);
 
-bool srv_responses_final(const srv_resp *r, const char *text, size_t len, const char *reasoning,
-                         size_t rlen, const srv_call *calls, int n_calls, const srv_job_state *st,
-                         srv_buf *out);
-bool srv_responses_start(srv_resp *r, srv_buf *out);
-bool srv_responses_text(srv_resp *r, const char *text, size_t len, const char *reasoning,
-                        size_t rlen, srv_buf *out);
-bool srv_responses_call(srv_resp *r, const srv_call *call, srv_buf *out);
-bool srv_responses_end(srv_resp *r, const srv_job_state *st, srv_buf *out);
+/* Its replies: response objects and their stream events (reply.h). */
+extern const srv_writer srv_responses_writer;
 /* Frees what a streamed reply accumulated (srv_resp's items and text). */
 void srv_responses_free(srv_resp *r);
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/reply.h"
 #include "server/tools.h"
 
 enum { MAX_TOOLS = 128, MAX_NAME = 64 };
@@ -159,22 +160,16 @@ void srv_tools_free(srv_tools *t) {
 
 /* Text parts joined, or the string itself (appended to b). */
 static bool content_text(json_t *c, size_t i, srv_buf *b, srv_error *err) {
-    if (json_is_string(c)) return srv_buf_add(b, json_string_value(c), json_string_length(c)), true;
-    if (!json_is_array(c))
+    static const char *const text[] = {"text", NULL};
+    long bad = srv_text_parts(c, text, b);
+    if (bad == -2)
         return srv_fail(err, 400, "messages", "invalid_type",
-                        "messages[%zu].content must be a "
-                        "string or an array of text parts",
-                        i);
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *part = json_array_get(c, k), *text = json_object_get(part, "text");
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text))
-            return srv_fail(err, 400, "messages", "invalid_type",
-                            "messages[%zu].content[%zu] must "
-                            "be {\"type\": \"text\", \"text\": STRING}: only text is supported",
-                            i, k);
-        srv_buf_add(b, json_string_value(text), json_string_length(text));
-    }
+                        "messages[%zu].content must be a string or an array of text parts", i);
+    if (bad >= 0)
+        return srv_fail(err, 400, "messages", "invalid_type",
+                        "messages[%zu].content[%ld] must be {\"type\": \"text\", \"text\": "
+                        "STRING}: only text is supported",
+                        i, bad);
     return true;
 }
 
