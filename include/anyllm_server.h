@@ -14,6 +14,18 @@
 
 /* ---- the server ---------------------------------------------------------------------- */
 
+/* How a server with several models (srv_add_model) loads and unloads them: the program
+ * picks backends and threads, the server picks when. load fills *m (and *dm, the same
+ * file on another backend for decoding, or NULL) and *handle, which unload gets back;
+ * it is called on the thread of the request that needs the model, never twice at once
+ * for one file. */
+typedef struct srv_loader {
+    al_status (*load)(void *ud, const char *path, const al_model **m, const al_model **dm,
+                      void **handle);
+    void (*unload)(void *ud, void *handle);
+    void *ud;
+} srv_loader;
+
 typedef struct srv_params {
     const char *host;          /* numeric address or host name to bind; "127.0.0.1"    */
     int port;                  /* TCP port; 0 picks a free one (srv_port tells which)  */
@@ -38,10 +50,11 @@ typedef struct srv_params {
     int prefix_hash_tokens;    /* K: X-Prefix-Hash hashes a prompt's first K tokens;
                                   0: no header                                        */
     bool verbose;              /* one stderr line per request, libmicrohttpd's errors  */
-    const al_model *decode_model; /* set by srv_start: NULL, or the same file on another
-                                  backend: each prompt is evaluated on the model's
-                                  context and handed (al_context_handoff) to this
-                                  one's, which generates                              */
+    srv_loader loader;         /* several models: how they load (srv_add_model)        */
+    int models_max;            /* several models: at most this many loaded; 0: any     */
+    long long models_memory;   /* several models: their files' bytes loaded at most;
+                                  0: as much as the system says is available          */
+    int idle_unload_s;         /* several models: unload one idle this long; 0: never  */
 } srv_params;
 
 srv_params srv_default_params(void);
@@ -55,9 +68,19 @@ al_status srv_create(const srv_params *p, srv_server **out);
 
 /* Puts the model behind the server, with n_ctx positions per sequence (the value that
  * replaces p->n_ctx once the model's training context is known), starts the engine and
- * makes the server ready. The model must outlive the server. On failure the server
- * stays loading; srv_destroy it. */
+ * makes the server ready. decode_model is NULL, or the same file on another backend:
+ * each prompt is evaluated on the model's context and handed (al_context_handoff) to
+ * this one's, which generates. The models must outlive the server. On failure the
+ * server stays loading; srv_destroy it. */
 al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_model, int n_ctx);
+
+/* Several models instead: names a file the server answers for as `name` (a request's
+ * "model"), loaded through p->loader on the first request for it and unloaded when
+ * idle or when room is needed (models.h). Before srv_start_models; AL_ERR_ARG for a
+ * name given twice, AL_ERR_IO for a path that is not a readable file. */
+al_status srv_add_model(srv_server *s, const char *name, const char *path);
+/* Makes the server ready with the models added, none loaded yet. */
+al_status srv_start_models(srv_server *s);
 
 /* The TCP port the server listens on (useful with port 0). */
 int srv_port(const srv_server *s);

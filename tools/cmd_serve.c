@@ -1,6 +1,7 @@
 /* cmd_serve.c: `anyllm serve`, the OpenAI-compatible HTTP server (src/server/).
  *
- *   anyllm serve -m FILE [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx-size 1024]
+ *   anyllm serve -m FILE [-m FILE]... | --models-dir DIR [--models-max N] [--idle-unload S]
+ *                [--models-memory SIZE] [--host 127.0.0.1] [--port 8080] [--parallel 4] [--ctx-size 1024]
  *                [--queue N] [--api-key KEY] [--timeout 10] [--head-timeout 30]
  *                [--max-conns-per-ip 64] [--allowed-host NAME]... [--max-tokens 512]
  *                [--chat-template NAME] [--backend cpu|vulkan[:N]|auto] [-t N] [-v]
@@ -15,8 +16,11 @@
  * once. One after it drains: no new requests (503 with Retry-After), those accepted
  * run to their end for --drain-timeout seconds at most; then, or at a second signal,
  * the server stops, whose requests still in flight each get a complete answer (an
- * error), and frees everything.
+ * error), and frees everything. With several models (-m more than once, or
+ * --models-dir) nothing loads at start: the server is ready at once and loads each
+ * model on the first request for it, through load_model below (src/server/models.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,8 +38,21 @@ enum { DRAIN_POLL_MS = 50 }; /* how often a drain looks whether it is done */
 static void serve_usage(FILE *f) {
     fprintf(f,
         "usage: anyllm serve -m MODEL.gguf [options]\n"
-        "An OpenAI-compatible server: POST /v1/chat/completions, POST /v1/completions,\n"
-        "GET /v1/models, /health, /metrics, and a chat page at /.\n"
+        "       anyllm serve --models-dir DIR | -m A.gguf -m B.gguf ... [options]\n"
+        "An OpenAI-compatible server: POST /v1/chat/completions, /v1/completions,\n"
+        "/v1/responses, /v1/messages (Anthropic), GET /v1/models, /health, /metrics, and a\n"
+        "chat page at /.\n"
+        "  --models-dir DIR   serve every *.gguf file in DIR, each by its file name (a\n"
+        "                     request's \"model\", with or without .gguf); -m more than once\n"
+        "                     does the same for the files named. Each loads on the first\n"
+        "                     request for it; the first listed answers requests naming none\n"
+        "  --models-max N     at most N models loaded at once: loading another first unloads\n"
+        "                     the least recently used idle one (default 4; 0: no limit)\n"
+        "  --models-memory SIZE  the loaded models' files together at most SIZE bytes (K, M,\n"
+        "                     G suffixes); default: a model loads when the system has its\n"
+        "                     size available, else idle models are unloaded first\n"
+        "  --idle-unload S    unload a model no request has used for S seconds (default 0:\n"
+        "                     keep it)\n"
         "  --host ADDR        address to bind (default 127.0.0.1: this machine only)\n"
         "  --port N           TCP port (default 8080; 0 picks a free one)\n"
         "  --parallel N       sequences decoded together (default 4)\n"
@@ -78,6 +95,26 @@ static void serve_usage(FILE *f) {
         "  -v, --verbose      one line per request on stderr\n");
 }
 
+/* A byte count with an optional K, M or G suffix (powers of 1024), 1 byte to 1 PiB. */
+static bool parse_size(const char *s, long long *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double unit = *end == 'K' || *end == 'k' ? 1024.0
+                  : *end == 'M' || *end == 'm' ? 1048576.0
+                  : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    if (unit > 1.0) end++;
+    if (end == s || *end || errno || !(v * unit >= 1.0) || v * unit > 1125899906842624.0)
+        return false;
+    *out = (long long)(v * unit);
+    return true;
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 static bool parse_int(const char *s, long lo, long hi, int *out) {
     int64_t v;
     if (!cli_parse_i64(s, lo, hi, &v)) return false;
@@ -85,10 +122,13 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
-enum { MAX_ALLOWED_HOSTS = 32 };
+enum { MAX_ALLOWED_HOSTS = 32, MAX_MODELS = 256 };
 
 typedef struct serve_opts {
     const char *model, *backend;
+    const char *models[MAX_MODELS]; /* every -m */
+    int n_models;
+    const char *models_dir;
     const char *prefill_backend, *decode_backend; /* split.h */
     int n_threads;
     int drain_timeout_s;
@@ -100,11 +140,13 @@ typedef struct serve_opts {
 /* Fills o from argv; 0 on success, -1 for --help, else an exit status (message printed). */
 static int parse_serve(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.p = srv_default_params(), .drain_timeout_s = 30};
+    o->p.models_max = 4;
     int timeout = o->p.timeout_s, ngl = -1;
     bool precise = false;
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
                                        "--chat-template", "--backend", "--replica-id",
-                                       "--prefill-backend", "--decode-backend"};
+                                       "--prefill-backend", "--decode-backend", "--models-dir",
+                                       "--models-memory"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -125,6 +167,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"--drain-timeout", NULL, &o->drain_timeout_s, 0, 86400, NULL},
         {"--prefix-hash-tokens", NULL, &o->p.prefix_hash_tokens, 0, 1 << 20, NULL},
         {"--ctx-checkpoints", NULL, &o->p.n_checkpoints, -1, 64, NULL},
+        {"--models-max", NULL, &o->p.models_max, 0, MAX_MODELS, NULL},
+        {"--idle-unload", NULL, &o->p.idle_unload_s, 0, 30 * 86400, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -158,7 +202,17 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             done = true;
         }
         if (done) continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = val;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (o->n_models == MAX_MODELS)
+                return cli_fail("serve: at most %d models (-m)", MAX_MODELS);
+            o->models[o->n_models++] = o->model = val;
+        }
+        else if (!strcmp(a, "--models-dir")) o->models_dir = val;
+        else if (!strcmp(a, "--models-memory")) {
+            if (!parse_size(val, &o->p.models_memory))
+                return cli_fail("serve: --models-memory %s: expected a size in bytes, with an "
+                                "optional K, M or G suffix", val);
+        }
         else if (!strcmp(a, "--host")) o->p.host = val;
         else if (!strcmp(a, "--api-key")) o->p.api_key = val;
         else if (!strcmp(a, "--allowed-host")) {
@@ -181,13 +235,13 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     if (rc) return rc;
     o->p.timeout_s = timeout;
     o->p.allowed_hosts = o->hosts;
-    if (!o->model) return cli_fail("serve: -m FILE is required");
+    if (!o->model && !o->models_dir) return cli_fail("serve: -m FILE (or --models-dir DIR) is "
+                                                     "required");
     if (!o->p.api_key && getenv("ANYLLM_API_KEY") && *getenv("ANYLLM_API_KEY"))
         o->p.api_key = getenv("ANYLLM_API_KEY");
     if (o->p.api_key && !*o->p.api_key) return cli_fail("serve: --api-key must not be empty");
     if (!o->queue_set) o->p.n_queue = 2 * o->p.n_parallel + 32;
-    const char *slash = strrchr(o->model, '/');
-    o->p.model_name = slash ? slash + 1 : o->model;
+    o->p.model_name = o->model ? base_name(o->model) : "";
     return 0;
 }
 
@@ -202,12 +256,87 @@ typedef struct startup {
     int rc;             /* 0: serving; else the exit status (message printed) */
 } startup;
 
+/* srv_loader.load for several models: each file on the backends the options name
+ * (the same plan as one model's), on the thread of the request that needs it. A
+ * failure leaves its reason in al_last_error(), where the server reads it. */
+static al_status load_model(void *ud, const char *path, const al_model **m, const al_model **dm,
+                            void **handle) {
+    serve_opts *o = ud;
+    cli_split *sp = calloc(1, sizeof *sp);
+    if (!sp) return AL_ERR_NOMEM;
+    cli_opts co = {.command = "serve", .model = path, .backend = o->backend,
+                   .prefill_backend = o->prefill_backend, .decode_backend = o->decode_backend,
+                   .n_threads = o->n_threads};
+    int rc = cli_split_plan(&co, 128, 0, sp);
+    if (rc || (rc = cli_split_load(&co, sp))) {
+        cli_split_destroy(sp);
+        free(sp);
+        return AL_ERR_IO; /* al_last_error() says why */
+    }
+    *m = sp->m;
+    *dm = sp->m_decode;
+    *handle = sp;
+    return AL_OK;
+}
+
+static void unload_model(void *ud, void *handle) {
+    (void)ud;
+    cli_split_destroy(handle);
+    free(handle);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The *.gguf files of dir, sorted, added to the server by file name. */
+static int add_dir(srv_server *s, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return cli_fail("serve: --models-dir %s: %s", dir, strerror(errno));
+    char **names = NULL;
+    int n = 0, rc = 0;
+    for (struct dirent *de; (de = readdir(d)) && !rc;) {
+        size_t k = strlen(de->d_name);
+        if (de->d_name[0] == '.' || k < 6 || strcmp(de->d_name + k - 5, ".gguf")) continue;
+        char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
+        if (!grown || !(grown[n] = malloc(strlen(dir) + k + 2))) rc = cli_fail("serve: out of memory");
+        if (grown) names = grown;
+        if (!rc) sprintf(names[n++], "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    if (!rc && n == 0) rc = cli_fail("serve: --models-dir %s holds no .gguf file", dir);
+    if (n) qsort(names, (size_t)n, sizeof *names, by_name);
+    for (int i = 0; i < n && !rc; i++) {
+        al_status st = srv_add_model(s, base_name(names[i]), names[i]);
+        if (st != AL_OK) rc = cli_fail_status(st);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* Several models: the server is ready at once, each model loading on first use. */
+static int start_many(startup *u) {
+    serve_opts *o = u->o;
+    for (int i = 0; i < o->n_models; i++) {
+        al_status st = srv_add_model(u->s, base_name(o->models[i]), o->models[i]);
+        if (st != AL_OK) return cli_fail_status(st);
+    }
+    int rc = o->models_dir ? add_dir(u->s, o->models_dir) : 0;
+    if (rc) return rc;
+    al_status st = srv_start_models(u->s);
+    return st == AL_OK ? 0 : cli_fail_status(st);
+}
+
 /* Binds the port, loads the model and starts the engine; the model's training context
  * caps --ctx-size: a larger one would only allocate a cache the model cannot use. */
 static int start(startup *u) {
     serve_opts *o = u->o;
+    if (o->models_dir || o->n_models > 1)
+        o->p.loader = (srv_loader){.load = load_model, .unload = unload_model, .ud = o};
     al_status st = srv_create(&o->p, &u->s);
     if (st != AL_OK) return cli_fail_status(st);
+    if (o->p.loader.load) return start_many(u);
     fprintf(stderr, "anyllm serve: loading %s (http://%s:%d/ answers 503 until it is ready)\n",
             o->model, o->p.host, srv_port(u->s));
     /* the backend of each phase: --backend (NULL: the CPU), or --prefill-backend and
@@ -302,10 +431,17 @@ int cmd_serve(int argc, char **argv) {
     }
     al_model_info di = u.info;
     if (u.sp.m_decode) al_model_get_info(u.sp.m_decode, &di);
-    fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s%s%s; %d sequences of %d positions, "
-            "queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s), u.info.backend,
-            u.sp.m_decode ? ", decode on " : "", u.sp.m_decode ? di.backend : "",
-            o.p.n_parallel, o.p.n_ctx, o.p.n_queue, o.p.api_key ? ", API key required" : "");
+    if (o.p.loader.load)
+        fprintf(stderr, "anyllm serve: models on http://%s:%d/, each loaded on first use (at "
+                "most %d at once; %d sequences each; GET /v1/models lists them%s)\n", o.p.host,
+                srv_port(u.s), o.p.models_max, o.p.n_parallel,
+                o.p.api_key ? "; API key required" : "");
+    else
+        fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s%s%s; %d sequences of %d "
+                "positions, queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s),
+                u.info.backend, u.sp.m_decode ? ", decode on " : "",
+                u.sp.m_decode ? di.backend : "", o.p.n_parallel, o.p.n_ctx, o.p.n_queue,
+                o.p.api_key ? ", API key required" : "");
     do sigwait(&stop, &sig); while (sig == SIGUSR1);
     fprintf(stderr, "anyllm serve: %s\n", sig == SIGINT ? "interrupted" : "terminated");
     drain(u.s, o.drain_timeout_s, &stop);

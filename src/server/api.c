@@ -374,9 +374,8 @@ static void rename_param(srv_kind kind, srv_error *err) {
     }
 }
 
-bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
-                   srv_request *out, srv_error *err) {
-    *out = (srv_request){.kind = kind};
+bool srv_api_load(const char *body, size_t len, json_t **out, srv_error *err) {
+    *out = NULL;
     if (!srv_utf8_valid(body, len))
         return srv_fail(err, 400, NULL, "invalid_encoding", "the request body is not valid UTF-8");
     json_error_t je;
@@ -388,6 +387,23 @@ bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t l
         json_decref(o);
         return srv_fail(err, 400, NULL, "invalid_type", "the request body must be a JSON object");
     }
+    *out = o;
+    return true;
+}
+
+bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
+                   srv_request *out, srv_error *err) {
+    json_t *o;
+    if (!srv_api_load(body, len, &o, err)) {
+        *out = (srv_request){.kind = kind};
+        return false;
+    }
+    return srv_api_parse_json(api, kind, o, out, err);
+}
+
+bool srv_api_parse_json(const srv_api *api, srv_kind kind, json_t *o, srv_request *out,
+                        srv_error *err) {
+    *out = (srv_request){.kind = kind};
     if (kind == SRV_KIND_MESSAGES || kind == SRV_KIND_RESPONSES) { /* the chat request meant */
         json_t *chat = kind == SRV_KIND_MESSAGES ? srv_anthropic_request(o, api->n_ctx, err)
                                                  : srv_responses_request(o, api->n_ctx, api->store, err);

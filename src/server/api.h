@@ -47,6 +47,12 @@ void srv_request_clear(srv_request *r);
  * and out->job is NULL. */
 bool srv_api_parse(const srv_api *api, srv_kind kind, const char *body, size_t len,
                    srv_request *out, srv_error *err);
+/* The same in two steps, for a server that must read the body's "model" before it knows
+ * which api to parse with: the body as a JSON object (*out, one reference), then the
+ * object (its reference taken over) into the request. */
+bool srv_api_load(const char *body, size_t len, json_t **out, srv_error *err);
+bool srv_api_parse_json(const srv_api *api, srv_kind kind, json_t *o, srv_request *out,
+                        srv_error *err);
 
 /* ---- responses ------------------------------------------------------------------------- */
 

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "server/api.h"
+#include "server/models.h"
 #include "server/responses.h"
 #include "server/toolcall.h"
 #include "util.h"
@@ -81,12 +82,11 @@ typedef struct http_conn {
 
 struct srv_server {
     srv_params p;
-    char *model_name;
+    char *model_name;   /* the first model's: /metrics' anyllm_info label */
     char *api_key;
-    srv_api api;
     srv_store *store;   /* /v1/responses kept for previous_response_id */
     srv_metrics metrics;
-    srv_engine *engine;
+    srv_models models;
     struct MHD_Daemon *mhd;
     int listen_fd;      /* handed back by MHD_quiesce_daemon at a stop; -1 before  */
     pthread_mutex_t lock;
@@ -115,12 +115,14 @@ typedef struct http_req {
     bool too_large;
     double t_start;
     srv_job *job;       /* the connection's reference, dropped at completion    */
+    srv_model *model;   /* the model answering, held until completion, or NULL  */
     char prefix_hash[24]; /* X-Prefix-Hash of the prompt, or ""                  */
 } http_req;
 
 /* The state of one SSE response, owned by the libmicrohttpd response. */
 typedef struct stream {
     srv_server *srv;
+    srv_model *model;   /* held: its engine runs the job */
     srv_job *job;       /* its own reference */
     srv_resp resp;
     int fd;             /* the client's socket, to notice a hang-up */
@@ -240,7 +242,12 @@ static void *reaper_main(void *arg) {
             if (send(k->fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {}
             shutdown(k->fd, SHUT_RDWR);
         }
-        wait_changed(s);
+        /* models idle past --idle-unload go; without the lock, as a connection thread
+         * ending a request may need it meanwhile */
+        pthread_mutex_unlock(&s->lock);
+        srv_models_reap(&s->models);
+        pthread_mutex_lock(&s->lock);
+        if (!s->reaper_stop) wait_changed(s);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
@@ -324,8 +331,8 @@ static bool client_gone(int fd) {
     return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
-static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
-                          bool bare, const char *id);
+static void keep_response(srv_server *s, srv_engine *e, srv_job *job, json_t *history,
+                          json_t *tools, bool bare, const char *id);
 
 /* Events of the tool-call parser as chunks: text as content deltas, calls as tool_calls
  * deltas. */
@@ -356,7 +363,7 @@ static bool stream_calls(stream *st, bool end) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *st = cls;
-    srv_engine *e = st->srv->engine;
+    srv_engine *e = st->model->engine;
     while (st->out_pos == st->out.len) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         st->out.len = st->out_pos = 0;
@@ -384,7 +391,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
             if (st->history && srv_finish_reason(js.finish))
-                keep_response(st->srv, st->job, st->history, st->tools, st->bare, st->resp.id);
+                keep_response(st->srv, e, st->job, st->history, st->tools, st->bare,
+                              st->resp.id);
         }
         if (!ok || st->out.failed || st->text.failed || st->reasoning.failed) {
             srv_job_cancel(e, st->job);
@@ -400,7 +408,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream *st = cls;
-    srv_job_release(st->srv->engine, st->job);
+    srv_job_release(st->model->engine, st->job);
+    srv_models_release(&st->srv->models, st->model);
     srv_buf_free(&st->out);
     srv_buf_free(&st->text);
     srv_buf_free(&st->reasoning);
@@ -416,10 +425,12 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     stream *st = calloc(1, sizeof *st);
     if (!st) return MHD_NO;
     st->srv = s;
+    st->model = r->model;
+    srv_models_hold(&s->models, st->model);
     st->job = req->job;
-    srv_job_ref(s->engine, st->job); /* the response's own, dropped by stream_free */
+    srv_job_ref(st->model->engine, st->job); /* the response's own, dropped by stream_free */
     st->fd = client_fd(c);
-    srv_resp_init(&st->resp, req->kind, s->model_name, req->include_usage);
+    srv_resp_init(&st->resp, req->kind, st->model->name, req->include_usage);
     st->resp.n_prompt = req->job->n_prompt;
     snprintf(st->prev_id, sizeof st->prev_id, "%s", req->prev_id);
     st->resp.prev_id = st->prev_id[0] ? st->prev_id : NULL;
@@ -512,11 +523,11 @@ static bool tool_calls(srv_tc *tc, const srv_buf *text, srv_buf *content, srv_ca
 
 /* A streamed response, finished: its conversation kept for previous_response_id (the
  * whole reply read again from the job and parsed once more for calls). */
-static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *tools,
-                          bool bare, const char *id) {
+static void keep_response(srv_server *s, srv_engine *e, srv_job *job, json_t *history,
+                          json_t *tools, bool bare, const char *id) {
     srv_buf text = {0}, content = {0};
     srv_job_state js;
-    srv_job_poll(s->engine, job, 0, 0, 0, &text, NULL, &js);
+    srv_job_poll(e, job, 0, 0, 0, &text, NULL, &js);
     srv_tc *tc = tools ? srv_tc_create(tools) : NULL;
     if (bare) srv_tc_bare(tc);
     srv_call *calls = NULL;
@@ -535,14 +546,14 @@ static void keep_response(srv_server *s, srv_job *job, json_t *history, json_t *
 /* Waits for the end of a plain (non-stream) job and answers with the whole object. */
 static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, http_req *r,
                                     const srv_request *req) {
-    srv_engine *e = s->engine;
+    srv_engine *e = r->model->engine;
     srv_job_state js;
     if (!wait_job(e, c, req->job, SIZE_MAX, &js)) return MHD_NO;
     if (!srv_finish_reason(js.finish)) return answer_failed(c, r, &js);
     srv_buf text = {0}, reasoning = {0}, body = {0}, content = {0};
     srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
-    srv_resp_init(&resp, req->kind, s->model_name, false);
+    srv_resp_init(&resp, req->kind, r->model->name, false);
     srv_tc *tc = req->tools ? srv_tc_create(req->tools) : NULL;
     if (req->bare_calls) srv_tc_bare(tc);
     srv_call *calls = NULL;
@@ -588,6 +599,36 @@ static enum MHD_Result answer_unavailable(struct MHD_Connection *c, http_req *r)
 static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http_req *r,
                                    srv_request *rq);
 
+static bool conn_gone(void *fd) { return client_gone(*(int *)fd); }
+
+/* The model the body names, held in r->model: loaded if it must be (the request
+ * waits), or a 404 that lists the models there are. */
+static bool pick_model(srv_server *s, struct MHD_Connection *c, http_req *r, json_t *o,
+                       srv_error *err) {
+    json_t *name = json_object_get(o, "model");
+    if (name && !json_is_string(name) && !json_is_null(name))
+        return srv_fail(err, 400, "model", "invalid_type", "'model' must be a string");
+    int i = srv_models_find(&s->models, json_string_value(name));
+    if (i < 0) {
+        json_t *list = srv_models_json(&s->models, NULL, s->started);
+        srv_buf names = {0};
+        size_t k;
+        json_t *m;
+        json_array_foreach(json_object_get(list, "data"), k, m) {
+            srv_buf_printf(&names, "%s'%s'", k ? ", " : "",
+                           json_string_value(json_object_get(m, "id")));
+        }
+        json_decref(list);
+        srv_fail(err, 404, "model", "model_not_found", "no model '%.200s' here; the models are: "
+                 "%.300s", json_string_value(name), names.s ? names.s : "");
+        srv_buf_free(&names);
+        return false;
+    }
+    int fd = client_fd(c);
+    r->model = srv_models_acquire(&s->models, i, conn_gone, &fd, err);
+    return r->model != NULL;
+}
+
 /* The body is complete: validate, queue, answer. */
 static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, http_req *r) {
     srv_error err;
@@ -603,8 +644,14 @@ static enum MHD_Result on_body_done(srv_server *s, struct MHD_Connection *c, htt
                     : r->ep == SRV_EP_MESSAGES  ? SRV_KIND_MESSAGES
                     : r->ep == SRV_EP_RESPONSES ? SRV_KIND_RESPONSES
                                                 : SRV_KIND_COMPLETION;
-    if (!srv_api_parse(&s->api, kind, r->body.s ? r->body.s : "", r->body.len, &req, &err))
+    json_t *o;
+    if (!srv_api_load(r->body.s ? r->body.s : "", r->body.len, &o, &err))
         return answer_error(c, r, &err);
+    if (!pick_model(s, c, r, o, &err)) {
+        json_decref(o);
+        return answer_error(c, r, &err);
+    }
+    if (!srv_api_parse_json(&r->model->api, kind, o, &req, &err)) return answer_error(c, r, &err);
     enum MHD_Result q = run_request(s, c, r, &req);
     srv_request_clear(&req);
     return q;
@@ -618,7 +665,7 @@ static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http
     req.job->t_arrival = r->t_start;
     srv_prefix_hash(req.job->prompt, req.job->n_prompt, s->p.prefix_hash_tokens, r->prefix_hash,
                     sizeof r->prefix_hash);
-    srv_submit sub = srv_engine_submit(s->engine, req.job);
+    srv_submit sub = srv_engine_submit(r->model->engine, req.job);
     if (sub != SRV_SUBMIT_OK) {
         srv_job_release(NULL, req.job);
         if (sub == SRV_SUBMIT_FULL)
@@ -635,7 +682,7 @@ static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http
      * so a failure (the server stopping, the replica dying) can still be an HTTP error
      * that a balancer retries on another replica */
     srv_job_state js;
-    if (!wait_job(s->engine, c, req.job, 0, &js)) return MHD_NO;
+    if (!wait_job(r->model->engine, c, req.job, 0, &js)) return MHD_NO;
     if (js.finish != SRV_FINISH_NONE && !srv_finish_reason(js.finish) && js.text_len == 0 &&
         js.reasoning_len == 0)
         return answer_failed(c, r, &js);
@@ -644,14 +691,10 @@ static enum MHD_Result run_request(srv_server *s, struct MHD_Connection *c, http
 
 /* ---- GET routes ------------------------------------------------------------------------ */
 
-/* What /health and /metrics report of the moment; no engine while loading. */
+/* What /health and /metrics report of the moment, summed over the loaded models. */
 static srv_gauges gauges(srv_server *s) {
-    srv_gauges g = {.state = state_of(s), .n_slots = s->p.n_parallel, .replica = s->replica,
-                    .model = s->model_name};
-    if (g.state != SRV_STATE_LOADING) {
-        srv_engine_counts(s->engine, &g.n_active, &g.n_queued, &g.kv_used);
-        g.kv_total = (long long)s->p.n_parallel * s->p.n_ctx;
-    }
+    srv_gauges g = {.state = state_of(s), .replica = s->replica, .model = s->model_name};
+    srv_models_gauges(&s->models, &g);
     return g;
 }
 
@@ -691,18 +734,17 @@ static enum MHD_Result answer_get(srv_server *s, struct MHD_Connection *c, http_
     case SRV_EP_METRICS:
         g = gauges(s);
         srv_metrics_render(&s->metrics, &g, &b);
+        srv_models_render(&s->models, &b);
         q = b.failed ? MHD_NO
                      : answer(c, r, 200, "text/plain; version=0.0.4; charset=utf-8", b.s, b.len,
                               MHD_RESPMEM_MUST_COPY, NULL, NULL);
         break;
     default: { /* /v1/models, or /v1/models/ID */
-        json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model",
-                              "created", (json_int_t)s->started, "owned_by", "anyllm");
         const char *id = url + strlen("/v1/models");
-        json_t *o = *id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
+        json_t *o = srv_models_json(&s->models, *id ? id + 1 : NULL, s->started);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
-        if (*id && strcmp(id + 1, s->model_name)) {
+        if (*id && !o) {
             srv_error err;
             srv_fail(&err, 404, "model", "model_not_found", "no model '%.200s' here", id + 1);
             q = answer_error(c, r, &err);
@@ -941,9 +983,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r->inflight && --s->n_inflight == 0) pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->lock);
     if (r->job) { /* a request that ends before its job does leaves nobody to read it */
-        srv_job_cancel(s->engine, r->job);
-        srv_job_release(s->engine, r->job);
+        srv_job_cancel(r->model->engine, r->job);
+        srv_job_release(r->model->engine, r->job);
     }
+    srv_models_release(&s->models, r->model);
     /* not answered by us: 408 for a timeout, else nginx's 499, "client closed request";
      * libmicrohttpd's own refusals (431...) were counted by on_mhd_log */
     int status = r->status;
@@ -980,23 +1023,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* ---- create / destroy -------------------------------------------------------------------- */
-
-/* The chat format: the one named, or the one recognised in the model's template, or
- * for a file with none the built-in format of its architecture (Gemma). NULL (chat
- * refused, a warning printed) when none works. */
-static const char *chat_format(const al_model *m, const char *name) {
-    const char *tmpl = al_model_chat_template(m);
-    al_model_info mi;
-    al_model_get_info(m, &mi);
-    char *probe = NULL;
-    if (!name && al_chat_template_choose(tmpl, mi.arch, &name) != AL_OK) name = NULL;
-    if (name && al_chat_render(name, tmpl, NULL, 0, true, &probe) != AL_OK) name = NULL;
-    al_string_free(probe);
-    if (!name)
-        fprintf(stderr, "anyllm serve: warning: no chat template (%s); /v1/chat/completions "
-                "will refuse requests\n", al_last_error());
-    return name;
-}
 
 static al_status listen_on(srv_server *s) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -1064,6 +1090,7 @@ al_status srv_create(const srv_params *p, srv_server **out) {
     s->model_name = strdup(p->model_name);
     s->api_key = p->api_key ? strdup(p->api_key) : NULL;
     s->store = srv_store_create();
+    srv_models_init(&s->models, &s->p, &s->metrics, s->store);
     al_status st = AL_OK;
     if (!s->model_name || (p->api_key && !s->api_key) || !s->store)
         st = al_error(AL_ERR_NOMEM, "out of memory starting the server");
@@ -1085,25 +1112,22 @@ al_status srv_create(const srv_params *p, srv_server **out) {
 }
 
 al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_model, int n_ctx) {
-    const al_vocab *v = al_model_vocab(m);
-    if (!v) return al_error(AL_ERR_ARG, "the model file has no tokenizer: %s", al_last_error());
-    if (n_ctx < s->p.n_parallel)
-        return al_error(AL_ERR_ARG, "server: %d sequences need at least as many positions, not %d",
-                        s->p.n_parallel, n_ctx);
     /* nothing reads these while the state is LOADING */
     s->p.n_ctx = n_ctx;
-    s->p.decode_model = decode_model;
-    s->api = (srv_api){.vocab = v, .n_vocab = al_vocab_n_tokens(v), .n_ctx = n_ctx,
-                       .max_tokens_default = s->p.max_tokens_default,
-                       .tmpl_name = chat_format(m, s->p.chat_template),
-                       .tmpl = al_model_chat_template(m), .model_name = s->model_name,
-                       .store = s->store};
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_checkpoints = s->p.n_checkpoints;
-    al_status st = srv_engine_create(m, s->p.decode_model, s->p.n_parallel, &cp, s->p.n_queue,
-                                     &s->metrics, &s->engine);
+    al_status st = srv_models_put(&s->models, s->model_name, m, decode_model, n_ctx);
     if (st != AL_OK) return st;
+    __atomic_store_n(&s->state, SRV_STATE_READY, __ATOMIC_RELEASE);
+    return AL_OK;
+}
+
+al_status srv_add_model(srv_server *s, const char *name, const char *path) {
+    if (!s->p.loader.load || !s->p.loader.unload)
+        return al_error(AL_ERR_ARG, "server: several models need a loader (srv_params.loader)");
+    return srv_models_add(&s->models, name, path);
+}
+
+al_status srv_start_models(srv_server *s) {
+    if (s->models.n == 0) return al_error(AL_ERR_ARG, "server: no models were added");
     __atomic_store_n(&s->state, SRV_STATE_READY, __ATOMIC_RELEASE);
     return AL_OK;
 }
@@ -1118,10 +1142,9 @@ bool srv_drained(srv_server *s) {
     pthread_mutex_lock(&s->lock);
     int n = s->n_inflight;
     pthread_mutex_unlock(&s->lock);
-    int n_active = 0, n_queued = 0;
-    long long kv;
-    if (state_of(s) != SRV_STATE_LOADING) srv_engine_counts(s->engine, &n_active, &n_queued, &kv);
-    return n == 0 && n_active == 0 && n_queued == 0;
+    srv_gauges g = {0};
+    srv_models_gauges(&s->models, &g);
+    return n == 0 && g.n_active == 0 && g.n_queued == 0;
 }
 
 /* Waits until every request with a decided answer has written it, DRAIN_S at most. */
@@ -1140,7 +1163,7 @@ void srv_destroy(srv_server *s) {
      * waiting on them, and each writes its answer (503, or a stream's error event and
      * [DONE]); only when those are out does libmicrohttpd shut the sockets down */
     if (s->mhd) s->listen_fd = (int)MHD_quiesce_daemon(s->mhd);
-    srv_engine_stop(s->engine);
+    srv_models_stop(&s->models);
     if (s->mhd) drain(s);
     if (s->reaper_running) {
         pthread_mutex_lock(&s->lock);
@@ -1151,7 +1174,7 @@ void srv_destroy(srv_server *s) {
     }
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (s->listen_fd >= 0) close(s->listen_fd);
-    srv_engine_destroy(s->engine);
+    srv_models_free(&s->models);
     srv_metrics_free(&s->metrics);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);

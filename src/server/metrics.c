@@ -209,6 +209,13 @@ static void render_gauges(const srv_gauges *g, srv_buf *out) {
     sample(out, "anyllm_kv_cache_usage_ratio", "gauge",
            "KV-cache positions held by running sequences, as a fraction of all.",
            g->kv_total > 0 ? (double)g->kv_used / (double)g->kv_total : 0.0);
+    sample(out, "anyllm_models", "gauge", "Models the server answers for.", g->n_models);
+    sample(out, "anyllm_models_loaded", "gauge", "Models loaded now (the others load on "
+           "first use).", g->n_loaded);
+    sample(out, "anyllm_model_loads_total", "counter", "Models loaded on demand.",
+           (double)g->loads);
+    sample(out, "anyllm_model_unloads_total", "counter", "Models unloaded (idle, or to make "
+           "room for another).", (double)g->unloads);
 }
 
 /* The same quantities under vLLM's names, the ones routers read by default. */

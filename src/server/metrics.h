@@ -88,6 +88,8 @@ typedef struct srv_gauges {
     long long kv_used, kv_total; /* KV-cache positions held by running sequences, and all */
     const char *replica;         /* the replica's id (X-Replica), a label of anyllm_info  */
     const char *model;
+    int n_models, n_loaded;      /* models the server answers for, and loaded now */
+    unsigned long long loads, unloads; /* models loaded and unloaded so far       */
 } srv_gauges;
 
 /* Appends the whole exposition. */

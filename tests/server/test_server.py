@@ -1678,6 +1678,12 @@ def test_structured():
 
 # ---- main ----------------------------------------------------------------------------------------
 
+def test_models():
+    """Several models in one server: tests/server/multimodel.py."""
+    import multimodel
+    return multimodel.run(sys.modules[__name__])
+
+
 def main():
     global ARGS, BASE
     ap = argparse.ArgumentParser()
@@ -1699,7 +1705,7 @@ def main():
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
              ("loading", test_loading), ("drain", test_drain), ("graceful", test_graceful_drain),
              ("load", test_load), ("disconnect", test_disconnects),
-             ("page", test_chat_page)]
+             ("page", test_chat_page), ("models", test_models)]
     only = set(filter(None, ARGS.only.split(",")))
     skipped = 0
     for name, fn in parts:
