@@ -99,6 +99,10 @@ TEST_LDLIBS_toolcall := -ljansson
 # JSON Schema to grammar, with the library's grammars
 $(BUILD)/test_schema: $(BUILD)/src/server/schema.o $(BUILD)/src/server/buf.o
 TEST_LDLIBS_schema := -ljansson
+# the server's engine on SmolLM2, without HTTP
+ENGINE_TEST_SRC := src/server/engine.c src/server/toolcall.c src/server/buf.c src/server/metrics.c
+$(BUILD)/test_engine: $(ENGINE_TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_LDLIBS_engine := -ljansson
 # the request side of tool calls
 TOOLS_TEST_SRC := src/server/tools.c src/server/schema.c src/server/buf.c src/server/error.c \
 	src/server/reply.c
@@ -207,6 +211,12 @@ $(ASAN_TOBJ)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h tests/*.h)
 # sanitizers, and the schema compiler with them
 $(ASAN_DIR)/test_schema: $(ASAN_TOBJ)/tests/test_schema.o $(ASAN_TOBJ)/src/server/schema.o \
 		$(ASAN_TOBJ)/src/server/buf.o $(ASAN_LIB_OBJ)
+	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS) -ljansson
+# chat rendering with tools, the library's JSON reader included (`make
+# build/asan/test_engine` builds the engine's test too: 30 s, so not in the suite)
+ASAN_TESTS += $(ASAN_DIR)/test_chat_tools
+$(ASAN_DIR)/test_engine: $(ASAN_TOBJ)/tests/test_engine.o \
+		$(ENGINE_TEST_SRC:%.c=$(ASAN_TOBJ)/%.o) $(ASAN_LIB_OBJ)
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS) -ljansson
 $(ASAN_DIR)/test_%: $(ASAN_TOBJ)/tests/test_%.o $(ASAN_LIB_OBJ)
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)

@@ -576,6 +576,32 @@ typedef struct al_chat_message {
     const char *content;
 } al_chat_message;
 
+/* A message with the parts of tool use, for al_chat_render_turns. Fields not used are
+ * NULL: a designated initializer, {.role = "user", .content = "Hi"}, leaves them so. */
+typedef struct al_chat_turn {
+    const char *role;         /* "system", "user", "assistant" or "tool" (a tool's result) */
+    const char *content;      /* the text; NULL means "" (an assistant turn of calls only) */
+    const char *tool_calls;   /* assistant: the calls it made, an OpenAI JSON array
+                                 [{"id", "function": {"name", "arguments"}}] ("name" and
+                                 "arguments" also directly in the call); arguments an object
+                                 or a string holding one; NULL: none */
+    const char *tool_call_id; /* tool: the id of the call this answers; NULL: the call at
+                                 its place among the results after the last calls */
+    const char *name;         /* tool: the function that answered; NULL: the answered call's */
+    const char *reasoning;    /* assistant: its chain of thought (harmony keeps it for a
+                                 turn of calls: gpt-oss needs it back between calls) */
+} al_chat_turn;
+
+typedef struct al_chat_params {
+    bool add_generation_prompt; /* end with the assistant's header */
+    const char *tools;          /* the functions the model may call: an OpenAI "tools" JSON
+                                   array [{"type": "function", "function": {"name",
+                                   "description", "parameters"}}]; NULL: none */
+} al_chat_params;
+
+/* Generation prompt on, no tools. */
+al_chat_params al_chat_default_params(void);
+
 /* The model's tokenizer.chat_template text, or NULL if it has none. Owned by the model. */
 const char *al_model_chat_template(const al_model *m);
 
@@ -622,6 +648,44 @@ al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl
                            const al_chat_message *msgs, int n, bool add_generation_prompt,
                            int32_t **tokens, int *n_tokens);
 
+/* Tool use. al_chat_render_turns renders turns as al_chat_render renders messages (the
+ * same text for turns without tool parts), with params (NULL: the defaults); the formats
+ * that render tools themselves, because their markup is control tokens, are:
+ *   "mistral" (v3 tokenizers' control tokens):
+ *     [AVAILABLE_TOOLS][{"type": "function", "function": {...}}, ...][/AVAILABLE_TOOLS]
+ *       right before the last user turn's [INST], the tools array as given;
+ *     an assistant turn's calls after its text as
+ *       [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "abcdefghi"}, ...]</s>;
+ *     a tool result as [TOOL_RESULTS]{"content": "TEXT", "call_id": "abcdefghi"}[/TOOL_RESULTS].
+ *     JSON is written as Mistral's tokenizer writes it (json.dumps: ", " and ": "). Call
+ *     ids are Mistral's 9 letters or digits: an id that is not one is replaced by one
+ *     derived from it (the same for the call and its result), a missing one by one
+ *     derived from its place in the conversation.
+ *   "harmony" (gpt-oss), as OpenAI's template renders them: the system message adds
+ *     "Calls to these tools must go to the commentary channel: 'functions'."; the
+ *     developer message holds the instructions (the first system turn), then "# Tools"
+ *     and the functions as TypeScript types ("namespace functions { ... }": strings,
+ *     numbers, integers as number, booleans, enums as "a" | "b", arrays, objects, the
+ *     rest any); each call of an assistant turn is
+ *       <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>
+ *     after its reasoning (else its text) as <|start|>assistant<|channel|>analysis
+ *     <|message|>...<|end|> when no later assistant turn is an answer (the template
+ *     drops the chain of thought of finished turns); with both, the text follows as a
+ *     commentary message. A result is <|start|>functions.NAME to=assistant<|channel|>
+ *     commentary<|message|>"TEXT"<|end|> (the text as a JSON string, as the template).
+ *   "llama3": the "tool" role only (its calls are text: the caller writes them).
+ * Other formats give AL_ERR_UNSUPPORTED for tools or a turn's tool parts, never drop
+ * them; tools or calls that are not the JSON described give AL_ERR_ARG. */
+al_status al_chat_render_turns(const char *name, const char *tmpl, const al_chat_turn *turns,
+                               int n, const al_chat_params *params, char **out);
+
+/* al_chat_tokenize for turns: the tools' and calls' text (names, descriptions,
+ * arguments, results, ids) is message text, tokenized as plain text; only the format's
+ * markers become control tokens. */
+al_status al_chat_tokenize_turns(const al_vocab *v, const char *name, const char *tmpl,
+                                 const al_chat_turn *turns, int n, const al_chat_params *params,
+                                 int32_t **tokens, int *n_tokens);
+
 /* ---- Harmony replies (gpt-oss) -----------------------------------------------------------
  * A model chatting in the "harmony" format writes its reply as messages on channels:
  *   <|channel|>analysis<|message|>reasoning ...<|end|>
@@ -639,9 +703,16 @@ al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl
  *     (followed by <|channel|> or <|message|> it is a header instead); a header past
  *     256 bytes ends there, the rest being the body of the channel it named;
  *   - a body cut short by <|start|> or <|channel|> ends there; a stray <|message|> or
- *     <|constrain|> in a body is dropped; any other "<|...|>" is text.
- * How the text is cut into pushes does not change the pieces' text per channel: a
- * marker split across pushes is held back until it is complete. The markers are
+ *     <|constrain|> in a body is dropped; any other "<|...|>" is text;
+ *   - a header's "to=NAME" (at its start or after a space, before or after the
+ *     channel: " to=functions.f<|channel|>commentary json", "<|channel|>commentary
+ *     to=functions.f <|constrain|>json") names the message's recipient, up to a space or
+ *     a marker; every piece of the body carries it. A message to "functions.NAME" is a
+ *     call of that function, its body the arguments (JSON); <|call|> ends it and the
+ *     reply. <|constrain|> and what follows it in a header (the body's format) are
+ *     ignored.
+ * How the text is cut into pushes does not change the pieces' text per channel and
+ * recipient: a marker split across pushes is held back until it is complete. The markers are
  * control tokens of gpt-oss's vocabulary, which print as nothing: feed generated tokens
  * with al_harmony_push_token, which writes control tokens' text. Not thread-safe; one
  * parser per reply. */
@@ -649,13 +720,16 @@ al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl
 typedef enum al_channel {
     AL_CHANNEL_FINAL,      /* the answer, for the user                                  */
     AL_CHANNEL_ANALYSIS,   /* the chain of thought: not for the user unless asked       */
-    AL_CHANNEL_COMMENTARY, /* tool-call preambles and calls (tools are not supported)   */
+    AL_CHANNEL_COMMENTARY, /* tool-call preambles, and calls (with a recipient)         */
 } al_channel;
 
 typedef struct al_chat_piece {
     al_channel channel;
-    const char *text; /* len bytes, not NUL-terminated */
+    const char *text;      /* len bytes, not NUL-terminated */
     size_t len;
+    const char *recipient; /* the message's recipient (its header's "to=functions.NAME":
+                              "functions.NAME"), recipient_len bytes; NULL when none */
+    size_t recipient_len;
 } al_chat_piece;
 
 typedef struct al_harmony al_harmony;
@@ -666,8 +740,8 @@ al_status al_harmony_create(const al_vocab *v, al_harmony **out);
 void al_harmony_destroy(al_harmony *h); /* NULL is a no-op */
 
 /* Feeds len bytes of generated text, markers as text. *pieces (may be set to NULL when
- * *n_pieces is 0) lists the text now known, in order, adjacent pieces of one channel
- * merged; it is owned by the parser and valid until its next call. AL_ERR_NOMEM leaves
+ * *n_pieces is 0) lists the text now known, in order, adjacent pieces of one channel and
+ * one recipient merged; it is owned by the parser and valid until its next call. AL_ERR_NOMEM leaves
  * the parser unusable. */
 al_status al_harmony_push(al_harmony *h, const char *text, size_t len,
                           const al_chat_piece **pieces, int *n_pieces);

@@ -17,8 +17,12 @@
  *     the vocabulary (al_harmony_push_token);
  *   - compiled as a grammar; one that compiles takes the text's own tokens while it
  *     allows them, and its mask must agree with al_grammar_allows on every token;
- *   - read as a model's reply by the server's tool-call parser, whole and byte by byte
- *     (the same text and calls, every call's arguments a JSON object);
+ *   - read as a model's reply by the server's tool-call parser in each of its modes
+ *     (tags, Llama 3, Mistral), whole and byte by byte (the same text and calls, every
+ *     call's arguments a JSON object), and as a Harmony reply whose pieces go through
+ *     the parser's Harmony mode, whole and byte by byte;
+ *   - rendered with itself as the tools and as an assistant's tool_calls (Mistral,
+ *     Harmony): rendered, or refused as bad JSON;
  *   - parsed as JSON and, if it is, compiled as a JSON Schema to grammar text, which
  *     must then compile as a grammar (or be refused with a reason).
  * Without vocabularies (SHARED unset and ../shared absent) only the chat part runs.
@@ -132,7 +136,12 @@ typedef struct parse_out {
 static void take(parse_out *o, const al_chat_piece *p, int n) {
     for (int i = 0; i < n; i++) {
         int c = (int)p[i].channel;
-        REQUIRE(c >= 0 && c < 3 && p[i].len > 0 && (i == 0 || p[i - 1].channel != p[i].channel));
+        /* adjacent pieces of one channel are merged unless their recipients differ */
+        bool other_to = i > 0 && (p[i - 1].recipient_len != p[i].recipient_len ||
+                                  (p[i].recipient_len &&
+                                   memcmp(p[i - 1].recipient, p[i].recipient, p[i].recipient_len)));
+        REQUIRE(c >= 0 && c < 3 && p[i].len > 0 &&
+                (i == 0 || p[i - 1].channel != p[i].channel || other_to));
         while (o->len[c] + p[i].len > o->cap[c]) {
             o->cap[c] = o->cap[c] ? 2 * o->cap[c] : 256;
             o->text[c] = realloc(o->text[c], o->cap[c]);
@@ -245,18 +254,25 @@ static void tc_record(srv_buf *b, const srv_tc_event *ev, int n) {
     }
 }
 
-static void fuzz_toolcalls(const char *text, size_t len) {
+static srv_tc *tc_new(int mode) {
+    srv_tc *p = srv_tc_create(NULL);
+    REQUIRE(p);
+    if (mode == 1) srv_tc_bare(p);
+    if (mode == 2) srv_tc_mistral(p);
+    return p;
+}
+
+static void fuzz_toolcalls(const char *text, size_t len, int mode) {
     srv_buf whole = {0}, bytes = {0};
     const srv_tc_event *ev;
     int n;
-    srv_tc *p = srv_tc_create(NULL);
-    REQUIRE(p && srv_tc_push(p, text, len, &ev, &n));
+    srv_tc *p = tc_new(mode);
+    REQUIRE(srv_tc_push(p, text, len, &ev, &n));
     tc_record(&whole, ev, n);
     REQUIRE(srv_tc_finish(p, &ev, &n));
     tc_record(&whole, ev, n);
     srv_tc_destroy(p);
-    p = srv_tc_create(NULL);
-    REQUIRE(p);
+    p = tc_new(mode);
     for (size_t i = 0; i < len; i++) {
         REQUIRE(srv_tc_push(p, text + i, 1, &ev, &n));
         tc_record(&bytes, ev, n);
@@ -267,6 +283,57 @@ static void fuzz_toolcalls(const char *text, size_t len) {
     REQUIRE(whole.len == bytes.len && (whole.len == 0 || !memcmp(whole.s, bytes.s, whole.len)));
     srv_buf_free(&whole);
     srv_buf_free(&bytes);
+}
+
+/* A Harmony reply fed to al_harmony in pieces of `step` bytes, each call's pieces to the
+ * tool-call parser in Harmony mode: the events as one string. */
+static void harmony_calls(const char *text, size_t len, size_t step, srv_buf *out) {
+    al_harmony *h = NULL;
+    srv_tc *p = srv_tc_create(NULL);
+    REQUIRE(p && al_harmony_create(NULL, &h) == AL_OK);
+    srv_tc_harmony(p);
+    const al_chat_piece *pc;
+    const srv_tc_event *ev;
+    int n, n_ev;
+    for (size_t at = 0; at < len; at += step) {
+        REQUIRE(al_harmony_push(h, text + at, len - at < step ? len - at : step, &pc, &n) == AL_OK);
+        REQUIRE(srv_tc_pieces(p, pc, n, &ev, &n_ev));
+        tc_record(out, ev, n_ev);
+    }
+    REQUIRE(al_harmony_finish(h, &pc, &n) == AL_OK);
+    REQUIRE(srv_tc_pieces(p, pc, n, &ev, &n_ev));
+    tc_record(out, ev, n_ev);
+    REQUIRE(srv_tc_finish(p, &ev, &n_ev));
+    tc_record(out, ev, n_ev);
+    srv_tc_destroy(p);
+    al_harmony_destroy(h);
+}
+
+static void fuzz_harmony_calls(const char *text, size_t len) {
+    srv_buf whole = {0}, bytes = {0};
+    harmony_calls(text, len, len ? len : 1, &whole);
+    harmony_calls(text, len, 1, &bytes);
+    REQUIRE(whole.len == bytes.len && (whole.len == 0 || !memcmp(whole.s, bytes.s, whole.len)));
+    srv_buf_free(&whole);
+    srv_buf_free(&bytes);
+}
+
+/* The text as the tools and as the calls of a conversation: rendered or refused. */
+static void fuzz_chat_tools(const char *text) {
+    static const char *const formats[] = {"mistral", "harmony"};
+    const al_chat_turn t[] = {{.role = "user", .content = text},
+                              {.role = "assistant", .content = text, .tool_calls = text},
+                              {.role = "tool", .content = text, .name = "f"}};
+    for (int f = 0; f < 2; f++) {
+        for (int as_tools = 0; as_tools < 2; as_tools++) {
+            al_chat_params p = {.add_generation_prompt = true, .tools = as_tools ? text : NULL};
+            char *out = NULL;
+            al_status st = al_chat_render_turns(formats[f], NULL, t, as_tools ? 1 : 3, &p, &out);
+            REQUIRE(st == AL_OK ? out != NULL : st == AL_ERR_ARG && out == NULL);
+            if (out) g_sink += strlen(out);
+            al_string_free(out);
+        }
+    }
 }
 
 static void fuzz_schema(al_vocab *v, const char *text, size_t len) {
@@ -294,7 +361,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_chat(text);
     fuzz_harmony(g_vocab[which], text, size - 1);
     fuzz_grammar(g_vocab[which], text, size - 1);
-    fuzz_toolcalls(text, size - 1);
+    for (int mode = 0; mode < 3; mode++) fuzz_toolcalls(text, size - 1, mode);
+    fuzz_harmony_calls(text, size - 1);
+    fuzz_chat_tools(text);
     fuzz_schema(g_vocab[which], text, size - 1);
     free(text);
     return 0;

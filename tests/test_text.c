@@ -435,22 +435,51 @@ enum { N_CHANNELS = 3, PARSED_MAX = 4096 };
 typedef struct parsed {
     char text[N_CHANNELS][PARSED_MAX];
     size_t len[N_CHANNELS];
+    /* every run of one channel and recipient: "{channel>recipient}text" */
+    char runs[2 * PARSED_MAX];
+    size_t n_runs;
+    int last_channel;
+    char last_recipient[300];
+    size_t last_recipient_len;
     bool done;
     bool ok; /* every call succeeded, and every piece list was well formed */
 } parsed;
+
+static bool same_recipient(const al_chat_piece *a, const char *r, size_t n) {
+    return a->recipient_len == n && (n == 0 || !memcmp(a->recipient, r, n));
+}
+
+static void runs_add(parsed *r, const char *s, size_t n) {
+    if (n && r->n_runs + n < sizeof r->runs) memcpy(r->runs + r->n_runs, s, n);
+    r->n_runs += n;
+}
 
 static void collect(parsed *r, al_status st, const al_chat_piece *p, int n) {
     if (st != AL_OK) r->ok = false;
     for (int i = 0; st == AL_OK && i < n; i++) {
         int c = (int)p[i].channel;
-        /* pieces are non-empty, of a known channel, adjacent ones of one channel merged */
+        /* pieces are non-empty, of a known channel, adjacent ones of one channel and one
+         * recipient merged; a recipient is there or not, never empty */
         if (c < 0 || c >= N_CHANNELS || p[i].len == 0 || !p[i].text ||
-            (i > 0 && p[i - 1].channel == p[i].channel)) {
+            (p[i].recipient == NULL) != (p[i].recipient_len == 0) ||
+            p[i].recipient_len >= sizeof r->last_recipient ||
+            (i > 0 && p[i - 1].channel == p[i].channel &&
+             same_recipient(&p[i - 1], p[i].recipient, p[i].recipient_len))) {
             r->ok = false;
             continue;
         }
         if (r->len[c] + p[i].len < PARSED_MAX) memcpy(r->text[c] + r->len[c], p[i].text, p[i].len);
         r->len[c] += p[i].len;
+        if (r->n_runs == 0 || r->last_channel != c ||
+            !same_recipient(&p[i], r->last_recipient, r->last_recipient_len)) {
+            char ch = (char)('0' + c);
+            runs_add(r, "{", 1), runs_add(r, &ch, 1), runs_add(r, ">", 1);
+            runs_add(r, p[i].recipient, p[i].recipient_len), runs_add(r, "}", 1);
+            r->last_channel = c;
+            if (p[i].recipient_len) memcpy(r->last_recipient, p[i].recipient, p[i].recipient_len);
+            r->last_recipient_len = p[i].recipient_len;
+        }
+        runs_add(r, p[i].text, p[i].len);
     }
 }
 
@@ -609,7 +638,10 @@ static void test_harmony_random(void) {
         parse_cut(text, len, 0, &whole);
         for (size_t c = 1; c < sizeof k_cuts / sizeof *k_cuts; c++) {
             parse_cut(text, len, k_cuts[c] + (uint64_t)iter, &cut);
-            bool same = whole.ok && cut.ok && whole.done == cut.done;
+            bool same = whole.ok && cut.ok && whole.done == cut.done &&
+                        whole.n_runs == cut.n_runs &&
+                        !memcmp(whole.runs, cut.runs, whole.n_runs < sizeof whole.runs
+                                                          ? whole.n_runs : sizeof whole.runs);
             for (int ch = 0; ch < N_CHANNELS; ch++)
                 same = same && whole.len[ch] == cut.len[ch] &&
                        !memcmp(whole.text[ch], cut.text[ch], whole.len[ch] < PARSED_MAX ?

@@ -1,9 +1,11 @@
 /* test_toolcall.c: the tool-call parser (src/server/toolcall.h) on a table of replies per
- * format, Hermes JSON, Qwen's XML and Llama 3's bare JSON: text before, between and after
- * calls, parallel calls, malformed markup (unclosed and duplicated tags, arguments that
- * are not JSON or not an object, missing parts), unicode and escapes in arguments. Each
- * reply is fed whole, cut in two at every byte, and byte by byte: the events, adjacent
- * text merged, must be the table's every time.
+ * format, Hermes JSON, Qwen's XML, Llama 3's bare JSON, Mistral's [TOOL_CALLS] and
+ * Harmony's pieces: text before, between and after calls, parallel calls, malformed
+ * markup (unclosed and duplicated tags, arguments that are not JSON or not an object,
+ * missing parts), unicode and escapes in arguments. Each reply is fed whole, cut in two
+ * at every byte, and byte by byte: the events, adjacent text merged, must be the table's
+ * every time. Harmony's replies are written as the pieces al_harmony gives (channel,
+ * recipient, text), cut the same way.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -360,6 +362,146 @@ static const tc_case k_bare_cases[] = {
     {"a tab and CRLF between", "{\"name\": \"a\"}\t\r\n{\"name\": \"b\"}", "C0:a:{}C1:b:{}"},
 };
 
+/* Mistral (srv_tc_mistral): "[TOOL_CALLS]" is the text of the control token. */
+#define TC "[TOOL_CALLS]"
+static const tc_case k_mistral_cases[] = {
+    {"plain text", "Hello world", "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"one call", TC "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"with an id", TC "[{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"abcDEF123\"}]",
+     "C0:f:{\"a\":1}"},
+    {"text before", "Let me check." TC "[{\"name\": \"f\", \"arguments\": {}}]", "T[Let me check.]C0:f:{}"},
+    {"blank between text and marker", "Checking.\n\n " TC "[{\"name\": \"f\"}]", "T[Checking.]C0:f:{}"},
+    {"two calls in one array",
+     TC "[{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
+     "C0:a:{\"x\":1}C1:b:{}"},
+    {"three calls", TC "[{\"name\": \"a\"}, {\"name\": \"b\"}, {\"name\": \"c\"}]",
+     "C0:a:{}C1:b:{}C2:c:{}"},
+    {"one object, no array", TC "{\"name\": \"f\", \"arguments\": {\"k\": \"v\"}}", "C0:f:{\"k\":\"v\"}"},
+    {"arguments as a string", TC "[{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}]",
+     "C0:f:{\"a\":1}"},
+    {"parameters for arguments", TC "[{\"name\": \"f\", \"parameters\": {\"b\": true}}]",
+     "C0:f:{\"b\":true}"},
+    {"no arguments", TC "[{\"name\": \"f\"}]", "C0:f:{}"},
+    {"the [ARGS] form", TC "get_weather[ARGS]{\"city\": \"Paris\"}",
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"the [ARGS] form, parallel", TC "a[ARGS]{}" TC "b[ARGS]{\"x\": 1}", "C0:a:{}C1:b:{\"x\":1}"},
+    {"the [CALL_ID] form", TC "f[CALL_ID]abcDEF123[ARGS]{\"q\": \"x\"}", "C0:f:{\"q\":\"x\"}"},
+    {"text after the array", TC "[{\"name\": \"f\"}]\n\nDone.", "C0:f:{}T[Done.]"},
+    {"text after [ARGS]", TC "f[ARGS]{} and more", "C0:f:{}T[and more]"},
+    {"unclosed array", TC "[{\"name\": \"f\", \"argu", "T[" TC "[{\"name\": \"f\", \"argu]"},
+    {"unclosed [ARGS] object", TC "f[ARGS]{\"a\": ", "T[" TC "f[ARGS]{\"a\": ]"},
+    {"arguments not JSON", TC "[{\"name\": \"f\", \"arguments\": \"x\"}]",
+     "T[" TC "[{\"name\": \"f\", \"arguments\": \"x\"}]]"},
+    {"arguments an array", TC "[{\"name\": \"f\", \"arguments\": [1]}]",
+     "T[" TC "[{\"name\": \"f\", \"arguments\": [1]}]]"},
+    {"no name", TC "[{\"arguments\": {}}]", "T[" TC "[{\"arguments\": {}}]]"},
+    {"empty name", TC "[{\"name\": \"\"}]", "T[" TC "[{\"name\": \"\"}]]"},
+    {"one bad call of two", TC "[{\"name\": \"a\"}, {\"x\": 1}]",
+     "T[" TC "[{\"name\": \"a\"}, {\"x\": 1}]]"},
+    {"empty array", TC "[]", "T[" TC "[]]"},
+    {"not JSON", TC "call f()", "T[" TC "call f()]"},
+    {"the marker alone at the end", "Hmm." TC, "T[Hmm.]"},
+    {"the marker alone, blank after", "Hmm." TC " \n", "T[Hmm.]"},
+    {"duplicated marker", TC TC "[{\"name\": \"f\"}]", "C0:f:{}"},
+    {"a marker after the call", TC "[{\"name\": \"f\"}]" TC, "C0:f:{}"},
+    {"unicode", TC "[{\"name\": \"f\", \"arguments\": {\"city\": \"Zürich 東京 🌍\"}}]",
+     "C0:f:{\"city\":\"Zürich 東京 🌍\"}"},
+    {"escapes", TC "[{\"name\": \"f\", \"arguments\": {\"q\": \"a\\\"b\\\\c\\nd\\t\"}}]",
+     "C0:f:{\"q\":\"a\\\"b\\\\c\\nd\\t\"}"},
+    {"unicode escapes", TC "[{\"name\": \"f\", \"arguments\": {\"s\": \"\\u00e9\\ud83c\\udf0d\"}}]",
+     "C0:f:{\"s\":\"é🌍\"}"},
+    {"nested arguments", TC "[{\"name\": \"f\", \"arguments\": {\"o\": {\"x\": [1, {\"y\": null}]}}}]",
+     "C0:f:{\"o\":{\"x\":[1,{\"y\":null}]}}"},
+    {"duplicate keys", TC "[{\"name\": \"f\", \"arguments\": {\"a\": 1, \"a\": 2}}]",
+     "T[" TC "[{\"name\": \"f\", \"arguments\": {\"a\": 1, \"a\": 2}}]]"},
+    {"a marker's start at the end", "see [TOOL_CA", "T[see [TOOL_CA]"},
+    {"almost a marker", "x [TOOL_CALLSX] y", "T[x [TOOL_CALLSX] y]"},
+    {"lower case", "[tool_calls][{\"name\": \"f\"}]", "T[[tool_calls][{\"name\": \"f\"}]]"},
+    {"brackets in text", "a [1, 2] b [INST]", "T[a [1, 2] b [INST]]"},
+    {"a bad name in the [ARGS] form", TC "get weather[ARGS]{}", "T[" TC "get weather[ARGS]{}]"},
+    {"[ARGS] with an array", TC "f[ARGS][1]", "T[" TC "f[ARGS][1]]"},
+    {"no [ARGS]", TC "f{\"a\": 1}", "T[" TC "f{\"a\": 1}]"},
+    {"text between blocks", TC "[{\"name\": \"a\"}] then " TC "[{\"name\": \"b\"}]",
+     "C0:a:{}T[then]C1:b:{}"},
+    {"newlines around the array", TC "\n[{\"name\": \"f\"}]\r\n", "C0:f:{}"},
+    {"numbers and booleans",
+     TC "[{\"name\": \"f\", \"arguments\": {\"n\": -3, \"d\": 2.5, \"b\": false, \"s\": \"1\"}}]",
+     "C0:f:{\"n\":-3,\"d\":2.5,\"b\":false,\"s\":\"1\"}"},
+    {"Hermes tags are text here", "<tool_call>{\"name\": \"f\"}</tool_call>",
+     "T[<tool_call>{\"name\": \"f\"}</tool_call>]"},
+};
+#undef TC
+
+/* Harmony (srv_tc_harmony): a reply is the pieces al_harmony gives, each written
+ * "\x01" CHANNEL RECIPIENT "\x02" TEXT: CHANNEL f(inal), a(nalysis) or c(ommentary). */
+#define FIN(t) "\x01" "f\x02" t
+#define ANA(t) "\x01" "a\x02" t
+#define COM(t) "\x01" "c\x02" t
+#define CALL(fn, args) "\x01" "cfunctions." fn "\x02" args
+static const tc_case k_harmony_cases[] = {
+    {"final text", FIN("Hello world"), "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"one call", CALL("get_weather", "{\"city\": \"Paris\"}"), "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"reasoning, then a call", ANA("Need the weather.") CALL("get_weather", "{\"city\": \"Paris\"}"),
+     "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"text before", FIN("Let me check.") CALL("f", "{}"), "T[Let me check.]C0:f:{}"},
+    {"text after", CALL("f", "{}") FIN("Done."), "C0:f:{}T[Done.]"},
+    {"two functions", CALL("a", "{\"x\": 1}") CALL("b", "{}"), "C0:a:{\"x\":1}C1:b:{}"},
+    {"one function twice, reasoning between",
+     CALL("f", "{\"n\": 1}") ANA("again") CALL("f", "{\"n\": 2}"), "C0:f:{\"n\":1}C1:f:{\"n\":2}"},
+    {"one function twice, nothing between: one body",
+     CALL("f", "{\"n\": 1}") CALL("f", "{\"n\": 2}"), "T[{\"n\": 1}{\"n\": 2}]"},
+    {"arguments not JSON", CALL("f", "city=Paris"), "T[city=Paris]"},
+    {"arguments an array", CALL("f", "[1, 2]"), "T[[1, 2]]"},
+    {"arguments a string", CALL("f", "\"Paris\""), "T[\"Paris\"]"},
+    {"arguments null", CALL("f", "null"), "T[null]"},
+    {"blank arguments", CALL("f", " \n"), "C0:f:{}"},
+    {"empty object", CALL("f", "{}"), "C0:f:{}"},
+    {"blanks around", CALL("f", "\n  {\"a\": true}  \r\n"), "C0:f:{\"a\":true}"},
+    {"unicode", CALL("f", "{\"city\": \"Zürich 東京 🌍\"}"), "C0:f:{\"city\":\"Zürich 東京 🌍\"}"},
+    {"escapes", CALL("f", "{\"q\": \"a\\\"b\\\\c\\nd\\t\"}"), "C0:f:{\"q\":\"a\\\"b\\\\c\\nd\\t\"}"},
+    {"unicode escapes", CALL("f", "{\"s\": \"\\u00e9\\ud83c\\udf0d\"}"), "C0:f:{\"s\":\"é🌍\"}"},
+    {"nested", CALL("f", "{\"o\": {\"x\": [1, {\"y\": null}]}}"),
+     "C0:f:{\"o\":{\"x\":[1,{\"y\":null}]}}"},
+    {"duplicate keys", CALL("f", "{\"a\": 1, \"a\": 2}"), "T[{\"a\": 1, \"a\": 2}]"},
+    {"garbage after", CALL("f", "{\"a\": 1} x"), "T[{\"a\": 1} x]"},
+    {"cut short", CALL("f", "{\"city\": \"Par"), "T[{\"city\": \"Par]"},
+    {"no function name", "\x01" "cfunctions.\x02{}", "T[{}]"},
+    {"a dotted name", CALL("ns.tool", "{}"), "C0:ns.tool:{}"},
+    {"another recipient", "\x01" "apython\x02print(1)", ""},
+    {"a built-in tool", "\x01" "cbrowser.search\x02{\"query\": \"x\"}", ""},
+    {"a preamble", COM("I will look it up.") CALL("f", "{}"), "C0:f:{}"},
+    {"reasoning only", ANA("Thinking..."), ""},
+    {"a call on the analysis channel", "\x01" "afunctions.f\x02{\"a\": 1}", "C0:f:{\"a\":1}"},
+    {"one recipient, two channels",
+     CALL("f", "{\"a\": 1}") "\x01" "afunctions.f\x02{\"a\": 2}", "C0:f:{\"a\":1}C1:f:{\"a\":2}"},
+    {"text, call, text, call", FIN("one") CALL("a", "{}") FIN("two") CALL("b", "{}"),
+     "T[one]C0:a:{}T[two]C1:b:{}"},
+    {"numbers and booleans", CALL("f", "{\"n\": -3, \"d\": 2.5, \"b\": false, \"s\": \"1\"}"),
+     "C0:f:{\"n\":-3,\"d\":2.5,\"b\":false,\"s\":\"1\"}"},
+    {"final text to a recipient", "\x01" "fassistant\x02Hi", "T[Hi]"},
+    {"JSON as final text", FIN("{\"name\": \"f\"}"), "T[{\"name\": \"f\"}]"},
+    {"newlines in a value", CALL("f", "{\"t\": \"a\\nb\"}"), "C0:f:{\"t\":\"a\\nb\"}"},
+    {"final text in pieces", FIN("Hel") FIN("lo") ANA("x") FIN(" there"), "T[Hello there]"},
+    {"a broken call then a good one", CALL("a", "{oops") ANA("retry") CALL("a", "{\"k\": 1}"),
+     "T[{oops]C0:a:{\"k\":1}"},
+    {"three calls", CALL("a", "{}") CALL("b", "{}") CALL("c", "{}"), "C0:a:{}C1:b:{}C2:c:{}"},
+    {"a name with unicode", CALL("caf\xc3\xa9", "{}"), "C0:caf\xc3\xa9:{}"},
+    {"a long body",
+     CALL("note", "{\"text\": \"word word word word word word word word word word word word word "
+                  "word word word word word word word word word word word word word word word\"}"),
+     "C0:note:{\"text\":\"word word word word word word word word word word word word word word "
+     "word word word word word word word word word word word word word word\"}"},
+    {"the body of another recipient between", CALL("a", "{}") "\x01" "cbrowser.open\x02{}" CALL("a", "{}"),
+     "C0:a:{}C1:a:{}"},
+};
+#undef FIN
+#undef ANA
+#undef COM
+#undef CALL
+
 /* The tools of the XML cases' requests: parameter types for get_weather and note. */
 static const char k_tools[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
@@ -383,20 +525,77 @@ static void render(srv_buf *out, bool *in_text, const srv_tc_event *ev, int n) {
     }
 }
 
-static bool g_bare; /* the table being run is Llama 3's */
+/* The mode of the table being run. */
+static enum { MODE_TAGS, MODE_BARE, MODE_MISTRAL, MODE_HARMONY } g_mode;
+
+enum { MAX_PIECES = 16 };
+
+/* A Harmony case's pieces, decoded from its notation: text into s's bytes. */
+typedef struct hpieces {
+    al_chat_piece p[MAX_PIECES];
+    size_t at[MAX_PIECES + 1]; /* where each piece's text starts in the whole reply's */
+    int n;
+} hpieces;
+
+static void decode(const char *s, hpieces *h) {
+    h->n = 0;
+    h->at[0] = 0;
+    while (*s == '\x01' && h->n < MAX_PIECES) {
+        al_chat_piece *p = &h->p[h->n];
+        p->channel = s[1] == 'f' ? AL_CHANNEL_FINAL : s[1] == 'a' ? AL_CHANNEL_ANALYSIS
+                                                                 : AL_CHANNEL_COMMENTARY;
+        const char *r = s + 2, *t = strchr(r, '\x02');
+        p->recipient = t > r ? r : NULL;
+        p->recipient_len = (size_t)(t - r);
+        p->text = t + 1;
+        p->len = strcspn(t + 1, "\x01");
+        h->at[h->n + 1] = h->at[h->n] + p->len;
+        h->n++;
+        s = p->text + p->len;
+    }
+}
+
+/* The length of the reply's text: for Harmony, of its pieces' texts. */
+static size_t reply_len(const char *reply) {
+    if (g_mode != MODE_HARMONY) return strlen(reply);
+    hpieces h;
+    decode(reply, &h);
+    return h.at[h.n];
+}
+
+/* Harmony: the pieces' texts from offset a to b of the whole, cut where pieces end, fed
+ * as one list, as one call of al_harmony may return them. */
+static bool feed_pieces(srv_tc *p, const hpieces *h, size_t a, size_t b, const srv_tc_event **ev,
+                        int *n_ev) {
+    al_chat_piece part[MAX_PIECES];
+    int k = 0;
+    for (int i = 0; i < h->n; i++) {
+        size_t lo = a > h->at[i] ? a : h->at[i], hi = b < h->at[i + 1] ? b : h->at[i + 1];
+        if (lo >= hi) continue;
+        part[k] = h->p[i];
+        part[k].text += lo - h->at[i];
+        part[k++].len = hi - lo;
+    }
+    return srv_tc_pieces(p, part, k, ev, n_ev);
+}
 
 /* The reply fed in pieces cut at the offsets cuts[0..n_cuts) (ascending). */
 static char *parse(const json_t *tools, const char *reply, const size_t *cuts, int n_cuts) {
     srv_tc *p = srv_tc_create(tools);
-    if (g_bare) srv_tc_bare(p);
+    if (g_mode == MODE_BARE) srv_tc_bare(p);
+    if (g_mode == MODE_MISTRAL) srv_tc_mistral(p);
+    if (g_mode == MODE_HARMONY) srv_tc_harmony(p);
+    hpieces h;
+    if (g_mode == MODE_HARMONY) decode(reply, &h);
     srv_buf out = {0};
     bool in_text = false, ok = p != NULL;
     const srv_tc_event *ev;
     int n;
-    size_t at = 0, len = strlen(reply);
+    size_t at = 0, len = reply_len(reply);
     for (int i = 0; ok && i <= n_cuts; i++) {
         const size_t to = i < n_cuts ? cuts[i] : len;
-        ok = srv_tc_push(p, reply + at, to - at, &ev, &n);
+        ok = g_mode == MODE_HARMONY ? feed_pieces(p, &h, at, to, &ev, &n)
+                                    : srv_tc_push(p, reply + at, to - at, &ev, &n);
         if (ok) render(&out, &in_text, ev, n);
         at = to;
     }
@@ -410,7 +609,7 @@ static char *parse(const json_t *tools, const char *reply, const size_t *cuts, i
 
 /* Whole, cut in two at every byte, byte by byte: each must give the case's events. */
 static int run_case(const json_t *tools, const tc_case *c) {
-    const size_t len = strlen(c->reply);
+    const size_t len = reply_len(c->reply);
     size_t *cuts = malloc((len + 1) * sizeof *cuts);
     int bad = 0;
     for (size_t i = 0; i <= len; i++)
@@ -450,9 +649,9 @@ static void test_qwen_xml(void) {
 }
 
 static void test_llama3_bare(void) {
-    g_bare = true;
+    g_mode = MODE_BARE;
     run_table("Llama 3 JSON", k_bare_cases, (int)(sizeof k_bare_cases / sizeof *k_bare_cases), NULL);
-    g_bare = false;
+    g_mode = MODE_TAGS;
     /* more than 64 calls in one reply: text */
     srv_buf many = {0};
     for (int i = 0; i < 65; i++) srv_buf_str(&many, "{\"name\": \"f\"};");
@@ -464,6 +663,57 @@ static void test_llama3_bare(void) {
     CHECK(srv_tc_finish(p, &ev, &n) && n == 1 && ev[0].kind == SRV_TC_TEXT && ev[0].len == many.len);
     srv_tc_destroy(p);
     srv_buf_free(&many);
+}
+
+static void test_mistral(void) {
+    g_mode = MODE_MISTRAL;
+    run_table("Mistral", k_mistral_cases, (int)(sizeof k_mistral_cases / sizeof *k_mistral_cases),
+              NULL);
+    g_mode = MODE_TAGS;
+    /* more than 64 calls in one block: text; a block past SRV_TC_BLOCK_MAX: text */
+    for (int big = 0; big < 2; big++) {
+        srv_buf r = {0};
+        srv_buf_str(&r, "[TOOL_CALLS][");
+        for (int i = 0; i < 65 && !big; i++) srv_buf_str(&r, i ? ", {\"name\": \"f\"}" : "{\"name\": \"f\"}");
+        if (big) {
+            srv_buf_str(&r, "{\"name\": \"f\", \"arguments\": {\"s\": \"");
+            for (int i = 0; i < SRV_TC_BLOCK_MAX / 64 + 1; i++)
+                srv_buf_str(&r, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+            srv_buf_str(&r, "\"}}");
+        }
+        srv_buf_str(&r, "]");
+        srv_tc *p = srv_tc_create(NULL);
+        srv_tc_mistral(p);
+        const srv_tc_event *ev;
+        int n = 0;
+        size_t text = 0;
+        CHECK(srv_tc_push(p, r.s, r.len, &ev, &n));
+        for (int i = 0; i < n; i++) text += ev[i].kind == SRV_TC_TEXT ? ev[i].len : 0;
+        CHECK(srv_tc_finish(p, &ev, &n));
+        for (int i = 0; i < n; i++) text += ev[i].kind == SRV_TC_TEXT ? ev[i].len : 0;
+        CHECK_MSG(srv_tc_calls(p) == 0 && text == r.len, "%s: %d calls, %zu of %zu bytes text",
+                  big ? "big block" : "65 calls", srv_tc_calls(p), text, r.len);
+        srv_tc_destroy(p);
+        srv_buf_free(&r);
+    }
+}
+
+static void test_harmony(void) {
+    g_mode = MODE_HARMONY;
+    run_table("Harmony", k_harmony_cases,
+              (int)(sizeof k_harmony_cases / sizeof *k_harmony_cases), NULL);
+    g_mode = MODE_TAGS;
+    /* pieces outside Harmony mode, and after the end, give nothing */
+    const al_chat_piece pc = {.channel = AL_CHANNEL_FINAL, .text = "x", .len = 1};
+    const srv_tc_event *ev;
+    int n = 7;
+    srv_tc *p = srv_tc_create(NULL);
+    CHECK(srv_tc_pieces(p, &pc, 1, &ev, &n) && n == 0);
+    srv_tc_harmony(p);
+    CHECK(srv_tc_pieces(p, &pc, 1, &ev, &n) && n == 1 && ev[0].kind == SRV_TC_TEXT);
+    CHECK(srv_tc_finish(p, &ev, &n) && n == 0);
+    CHECK(srv_tc_pieces(p, &pc, 1, &ev, &n) && n == 0);
+    srv_tc_destroy(p);
 }
 
 /* A block past SRV_TC_BLOCK_MAX is text, and so is what follows it up to the next tag;
@@ -500,6 +750,8 @@ int main(void) {
     TEST_RUN(test_hermes_json);
     TEST_RUN(test_qwen_xml);
     TEST_RUN(test_llama3_bare);
+    TEST_RUN(test_mistral);
+    TEST_RUN(test_harmony);
     TEST_RUN(test_limits);
     return test_finish();
 }

@@ -1,6 +1,7 @@
 /* test_tools.c: the request side of tool calls (src/server/tools.h): what the chat
  * template receives for tools, assistant calls (JSON and the XML form) and tool
- * results, the grammar of tool_choice required, and the refusals. */
+ * results, the turns of the formats the library renders (Mistral, Harmony), the grammar
+ * of tool_choice required, and the refusals. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,13 @@ static void test_refused(void) {
         {"{\"tool_choice\": {\"type\": \"function\"}, \"tools\": [{\"type\": \"function\", "
          "\"function\": {\"name\": \"f\"}}]}",
          "chatml", "tool_choice must be"},
+        /* a grammar cannot make the model write a control token */
+        {"{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+         "{\"name\": \"f\"}}]}", "harmony",
+         "tool_choice 'required' is not supported with the 'harmony' chat format"},
+        {"{\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+         "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "mistral",
+         "tool_choice 'function' is not supported with the 'mistral' chat format"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_t *o = json_loads(cases[i].body, 0, NULL);
@@ -171,8 +179,92 @@ static void test_refused(void) {
     json_decref(msgs);
 }
 
+/* Mistral and Harmony: the turns handed to the library, field by field. */
+static void test_turns(void) {
+    static const char body[] =
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}], "
+        "\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+        "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Paris?\"}]}, "
+        "{\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"Look it up.\", "
+        "\"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": "
+        "\"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}, {\"function\": "
+        "{\"name\": \"get_weather\", \"arguments\": \"not json\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"name\": \"get_weather\", "
+        "\"content\": \"sunny\"}]}";
+    for (int f = 0; f < 2; f++) {
+        const char *fmt = f ? "harmony" : "mistral";
+        json_t *o = json_loads(body, 0, NULL);
+        srv_tools t;
+        srv_error err = {0};
+        al_chat_turn *m = NULL;
+        char **owned = NULL;
+        const char *tools = NULL;
+        int n = 0, n_owned = 0;
+        bool ok = o && srv_tools_parse(o, fmt, NULL, &t, &err);
+        CHECK_MSG(ok && t.mistral == !f && t.harmony == !!f && !t.xml && !t.llama3, "%s: %s", fmt,
+                  err.message);
+        ok = ok && srv_tools_turns(&t, fmt, json_object_get(o, "messages"), &m, &n, &tools,
+                                   &owned, &n_owned, &err);
+        CHECK_MSG(ok && n == 4, "%s: %s", fmt, err.message);
+        if (ok && n == 4) {
+            CHECK(tools && !strcmp(tools, "[{\"type\":\"function\",\"function\":{\"name\":"
+                                          "\"get_weather\"}}]"));
+            CHECK(!strcmp(m[0].role, "system") && !strcmp(m[0].content, "Be brief."));
+            CHECK(!strcmp(m[1].role, "user") && !strcmp(m[1].content, "Paris?"));
+            CHECK_MSG(!strcmp(m[2].role, "assistant") && m[2].content == NULL && m[2].tool_calls &&
+                          !strcmp(m[2].tool_calls,
+                                  "[{\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                                  "{\"city\":\"Paris\"}},\"id\":\"call_1\"},{\"function\":{\"name\":"
+                                  "\"get_weather\",\"arguments\":{\"value\":\"not json\"}}}]"),
+                      "%s", m[2].tool_calls ? m[2].tool_calls : "(none)");
+            /* the chain of thought goes back to gpt-oss only: Mistral's format has none */
+            CHECK(f ? m[2].reasoning && !strcmp(m[2].reasoning, "Look it up.") : !m[2].reasoning);
+            CHECK(!strcmp(m[3].role, "tool") && !strcmp(m[3].content, "sunny") &&
+                  !strcmp(m[3].tool_call_id, "call_1") && !strcmp(m[3].name, "get_weather"));
+        }
+        /* the text path refuses what it cannot write */
+        al_chat_message *cm = NULL;
+        char **owned2 = NULL;
+        int n2 = 0, n_owned2 = 0;
+        srv_error err2 = {0};
+        CHECK(!srv_tools_messages(&t, fmt, json_object_get(o, "messages"), &cm, &n2, &owned2,
+                                  &n_owned2, &err2) &&
+              strstr(err2.message, "srv_tools_turns"));
+        free(cm);
+        free(owned2);
+        for (int i = 0; i < n_owned; i++) free(owned[i]);
+        free(owned);
+        free(m);
+        srv_tools_free(&t);
+        json_decref(o);
+    }
+    /* tool_choice none: no tools for the library, the history still there */
+    json_t *o = json_loads("{\"tool_choice\": \"none\", \"tools\": [{\"type\": \"function\", "
+                           "\"function\": {\"name\": \"f\"}}], \"messages\": [{\"role\": "
+                           "\"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]}",
+                           0, NULL);
+    srv_tools t;
+    srv_error err = {0};
+    al_chat_turn *m = NULL;
+    char **owned = NULL;
+    const char *tools = "x";
+    int n = 0, n_owned = 0;
+    CHECK(srv_tools_parse(o, "harmony", NULL, &t, &err) &&
+          srv_tools_turns(&t, "harmony", json_object_get(o, "messages"), &m, &n, &tools, &owned,
+                          &n_owned, &err));
+    CHECK_MSG(!tools && n == 1 && m[0].tool_calls &&
+                  !strcmp(m[0].tool_calls, "[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]"),
+              "%s", n == 1 && m[0].tool_calls ? m[0].tool_calls : err.message);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    free(m);
+    srv_tools_free(&t);
+    json_decref(o);
+}
+
 int main(void) {
     TEST_RUN(test_render);
+    TEST_RUN(test_turns);
     TEST_RUN(test_grammar_text);
     TEST_RUN(test_refused);
     return test_finish();

@@ -161,12 +161,27 @@ static bool chat_tokens(const srv_api *api, json_t *o, const srv_tools *tools, i
         return srv_fail(err, 500, NULL, "unsupported_template", "the model's chat template is not "
                         "recognised; start the server with --chat-template NAME");
     al_chat_message *cm = NULL;
+    al_chat_turn *turns = NULL;
+    const char *tools_json = NULL;
     char **owned = NULL;
     int nm = 0, n_owned = 0;
-    bool ok = srv_tools_messages(tools, api->tmpl_name, msgs, &cm, &nm, &owned, &n_owned, err);
+    /* formats whose calls are written with control tokens (Mistral, Harmony) are
+     * rendered by the library, from turns; the others from messages, calls as text */
+    bool native = srv_tools_native(api->tmpl_name);
+    bool ok = native ? srv_tools_turns(tools, api->tmpl_name, msgs, &turns, &nm, &tools_json,
+                                       &owned, &n_owned, err)
+                     : srv_tools_messages(tools, api->tmpl_name, msgs, &cm, &nm, &owned,
+                                          &n_owned, err);
     /* al_chat_tokenize: marker text inside a message must not become control tokens */
     int32_t *t = NULL;
-    if (ok && al_chat_tokenize(api->vocab, api->tmpl_name, api->tmpl, cm, nm, true, &t, n) != AL_OK)
+    al_chat_params cp = al_chat_default_params();
+    cp.tools = tools_json;
+    al_status st = !ok       ? AL_OK
+                   : native ? al_chat_tokenize_turns(api->vocab, api->tmpl_name, api->tmpl, turns,
+                                                     nm, &cp, &t, n)
+                            : al_chat_tokenize(api->vocab, api->tmpl_name, api->tmpl, cm, nm, true,
+                                               &t, n);
+    if (st != AL_OK)
         ok = srv_fail(err, 400, "messages", NULL, "cannot render the chat: %s", al_last_error());
     if (ok && !(*ids = malloc((size_t)(*n ? *n : 1) * sizeof **ids)))
         ok = srv_fail(err, 500, NULL, NULL, "out of memory");
@@ -175,6 +190,7 @@ static bool chat_tokens(const srv_api *api, json_t *o, const srv_tools *tools, i
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     free(cm);
+    free(turns);
     return ok;
 }
 
@@ -452,7 +468,12 @@ static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_reque
     else free(ids);
     if (ok && srv_tools_parsed(&tools)) {
         out->tools = json_incref(tools.tools);
-        out->bare_calls = tools.llama3;
+        out->calls = tools.llama3 ? SRV_CALLS_BARE : tools.mistral ? SRV_CALLS_MISTRAL
+                                                                   : SRV_CALLS_TAGGED;
+        j->control_text = tools.mistral;
+        if (tools.harmony && !(j->harmony_calls = srv_tc_create(NULL)))
+            ok = srv_fail(err, 500, NULL, NULL, "out of memory");
+        if (j->harmony_calls) srv_tc_harmony(j->harmony_calls);
     }
     srv_tools_free(&tools);
     json_decref(o);

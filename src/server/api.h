@@ -15,6 +15,7 @@
 #include "server/engine.h"
 #include "server/error.h"
 #include "server/reply.h"
+#include "server/toolcall.h"
 
 /* What parsing needs to know about the model; read-only once the server runs. */
 typedef struct srv_api {
@@ -35,7 +36,7 @@ typedef struct srv_request {
     srv_job *job;       /* one reference, the caller's: submit it, then release it */
     json_t *tools;      /* the tools when the reply is parsed for calls (toolcall.h), or NULL;
                            one reference, the caller's */
-    bool bare_calls;    /* the reply may be bare JSON calls (Llama 3): srv_tc_bare */
+    srv_calls calls;    /* how the reply's text writes calls (toolcall.h)           */
     json_t *history;    /* RESPONSES to be stored: the chat messages (one reference), or NULL */
     char prev_id[64];   /* RESPONSES: previous_response_id, or "" */
 } srv_request;

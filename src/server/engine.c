@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "server/engine.h"
+#include "server/toolcall.h"
 #include "util.h"
 
 /* Prompt tokens evaluated per iteration: big enough that prefill runs as a matrix-matrix
@@ -79,6 +80,7 @@ static void job_free(srv_job *j) {
     al_detok_destroy(j->detok);
     al_harmony_destroy(j->harmony);
     al_grammar_destroy(j->grammar);
+    srv_tc_destroy(j->harmony_calls);
     srv_buf_free(&j->hold);
     srv_buf_free(&j->text);
     srv_buf_free(&j->reasoning);
@@ -238,21 +240,64 @@ static bool release_text(srv_engine *e, srv_job *j, bool final) {
     return stopped;
 }
 
-/* A Harmony reply's pieces: the final channel joins the held text (stop strings apply
- * to the answer only), the other channels are published as reasoning at once. */
-static void route_pieces(srv_engine *e, srv_job *j, const al_chat_piece *p, int n) {
-    bool reasoning = false;
+/* A message addressed to a function: a call's arguments, not reasoning. */
+static bool to_function(const al_chat_piece *p) {
+    return p->recipient && p->recipient_len > 10 && !memcmp(p->recipient, "functions.", 10);
+}
+
+/* The Harmony call parser's events into the held text: text as it is, each call in the
+ * tagged form the HTTP side reads (engine.h). */
+static al_status hold_calls(srv_job *j, const srv_tc_event *ev, int n) {
     for (int i = 0; i < n; i++) {
-        if (p[i].channel == AL_CHANNEL_FINAL) srv_buf_add(&j->hold, p[i].text, p[i].len);
-        else reasoning = true;
+        if (ev[i].kind == SRV_TC_TEXT) {
+            srv_buf_add(&j->hold, ev[i].text, ev[i].len);
+            continue;
+        }
+        json_t *name = json_string(ev[i].name);
+        char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+        json_decref(name);
+        if (quoted)
+            srv_buf_printf(&j->hold, "<tool_call>{\"name\": %s, \"arguments\": %s}</tool_call>",
+                           quoted, ev[i].arguments);
+        free(quoted);
+        if (!quoted) return AL_ERR_NOMEM;
     }
-    if (!reasoning) return;
+    return j->hold.failed ? AL_ERR_NOMEM : AL_OK;
+}
+
+/* A Harmony reply's pieces: the final channel joins the held text (stop strings apply
+ * to the answer only), the other channels are published as reasoning at once; with
+ * tools, the pieces go through the call parser, whose text and calls are held. */
+static al_status route_pieces(srv_engine *e, srv_job *j, const al_chat_piece *p, int n) {
+    bool reasoning = false;
+    if (j->harmony_calls) {
+        const srv_tc_event *ev;
+        int n_ev;
+        if (!srv_tc_pieces(j->harmony_calls, p, n, &ev, &n_ev)) return AL_ERR_NOMEM;
+        al_status st = hold_calls(j, ev, n_ev);
+        if (st != AL_OK) return st;
+    }
+    for (int i = 0; i < n; i++) {
+        if (p[i].channel != AL_CHANNEL_FINAL) reasoning |= !j->harmony_calls || !to_function(&p[i]);
+        else if (!j->harmony_calls) srv_buf_add(&j->hold, p[i].text, p[i].len);
+    }
+    if (!reasoning) return AL_OK;
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < n; i++)
-        if (p[i].channel != AL_CHANNEL_FINAL) srv_buf_add_utf8(&j->reasoning, p[i].text, p[i].len);
+        if (p[i].channel != AL_CHANNEL_FINAL && (!j->harmony_calls || !to_function(&p[i])))
+            srv_buf_add_utf8(&j->reasoning, p[i].text, p[i].len);
     j->n_gen = j->n_generated;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&e->lock);
+    return AL_OK;
+}
+
+/* Mistral's call markers are control tokens, which print as nothing: a job parsed for
+ * calls in its format gets their text (engine.h). */
+static bool call_marker(const srv_engine *e, const srv_job *j, int32_t tok) {
+    if (!j->control_text || !al_vocab_is_control(e->vocab, tok)) return false;
+    const char *t = al_vocab_text(e->vocab, tok);
+    return t && (!strcmp(t, "[TOOL_CALLS]") || !strcmp(t, "[ARGS]") || !strcmp(t, "[CALL_ID]"));
 }
 
 /* A generated token's text into the job: through the detokenizer into the held text,
@@ -260,6 +305,12 @@ static void route_pieces(srv_engine *e, srv_job *j, const al_chat_piece *p, int 
 static al_status push_token(srv_engine *e, srv_job *j, int32_t tok) {
     const char *text;
     size_t len;
+    if (!j->harmony && call_marker(e, j, tok)) {
+        al_detok_flush(j->detok, &text, &len); /* a partial character before it */
+        if (len) srv_buf_add(&j->hold, text, len);
+        srv_buf_str(&j->hold, al_vocab_text(e->vocab, tok));
+        return j->hold.failed ? AL_ERR_NOMEM : AL_OK;
+    }
     if (!j->harmony) {
         al_status st = al_detok_push(j->detok, tok, &text, &len);
         if (st == AL_OK && len) srv_buf_add(&j->hold, text, len);
@@ -268,8 +319,7 @@ static al_status push_token(srv_engine *e, srv_job *j, int32_t tok) {
     const al_chat_piece *p;
     int n;
     al_status st = al_harmony_push_token(j->harmony, tok, &p, &n);
-    if (st == AL_OK) route_pieces(e, j, p, n);
-    return st;
+    return st == AL_OK ? route_pieces(e, j, p, n) : st;
 }
 
 /* What the detokenizer or the parser still holds, at the end of the job. */
@@ -284,6 +334,8 @@ static void flush_text(srv_engine *e, srv_job *j) {
     const al_chat_piece *p;
     int n;
     if (al_harmony_finish(j->harmony, &p, &n) == AL_OK) route_pieces(e, j, p, n);
+    const srv_tc_event *ev;
+    if (j->harmony_calls && srv_tc_finish(j->harmony_calls, &ev, &n)) hold_calls(j, ev, n);
 }
 
 /* ---- slots ------------------------------------------------------------------------------ */

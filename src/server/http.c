@@ -136,7 +136,7 @@ typedef struct stream {
     srv_tc *tc;         /* the reply's tool calls (toolcall.h), or NULL */
     json_t *history;    /* a response to keep (its own reference), or NULL */
     char prev_id[64];
-    bool bare;          /* tc reads bare JSON calls (Llama 3) */
+    srv_calls calls;    /* how the reply writes calls, for tc */
 } stream;
 
 srv_params srv_default_params(void) {
@@ -332,7 +332,7 @@ static bool client_gone(int fd) {
 }
 
 static void keep_response(srv_server *s, srv_engine *e, srv_job *job, json_t *history,
-                          json_t *tools, bool bare, const char *id);
+                          json_t *tools, srv_calls how, const char *id);
 
 /* Events of the tool-call parser as chunks: text as content deltas, calls as tool_calls
  * deltas. */
@@ -391,7 +391,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             srv_api_chunk_end(&st->resp, &js, &st->out);
             st->ended = true;
             if (st->history && srv_finish_reason(js.finish))
-                keep_response(st->srv, e, st->job, st->history, st->tools, st->bare,
+                keep_response(st->srv, e, st->job, st->history, st->tools, st->calls,
                               st->resp.id);
         }
         if (!ok || st->out.failed || st->text.failed || st->reasoning.failed) {
@@ -436,12 +436,12 @@ static enum MHD_Result answer_stream(srv_server *s, struct MHD_Connection *c, ht
     st->resp.prev_id = st->prev_id[0] ? st->prev_id : NULL;
     st->resp.store = req->history != NULL;
     st->history = json_incref(req->history);
-    if (req->tools && !(st->tools = json_incref(req->tools), st->tc = srv_tc_create(st->tools))) {
+    st->calls = req->calls;
+    if (req->tools &&
+        !(st->tools = json_incref(req->tools), st->tc = srv_tc_create_for(st->tools, st->calls))) {
         stream_free(st);
         return MHD_NO;
     }
-    st->bare = req->bare_calls;
-    if (st->bare) srv_tc_bare(st->tc);
     struct MHD_Response *resp = MHD_create_response_from_callback(
         MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st, stream_free);
     if (!resp) {
@@ -524,12 +524,11 @@ static bool tool_calls(srv_tc *tc, const srv_buf *text, srv_buf *content, srv_ca
 /* A streamed response, finished: its conversation kept for previous_response_id (the
  * whole reply read again from the job and parsed once more for calls). */
 static void keep_response(srv_server *s, srv_engine *e, srv_job *job, json_t *history,
-                          json_t *tools, bool bare, const char *id) {
+                          json_t *tools, srv_calls how, const char *id) {
     srv_buf text = {0}, content = {0};
     srv_job_state js;
     srv_job_poll(e, job, 0, 0, 0, &text, NULL, &js);
-    srv_tc *tc = tools ? srv_tc_create(tools) : NULL;
-    if (bare) srv_tc_bare(tc);
+    srv_tc *tc = tools ? srv_tc_create_for(tools, how) : NULL;
     srv_call *calls = NULL;
     int n_calls = 0;
     bool ok = !tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));
@@ -554,8 +553,7 @@ static enum MHD_Result answer_whole(srv_server *s, struct MHD_Connection *c, htt
     srv_job_poll(e, req->job, 0, 0, 0, &text, &reasoning, &js);
     srv_resp resp;
     srv_resp_init(&resp, req->kind, r->model->name, false);
-    srv_tc *tc = req->tools ? srv_tc_create(req->tools) : NULL;
-    if (req->bare_calls) srv_tc_bare(tc);
+    srv_tc *tc = req->tools ? srv_tc_create_for(req->tools, req->calls) : NULL;
     srv_call *calls = NULL;
     int n_calls = 0;
     bool ok = !req->tools || (tc && tool_calls(tc, &text, &content, &calls, &n_calls));

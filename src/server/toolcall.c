@@ -1,10 +1,13 @@
-/* toolcall.c: the tool-call parser of the chatml family (the rules are in toolcall.h).
+/* toolcall.c: the tool-call parser of the chatml family, Llama 3, Mistral and Harmony
+ * (the rules are in toolcall.h).
  *
  * Two states over the reply's bytes, which all pass through `pend`:
- *   TEXT   text is released as it comes, except a tail that may be the start of
- *          "<tool_call>" and the whitespace before it, which wait for more bytes;
- *   BLOCK  pend holds the block since its "<tool_call>"; it ends at "</tool_call>", at
- *          a new "<tool_call>" or at the end of the reply, and is then parsed whole.
+ *   TEXT   text is released as it comes, except a tail that may be the start of the
+ *          opening tag ("<tool_call>", Mistral's "[TOOL_CALLS]") and the whitespace
+ *          before it, which wait for more bytes;
+ *   BLOCK  pend holds the block since its opening tag; it ends at the closing tag
+ *          ("</tool_call>"; Mistral has none), at a new opening tag or at the end of the
+ *          reply, and is then parsed whole.
  * Each decision depends on the bytes alone, never on where a push ended, which is what
  * makes streamed and whole replies give the same events. A block is parsed only once
  * it ends, so a call's arguments come as one piece: a client of the OpenAI stream gets
@@ -17,7 +20,7 @@
 #include "server/toolcall.h"
 
 static const char k_open[] = "<tool_call>", k_close[] = "</tool_call>";
-enum { OPEN_LEN = sizeof k_open - 1, CLOSE_LEN = sizeof k_close - 1 };
+static const char k_mistral[] = "[TOOL_CALLS]";
 
 typedef struct tc_rec { /* an event, with offsets into out until the call returns */
     srv_tc_kind kind;
@@ -28,9 +31,17 @@ typedef struct tc_rec { /* an event, with offsets into out until the call return
 
 struct srv_tc {
     const json_t *tools;
+    const char *open, *close; /* the block's tags; close NULL: none (Mistral) */
+    size_t open_len, close_len;
     bool in_block, after_call, done, failed;
     bool bare;      /* a reply of bare JSON calls is calls too (Llama 3) */
     int bare_state; /* 0 only whitespace so far, 1 JSON held to the end, 2 decided: text */
+    bool mistral;   /* [TOOL_CALLS] blocks */
+    bool harmony;   /* pieces of al_harmony in, not text */
+    srv_buf call;   /* Harmony: the arguments of the call being read */
+    char *call_to;  /* ... its recipient ("functions.NAME", call_to_len bytes), NULL: none */
+    size_t call_to_len;
+    al_channel call_channel;
     srv_buf pend;
     size_t scanned; /* BLOCK: pend[0, scanned) holds no tag */
     int n_calls;
@@ -204,9 +215,105 @@ static bool parse_json(const char *s, const char *end, char **name, json_t **arg
     return call_of(json_loadb(s, (size_t)(end - s), JSON_REJECT_DUPLICATES, NULL), name, args);
 }
 
+enum { MAX_CALLS = 64 }; /* in one Mistral block, or one Llama 3 reply */
+
+static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+}
+
+/* Mistral's newer form at s: NAME[ARGS]{...} or NAME[CALL_ID]ID[ARGS]{...}; *rest is
+ * where what follows the arguments starts. */
+static bool args_form(const char *s, const char *end, char **name, char **text,
+                      const char **rest) {
+    const char *a = find(s, end, "[ARGS]"), *ne = a;
+    if (!a) return false;
+    const char *id = find(s, a, "[CALL_ID]");
+    if (id) ne = id;
+    while (ne > s && is_ws(ne[-1]))
+        ne--;
+    for (const char *c = s; c < ne; c++)
+        if (!name_char(*c)) return false;
+    const char *j = skip_ws(a + strlen("[ARGS]"), end);
+    json_error_t je;
+    json_t *args = ne > s ? json_loadb(j, (size_t)(end - j), JSON_DISABLE_EOF_CHECK |
+                                       JSON_REJECT_DUPLICATES, &je) : NULL;
+    bool ok = json_is_object(args);
+    if (ok) {
+        *name = strndup(s, (size_t)(ne - s));
+        *text = json_dumps(args, JSON_COMPACT);
+        ok = *name && *text;
+        if (!ok) free(*name), free(*text);
+        *rest = j + je.position;
+    }
+    json_decref(args);
+    return ok;
+}
+
+/* Mistral's JSON form at s: an array of call objects, or one; all of them or none. */
+static int array_form(const char *s, const char *end, char **names, char **texts,
+                      const char **rest) {
+    json_error_t je;
+    json_t *j = json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES,
+                           &je);
+    if (json_is_object(j)) { /* one call, not in an array */
+        json_t *a = json_array();
+        if (a && json_array_append(a, j)) json_decref(a), a = NULL;
+        json_decref(j);
+        j = a;
+    }
+    int k = 0;
+    bool ok = json_array_size(j) > 0 && json_array_size(j) <= MAX_CALLS;
+    for (size_t i = 0; ok && i < json_array_size(j); i++) {
+        json_t *args = NULL;
+        ok = call_of(json_incref(json_array_get(j, i)), &names[k], &args);
+        if (ok && !(texts[k] = json_dumps(args, JSON_COMPACT))) free(names[k]), ok = false;
+        if (ok) k++;
+        json_decref(args);
+    }
+    json_decref(j);
+    if (!ok) {
+        for (int i = 0; i < k; i++) free(names[i]), free(texts[i]);
+        return 0;
+    }
+    *rest = s + je.position;
+    return k;
+}
+
+/* Mistral: what follows one [TOOL_CALLS], pend[0, n). Calls, then what follows them as
+ * text; a block of neither form is text, tag included; a blank one (the marker alone)
+ * is dropped. */
+static void mistral_block(srv_tc *p, size_t n) {
+    const char *s = skip_ws(p->pend.s, p->pend.s + n), *end = p->pend.s + n, *rest = end;
+    if (s == end) return;
+    char *names[MAX_CALLS], *texts[MAX_CALLS];
+    int k = 0;
+    if (n <= SRV_TC_BLOCK_MAX && (*s == '[' || *s == '{'))
+        k = array_form(s, end, names, texts, &rest);
+    else if (n <= SRV_TC_BLOCK_MAX)
+        k = args_form(s, end, &names[0], &texts[0], &rest) ? 1 : 0;
+    if (k == 0) {
+        emit_text(p, p->open, p->open_len);
+        emit_text(p, p->pend.s, n);
+        return;
+    }
+    for (int i = 0; i < k; i++) {
+        emit_call(p, names[i], texts[i]);
+        free(names[i]), free(texts[i]);
+    }
+    rest = skip_ws(rest, end);
+    while (end > rest && is_ws(end[-1]))
+        end--;
+    emit_text(p, rest, (size_t)(end - rest));
+}
+
 /* The block pend[0, n) (without its tags): a call, or text with its tags (closed tells
  * whether it had its closing tag; a block over SRV_TC_BLOCK_MAX is not parsed). */
 static void end_block(srv_tc *p, size_t n, bool closed) {
+    if (p->mistral) {
+        mistral_block(p, n);
+        return;
+    }
     const char *s = skip_ws(p->pend.s, p->pend.s + n), *end = p->pend.s + n;
     while (end > s && is_ws(end[-1]))
         end--;
@@ -224,9 +331,9 @@ static void end_block(srv_tc *p, size_t n, bool closed) {
     if (ok) {
         emit_call(p, name, text);
     } else {
-        emit_text(p, k_open, OPEN_LEN);
+        emit_text(p, p->open, p->open_len);
         emit_text(p, p->pend.s, n);
-        if (closed) emit_text(p, k_close, CLOSE_LEN);
+        if (closed) emit_text(p, p->close, p->close_len);
     }
     free(name), free(text);
     json_decref(args);
@@ -238,8 +345,7 @@ static void pend_drop(srv_tc *p, size_t n);
  * parse (and are emitted) or none is. */
 static bool bare_calls(srv_tc *p) {
     const char *s = p->pend.s, *end = s + p->pend.len;
-    enum { MAX_BARE = 64 };
-    char *names[MAX_BARE], *texts[MAX_BARE];
+    char *names[MAX_CALLS], *texts[MAX_CALLS];
     int n = 0;
     bool ok = true;
     for (;;) {
@@ -249,7 +355,7 @@ static bool bare_calls(srv_tc *p) {
         json_t *j = *s == '{' ? json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK |
                                            JSON_REJECT_DUPLICATES, &je) : NULL;
         json_t *args = NULL;
-        ok = j && n < MAX_BARE && call_of(json_incref(j), &names[n], &args);
+        ok = j && n < MAX_CALLS && call_of(json_incref(j), &names[n], &args);
         if (ok) {
             texts[n] = json_dumps(args, JSON_COMPACT);
             ok = texts[n] != NULL;
@@ -298,11 +404,12 @@ static void pend_drop(srv_tc *p, size_t n) {
     p->pend.len -= n;
 }
 
-/* Bytes at the end of s[0, n) that may begin "<tool_call>" or precede it as whitespace. */
-static size_t held_tail(const char *s, size_t n) {
-    size_t k = n < OPEN_LEN ? n : OPEN_LEN - 1;
+/* Bytes at the end of s[0, n) that may begin the opening tag or precede it as
+ * whitespace. */
+static size_t held_tail(const srv_tc *p, const char *s, size_t n) {
+    size_t k = n < p->open_len ? n : p->open_len - 1;
     for (; k > 0; k--)
-        if (!memcmp(s + n - k, k_open, k)) break;
+        if (!memcmp(s + n - k, p->open, k)) break;
     while (k < n && is_ws(s[n - k - 1]))
         k++;
     return k;
@@ -311,28 +418,29 @@ static size_t held_tail(const char *s, size_t n) {
 /* TEXT: consumes from pend[*at]; true when a block opened. */
 static bool scan_text(srv_tc *p, size_t *at, bool at_end) {
     const char *s = p->pend.s + *at, *end = p->pend.s + p->pend.len;
-    if (p->after_call) { /* whitespace and a duplicated closing tag are the call's */
+    if (p->after_call && p->close) { /* whitespace and a duplicated closing tag are the call's */
         for (;;) {
             s = skip_ws(s, end);
-            if (!starts(s, end, k_close)) break;
-            s += CLOSE_LEN;
+            if (!starts(s, end, p->close)) break;
+            s += p->close_len;
         }
         *at = (size_t)(s - p->pend.s);
-        if (!at_end && (size_t)(end - s) < CLOSE_LEN && !memcmp(s, k_close, (size_t)(end - s)))
+        if (!at_end && (size_t)(end - s) < p->close_len &&
+            !memcmp(s, p->close, (size_t)(end - s)))
             return false; /* may still become a closing tag */
     }
-    const char *open = find(s, end, k_open);
+    const char *open = find(s, end, p->open);
     if (open) {
         const char *t = open;
         while (t > s && is_ws(t[-1]))
             t--;
         emit_text(p, s, (size_t)(t - s));
-        *at = (size_t)(open + OPEN_LEN - p->pend.s);
+        *at = (size_t)(open + p->open_len - p->pend.s);
         p->in_block = true;
         p->scanned = 0;
         return true;
     }
-    const size_t hold = at_end ? 0 : held_tail(s, (size_t)(end - s));
+    const size_t hold = at_end ? 0 : held_tail(p, s, (size_t)(end - s));
     emit_text(p, s, (size_t)(end - s) - hold);
     *at = p->pend.len - hold;
     return false;
@@ -342,17 +450,20 @@ static bool scan_text(srv_tc *p, size_t *at, bool at_end) {
 static bool scan_block(srv_tc *p, bool at_end) {
     const char *s = p->pend.s, *end = s + p->pend.len;
     const char *from = s + p->scanned;
-    const char *close = find(from, end, k_close), *open = find(from, end, k_open);
+    const char *close = p->close ? find(from, end, p->close) : NULL;
+    const char *open = find(from, end, p->open);
     size_t n, skip;
     bool closed = false;
     if (close && (!open || close < open)) {
-        n = (size_t)(close - s), skip = n + CLOSE_LEN, closed = true;
+        n = (size_t)(close - s), skip = n + p->close_len, closed = true;
     } else if (open) {
         n = (size_t)(open - s), skip = n; /* the new block's tag stays for scan_text */
     } else if (at_end || p->pend.len > SRV_TC_BLOCK_MAX) {
         n = skip = p->pend.len;
     } else {
-        p->scanned = p->pend.len > CLOSE_LEN ? p->pend.len - CLOSE_LEN : 0;
+        /* a tag may end in the bytes to come: scan the last tag's length again */
+        const size_t tag = p->close_len > p->open_len ? p->close_len : p->open_len;
+        p->scanned = p->pend.len > tag ? p->pend.len - tag : 0;
         return false;
     }
     end_block(p, n, closed);
@@ -397,7 +508,17 @@ static bool results(srv_tc *p, const srv_tc_event **ev, int *n_ev) {
 
 srv_tc *srv_tc_create(const json_t *tools) {
     srv_tc *p = calloc(1, sizeof *p);
-    if (p) p->tools = tools;
+    if (!p) return NULL;
+    p->tools = tools;
+    p->open = k_open, p->open_len = sizeof k_open - 1;
+    p->close = k_close, p->close_len = sizeof k_close - 1;
+    return p;
+}
+
+srv_tc *srv_tc_create_for(const json_t *tools, srv_calls how) {
+    srv_tc *p = srv_tc_create(tools);
+    if (p && how == SRV_CALLS_BARE) srv_tc_bare(p);
+    if (p && how == SRV_CALLS_MISTRAL) srv_tc_mistral(p);
     return p;
 }
 
@@ -405,10 +526,90 @@ void srv_tc_bare(srv_tc *p) {
     if (p) p->bare = true;
 }
 
+void srv_tc_mistral(srv_tc *p) {
+    if (!p) return;
+    p->mistral = true;
+    p->open = k_mistral, p->open_len = sizeof k_mistral - 1;
+    p->close = NULL, p->close_len = 0;
+}
+
 void srv_tc_destroy(srv_tc *p) {
     if (!p) return;
     free(p->pend.s), free(p->out.s), free(p->recs), free(p->events);
+    free(p->call.s), free(p->call_to);
     free(p);
+}
+
+/* ---- Harmony: pieces in -------------------------------------------------------------------- */
+
+/* The call read so far is complete: a call when its body is a JSON object (or blank: no
+ * arguments) of at most SRV_TC_BLOCK_MAX bytes and the function has a name, else the
+ * body as text. */
+static void harmony_flush(srv_tc *p) {
+    if (!p->call_to) return;
+    const size_t pre = strlen("functions.");
+    char *name = strndup(p->call_to + pre, p->call_to_len - pre);
+    const char *s = p->call.s ? p->call.s : "", *end = s + p->call.len;
+    const char *a = skip_ws(s, end), *b = end;
+    while (b > a && is_ws(b[-1]))
+        b--;
+    json_t *args = a == b                             ? json_object()
+                   : p->call.len > SRV_TC_BLOCK_MAX ? NULL /* too long: text, as a block */
+                   : json_loadb(a, (size_t)(b - a), JSON_REJECT_DUPLICATES, NULL);
+    char *text = name && *name && json_is_object(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+    if (!name) p->failed = true;
+    else if (text) emit_call(p, name, text);
+    else emit_text(p, s, p->call.len);
+    free(name), free(text);
+    json_decref(args);
+    free(p->call_to);
+    p->call_to = NULL;
+    p->call.len = 0;
+}
+
+/* One piece: a run of one recipient "functions.NAME" on one channel is a call's body;
+ * final text is text; the rest (reasoning, preambles, other recipients) is not the
+ * reply's content and gives nothing. */
+static void harmony_piece(srv_tc *p, const al_chat_piece *pc) {
+    const size_t pre = strlen("functions."), nr = pc->recipient ? pc->recipient_len : 0;
+    const bool call = nr >= pre && !memcmp(pc->recipient, "functions.", pre);
+    const bool same = call && p->call_to && pc->channel == p->call_channel &&
+                      p->call_to_len == nr && !memcmp(p->call_to, pc->recipient, nr);
+    if (!same) harmony_flush(p);
+    if (call && !same) {
+        if (!(p->call_to = malloc(nr + 1))) {
+            p->failed = true;
+            return;
+        }
+        memcpy(p->call_to, pc->recipient, nr);
+        p->call_to[nr] = 0;
+        p->call_to_len = nr;
+        p->call_channel = pc->channel;
+    }
+    if (call && !srv_buf_add(&p->call, pc->text, pc->len)) p->failed = true;
+    else if (!call && pc->channel == AL_CHANNEL_FINAL) emit_text(p, pc->text, pc->len);
+}
+
+/* Harmony mode's plain text (srv_tc_push) is final text; the end completes a call. */
+static void harmony_text(srv_tc *p, const char *s, size_t n, bool at_end) {
+    if (n) {
+        harmony_flush(p);
+        emit_text(p, s, n);
+    }
+    if (at_end) harmony_flush(p);
+}
+
+void srv_tc_harmony(srv_tc *p) {
+    if (p) p->harmony = true;
+}
+
+bool srv_tc_pieces(srv_tc *p, const al_chat_piece *pieces, int n, const srv_tc_event **ev,
+                   int *n_ev) {
+    p->n_recs = 0;
+    p->out.len = 0;
+    for (int i = 0; p->harmony && !p->done && !p->failed && i < n; i++)
+        harmony_piece(p, &pieces[i]);
+    return results(p, ev, n_ev);
 }
 
 static bool step(srv_tc *p, const char *s, size_t n, bool at_end, const srv_tc_event **ev,
@@ -417,8 +618,12 @@ static bool step(srv_tc *p, const char *s, size_t n, bool at_end, const srv_tc_e
     p->out.len = 0;
     if (p->done || p->failed) return results(p, ev, n_ev);
     /* the empty add allocates pend on a first push of nothing: the scans need its NUL */
-    if (!srv_buf_add(&p->pend, s, n) || !srv_buf_add(&p->pend, "", 0)) p->failed = true;
-    if (!p->failed) run(p, at_end);
+    if (p->harmony) {
+        harmony_text(p, s, n, at_end);
+    } else {
+        if (!srv_buf_add(&p->pend, s, n) || !srv_buf_add(&p->pend, "", 0)) p->failed = true;
+        if (!p->failed) run(p, at_end);
+    }
     if (at_end) p->done = true;
     return results(p, ev, n_ev);
 }

@@ -21,6 +21,9 @@
  *   - a block over SRV_TC_BLOCK_MAX bytes is text.
  * How the reply is cut into pushes does not change the result: text that may begin a
  * tag, and whitespace that may precede one, are held back until more text decides.
+ *
+ * Llama 3 (srv_tc_bare), Mistral (srv_tc_mistral) and Harmony (srv_tc_harmony) are
+ * modes of the same parser, with the same events and the same guarantees.
  */
 #ifndef AL_SERVER_TOOLCALL_H
 #define AL_SERVER_TOOLCALL_H
@@ -28,6 +31,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "anyllm.h"
 
 enum { SRV_TC_BLOCK_MAX = 256 * 1024 };
 
@@ -44,6 +49,14 @@ typedef struct srv_tc_event {
 
 typedef struct srv_tc srv_tc;
 
+/* How a reply's text writes tool calls, by chat format: tags (chatml; also Harmony,
+ * whose calls the engine writes as tags: engine.h), bare JSON (Llama 3), [TOOL_CALLS]
+ * (Mistral). */
+typedef enum srv_calls { SRV_CALLS_TAGGED, SRV_CALLS_BARE, SRV_CALLS_MISTRAL } srv_calls;
+
+/* srv_tc_create, then the mode of `how`. */
+srv_tc *srv_tc_create_for(const json_t *tools, srv_calls how);
+
 /* A parser for one reply. tools (may be NULL) is the request's "tools" array, read for
  * the parameters' types of XML calls while the parser lives; the parser takes no
  * reference. NULL when memory runs out. */
@@ -55,6 +68,37 @@ void srv_tc_destroy(srv_tc *p); /* NULL is a no-op */
  * '{' is held to its end and is calls when all of it is call objects separated by
  * whitespace or ';' (at most 64), else text as usual. */
 void srv_tc_bare(srv_tc *p);
+
+/* Mistral (before the first push): the reply's text holds "[TOOL_CALLS]" where the model
+ * wrote that control token (the engine writes its text), and a block runs from it to the
+ * next one or to the end of the reply. A block is calls when it is
+ *   - a JSON array of call objects {"name", "arguments"} (as the Hermes objects above;
+ *     "id" ignored; at most 64), or one such object: all of them parse or none does;
+ *   - or NAME[ARGS]{...} (Mistral's newer tokenizers; NAME[CALL_ID]ID[ARGS]{...} too),
+ *     NAME of [A-Za-z0-9_.-], the arguments a JSON object; parallel calls repeat
+ *     [TOOL_CALLS];
+ * what follows the calls in the block is text (whitespace around it dropped). A block
+ * of neither form is text, "[TOOL_CALLS]" included; a blank one (the marker alone, or
+ * twice in a row) is dropped. Text before the first [TOOL_CALLS] is text. */
+void srv_tc_mistral(srv_tc *p);
+
+/* Harmony (gpt-oss; before the first call): the parser reads the pieces of al_harmony
+ * (srv_tc_pieces) instead of text. A run of pieces of one channel with the recipient
+ * "functions.NAME" is the body of a call of NAME: it ends at a piece of another channel
+ * or recipient, or at srv_tc_finish; it is a call when the body is a JSON object
+ * (compacted) or blank (no arguments: {}), at most SRV_TC_BLOCK_MAX bytes, and NAME is
+ * not empty, else the body is text.
+ * Final-channel text is text; the rest (analysis, commentary without a recipient,
+ * other recipients) gives no event: the engine shows it as reasoning, if at all. Text
+ * given with srv_tc_push in this mode is final text. Two calls with nothing between
+ * them are one run: gpt-oss ends its reply with each call (<|call|>). */
+void srv_tc_harmony(srv_tc *p);
+
+/* Harmony mode: feeds the pieces al_harmony_push_token (or _push, _finish) returned, in
+ * order. Events as srv_tc_push. How the reply was cut into pieces does not change the
+ * events. Ignored (no events) when the parser is not in Harmony mode. */
+bool srv_tc_pieces(srv_tc *p, const al_chat_piece *pieces, int n, const srv_tc_event **ev,
+                   int *n_ev);
 
 /* Feeds n bytes of the reply. *ev lists what is now decided, in order (adjacent text
  * merged); it is owned by the parser and valid until its next call. False when memory

@@ -106,9 +106,16 @@ static bool parse_choice(json_t *body, srv_tools *t, srv_error *err) {
     return true;
 }
 
+/* The chat formats whose tools the library renders (al_chat_render_turns): their
+ * markup is control tokens, which message text cannot hold. */
+bool srv_tools_native(const char *tmpl_name) {
+    return tmpl_name && (!strcmp(tmpl_name, "mistral") || !strcmp(tmpl_name, "harmony"));
+}
+
 /* The chat formats whose tool calls are written and read here. */
 static bool tools_format(const char *tmpl_name) {
-    return tmpl_name && (!strcmp(tmpl_name, "chatml") || !strcmp(tmpl_name, "llama3"));
+    return tmpl_name && (!strcmp(tmpl_name, "chatml") || !strcmp(tmpl_name, "llama3") ||
+                         srv_tools_native(tmpl_name));
 }
 
 bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_tools *t,
@@ -144,10 +151,21 @@ bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_
     if (t->tools && t->choice != SRV_TOOLS_NONE && !tools_format(tmpl_name))
         return srv_fail(err, 400, "tools", "unsupported_value",
                         "tools are not supported with the "
-                        "'%s' chat format yet (chatml and llama3 are)",
+                        "'%s' chat format yet (chatml, llama3, mistral and harmony are)",
                         tmpl_name ? tmpl_name : "unknown");
+    /* A grammar holds the reply to the text of its tokens, and control tokens spell
+     * none: it could never let the model write [TOOL_CALLS] or <|channel|>. */
+    if ((t->choice == SRV_TOOLS_REQUIRED || t->choice == SRV_TOOLS_NAMED) &&
+        srv_tools_native(tmpl_name))
+        return srv_fail(err, 400, "tool_choice", "unsupported_value",
+                        "tool_choice '%s' is not supported with the '%s' chat format: its "
+                        "calls begin with control tokens, which constrained decoding cannot "
+                        "require; use \"auto\"",
+                        t->choice == SRV_TOOLS_REQUIRED ? "required" : "function", tmpl_name);
     t->llama3 = tmpl_name && !strcmp(tmpl_name, "llama3");
-    t->xml = !t->llama3 && tmpl && strstr(tmpl, "<function=");
+    t->mistral = tmpl_name && !strcmp(tmpl_name, "mistral");
+    t->harmony = tmpl_name && !strcmp(tmpl_name, "harmony");
+    t->xml = !t->llama3 && !srv_tools_native(tmpl_name) && tmpl && strstr(tmpl, "<function=");
     return true;
 }
 
@@ -195,22 +213,33 @@ static void add_tools_block(const srv_tools *t, srv_buf *b) {
                        "\"arguments\": <arguments-object>}\n</tool_call>");
 }
 
-/* One call of an assistant message, in the template's form. */
-static bool add_call(const srv_tools *t, json_t *call, size_t i, srv_buf *b, srv_error *err) {
+/* A call's name and its arguments (a new reference): arguments that are not JSON are
+ * kept as written, as {"value": TEXT}. */
+static json_t *call_args(json_t *call, size_t i, const char **name, srv_error *err) {
     json_t *f = json_object_get(call, "function");
-    const char *name = json_string_value(json_object_get(f, "name"));
     json_t *args = json_object_get(f, "arguments");
-    if (!name || (args && !json_is_string(args) && !json_is_object(args)))
+    *name = json_string_value(json_object_get(f, "name"));
+    if (!*name || (args && !json_is_string(args) && !json_is_object(args)))
         return srv_fail(err, 400, "messages", "invalid_type",
                         "messages[%zu].tool_calls: each call "
                         "needs function.name and function.arguments (a JSON string)",
-                        i);
+                        i),
+               NULL;
     json_t *parsed = json_is_string(args)
                          ? json_loads(json_string_value(args), JSON_ALLOW_NUL, NULL)
                          : json_incref(args);
     if (!parsed && args && json_string_length(args) > 0)
         parsed = json_pack("{s:O}", "value", args); /* not JSON: kept as written */
     if (!parsed) parsed = json_object();
+    if (!parsed) srv_fail(err, 500, NULL, NULL, "out of memory");
+    return parsed;
+}
+
+/* One call of an assistant message, in the template's form. */
+static bool add_call(const srv_tools *t, json_t *call, size_t i, srv_buf *b, srv_error *err) {
+    const char *name;
+    json_t *parsed = call_args(call, i, &name, err);
+    if (!parsed) return false;
     if (!t->xml) {
         json_t *obj =
             json_pack("{s:s, s:O}", "name", name, t->llama3 ? "parameters" : "arguments", parsed);
@@ -338,16 +367,125 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
                         al_chat_message **out, int *n_out, char ***owned, int *n_owned,
                         srv_error *err) {
     size_t n = json_array_size(msgs);
+    *out = NULL, *n_out = 0, *owned = NULL, *n_owned = 0;
     if (uses_tools(msgs) && !tools_format(tmpl_name))
         return srv_fail(err, 400, "messages", "unsupported_value",
                         "tool calls and tool messages "
-                        "are not supported with the '%s' chat format yet (chatml and llama3 are)",
+                        "are not supported with the '%s' chat format yet (chatml, llama3, "
+                        "mistral and harmony are)",
                         tmpl_name ? tmpl_name : "unknown");
+    /* their markup is control tokens: srv_tools_turns, for al_chat_tokenize_turns */
+    if (srv_tools_native(tmpl_name) && (uses_tools(msgs) || srv_tools_parsed(t)))
+        return srv_fail(err, 500, "messages", "unsupported_value", "tool calls with the '%s' "
+                        "chat format are rendered by srv_tools_turns", tmpl_name);
     conv c = {.cap = (int)n + 1};
     c.m = calloc(n + 1, sizeof *c.m);
     c.owned = calloc(n + 1, sizeof *c.owned);
     bool ok = c.m && c.owned ? convert(t, srv_tools_parsed(t), msgs, &c, err)
                              : srv_fail(err, 500, NULL, NULL, "out of memory");
+    *out = c.m;
+    *n_out = c.n;
+    *owned = c.owned;
+    *n_owned = c.n_owned;
+    return ok;
+}
+
+/* ---- Mistral and Harmony: turns for the library -------------------------------------------- */
+
+typedef struct turns {
+    al_chat_turn *m;
+    int n;
+    char **owned;
+    int n_owned;
+} turns;
+
+static const char *keep(turns *c, char *s) {
+    if (s) c->owned[c->n_owned++] = s;
+    return s;
+}
+
+/* An assistant message's tool_calls as the library reads them: [{"id", "function":
+ * {"name", "arguments": {...}}}], arguments that are not an object kept as {"value": ...}. */
+static bool turn_calls(json_t *calls, size_t i, turns *c, const char **out, srv_error *err) {
+    json_t *arr = json_array();
+    bool ok = arr != NULL;
+    for (size_t k = 0; ok && k < json_array_size(calls); k++) {
+        json_t *call = json_array_get(calls, k), *id = json_object_get(call, "id");
+        const char *name;
+        json_t *args = call_args(call, i, &name, err);
+        if (!args) return json_decref(arr), false;
+        if (!json_is_object(args)) args = json_pack("{s:o}", "value", args);
+        json_t *o = json_pack("{s:{s:s, s:o}}", "function", "name", name, "arguments", args);
+        ok = o && (!json_is_string(id) || !json_object_set(o, "id", id)) &&
+             !json_array_append_new(arr, o);
+    }
+    *out = ok ? keep(c, json_dumps(arr, JSON_COMPACT)) : NULL;
+    json_decref(arr);
+    return *out || srv_fail(err, 500, NULL, NULL, "out of memory");
+}
+
+/* What gpt-oss reasoned before its calls, as OpenAI-style clients send it back. */
+static const char *reasoning_of(json_t *m) {
+    static const char *const keys[] = {"reasoning_content", "reasoning", "thinking"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const char *r = json_string_value(json_object_get(m, keys[k]));
+        if (r) return r;
+    }
+    return NULL;
+}
+
+/* One message as a turn; texts it makes are kept in c. */
+static bool one_turn(json_t *m, size_t i, bool harmony, turns *c, srv_error *err) {
+    const char *r = json_string_value(json_object_get(m, "role"));
+    if (!json_is_object(m) || !r)
+        return srv_fail(err, 400, "messages", "invalid_type",
+                        "messages[%zu] must be an object with a string role", i);
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+        return srv_fail(err, 400, "messages", "invalid_value",
+                        "messages[%zu].role '%.40s' is not system, user, assistant or tool", i, r);
+    json_t *content = json_object_get(m, "content"), *calls = json_object_get(m, "tool_calls");
+    const bool assistant = !strcmp(r, "assistant"), tool = !strcmp(r, "tool");
+    al_chat_turn turn = {.role = r};
+    if (calls && !json_is_null(calls) && !assistant)
+        return srv_fail(err, 400, "messages", "invalid_value",
+                        "messages[%zu]: only assistant messages have tool_calls", i);
+    if (calls && !json_is_null(calls) && !json_is_array(calls))
+        return srv_fail(err, 400, "messages", "invalid_type",
+                        "messages[%zu].tool_calls must be an array", i);
+    if (!(assistant && json_array_size(calls) > 0 && (!content || json_is_null(content)))) {
+        srv_buf b = {0};
+        if (!content_text(content, i, &b, err)) return srv_buf_free(&b), false;
+        srv_buf_add(&b, "", 0);
+        if (b.failed) return srv_buf_free(&b), srv_fail(err, 500, NULL, NULL, "out of memory");
+        turn.content = keep(c, b.s);
+    }
+    if (json_array_size(calls) > 0 && !turn_calls(calls, i, c, &turn.tool_calls, err))
+        return false;
+    if (tool) {
+        turn.tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
+        turn.name = json_string_value(json_object_get(m, "name"));
+    }
+    if (assistant && harmony) turn.reasoning = reasoning_of(m);
+    c->m[c->n++] = turn;
+    return true;
+}
+
+bool srv_tools_turns(const srv_tools *t, const char *tmpl_name, json_t *msgs, al_chat_turn **out,
+                     int *n_out, const char **tools_json, char ***owned, int *n_owned,
+                     srv_error *err) {
+    const size_t n = json_array_size(msgs);
+    const bool harmony = tmpl_name && !strcmp(tmpl_name, "harmony");
+    turns c = {0};
+    c.m = calloc(n + 1, sizeof *c.m);
+    c.owned = calloc(2 * n + 2, sizeof *c.owned); /* a text and calls per message, the tools */
+    bool ok = c.m && c.owned;
+    if (!ok) srv_fail(err, 500, NULL, NULL, "out of memory");
+    *tools_json = NULL;
+    if (ok && srv_tools_parsed(t)) {
+        *tools_json = keep(&c, json_dumps(t->tools, JSON_COMPACT));
+        ok = *tools_json || srv_fail(err, 500, NULL, NULL, "out of memory");
+    }
+    for (size_t i = 0; ok && i < n; i++) ok = one_turn(json_array_get(msgs, i), i, harmony, &c, err);
     *out = c.m;
     *n_out = c.n;
     *owned = c.owned;

@@ -7,10 +7,11 @@
  *           "<|start|>assistant". Text in a header that no <|start|> or <|channel|>
  *           opened is "loose": the model is not writing the format, and that text is
  *           the answer (final channel) unless <|message|> turns it into a header.
- *   BODY    the text belongs to the channel and is released at once.
+ *   BODY    the text belongs to the channel (and recipient) and is released at once.
  *   DONE    the reply is complete; the rest is ignored.
  * A tail of the input that may be the start of a marker ("<", "<|ret", ...) is kept
- * back until more text decides it. Every decision depends on the bytes alone, never on
+ * back until more text decides it. A header's recipient ("to=functions.f") is read when
+ * it ends, from its text and the places of the markers in it, which end a name. Every decision depends on the bytes alone, never on
  * where one push ends, so cutting the input differently gives the same text per channel.
  * Spec: github.com/openai/harmony, docs/format.md.
  */
@@ -22,6 +23,7 @@
 enum {
     HEADER_MAX = 256, /* header bytes (markers left out) held before giving up on it */
     PEND_MAX = 16,    /* longer than the longest marker */
+    BOUND_MAX = 8,    /* marker places remembered per header */
 };
 
 typedef enum marker {
@@ -47,6 +49,11 @@ struct al_harmony {
     size_t n_hdr;
     bool opened;           /* a <|start|> or <|channel|> began it: not loose text */
     int chan_at, chan_end; /* the channel name is hdr[chan_at, chan_end); -1: none / open */
+    size_t bound[BOUND_MAX]; /* where markers were in hdr: a name ends there */
+    int n_bound;
+
+    char recip[HEADER_MAX]; /* the body's recipient (S_BODY), n_recip bytes; 0: none */
+    size_t n_recip;
 
     char pend[PEND_MAX];   /* a possible marker's start, held over to the next push */
     size_t n_pend;
@@ -54,8 +61,10 @@ struct al_harmony {
     /* what one call produces: pieces[i].text points into out once the call ends */
     char *out;
     size_t n_out, cap_out;
-    al_chat_piece *pieces;
+    al_chat_piece *pieces; /* text and recipient pointers set when the call ends */
     int n_pieces, cap_pieces;
+    char *rout;            /* the pieces' recipients, one after the other */
+    size_t n_rout, cap_rout;
     char *work;            /* pend + the pushed text, scanned as one */
     size_t cap_work;
     bool failed;           /* out of memory: the parser is unusable */
@@ -74,11 +83,14 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-/* Appends text to the call's output, to the last piece if it has the same channel. */
-static void emit(al_harmony *h, al_channel ch, const char *s, size_t n) {
+/* Appends text to the call's output, to the last piece if it has the same channel and
+ * recipient. Body text has the body's recipient; text outside a message has none. */
+static void emit(al_harmony *h, al_channel ch, bool body, const char *s, size_t n) {
     if (n == 0 || h->failed) return;
+    const size_t n_r = body ? h->n_recip : 0;
     size_t cap_pieces = (size_t)h->cap_pieces;
     if (!grow((void **)&h->out, &h->cap_out, h->n_out + n, 1) ||
+        !grow((void **)&h->rout, &h->cap_rout, h->n_rout + n_r, 1) ||
         !grow((void **)&h->pieces, &cap_pieces, (size_t)h->n_pieces + 1, sizeof *h->pieces)) {
         h->failed = true;
         return;
@@ -87,8 +99,15 @@ static void emit(al_harmony *h, al_channel ch, const char *s, size_t n) {
     memcpy(h->out + h->n_out, s, n);
     h->n_out += n;
     al_chat_piece *last = h->n_pieces ? &h->pieces[h->n_pieces - 1] : NULL;
-    if (last && last->channel == ch) last->len += n;
-    else h->pieces[h->n_pieces++] = (al_chat_piece){.channel = ch, .text = NULL, .len = n};
+    if (last && last->channel == ch && last->recipient_len == n_r &&
+        (n_r == 0 || !memcmp(h->rout + h->n_rout - n_r, h->recip, n_r))) {
+        last->len += n;
+        return;
+    }
+    if (n_r) memcpy(h->rout + h->n_rout, h->recip, n_r);
+    h->n_rout += n_r;
+    h->pieces[h->n_pieces++] =
+        (al_chat_piece){.channel = ch, .text = NULL, .len = n, .recipient_len = n_r};
 }
 
 /* Ends a call: points the pieces into the output (which no longer moves). */
@@ -98,10 +117,13 @@ static al_status results(al_harmony *h, const al_chat_piece **pieces, int *n_pie
         *n_pieces = 0;
         return al_error(AL_ERR_NOMEM, "al_harmony: out of memory");
     }
-    size_t at = 0;
+    size_t at = 0, r_at = 0;
     for (int i = 0; i < h->n_pieces; i++) {
-        h->pieces[i].text = h->out + at;
-        at += h->pieces[i].len;
+        al_chat_piece *p = &h->pieces[i];
+        p->text = h->out + at;
+        at += p->len;
+        p->recipient = p->recipient_len ? h->rout + r_at : NULL;
+        r_at += p->recipient_len;
     }
     *pieces = h->pieces;
     *n_pieces = h->n_pieces;
@@ -115,6 +137,30 @@ static void header_reset(al_harmony *h, bool opened) {
     h->n_hdr = 0;
     h->opened = opened;
     h->chan_at = h->chan_end = -1;
+    h->n_bound = 0;
+}
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static bool at_bound(const al_harmony *h, size_t i) {
+    for (int k = 0; k < h->n_bound; k++)
+        if (h->bound[k] == i) return true;
+    return false;
+}
+
+/* The recipient the header names: the first "to=NAME" at its start, after a blank or
+ * after a marker, NAME up to a blank or a marker. Becomes the body's. */
+static void header_recipient(al_harmony *h) {
+    h->n_recip = 0;
+    for (size_t i = 0; i + 3 <= h->n_hdr; i++) {
+        if ((i > 0 && !is_blank(h->hdr[i - 1]) && !at_bound(h, i)) || memcmp(h->hdr + i, "to=", 3))
+            continue;
+        size_t e = i + 3;
+        while (e < h->n_hdr && !is_blank(h->hdr[e]) && !at_bound(h, e)) e++;
+        h->n_recip = e - (i + 3);
+        memcpy(h->recip, h->hdr + i + 3, h->n_recip);
+        return;
+    }
 }
 
 /* The channel the header names: the word after <|channel|>; final when there is none. */
@@ -134,7 +180,7 @@ static al_channel header_channel(const al_harmony *h) {
  * a recipient) is dropped. True if loose text was released. */
 static bool header_end(al_harmony *h) {
     bool loose = !h->opened && h->n_hdr > 0;
-    if (loose) emit(h, AL_CHANNEL_FINAL, h->hdr, h->n_hdr);
+    if (loose) emit(h, AL_CHANNEL_FINAL, false, h->hdr, h->n_hdr);
     header_reset(h, false);
     return loose;
 }
@@ -147,17 +193,19 @@ static void header_text(al_harmony *h, const char *s, size_t n) {
     h->n_hdr += k;
     if (k == n) return;
     al_channel ch = h->opened ? header_channel(h) : AL_CHANNEL_FINAL;
+    if (h->opened) header_recipient(h);
+    else h->n_recip = 0;
     header_end(h);
     h->st = S_BODY;
     h->channel = ch;
-    emit(h, ch, s + k, n - k);
+    emit(h, ch, true, s + k, n - k);
 }
 
 /* ---- the state machine -------------------------------------------------------------------- */
 
 static void on_text(al_harmony *h, const char *s, size_t n) {
     if (h->st == S_HEADER) header_text(h, s, n);
-    else if (h->st == S_BODY) emit(h, h->channel, s, n);
+    else if (h->st == S_BODY) emit(h, h->channel, true, s, n);
 }
 
 static void on_marker(al_harmony *h, marker m) {
@@ -179,6 +227,8 @@ static void on_marker(al_harmony *h, marker m) {
         } /* <|message|>, <|constrain|>: stray in a body, dropped */
         return;
     }
+    if ((m == M_CHANNEL || m == M_CONSTRAIN) && h->n_bound < BOUND_MAX)
+        h->bound[h->n_bound++] = h->n_hdr;
     switch (m) { /* S_HEADER */
     case M_START:
         header_end(h);
@@ -194,6 +244,7 @@ static void on_marker(al_harmony *h, marker m) {
         break;
     case M_MESSAGE:
         h->channel = header_channel(h);
+        header_recipient(h);
         header_reset(h, false);
         h->st = S_BODY;
         break;
@@ -262,6 +313,7 @@ static void feed(al_harmony *h, const char *text, size_t len, bool at_end) {
 /* Each call of the API starts with no pieces: they are valid until the next call. */
 static void begin_call(al_harmony *h) {
     h->n_out = 0;
+    h->n_rout = 0;
     h->n_pieces = 0;
 }
 
@@ -290,6 +342,7 @@ void al_harmony_destroy(al_harmony *h) {
     al_detok_destroy(h->detok);
     al_free(h->out);
     al_free(h->pieces);
+    al_free(h->rout);
     al_free(h->work);
     al_free(h);
 }

@@ -10,6 +10,7 @@ page_state, ARGS)."""
 import concurrent.futures as cf
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +19,9 @@ import time
 import openai
 import requests
 
-IDLE_S = 2  # --idle-unload of the instance under test
+# --idle-unload of the instance under test; longer under a sanitizer, whose slower
+# requests would otherwise leave a model idle that long in the middle of the test
+IDLE_S = 8 if os.environ.get("ANYLLM_SANITIZED") else 2
 
 
 def start(t, *args):
@@ -108,15 +111,20 @@ def served_pair(t, d, gemma):
         rss_back = t.rss_kb(p.pid)
         # the unload gives back at least 80% of what gemma's load took, and the process
         # is within 20% of what it was with smol alone (smol's cache has grown meanwhile)
-        t.check(rss_two - rss_back >= 0.8 * (rss_two - rss_one) and rss_back <= rss_one * 1.2 + 16384,
+        if os.environ.get("ANYLLM_SANITIZED"):
+            print("skip: memory after the unload: a sanitizer's allocator keeps what is freed")
+        else:
+            t.check(rss_two - rss_back >= 0.8 * (rss_two - rss_one) and rss_back <= rss_one * 1.2 + 16384,
                 f"models: memory back to the one-model figure after the unload: {rss_one} kB "
                 f"with smol, {rss_two} kB with both, {rss_back} kB after gemma's unload")
         name, text = ask(base, "gemma.gguf", stream=True)
         t.check(name == "gemma.gguf" and text, f"models: gemma loaded again on demand: {text!r}")
         m = requests.get(base + "/metrics", timeout=10).text
-        t.check("anyllm_model_loads_total 3" in m and "anyllm_model_unloads_total 1" in m
-                and 'anyllm_model_loaded{model="gemma.gguf"} 1' in m,
-                "models: /metrics counts 3 loads, 1 unload, gemma loaded")
+        loads = int(re.search(r"^anyllm_model_loads_total (\d+)", m, re.M).group(1))
+        unloads = int(re.search(r"^anyllm_model_unloads_total (\d+)", m, re.M).group(1))
+        # 3 loads and 1 unload, or more where a slow machine let a model idle meanwhile
+        t.check(loads >= 3 and unloads >= 1 and 'anyllm_model_loaded{model="gemma.gguf"} 1' in m,
+                f"models: /metrics counts the loads ({loads}) and unloads ({unloads}), gemma loaded")
         r = requests.post(base + "/v1/chat/completions", json={
             "model": "llama-70b", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
         msg = r.json().get("error", {}).get("message", "")
@@ -170,7 +178,8 @@ def taking_turns(t, d):
         m = requests.get(base + "/metrics", timeout=10).text
         t.check("anyllm_model_unloads_total 0" not in m, "models: a model was unloaded to make room")
     finally:
-        stop(p)
+        code = stop(p)
+        t.check(code == 0, f"models: --models-max 1 server stops cleanly: {code}")
 
 
 def broken_file(t, d):
@@ -188,7 +197,8 @@ def broken_file(t, d):
         name, text = ask(base, "smol.gguf")
         t.check(name == "smol.gguf" and text, "models: the other model still answers")
     finally:
-        stop(p)
+        code = stop(p)
+        t.check(code == 0, f"models: the server with a broken file stops cleanly: {code}")
     empty = tempfile.mkdtemp()
     for args, want in ((["--models-dir", "/nonexistent-dir"], "nonexistent-dir"),
                        (["--models-dir", empty], "no .gguf"),

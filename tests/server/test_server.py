@@ -587,10 +587,76 @@ def test_harmony():
                  base=base)
         check(c.status_code == 200 and c.json()["choices"][0]["text"],
               f"harmony server: text completions stay raw: {c.json()['choices'][0]['text']!r}")
+        harmony_tools(base)
     finally:
         p.terminate()
         p.wait(timeout=30)
     check(p.returncode == 0, f"the harmony server stops cleanly on SIGTERM (exit {p.returncode})")
+
+
+def mistral_tools(ask, conv):
+    """Mistral's format on an instance of its own: [TOOL_CALLS] followed by a JSON array
+    (SmolLM2's vocabulary has no such control token, so a grammar makes it write the
+    marker as text, which reads the same), whole and streamed; a conversation with a call
+    and its result renders; tool_choice required is refused (a grammar cannot make the
+    model write a control token)."""
+    p, base = start_server("--chat-template", "mistral", "--parallel", "1")
+    try:
+        mc = openai.OpenAI(base_url=base + "/v1", api_key="not-needed", max_retries=0)
+        forced = ('root ::= "Sure. [TOOL_CALLS][{\\"name\\": \\"get_weather\\", \\"arguments\\": '
+                  '{\\"city\\": \\"Oslo\\"}}, {\\"name\\": \\"get_weather\\", \\"arguments\\": '
+                  '{\\"city\\": \\"Bergen\\"}}]"')
+        r = mc.chat.completions.create(model="m", messages=ask, tools=[WEATHER],
+                                       extra_body={"grammar": forced})
+        calls = r.choices[0].message.tool_calls or []
+        check(r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content == "Sure."
+              and [json.loads(c.function.arguments)["city"] for c in calls] == ["Oslo", "Bergen"],
+              f"mistral format: text, then two calls in one [TOOL_CALLS] array: {r.choices[0].message}")
+        text, scalls, finish = streamed_calls(mc.chat.completions.create(
+            model="m", messages=ask, tools=[WEATHER], extra_body={"grammar": forced}, stream=True))
+        check(text == "Sure." and finish == "tool_calls"
+              and [json.loads(c["arguments"])["city"] for c in scalls] == ["Oslo", "Bergen"],
+              f"mistral format streamed: the same text and calls: {text!r} {scalls}")
+        r = mc.chat.completions.create(model="m", temperature=0, max_tokens=8, tools=[WEATHER],
+                                       messages=conv)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
+              f"mistral format, a conversation with a call and its result: {r.choices[0].message.content!r}")
+        rr = post(CHAT, chat_body(max_tokens=2, tools=[WEATHER], tool_choice="required"), base=base)
+        check(rr.status_code == 400 and rr.json()["error"]["param"] == "tool_choice",
+              f"mistral format refuses tool_choice required: {rr.status_code} {rr.text[:160]}")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    check(p.returncode == 0, f"the mistral server stops cleanly (exit {p.returncode})")
+
+
+def harmony_tools(base):
+    """Harmony with tools: the tools are described (a longer prompt), a conversation of a
+    call, its result and the call's reasoning renders, the reasoning carried back (the
+    prompt grows by it), and tool_choice required is refused. Calls in gpt-oss's replies
+    are checked without a gpt-oss model by tests/test_engine.c and tests/test_toolcall.c."""
+    plain = post(CHAT, chat_body(QUESTION, max_tokens=2), base=base)
+    with_tools = post(CHAT, chat_body(QUESTION, max_tokens=2, tools=[WEATHER]), base=base)
+    check(with_tools.status_code == 200 and plain.status_code == 200
+          and with_tools.json()["usage"]["prompt_tokens"] > plain.json()["usage"]["prompt_tokens"] + 20,
+          f"harmony with tools: described in the prompt ({plain.json().get('usage')} -> {with_tools.json().get('usage')})")
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+    def conv(reasoning):
+        a = {"role": "assistant", "content": None, "tool_calls": [call]}
+        if reasoning:
+            a["reasoning_content"] = "The user wants the weather; call get_weather."
+        return [{"role": "user", "content": "Weather in Paris?"}, a,
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    r0 = post(CHAT, {"messages": conv(False), "tools": [WEATHER], "max_tokens": 2}, base=base)
+    r1 = post(CHAT, {"messages": conv(True), "tools": [WEATHER], "max_tokens": 2}, base=base)
+    check(r0.status_code == 200 and r1.status_code == 200
+          and r1.json()["usage"]["prompt_tokens"] > r0.json()["usage"]["prompt_tokens"] + 5,
+          f"harmony: a call, its result and its reasoning_content carried back: {r0.status_code} "
+          f"{r1.status_code} {r0.json().get('usage')} {r1.json().get('usage')}")
+    rr = post(CHAT, chat_body(QUESTION, max_tokens=2, tools=[WEATHER], tool_choice="required"), base=base)
+    check(rr.status_code == 400 and rr.json()["error"]["param"] == "tool_choice",
+          f"harmony refuses tool_choice required: {rr.status_code} {rr.text[:160]}")
 
 
 # ---- 4b. what a browser or a careless client may send (the main server) ---------------
@@ -1406,6 +1472,7 @@ def test_tools():
     finally:
         p.terminate()
         p.wait(timeout=30)
+    mistral_tools(ask, conv)
     bad = [("a tool not a function", {"tools": [{"type": "web_search"}]}, "only function tools"),
            ("a tool without a name", {"tools": [{"type": "function", "function": {}}]}, "name"),
            ("a bad tool name", {"tools": [{"type": "function", "function": {"name": "a b"}}]}, "must be"),
