@@ -345,7 +345,8 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
-		tests/smollm2.sh tests/chat.sh tests/gemma3.sh tests/hybrid.sh $(ASAN_TESTS) $(TSAN_TESTS) \
+		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/gemma3.sh tests/hybrid.sh $(ASAN_TESTS) \
+		$(TSAN_TESTS) \
 		tests/malformed.sh \
 		tests/fuzz_run.sh tests/server.sh \
 		tests/cluster.sh tests/vulkan.sh tests/structure.sh

@@ -46,14 +46,44 @@ if cmp -s "$tmp/s7a" "$tmp/s7b"; then ok "the same seed gives the same text"; el
 if ! cmp -s "$tmp/s7a" "$tmp/s8"; then ok "different seeds give different text at temperature 1"
 else bad "seeds 7 and 8 gave the same text"; fi
 
+# KL divergence against the reference run written by the perplexity run below
+# (--kl-divergence-base): the same run again diverges by nothing, --precise a little
+# (the default's 8-bit activations against ~15 bits), and a reference that does not fit
+# the run is refused with one line naming why
+kld_field() { sed -nE "s/^  $1 +(-?[0-9.]+).*/\\1/p" "$tmp/kld"; }
+kld_test() {
+    for mode in "" --precise; do
+        "$bin" perplexity -m "$M" -f "$gpl" --ctx 512 --chunks 4 -t 2 $mode \
+            --kl-divergence "$tmp/base.kld" >"$tmp/kld" 2>"$tmp/err"
+        mean=$(kld_field "mean KLD"); top=$(kld_field "same top")
+        if [ -z "$mode" ]; then want="$mean < 1e-6 && $mean > -1e-6 && $top == 100"
+        else want="$mean > 1e-5 && $mean < 0.05 && $top > 90"; fi
+        if [ -n "$mean" ] && [ -n "$top" ] && awk "BEGIN{exit !($want)}"; then
+            ok "kl-divergence ${mode:-(the same run)}: mean $mean, same top $top%"
+        else bad "kl-divergence ${mode:-(the same run)}: $(cat "$tmp/kld" "$tmp/err")"; fi
+    done
+    ppl_kld() { "$bin" perplexity -m "$M" -f "$gpl" --ctx 512 -t 2 "$@"; }
+    expect_error "kl-divergence, other windows" ppl_kld --chunks 3 --kl-divergence "$tmp/base.kld"
+    head -c 100000 "$tmp/base.kld" >"$tmp/cut.kld"
+    expect_error "kl-divergence, a truncated base" ppl_kld --chunks 4 --kl-divergence "$tmp/cut.kld"
+    expect_error "kl-divergence, not a base file" ppl_kld --chunks 4 --kl-divergence README.md
+    expect_error "kl-divergence, no such file" ppl_kld --chunks 4 --kl-divergence "$tmp/none.kld"
+    expect_error "kl-divergence, both flags" ppl_kld --chunks 4 --kl-divergence "$tmp/base.kld" \
+        --kl-divergence-base "$tmp/other.kld"
+    expect_error "kl-divergence, another text" "$bin" perplexity -m "$M" -f README.md \
+        --ctx 512 --chunks 4 -t 2 --kl-divergence "$tmp/base.kld"
+}
+
 # perplexity over the first 2048 tokens of the GPL-3 text, windows of 512
 gpl=/usr/share/common-licenses/GPL-3
 if [ -f "$gpl" ]; then
-    "$bin" perplexity -m "$M" -f "$gpl" --ctx 512 --chunks 4 -t 2 >"$tmp/ppl" 2>"$tmp/err"
+    "$bin" perplexity -m "$M" -f "$gpl" --ctx 512 --chunks 4 -t 2 \
+        --kl-divergence-base "$tmp/base.kld" >"$tmp/ppl" 2>"$tmp/err"
     ppl=$(sed -nE 's/^perplexity: ([0-9.]+) over.*/\1/p' "$tmp/ppl")
     # a working model reads licence text well; a broken forward pass gives hundreds+
-    if [ -n "$ppl" ] && awk "BEGIN{exit !($ppl > 1 && $ppl < 40)}"; then ok "$(cat "$tmp/ppl")"
+    if [ -n "$ppl" ] && awk "BEGIN{exit !($ppl > 1 && $ppl < 40)}"; then ok "$(head -1 "$tmp/ppl")"
     else bad "perplexity: $(cat "$tmp/ppl" "$tmp/err")"; fi
+    kld_test
 else
     echo "skip: $gpl not found"
 fi

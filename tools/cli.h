@@ -32,6 +32,11 @@ typedef struct cli_opts {
     int n_predict;             /* -n; -1 = until an end or a full context */
     int n_ctx;                 /* -c / --ctx; 0 = command's default */
     int n_chunks;              /* --chunks (perplexity); 0 = all */
+    const char *kld_base;      /* --kl-divergence-base FILE (perplexity): write the reference */
+    const char *kld;           /* --kl-divergence FILE (perplexity): compare with it */
+    const char *spec;          /* --spec ngram (run, chat): speculative decoding */
+    int draft_max;             /* --draft-max N: the longest draft */
+    const char *model_draft;   /* --model-draft FILE: the draft model (--spec draft) */
     bool bos;                  /* --bos (tokenize) */
     bool special;              /* --special */
     bool show_reasoning;       /* --show-reasoning (chat): a Harmony reply's analysis too */

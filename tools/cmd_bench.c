@@ -27,7 +27,9 @@
 #include <time.h>
 
 #include "anyllm.h"
+#include "bench_spec.h"
 #include "cli.h"
+#include "spec.h"
 #include "plot.h"
 #include "profile.h"
 
@@ -50,6 +52,9 @@ typedef struct bench_opts {
     int depth[MAX_LIST], n_depth;   /* -d: tokens already in the context */
     const char *plot;               /* --plot FILE.svg */
     bool save_profile;              /* --save-profile: the device profile (profile.h) */
+    const char *spec, *prompt;      /* --spec KIND -f FILE: bench_spec.h */
+    const char *draft;              /* --model-draft FILE */
+    int draft_max;                  /* --draft-max */
 } bench_opts;
 
 typedef struct bench_result {
@@ -710,6 +715,12 @@ static void bench_usage(void) {
            "  --save-profile           store the figures as this machine's device profile of\n"
            "                           each model, which --backend auto reads (anyllm profile\n"
            "                           shows it)\n"
+           "  --spec ngram -f FILE     instead: decode speed with and without speculative\n"
+           "                           decoding, on FILE's greedy continuation of -n tokens\n"
+           "                           (alternating, -r pairs), the drafts' acceptance, and\n"
+           "                           whether the texts agree\n"
+           "  --model-draft FILE       the same with a draft model of the model's vocabulary\n"
+           "  --draft-max N            the longest draft (--spec) [8]\n"
            "  -h, --help               this help\n"
            "With ANYLLM_VK_PROFILE=1 in the environment, a table per Vulkan test follows:\n"
            "the device's time per shader build, each dispatch timed on its own.\n");
@@ -757,6 +768,16 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
             rc = parse_list(a, v, 0, 1 << 20, o->depth, &o->n_depth);
         } else if (!strcmp(a, "--plot")) {
             o->plot = v;
+        } else if (!strcmp(a, "--spec")) {
+            o->spec = v;
+        } else if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) {
+            o->draft = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            o->prompt = v;
+        } else if (!strcmp(a, "--draft-max")) {
+            int dm[MAX_LIST], n_dm;
+            rc = parse_list(a, v, 1, SPEC_DRAFT_LIMIT, dm, &n_dm);
+            o->draft_max = dm[0];
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             rc = parse_list(a, v, 1, 256, o->threads, &o->n_threads);
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
@@ -822,6 +843,17 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse_bench_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o.spec || o.prompt || o.draft_max || o.draft) {
+        if (!o.spec && o.draft) o.spec = "draft";
+        if (!o.spec) return cli_fail("bench: -f and --draft-max go with --spec ngram or "
+                                     "--model-draft FILE");
+        spec_bench sb = {.models = o.models, .n_models = o.n_models, .backends = o.backends,
+                         .n_backends = o.n_backends, .n_threads = o.threads[0],
+                         .n_gen = o.n_tg ? o.tg[0] : 128, .reps = o.reps,
+                         .draft_max = o.draft_max ? o.draft_max : 8, .kind = o.spec,
+                         .prompt = o.prompt, .draft = o.draft};
+        return bench_spec(&sb);
+    }
     int max_res = o.n_models * o.n_backends * o.n_threads * o.n_depth * (o.n_pp + o.n_tg);
     bench_result *res = calloc((size_t)max_res, sizeof *res);
     if (!res) return cli_fail("out of memory");

@@ -29,6 +29,7 @@ typedef struct chat_session {
     int n_vocab;     /* logits per position */
     al_context *decode; /* the generated tokens' context, on another backend (split.h) */
     bool recurrent;  /* the model has a recurrent state: each prompt is checkpointed */
+    spec_state spec, *specp; /* --spec: drafts (specp NULL: none) */
 } chat_session;
 
 /* ---- fitting the conversation into the context ---------------------------------------- */
@@ -152,7 +153,8 @@ static int chat_turn(chat_session *s) {
     al_sampler_reset(s->smp);
     gen_stats gs = {0};
     gen_params gp = {.n_max = s->o->n_predict, .ignore_eos = s->o->ignore_eos, .quiet_full = true,
-                     .decode = s->decode, .hand_back = true, .checkpoint = s->recurrent};
+                     .decode = s->decode, .hand_back = true, .checkpoint = s->recurrent,
+                     .spec = s->specp, .held = ids, .n_held = keep};
     rc = generate(s->c, s->v, s->n_vocab, s->smp, ids + keep, n - keep, &gp, &sink, &gs);
     al_harmony_destroy(sink.harmony);
     printf("\n");
@@ -287,6 +289,7 @@ int cmd_chat(const cli_opts *o) {
         rc = 1;
         goto done;
     }
+    if ((rc = gen_spec_setup(o, m, al_context_n_ctx(s.c), &s.spec, &s.specp))) goto done;
     /* the file's template, else the built-in format of its architecture (Gemma) */
     if ((!s.tmpl_name && (st = al_chat_template_choose(s.tmpl, mi.arch, &s.tmpl_name)) != AL_OK) ||
         (st = al_chat_render(s.tmpl_name, s.tmpl, NULL, 0, true, &probe)) != AL_OK ||
@@ -305,6 +308,7 @@ int cmd_chat(const cli_opts *o) {
                     ? "" : " The reasoning is not shown (--show-reasoning shows it).");
     rc = chat_loop(&s);
 done:
+    gen_spec_free(s.specp);
     al_string_free(probe);
     conv_free(&s.conv);
     al_free_tokens(s.cached);

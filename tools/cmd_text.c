@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "gen.h"
+#include "kld.h"
 #include "progress.h"
 #include "split.h"
 
@@ -49,6 +50,7 @@ int cmd_run(const cli_opts *o) {
     if (!text) return 1;
     cli_split sp = {0}; /* the model and context per phase (split.h) */
     al_sampler *smp = NULL;
+    spec_state spec = {0}, *specp = NULL; /* --spec, --model-draft */
     int32_t *ids = NULL;
     int n = 0, rc = 1;
     if ((rc = cli_split_plan_text(o, text, len, &sp)) || (rc = cli_split_load(o, &sp)))
@@ -78,20 +80,24 @@ int cmd_run(const cli_opts *o) {
                       al_context_n_ctx(c));
         goto done;
     }
+    if ((rc = gen_spec_setup(o, m, al_context_n_ctx(c), &spec, &specp))) goto done;
     fwrite(text, 1, len, stdout);
     fflush(stdout); /* before anything on stderr, when both go to one pipe */
     gen_stats gs = {0};
     gen_sink sink = {.shown = -1};
-    gen_params gp = {.n_max = o->n_predict, .ignore_eos = o->ignore_eos, .decode = sp.c_decode};
+    gen_params gp = {.n_max = o->n_predict, .ignore_eos = o->ignore_eos, .decode = sp.c_decode,
+                     .spec = specp};
     rc = generate(c, v, cli_n_vocab(m), smp, ids, n, &gp, &sink, &gs);
     printf("\n");
     fflush(stdout);
     if (!rc) gen_print_stats(&gs);
+    if (!rc) gen_print_spec(gp.spec);
     if (!rc && !o->seed_set && o->sampling.temperature > 0)
         fprintf(stderr, "seed %llu (-s %llu gives this text again)\n",
                 (unsigned long long)o->sampling.seed, (unsigned long long)o->sampling.seed);
     if (!rc && gs.n_gen == 0 && gs.end == GEN_EOG) explain_empty(m);
 done:
+    gen_spec_free(specp);
     al_free_tokens(ids);
     al_sampler_destroy(smp);
     cli_split_destroy(&sp);
@@ -117,7 +123,7 @@ enum { PPL_BATCH = 64 }; /* positions whose logits are held at once */
  * at least n_ctx/2 tokens of context (the scheme llama.cpp's perplexity uses, so the
  * figures compare). */
 static int ppl_window(al_context *c, const int32_t *w, int n_ctx, int n_vocab, float *logits,
-                      double *sum_nll, int *n_scored, progress *pr, long done) {
+                      double *sum_nll, int *n_scored, kld_run *kld, progress *pr, long done) {
     int first = n_ctx / 2;
     al_context_reset(c);
     for (int b = 0; b < n_ctx; b += PPL_BATCH) {
@@ -126,8 +132,11 @@ static int ppl_window(al_context *c, const int32_t *w, int n_ctx, int n_vocab, f
         if (st != AL_OK) return cli_fail_status(st);
         for (int j = b; j < b + nb; j++) {
             if (j < first || j + 1 >= n_ctx) continue;
-            *sum_nll += nll(logits + (size_t)(j - b) * n_vocab, n_vocab, w[j + 1]);
+            const float *row = logits + (size_t)(j - b) * n_vocab;
+            *sum_nll += nll(row, n_vocab, w[j + 1]);
             (*n_scored)++;
+            int rc = kld ? kld_position(kld, row, n_vocab, w[j + 1]) : 0;
+            if (rc) return rc;
         }
         progress_update(pr, done + b + nb);
     }
@@ -149,9 +158,12 @@ int cmd_perplexity(const cli_opts *o) {
     int32_t *ids = NULL, *bos = NULL;
     float *logits = NULL;
     int n = 0, n_bos = 0;
+    kld_run kld = {0}, *kp = NULL; /* --kl-divergence(-base) */
     int rc = cli_load(o, n_ctx, &m, &c);
     const al_vocab *v = rc ? NULL : cli_need_vocab(m);
-    if (!v || (rc = cli_tokenize(v, text, len, false, false, &ids, &n)) ||
+    /* the text starts with BOS where the file asks for one, and so does each window
+     * after it (as llama.cpp's perplexity, whose windows then hold the same tokens) */
+    if (!v || (rc = cli_tokenize(v, text, len, true, false, &ids, &n)) ||
         (rc = cli_tokenize(v, "", 0, true, false, &bos, &n_bos)))
         goto done;
     int n_chunks = n / n_ctx;
@@ -166,6 +178,18 @@ int cmd_perplexity(const cli_opts *o) {
         rc = cli_fail("out of memory");
         goto done;
     }
+    for (int k = 0; k < n_chunks && n_bos > 0; k++) ids[(size_t)k * n_ctx] = bos[0];
+    kp = o->kld_base || o->kld ? &kld : NULL;
+    if (o->kld_base && o->kld) {
+        rc = cli_fail("perplexity: --kl-divergence-base writes a reference and --kl-divergence "
+                      "reads one: give one of them");
+        goto done;
+    }
+    uint64_t n_pos = (uint64_t)n_chunks * (uint64_t)(n_ctx - 1 - n_ctx / 2);
+    if (kp && (rc = kld_open(kp, o->kld_base ? o->kld_base : o->kld, o->kld_base != NULL,
+                             n_vocab, n_ctx, n_chunks, kld_hash(ids, (size_t)n_chunks * n_ctx),
+                             n_pos)))
+        goto done;
     fprintf(stderr, "perplexity: %d tokens, %d windows of %d\n", n, n_chunks, n_ctx);
     double sum = 0, t0 = cli_now_s();
     int scored = 0;
@@ -173,15 +197,16 @@ int cmd_perplexity(const cli_opts *o) {
     progress_start(&pr, "perplexity", "tokens", (long)n_chunks * n_ctx);
     for (int k = 0; k < n_chunks && !rc; k++) {
         int32_t *w = ids + (size_t)k * n_ctx;
-        if (n_bos > 0) w[0] = bos[0]; /* each window starts like a document, if BOS is used */
-        rc = ppl_window(c, w, n_ctx, n_vocab, logits, &sum, &scored, &pr, (long)k * n_ctx);
+        rc = ppl_window(c, w, n_ctx, n_vocab, logits, &sum, &scored, kp, &pr, (long)k * n_ctx);
         progress_end(&pr);
         fprintf(stderr, "[%d] %.4f\n", k + 1, exp(sum / scored));
     }
     if (!rc)
         printf("perplexity: %.4f over %d scored tokens (%d windows of %d tokens, %.1f s)\n",
                exp(sum / scored), scored, n_chunks, n_ctx, cli_now_s() - t0);
+    if (!rc && kp) rc = kld_finish(kp);
 done:
+    if (kp) kld_close(kp);
     free(logits);
     al_free_tokens(ids);
     al_free_tokens(bos);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "cli.h"
+#include "spec.h"
 
 /* Set by a SIGINT handler (chat's): generate stops at the next token or prompt chunk. */
 extern volatile sig_atomic_t cli_interrupted;
@@ -44,6 +45,7 @@ typedef struct gen_sink {
     al_harmony *harmony; /* NULL: all the text is the answer                           */
     bool show_reasoning; /* print the other channels too, each run marked "[analysis] " */
     int shown;           /* the channel of the last text printed; -1 before any        */
+    bool silent;         /* print nothing (bench): the reply still collects the answer */
 } gen_sink;
 
 typedef struct gen_params {
@@ -60,6 +62,12 @@ typedef struct gen_params {
      * (al_context_checkpoint), where the next turn's prompt, which starts with this
      * one, can go back to */
     bool checkpoint;
+    /* NULL, or n-gram drafts checked several tokens per evaluation (spec.h): the same
+     * tokens as without, the sampler seeing the same logits in the same order */
+    spec_state *spec;
+    const int32_t *held; /* the tokens the context holds before the prompt (chat's earlier
+                            turns), which drafts read too; NULL: none */
+    int n_held;
 } gen_params;
 
 /* Logits per position (the model's count, which al_eval writes). */
@@ -71,6 +79,16 @@ char *cli_read_prompt(const cli_opts *o, size_t *len);
 /* al_tokenize with a message on failure; 0 or an exit status. */
 int cli_tokenize(const al_vocab *v, const char *text, size_t len, bool add_special,
                  bool parse_special, int32_t **ids, int *n);
+
+/* --spec, --model-draft and --draft-max into *s, and *out = s when speculation is asked
+ * for (else NULL): a draft model is loaded as the model is (backend, threads), checked to
+ * share m's vocabulary, with a context of n_ctx positions (the model's). 0 or an exit
+ * status (message printed). gen_spec_free frees what it made. */
+int gen_spec_setup(const cli_opts *o, const al_model *m, int n_ctx, spec_state *s,
+                   spec_state **out);
+void gen_spec_free(spec_state *s);
+/* The drafts' line for the summary: drafts, tokens drafted and accepted. */
+void gen_print_spec(const spec_state *s);
 
 /* Evaluates the prompt (appended to what the context holds; a progress line on a
  * terminal if it takes over a second), then generates into the sink. 0 or an exit

@@ -8,6 +8,7 @@
  * prompt, -c the context, -n -1 "until the end"), so its users' habits work here.
  */
 #include "options.h"
+#include "spec.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -98,6 +99,16 @@ static const opt_spec specs[] = {
     {"--ctx-checkpoints", "N", C_CHAT, K_INT, F(ctx_checkpoints), -1, 64,
      "a model with a recurrent state (qwen35...): checkpoints of it kept, where a turn "
      "goes back to when the next one shares its start; -1: none", "4"},
+    {"--spec", "KIND", C_GEN, K_STR, F(spec), 0, 0,
+     "speculative decoding: 'ngram' drafts the continuation of the latest earlier "
+     "occurrence of the last tokens (prompt and output), 'draft' a draft model "
+     "(--model-draft); the model checks a draft in one evaluation; the same tokens as "
+     "without", "none; draft with --model-draft"},
+    {"--draft-max", "N", C_GEN, K_INT, F(draft_max), 1, SPEC_DRAFT_LIMIT,
+     "the longest draft (--spec)", "8"},
+    {"-md, --model-draft", "FILE", C_GEN, K_STR, F(model_draft), 0, 0,
+     "speculative decoding with a draft model of the same vocabulary (--spec draft): it "
+     "continues the text greedily and the model checks its tokens in one evaluation", "none"},
     {"--tokens", "IDS", C_LOGITS, K_STR, F(tokens), 0, 0, "token ids: 1,2,3", "required"},
     {"-o, --out", "FILE", C_LOGITS, K_STR, F(out), 0, 0,
      "where float32 [n_tokens][n_vocab] logits go", "required"},
@@ -106,6 +117,12 @@ static const opt_spec specs[] = {
     {"--special", NULL, C_TOKENIZE | C_RUN, K_FLAG, F(special), 0, 0,
      "recognise special tokens written in the text", "off"},
     {"--chunks", "N", C_PPL, K_INT, F(n_chunks), 1, 1 << 24, "score at most N windows", "all"},
+    {"--kl-divergence-base", "FILE", C_PPL, K_STR, F(kld_base), 0, 0,
+     "write each scored position's top 64 log-probabilities to FILE, the reference for "
+     "--kl-divergence", "-"},
+    {"--kl-divergence", "FILE", C_PPL, K_STR, F(kld), 0, 0,
+     "compare with the reference in FILE (same text, -c and --chunks): mean and 99th "
+     "percentile KL divergence, same top token %, perplexity ratio", "-"},
 };
 #undef F
 

