@@ -101,8 +101,9 @@ $(BUILD)/test_schema: $(BUILD)/src/server/schema.o $(BUILD)/src/server/buf.o
 TEST_LDLIBS_schema := -ljansson
 # the server's engine on SmolLM2, without HTTP
 ENGINE_TEST_SRC := src/server/engine.c src/server/toolcall.c src/server/buf.c src/server/metrics.c
-$(BUILD)/test_engine: $(ENGINE_TEST_SRC:%.c=$(BUILD)/%.o)
-TEST_LDLIBS_engine := -ljansson
+$(BUILD)/test_engine: $(BUILD)/tests/test_engine.o $(ENGINE_TEST_SRC:%.c=$(BUILD)/%.o) \
+		$(BUILD)/libanyllm.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -ljansson
 # the request side of tool calls
 TOOLS_TEST_SRC := src/server/tools.c src/server/schema.c src/server/buf.c src/server/error.c \
 	src/server/reply.c

@@ -516,6 +516,34 @@ void al_sampler_accept(al_sampler *s, int32_t token);
 /* Forgets the history and reseeds with the original seed. */
 void al_sampler_reset(al_sampler *s);
 
+/* ---- speculative decoding: drafts ------------------------------------------------------
+ * A draft is a guess of the next tokens, which the model checks in one evaluation of all
+ * of them: the caller samples each position's logits in turn and keeps the draft's token
+ * while the sampler draws it, the first other draw being the next token, then cuts the
+ * refused positions from the cache (al_context_truncate; a model with a recurrent state
+ * needs an al_context_checkpoint before the evaluation). A draft that proposes its
+ * tokens with certainty, checked so, gives exactly the tokens decoding gives without it,
+ * greedy or sampled with a seed. */
+
+/* The n-gram draft: the tokens that followed the latest earlier occurrence in hist [n]
+ * of its last 4 tokens (else 3), at most max of them, into out. Returns how many (0:
+ * nothing matched). */
+int al_draft_ngram(const int32_t *hist, int n, int max, int32_t *out);
+
+/* How long the next draft should be: it starts at 2, doubles (up to max) after a draft
+ * taken whole, halves after one refused at its first token, and once a draft of one
+ * token is refused, drafting pauses for 1, 2, 4, ... up to 32 steps, so that text the
+ * guess gets wrong costs little. Plain data: initialize with al_draft_len_init. */
+typedef struct al_draft_len {
+    int max, cur, pause, skip;
+} al_draft_len;
+
+void al_draft_len_init(al_draft_len *d, int max);
+/* The length to draft now, at most limit (0: no draft this step). */
+int al_draft_len_next(al_draft_len *d, int limit);
+/* A draft of n_drafted tokens of which n_accepted were taken. */
+void al_draft_len_result(al_draft_len *d, int n_drafted, int n_accepted);
+
 /* ---- grammars ---------------------------------------------------------------------------
  * A grammar constrains what a sampler may pick: every token keeps the text a prefix of
  * a sentence of the grammar, and an end-of-generation token comes only when the text

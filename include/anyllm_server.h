@@ -55,6 +55,8 @@ typedef struct srv_params {
     long long models_memory;   /* several models: their files' bytes loaded at most;
                                   0: as much as the system says is available          */
     int idle_unload_s;         /* several models: unload one idle this long; 0: never  */
+    int draft_max;             /* n-gram drafts (serve --spec ngram) of at most this many
+                                  tokens per sequence and step; 0: none               */
 } srv_params;
 
 srv_params srv_default_params(void);

@@ -31,7 +31,8 @@ static int one_run(al_context *c, const al_vocab *v, int n_vocab, al_sampler *sm
 
 static void mean_sd(const double *x, int n, double out[2]) {
     double s = 0, s2 = 0;
-    for (int i = 0; i < n; i++) s += x[i], s2 += x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        s += x[i], s2 += x[i] * x[i];
     out[0] = s / n;
     out[1] = n > 1 ? sqrt(fmax(0, (s2 - n * out[0] * out[0]) / (n - 1))) : 0;
 }
@@ -49,8 +50,7 @@ static int measure(const spec_bench *b, al_context *c, const al_vocab *v, int n_
     /* a warm-up of each, whose texts are compared */
     for (int m = 0; m < 2 && !rc; m++) {
         spec_restart(sg);
-        rc = one_run(c, v, n_vocab, smp, ids, n_ids, b->n_gen, m ? sg : NULL, &plain[0],
-                     &text[m]);
+        rc = one_run(c, v, n_vocab, smp, ids, n_ids, b->n_gen, m ? sg : NULL, &plain[0], &text[m]);
     }
     row->same = !rc && text[0] && text[1] && !strcmp(text[0], text[1]);
     sg->n_drafts = sg->n_drafted = sg->n_accepted = 0;
@@ -85,8 +85,8 @@ static int drafter(const spec_bench *b, const al_model *m, const al_model_params
     if (st != AL_OK) return cli_fail_status(st);
     char why[160];
     if (!spec_same_vocab(m, *dm, why, sizeof why))
-        return cli_fail("bench: --model-draft %s: its vocabulary is not the model's: %s",
-                        b->draft, why);
+        return cli_fail("bench: --model-draft %s: its vocabulary is not the model's: %s", b->draft,
+                        why);
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
     al_context *dc = NULL;
@@ -98,8 +98,8 @@ static int drafter(const spec_bench *b, const al_model *m, const al_model_params
     return 0;
 }
 
-static int bench_one(const spec_bench *b, const char *model, const char *backend,
-                     const char *text, size_t len) {
+static int bench_one(const spec_bench *b, const char *model, const char *backend, const char *text,
+                     size_t len) {
     al_model_params mp = al_model_default_params();
     cli_settings_from_env(&mp);
     mp.n_threads = b->n_threads;
@@ -127,10 +127,9 @@ static int bench_one(const spec_bench *b, const char *model, const char *backend
     const char *slash = strrchr(model, '/');
     if (!rc)
         printf("| %s | %s | %d | %d | %.2f ± %.2f | %.2f ± %.2f | %.2fx | %.1f%% | %s |\n",
-               slash ? slash + 1 : model, info.backend, n_ids, b->n_gen, row.plain[0],
-               row.plain[1], row.spec[0], row.spec[1],
-               row.plain[0] > 0 ? row.spec[0] / row.plain[0] : 0, row.accepted,
-               row.same ? "yes" : "NO");
+               slash ? slash + 1 : model, info.backend, n_ids, b->n_gen, row.plain[0], row.plain[1],
+               row.spec[0], row.spec[1], row.plain[0] > 0 ? row.spec[0] / row.plain[0] : 0,
+               row.accepted, row.same ? "yes" : "NO");
     fflush(stdout);
     spec_free(&sg);
     al_model_destroy(dm);
@@ -145,17 +144,22 @@ static int bench_one(const spec_bench *b, const char *model, const char *backend
 int bench_spec(const spec_bench *b) {
     if (strcmp(b->kind, "ngram") && strcmp(b->kind, "draft"))
         return cli_fail("bench: --spec %s: the kinds are ngram and draft (with --model-draft "
-                        "FILE; MTP is not built yet)", b->kind);
+                        "FILE; MTP is not built yet)",
+                        b->kind);
     if (!strcmp(b->kind, "draft") != (b->draft != NULL))
-        return cli_fail("bench: --model-draft FILE %s", b->draft ? "drafts by itself: it does "
-                        "not go with --spec ngram" : "is what --spec draft drafts with");
-    if (!b->prompt) return cli_fail("bench: --spec needs a prompt: -f FILE (text that the "
-                                    "model's reply repeats, such as code to edit)");
+        return cli_fail("bench: --model-draft FILE %s", b->draft
+                                                            ? "drafts by itself: it does "
+                                                              "not go with --spec ngram"
+                                                            : "is what --spec draft drafts with");
+    if (!b->prompt)
+        return cli_fail("bench: --spec needs a prompt: -f FILE (text that the "
+                        "model's reply repeats, such as code to edit)");
     size_t len;
     char *text = cli_read_file(b->prompt, &len);
     if (!text) return 1;
     printf("| model | backend | prompt | n | tg t/s | tg --spec %s t/s | speed-up | drafts "
-           "taken | same text |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n", b->kind);
+           "taken | same text |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n",
+           b->kind);
     int rc = 0;
     for (int mi = 0; mi < b->n_models && !rc; mi++)
         for (int bi = 0; bi < b->n_backends && !rc; bi++)

@@ -18,9 +18,9 @@ typedef struct spec_bench {
     const char *const *backends;
     int n_backends;
     int n_threads;
-    int n_gen;       /* tokens per run (-n) */
-    int reps;        /* timed pairs of runs (-r) */
-    int draft_max;   /* --draft-max */
+    int n_gen;          /* tokens per run (-n) */
+    int reps;           /* timed pairs of runs (-r) */
+    int draft_max;      /* --draft-max */
     const char *kind;   /* --spec: "ngram" or "draft" */
     const char *draft;  /* --model-draft FILE (kind "draft") */
     const char *prompt; /* -f FILE */

@@ -53,6 +53,10 @@ static void serve_usage(FILE *f) {
         "                     size available, else idle models are unloaded first\n"
         "  --idle-unload S    unload a model no request has used for S seconds (default 0:\n"
         "                     keep it)\n"
+        "  --spec ngram       speculative decoding: each sequence drafts the continuation of\n"
+        "                     the latest earlier occurrence of its last tokens, checked in\n"
+        "                     one evaluation (the same text as without; /metrics counts the\n"
+        "                     drafts); --draft-max N tokens at most (default 8)\n"
         "  --host ADDR        address to bind (default 127.0.0.1: this machine only)\n"
         "  --port N           TCP port (default 8080; 0 picks a free one)\n"
         "  --parallel N       sequences decoded together (default 4)\n"
@@ -129,6 +133,8 @@ typedef struct serve_opts {
     const char *models[MAX_MODELS]; /* every -m */
     int n_models;
     const char *models_dir;
+    const char *spec;    /* --spec ngram */
+    int draft_max;       /* --draft-max */
     const char *prefill_backend, *decode_backend; /* split.h */
     int n_threads;
     int drain_timeout_s;
@@ -146,7 +152,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
                                        "--chat-template", "--backend", "--replica-id",
                                        "--prefill-backend", "--decode-backend", "--models-dir",
-                                       "--models-memory"};
+                                       "--models-memory", "--spec"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -169,6 +175,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         {"--ctx-checkpoints", NULL, &o->p.n_checkpoints, -1, 64, NULL},
         {"--models-max", NULL, &o->p.models_max, 0, MAX_MODELS, NULL},
         {"--idle-unload", NULL, &o->p.idle_unload_s, 0, 30 * 86400, NULL},
+        {"--draft-max", NULL, &o->draft_max, 1, 64, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -208,6 +215,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             o->models[o->n_models++] = o->model = val;
         }
         else if (!strcmp(a, "--models-dir")) o->models_dir = val;
+        else if (!strcmp(a, "--spec")) o->spec = val;
         else if (!strcmp(a, "--models-memory")) {
             if (!parse_size(val, &o->p.models_memory))
                 return cli_fail("serve: --models-memory %s: expected a size in bytes, with an "
@@ -237,6 +245,12 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     o->p.allowed_hosts = o->hosts;
     if (!o->model && !o->models_dir) return cli_fail("serve: -m FILE (or --models-dir DIR) is "
                                                      "required");
+    if (o->spec && strcmp(o->spec, "ngram") && strcmp(o->spec, "none"))
+        return cli_fail("serve: --spec %s: the server drafts with ngram (or none); a draft "
+                        "model is for run, chat and bench so far", o->spec);
+    if (o->draft_max && (!o->spec || strcmp(o->spec, "ngram")))
+        return cli_fail("serve: --draft-max needs --spec ngram");
+    if (o->spec && !strcmp(o->spec, "ngram")) o->p.draft_max = o->draft_max ? o->draft_max : 8;
     if (!o->p.api_key && getenv("ANYLLM_API_KEY") && *getenv("ANYLLM_API_KEY"))
         o->p.api_key = getenv("ANYLLM_API_KEY");
     if (o->p.api_key && !*o->p.api_key) return cli_fail("serve: --api-key must not be empty");

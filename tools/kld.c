@@ -23,15 +23,19 @@ uint64_t kld_hash(const int32_t *ids, size_t n) {
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t get_u64(const uint8_t *p) { return get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static uint64_t get_u64(const uint8_t *p) {
+    return get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
 static void put_f32(uint8_t *p, float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -48,21 +52,27 @@ static float get_f32(const uint8_t *p) {
 static int check_header(kld_run *k, const uint8_t *h, int n_vocab, int n_ctx, int n_windows,
                         uint64_t tokens_hash) {
     const char *p = k->path;
-    if (memcmp(h, MAGIC, 8)) return cli_fail("perplexity: %s is not a KL-divergence base file "
-                                             "(written by --kl-divergence-base)", p);
+    if (memcmp(h, MAGIC, 8))
+        return cli_fail("perplexity: %s is not a KL-divergence base file "
+                        "(written by --kl-divergence-base)",
+                        p);
     uint32_t nv = get_u32(h + 8), nc = get_u32(h + 12), nw = get_u32(h + 16), tk = get_u32(h + 20);
     if (tk != KLD_TOP_K)
         return cli_fail("perplexity: %s keeps the top %u tokens per position, this build reads "
-                        "%d", p, tk, KLD_TOP_K);
+                        "%d",
+                        p, tk, KLD_TOP_K);
     if (nv != (uint32_t)n_vocab)
         return cli_fail("perplexity: %s was written for a vocabulary of %u tokens, this model "
-                        "has %d", p, nv, n_vocab);
+                        "has %d",
+                        p, nv, n_vocab);
     if (nc != (uint32_t)n_ctx || nw != (uint32_t)n_windows)
         return cli_fail("perplexity: %s holds %u windows of %u tokens, this run scores %d of %d "
-                        "(use the same -c and --chunks)", p, nw, nc, n_windows, n_ctx);
+                        "(use the same -c and --chunks)",
+                        p, nw, nc, n_windows, n_ctx);
     if (get_u64(h + 24) != tokens_hash)
         return cli_fail("perplexity: %s was written for other tokens (another text, or a "
-                        "tokenizer that splits it differently)", p);
+                        "tokenizer that splits it differently)",
+                        p);
     if (get_u64(h + 32) != k->n_pos)
         return cli_fail("perplexity: %s holds %llu positions, this run scores %llu", p,
                         (unsigned long long)get_u64(h + 32), (unsigned long long)k->n_pos);
@@ -130,7 +140,8 @@ static double log_sum_exp(const float *logits, int n_vocab) {
     for (int i = 1; i < n_vocab; i++)
         if (logits[i] > mx) mx = logits[i];
     double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    for (int i = 0; i < n_vocab; i++)
+        sum += exp((double)logits[i] - mx);
     return mx + log(sum);
 }
 
@@ -169,7 +180,8 @@ static int compare_position(kld_run *k, const float *logits, int n_vocab, double
         if (isinf(lp) && lp < 0) continue; /* fewer tokens than the top k */
         if (id >= (uint32_t)n_vocab || !(lp <= 0))
             return cli_fail("perplexity: %s is damaged at position %llu (token %u, log-probability "
-                            "%g)", k->path, (unsigned long long)k->pos, id, lp);
+                            "%g)",
+                            k->path, (unsigned long long)k->pos, id, lp);
         double lq = (double)logits[id] - lse;
         q_mass += exp(lq);
         kl += exp(lp) * (lp - lq);
@@ -198,7 +210,9 @@ int kld_position(kld_run *k, const float *logits, int n_vocab, int32_t target) {
 }
 
 /* x, with a rounding error's -0.000000 printed as 0 */
-static double tidy(double x) { return fabs(x) < 5e-7 ? 0.0 : x; }
+static double tidy(double x) {
+    return fabs(x) < 5e-7 ? 0.0 : x;
+}
 
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -208,16 +222,18 @@ static int by_value(const void *a, const void *b) {
 int kld_finish(kld_run *k) {
     int rc = 0;
     if (k->writing) {
-        if (fclose(k->f) != 0) rc = cli_fail("perplexity: cannot write %s: %s", k->path,
-                                             strerror(errno));
+        if (fclose(k->f) != 0)
+            rc = cli_fail("perplexity: cannot write %s: %s", k->path, strerror(errno));
         k->f = NULL;
-        if (!rc) printf("kl-divergence base: %llu positions (top %d tokens each) written to %s\n",
-                        (unsigned long long)k->pos, KLD_TOP_K, k->path);
+        if (!rc)
+            printf("kl-divergence base: %llu positions (top %d tokens each) written to %s\n",
+                   (unsigned long long)k->pos, KLD_TOP_K, k->path);
         return rc;
     }
     uint64_t n = k->pos;
     double sum = 0, sum2 = 0;
-    for (uint64_t i = 0; i < n; i++) sum += k->kld[i], sum2 += k->kld[i] * k->kld[i];
+    for (uint64_t i = 0; i < n; i++)
+        sum += k->kld[i], sum2 += k->kld[i] * k->kld[i];
     double mean = n ? sum / n : 0, var = n > 1 ? (sum2 - n * mean * mean) / (n - 1) : 0;
     qsort(k->kld, n, sizeof *k->kld, by_value);
     double ppl_base = exp(k->sum_nll_base / (n ? n : 1)), ppl = exp(k->sum_nll / (n ? n : 1));

@@ -27,12 +27,12 @@
 enum { KLD_TOP_K = 64 };
 
 typedef struct kld_run {
-    FILE *f;            /* the reference file, written or read            */
+    FILE *f; /* the reference file, written or read            */
     const char *path;
     bool writing;
     uint64_t n_pos, pos; /* positions in the file; the next one           */
     /* the comparison's sums */
-    double *kld;        /* [n_pos] each position's divergence              */
+    double *kld; /* [n_pos] each position's divergence              */
     double sum_nll_base, sum_nll;
     uint64_t same_top;
 } kld_run;

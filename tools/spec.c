@@ -7,10 +7,6 @@
 
 enum { CATCH_UP_CHUNK = 256 }; /* positions per evaluation when the draft catches up */
 
-/* Drafts start short and grow with success: a text that never repeats then costs one
- * refused token, not a refused draft of --draft-max. */
-enum { FIRST_LEN = 2 };
-
 void spec_init(spec_state *s, int draft_max) {
     *s = (spec_state){.kind = SPEC_NGRAM, .draft_max = draft_max};
     spec_restart(s);
@@ -50,42 +46,19 @@ bool spec_same_vocab(const al_model *m, const al_model *draft, char *why, size_t
     al_model_get_info(draft, &mb);
     int na = a ? al_vocab_n_tokens(a) : 0, nb = b ? al_vocab_n_tokens(b) : 0;
     if (!a || !b || na != nb || ma.n_vocab != mb.n_vocab) {
-        snprintf(why, cap, "it has %d tokens (%d logits), the model %d (%d)", nb, mb.n_vocab,
-                 na, ma.n_vocab);
+        snprintf(why, cap, "it has %d tokens (%d logits), the model %d (%d)", nb, mb.n_vocab, na,
+                 ma.n_vocab);
         return false;
     }
     for (int i = 0; i < na; i++) {
         const char *x = al_vocab_text(a, i), *y = al_vocab_text(b, i);
         if (x != y && (!x || !y || strcmp(x, y))) {
-            snprintf(why, cap, "token %d is '%.40s' there and '%.40s' in the model", i,
-                     y ? y : "", x ? x : "");
+            snprintf(why, cap, "token %d is '%.40s' there and '%.40s' in the model", i, y ? y : "",
+                     x ? x : "");
             return false;
         }
     }
     return true;
-}
-
-/* The start of the latest occurrence of the last n tokens that ends before the last
- * token (so it has a continuation), or -1. A backwards scan: the history is at most a
- * context long, which costs microseconds against a model's evaluation. */
-static int latest_match(const int32_t *hist, int n_hist, int n) {
-    const int32_t *key = hist + n_hist - n;
-    for (int i = n_hist - n - 1; i >= 0; i--)
-        if (hist[i + n - 1] == key[n - 1] && !memcmp(hist + i, key, (size_t)n * sizeof *key))
-            return i;
-    return -1;
-}
-
-static int ngram_draft(const int32_t *hist, int n, int max, int32_t *out) {
-    for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
-        if (n <= g) continue;
-        int at = latest_match(hist, n, g);
-        if (at < 0) continue;
-        int from = at + g, k = n - from < max ? n - from : max;
-        memcpy(out, hist + from, (size_t)k * sizeof *out);
-        return k;
-    }
-    return 0;
 }
 
 static int32_t argmax(const float *x, int n) {
@@ -112,7 +85,8 @@ static bool draft_eval(spec_state *s, const int32_t *toks, int n) {
  * rest of hist evaluated, then max tokens drawn one at a time. */
 static int model_draft(spec_state *s, const int32_t *hist, int n, int max, int32_t *out) {
     int keep = 0;
-    while (keep < s->n_held && keep < n - 1 && s->held[keep] == hist[keep]) keep++;
+    while (keep < s->n_held && keep < n - 1 && s->held[keep] == hist[keep])
+        keep++;
     if (keep < s->n_held) {
         if (al_context_truncate(s->dc, keep) != AL_OK) al_context_reset(s->dc);
         s->n_held = al_context_n_past(s->dc);
@@ -129,8 +103,7 @@ static int model_draft(spec_state *s, const int32_t *hist, int n, int max, int32
 }
 
 void spec_restart(spec_state *s) {
-    s->cur = s->draft_max < FIRST_LEN ? s->draft_max : FIRST_LEN;
-    s->pause = s->skip = 0;
+    al_draft_len_init(&s->len, s->draft_max);
     if (s->dc) al_context_reset(s->dc);
     s->n_held = 0;
 }
@@ -141,13 +114,8 @@ al_status spec_sync(spec_state *s, const int32_t *hist, int n) {
 }
 
 int spec_draft(spec_state *s, const int32_t *hist, int n, int max, int32_t *out) {
-    if (max > s->cur) max = s->cur;
-    if (s->skip > 0) {
-        s->skip--;
-        return 0;
-    }
-    if (max <= 0) return 0;
-    return s->kind == SPEC_NGRAM ? ngram_draft(hist, n, max, out)
+    if ((max = al_draft_len_next(&s->len, max)) == 0) return 0;
+    return s->kind == SPEC_NGRAM ? al_draft_ngram(hist, n, max, out)
                                  : model_draft(s, hist, n, max, out);
 }
 
@@ -155,13 +123,5 @@ void spec_result(spec_state *s, int n_drafted, int n_accepted) {
     s->n_drafts++;
     s->n_drafted += n_drafted;
     s->n_accepted += n_accepted;
-    if (n_accepted > 0) s->pause = 0;
-    if (n_accepted == n_drafted && s->cur < s->draft_max)
-        s->cur = s->cur * 2 < s->draft_max ? s->cur * 2 : s->draft_max;
-    else if (n_accepted == 0 && s->cur > 1)
-        s->cur /= 2;
-    else if (n_accepted == 0) { /* one token, refused: pause, longer each time */
-        s->pause = s->pause ? (s->pause * 2 < SPEC_PAUSE_MAX ? s->pause * 2 : SPEC_PAUSE_MAX) : 1;
-        s->skip = s->pause;
-    }
+    al_draft_len_result(&s->len, n_drafted, n_accepted);
 }

@@ -4,20 +4,18 @@
  * its tokens (gen.c), keeps the prefix it agrees with and one token of its own, so a
  * good guess yields several tokens for one read of the weights, and a wrong one costs
  * the extra positions of that evaluation. Two ways to guess:
- *   - ngram, without a second model: the last n tokens (4, else 3, else 2) are looked
- *     up in the earlier text (prompt and output), and the tokens that followed their
- *     latest earlier occurrence are the draft: text that repeats what came before (code
- *     being edited, a document quoted, a list continued) is guessed well;
+ *   - ngram, without a second model (al_draft_ngram): the last 4 tokens (else 3) are
+ *     looked up in the earlier text (prompt and output), and the tokens that followed
+ *     their latest earlier occurrence are the draft: text that repeats what came before
+ *     (code being edited, a document quoted, a list continued) is guessed well;
  *   - a draft model: a small model of the same vocabulary continues the text greedily,
  *     on a context of its own that follows the text the model keeps (cut back to the
  *     tokens they share before each draft, the rest evaluated as one batch).
  * Either draft proposes its tokens with certainty, and gen.c's check draws each token
  * from the model's own distribution, keeping the draft's where the draw agrees: that is
  * the rejection rule for such a draft, so the text is the one decoding gives without
- * drafts, greedy or sampled with a seed. The draft's length adapts: it starts at 2,
- * doubles (up to --draft-max) after a draft taken whole, halves after one refused at its first
- * token; once it is down to one token refused, drafting pauses for 1, 2, 4, ... up to
- * SPEC_PAUSE_MAX steps, so text the guess gets wrong costs little.
+ * drafts, greedy or sampled with a seed. The draft's length adapts (al_draft_len), so
+ * text the guess gets wrong costs little.
  */
 #ifndef AL_SPEC_H
 #define AL_SPEC_H
@@ -26,23 +24,22 @@
 
 #include "anyllm.h"
 
-enum { SPEC_NGRAM_MAX = 4, SPEC_NGRAM_MIN = 3, SPEC_DRAFT_LIMIT = 64, SPEC_PAUSE_MAX = 32 };
+enum { SPEC_DRAFT_LIMIT = 64 };
 
 typedef enum spec_kind { SPEC_NGRAM, SPEC_DRAFT } spec_kind;
 
 typedef struct spec_state {
     spec_kind kind;
-    int draft_max;   /* --draft-max: the longest draft                       */
-    int cur;         /* the length drafts have now (adapted)                 */
-    int pause, skip; /* after drafts of one token refused: steps without one */
+    int draft_max;    /* --draft-max: the longest draft                       */
+    al_draft_len len; /* the length drafts have now (adapted: anyllm.h)      */
     /* SPEC_DRAFT: the draft model's context and the tokens it holds */
     al_context *dc;
     al_model *draft_model; /* the caller's (gen.c loads and frees it)       */
-    int32_t *held;   /* [n_ctx] the tokens in dc's cache, in order           */
+    int32_t *held;         /* [n_ctx] the tokens in dc's cache, in order           */
     int n_held;
-    float *logits;   /* [n_vocab] */
+    float *logits; /* [n_vocab] */
     int n_vocab;
-    al_status err;   /* why the last draft failed (spec_draft returned -1)   */
+    al_status err; /* why the last draft failed (spec_draft returned -1)   */
     /* what it did, for the summary line */
     long n_drafts, n_drafted, n_accepted;
 } spec_state;

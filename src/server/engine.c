@@ -26,6 +26,7 @@ typedef struct slot {
     bool on_decode;   /* the sequence is in dctx (handed over after its prompt) */
     int32_t *cached; /* [n_ctx] the tokens the KV cache holds, for prefix reuse */
     int n_cached;
+    al_draft_len dl; /* the length of this sequence's next n-gram draft */
     srv_job *job;    /* NULL when free */
     bool decoding;   /* the prompt is in; job->next_token waits for the decode step */
 } slot;
@@ -43,6 +44,8 @@ struct srv_engine {
     slot *slots;
     int n_slots;
     float *logits;           /* [n_slots][n_vocab] */
+    int draft_max;           /* n-gram drafts of at most this many tokens; 0: none */
+    float *spec_logits;      /* [draft_max + 1][n_vocab] a draft's check */
     al_context **batch_ctx;  /* [n_slots] the decode step's sequences */
     int32_t *batch_tok;      /* [n_slots] */
     int *batch_slot;         /* [n_slots] */
@@ -476,6 +479,7 @@ static void admit_locked(srv_engine *e) {
         s->n_cached = best_keep;
         s->job = j;
         s->decoding = false;
+        al_draft_len_init(&s->dl, e->draft_max);
         j->n_prefilled = best_keep;
         j->n_reused = best_keep;
         j->admitted = ++e->n_admitted;
@@ -524,12 +528,63 @@ static void prefill_one(srv_engine *e) {
     sample_next(e, s, e->logits);
 }
 
-/* One token for every generating slot, as one batch. */
+/* Cuts the positions of a draft the model refused from the slot's cache, so that it
+ * holds its cached tokens again; a recurrent state goes back to the checkpoint made
+ * before the draft and evaluates the kept tokens again. */
+static void spec_rollback(srv_engine *e, slot *s) {
+    al_context *c = seq_ctx(s);
+    if (al_context_n_past(c) <= s->n_cached) return;
+    al_status st = al_context_truncate(c, s->n_cached);
+    int have = al_context_n_past(c);
+    if (st == AL_OK && have < s->n_cached)
+        st = al_eval(c, s->cached + have, s->n_cached - have, NULL, false);
+    if (st != AL_OK && s->job) slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+    else if (st != AL_OK) s->n_cached = al_context_n_past(c); /* the cache says what it holds */
+}
+
+/* An n-gram draft after the slot's pending token, checked in one evaluation of its own
+ * (engine.h): the job's sampler draws from each position in turn and the draft's token
+ * is taken while it draws it. false when there is no draft: the slot joins the batch. */
+static bool spec_step(srv_engine *e, slot *s) {
+    srv_job *j = s->job;
+    int base = s->n_cached, limit = e->n_ctx - base - 3;
+    if (j->max_tokens - j->n_generated - 1 < limit) limit = j->max_tokens - j->n_generated - 1;
+    int32_t seq[1 + SRV_DRAFT_MAX];
+    int k = al_draft_len_next(&s->dl, limit);
+    s->cached[base] = seq[0] = j->next_token; /* the history the draft reads ends with it */
+    if (k > 0) k = al_draft_ngram(s->cached, base + 1, k, seq + 1);
+    if (k <= 0 || al_context_checkpoint(seq_ctx(s)) != AL_OK) return false;
+    double t0 = al_time_s();
+    al_status st = al_eval(seq_ctx(s), seq, k + 1, e->spec_logits, true);
+    double dt = al_time_s() - t0;
+    if (st != AL_OK) {
+        slot_end(e, s, SRV_FINISH_ERROR, al_last_error());
+        return true;
+    }
+    s->n_cached++;
+    s->decoding = false;
+    int i = 0;
+    for (;;) {
+        sample_next(e, s, e->spec_logits + (size_t)i * e->n_vocab);
+        if (!s->job || i == k || j->next_token != seq[1 + i]) break;
+        s->cached[s->n_cached++] = seq[++i]; /* taken, and already evaluated */
+        s->decoding = false;
+    }
+    al_draft_len_result(&s->dl, k, i);
+    srv_metrics_spec(e->metrics, k, i);
+    srv_metrics_decode(e->metrics, 1, dt);
+    spec_rollback(e, s);
+    return true;
+}
+
+/* One token for every generating slot, as one batch; a slot with a draft is checked on
+ * its own. */
 static void decode_step(srv_engine *e) {
     int n = 0;
     for (int i = 0; i < e->n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->job || !s->decoding) continue;
+        if (e->draft_max > 0 && spec_step(e, s)) continue;
         e->batch_ctx[n] = seq_ctx(s);
         e->batch_tok[n] = s->job->next_token;
         e->batch_slot[n++] = i;
@@ -614,8 +669,8 @@ static void slot_free(slot *s) {
 }
 
 al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
-                            const al_context_params *cp, int max_queued, srv_metrics *metrics,
-                            srv_engine **out) {
+                            const al_context_params *cp, int max_queued, int draft_max,
+                            srv_metrics *metrics, srv_engine **out) {
     *out = NULL;
     const int n_ctx = cp->n_ctx;
     const al_vocab *v = al_model_vocab(m);
@@ -636,11 +691,15 @@ al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
     e->max_queued = max_queued;
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
     e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
+    e->draft_max = draft_max < SRV_DRAFT_MAX ? draft_max : SRV_DRAFT_MAX;
+    if (e->draft_max > 0)
+        e->spec_logits = malloc((size_t)(e->draft_max + 1) * (size_t)e->n_vocab * sizeof(float));
     e->batch_ctx = calloc((size_t)n_slots, sizeof *e->batch_ctx);
     e->batch_tok = calloc((size_t)n_slots, sizeof *e->batch_tok);
     e->batch_slot = calloc((size_t)n_slots, sizeof *e->batch_slot);
     al_status st = AL_OK;
-    if (!e->slots || !e->logits || !e->batch_ctx || !e->batch_tok || !e->batch_slot)
+    if (!e->slots || !e->logits || !e->batch_ctx || !e->batch_tok || !e->batch_slot ||
+        (e->draft_max > 0 && !e->spec_logits))
         st = al_error(AL_ERR_NOMEM, "out of memory creating the engine");
     al_model_info pi, di;
     al_model_get_info(m, &pi);
@@ -680,6 +739,7 @@ void srv_engine_destroy(srv_engine *e) {
     for (int i = 0; e->slots && i < e->n_slots; i++) slot_free(&e->slots[i]);
     free(e->slots);
     free(e->logits);
+    free(e->spec_logits);
     free(e->batch_ctx);
     free(e->batch_tok);
     free(e->batch_slot);

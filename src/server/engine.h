@@ -27,6 +27,14 @@
  * format their text is written into the reply.
  * A job with a grammar (response_format) samples only tokens the grammar allows and
  * ends as soon as the grammar allows nothing more.
+ * With n-gram drafts (serve --spec ngram), step 4 first looks for a draft of each
+ * generating slot (al_draft_ngram over the tokens its cache holds and its pending one,
+ * at the length al_draft_len gives): a slot with one evaluates its pending token and
+ * the draft as one batch of its own, the job's sampler draws from each position in
+ * turn, the draft's tokens it draws are taken (they are in the cache already) and the
+ * first other draw is the next pending token; the refused positions are cut from the
+ * cache. The text is the one decoding without drafts gives; slots without a draft go
+ * into the shared batch as before.
  *
  * Jobs are reference counted: the submitter holds one reference, the engine another
  * while the job is queued or running. Functions here are thread-safe unless marked.
@@ -40,7 +48,7 @@
 #include "server/metrics.h"
 #include "server/server.h"
 
-enum { SRV_MAX_STOP = 4 };
+enum { SRV_MAX_STOP = 4, SRV_DRAFT_MAX = 64 };
 
 /* The error of the jobs ended by srv_engine_stop (HTTP answers 503 for them). */
 #define SRV_SHUTDOWN_MESSAGE "the server is shutting down"
@@ -109,13 +117,14 @@ typedef struct srv_engine srv_engine;
 
 /* Creates n_slots contexts with cp's parameters (n_ctx positions each; n_checkpoints of
  * a recurrent state; kv_shared_with is ignored) and starts the thread. At most
- * max_queued jobs wait for a slot; more are refused. With a decode model dm (the same
+ * max_queued jobs wait for a slot; more are refused. draft_max > 0 turns n-gram drafts
+ * on, of at most that many tokens (up to SRV_DRAFT_MAX). With a decode model dm (the same
  * file on another backend; NULL: none) each slot has a second context on dm, made on
  * the KV memory of the first where both backends see it (kv_shared_with): prompts run
  * on m, and the sequence is handed to dm's context to generate. */
 al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
-                            const al_context_params *cp, int max_queued, srv_metrics *metrics,
-                            srv_engine **out);
+                            const al_context_params *cp, int max_queued, int draft_max,
+                            srv_metrics *metrics, srv_engine **out);
 /* Ends every job (SRV_FINISH_ERROR, which wakes their readers), refuses new ones and
  * joins the thread. The engine's lock stays usable, so readers can still poll and
  * release their jobs; call this before stopping the threads that hold jobs. */

@@ -91,6 +91,14 @@ void srv_metrics_handoff(srv_metrics *m, uint64_t n_bytes, double seconds) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void srv_metrics_spec(srv_metrics *m, int n_drafted, int n_accepted) {
+    pthread_mutex_lock(&m->lock);
+    m->drafts++;
+    m->drafted += (uint64_t)n_drafted;
+    m->accepted += (uint64_t)n_accepted;
+    pthread_mutex_unlock(&m->lock);
+}
+
 static void header(srv_buf *out, const char *name, const char *type, const char *help) {
     srv_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -113,6 +121,15 @@ static void render_phases(const srv_metrics *m, srv_buf *out) {
                    (unsigned long long)m->handoff_bytes);
     header(out, "anyllm_kv_handoff_seconds_total", "counter", "Time spent in those hand-offs.");
     srv_buf_printf(out, "anyllm_kv_handoff_seconds_total %.6f\n", m->handoff_seconds);
+    static const char *const spec[3][2] = {
+        {"anyllm_spec_drafts_total", "N-gram drafts checked (serve --spec ngram)."},
+        {"anyllm_spec_draft_tokens_total", "Tokens those drafts proposed."},
+        {"anyllm_spec_accepted_tokens_total", "Drafted tokens the model took."}};
+    const uint64_t v[3] = {m->drafts, m->drafted, m->accepted};
+    for (int i = 0; i < 3; i++) {
+        header(out, spec[i][0], "counter", spec[i][1]);
+        srv_buf_printf(out, "%s %llu\n", spec[i][0], (unsigned long long)v[i]);
+    }
 }
 
 /* One sample without labels, with its HELP and TYPE lines. */

@@ -59,6 +59,7 @@ typedef struct srv_metrics {
     uint64_t cancelled;          /* sequences ended because the client went away  */
     char prefill_backend[96], decode_backend[96]; /* al_model_info.backend of each phase */
     uint64_t handoffs, handoff_bytes; /* KV hand-offs between them, bytes they copied  */
+    uint64_t drafts, drafted, accepted; /* n-gram drafts checked, their tokens, taken */
     double handoff_seconds;
 } srv_metrics;
 
@@ -73,6 +74,8 @@ void srv_metrics_cancelled(srv_metrics *m);
 /* The backends of the two phases (the same one twice without a split). */
 void srv_metrics_backends(srv_metrics *m, const char *prefill, const char *decode);
 void srv_metrics_handoff(srv_metrics *m, uint64_t n_bytes, double seconds);
+/* A draft of n_drafted tokens checked, n_accepted of them taken. */
+void srv_metrics_spec(srv_metrics *m, int n_drafted, int n_accepted);
 
 /* Whether the server takes requests: while the model loads, and while it drains after
  * SIGTERM, /health answers 503 and completions get 503 with Retry-After. */

@@ -90,7 +90,8 @@ static al_status start_engine(srv_models *ms, srv_model *e, const al_model *m, c
     cp.n_ctx = n_ctx;
     cp.n_checkpoints = p->n_checkpoints;
     srv_engine *engine;
-    al_status st = srv_engine_create(m, dm, p->n_parallel, &cp, p->n_queue, ms->metrics, &engine);
+    al_status st = srv_engine_create(m, dm, p->n_parallel, &cp, p->n_queue, p->draft_max,
+                                     ms->metrics, &engine);
     if (st != AL_OK) return st;
     e->m = m;
     e->dm = dm;

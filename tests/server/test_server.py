@@ -659,6 +659,44 @@ def harmony_tools(base):
           f"harmony refuses tool_choice required: {rr.status_code} {rr.text[:160]}")
 
 
+def test_spec():
+    """serve --spec ngram: n-gram drafts checked per sequence give the text the main server
+    (no drafts) gives, greedy and seeded, whole and streamed, four at once on two
+    sequences (drafting slots beside batched ones), and /metrics counts the drafts."""
+    with open("tests/data/spec-code-edit.txt") as f:
+        user = f.read().split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+    bodies = [chat_body(user, max_tokens=96, temperature=0),
+              chat_body(user, max_tokens=64, temperature=0.8, seed=5),
+              chat_body("Count from 1 to 30, separated by commas.", max_tokens=80, temperature=0)]
+    want = []
+    for b in bodies:
+        r = post(CHAT, b)
+        want.append(r.json()["choices"][0]["message"]["content"] if r.status_code == 200 else None)
+    p, base = start_server("--spec", "ngram", "--parallel", "2")
+    try:
+        got = [post(CHAT, b, base=base).json()["choices"][0]["message"]["content"] for b in bodies]
+        check(got == want and all(want), f"spec: the same replies with n-gram drafts "
+              f"({[len(g or '') for g in got]} bytes)")
+        res = sse_request(CHAT, dict(bodies[0], stream=True), base=base)
+        streamed = "".join(c["delta"].get("content") or "" for e in res["events"]
+                           for c in e.get("choices", []))
+        check(res["done"] and streamed == want[0], "spec: the same reply streamed")
+        with cf.ThreadPoolExecutor(4) as ex:
+            many = list(ex.map(lambda b: post(CHAT, b, base=base).json()["choices"][0]["message"]["content"],
+                               [bodies[0], bodies[2], bodies[0], bodies[2]]))
+        check(many == [want[0], want[2], want[0], want[2]], "spec: four requests at once on two "
+              "sequences, each the reply it gets alone")
+        m = requests.get(base + "/metrics", timeout=10).text
+        drafted = int(re.search(r"^anyllm_spec_draft_tokens_total (\d+)", m, re.M).group(1))
+        taken = int(re.search(r"^anyllm_spec_accepted_tokens_total (\d+)", m, re.M).group(1))
+        check(drafted > 0 and 0 < taken <= drafted, f"spec: /metrics counts {drafted} drafted "
+              f"tokens, {taken} taken")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    check(p.returncode == 0, f"the --spec server stops cleanly (exit {p.returncode})")
+
+
 # ---- 4b. what a browser or a careless client may send (the main server) ---------------
 
 def raw_http(data, shut_wr=False, timeout=60, port=None, source=None):
@@ -1772,7 +1810,7 @@ def main():
              ("habits", test_client_habits), ("slowloris", test_slowloris), ("startup", test_startup),
              ("loading", test_loading), ("drain", test_drain), ("graceful", test_graceful_drain),
              ("load", test_load), ("disconnect", test_disconnects),
-             ("page", test_chat_page), ("models", test_models)]
+             ("page", test_chat_page), ("models", test_models), ("spec", test_spec)]
     only = set(filter(None, ARGS.only.split(",")))
     skipped = 0
     for name, fn in parts:
