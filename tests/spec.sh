@@ -26,16 +26,16 @@ same() {
 }
 
 if [ -f "$M" ]; then
-    same "SmolLM2 greedy" -m "$M" -f $P --special -n 160 --temp 0 -t 2
+    same "SmolLM2 greedy" -m "$M" -f $P --special -n 128 --temp 0 -t 2
     acc=$(echo "$drafted" | cut -d' ' -f3)
     if [ -n "$acc" ] && awk "BEGIN{exit !($acc >= 30)}"; then ok "the code-editing prompt's drafts are taken ($acc%)"
     else bad "the code-editing prompt's drafts: '$drafted'"; fi
     for s in 1 2 3; do
-        same "SmolLM2 sampled, seed $s" -m "$M" -f $P --special -n 96 --temp 0.8 -s $s -t 2
+        same "SmolLM2 sampled, seed $s" -m "$M" -f $P --special -n 64 --temp 0.8 -s $s -t 2
     done
-    same "SmolLM2 --precise greedy" -m "$M" -f $P --special -n 96 --temp 0 -t 2 --precise
+    same "SmolLM2 --precise greedy" -m "$M" -f $P --special -n 64 --temp 0 -t 2 --precise
     if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
-        same "SmolLM2 on Vulkan, greedy" -m "$M" -f $P --special -n 64 --temp 0 --backend vulkan
+        same "SmolLM2 on Vulkan, greedy" -m "$M" -f $P --special -n 40 --temp 0 --backend vulkan
     else
         echo "skip: no Vulkan device: --spec on Vulkan not checked"
     fi
@@ -102,7 +102,7 @@ else
     bad "gen-model qwen35: $(cat "$tmp/out")"
 fi
 if [ -f "$G" ]; then
-    same "Gemma 3 270M (sliding window) greedy" -m "$G" -f $P -n 64 --temp 0 -t 2
+    same "Gemma 3 270M (sliding window) greedy" -m "$G" -f $P -n 48 --temp 0 -t 2
 else
     echo "skip: $G not found: the sliding-window check"
 fi

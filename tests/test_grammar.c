@@ -293,7 +293,7 @@ static void test_sampler(void) {
 
 /* Drawn under a grammar, tokens follow the model's distribution renormalized over the
  * allowed ones: both when redraws find them (much mass allowed) and when the mask does
- * (almost none allowed). Chi-square over 4000 draws, 2 degrees of freedom. */
+ * (almost none allowed). Chi-square over 2000 and 1000 draws, 2 degrees of freedom. */
 static void test_distribution(void) {
     al_vocab *v = g_gpt2;
     int nv = al_vocab_n_tokens(v);
@@ -314,7 +314,9 @@ static void test_distribution(void) {
               al_grammar_create(v, "root ::= [abc]", &g) == AL_OK);
         if (!s || !g) break;
         al_sampler_set_grammar(s, g);
-        int count[3] = {0}, n = 4000, other = 0;
+        /* the mask's path costs a walk of the vocabulary per draw: fewer draws there,
+         * still far more than the test needs to tell the distribution apart */
+        int count[3] = {0}, n = mode ? 1000 : 2000, other = 0;
         for (int i = 0; i < n; i++) {
             int32_t t = al_sampler_sample(s, logits);
             int k = t == ids[0] ? 0 : t == ids[1] ? 1 : t == ids[2] ? 2 : -1;
