@@ -563,6 +563,19 @@ static json_t *usage(const srv_job_state *st) {
                      "prompt_tokens_details", "cached_tokens", st->n_reused);
 }
 
+/* llama.cpp's "timings" of a finished job: its clients (and users comparing servers)
+ * read prompt and decode speed, and a speculative decoder's acceptance, from it. */
+static json_t *timings(const srv_job_state *st) {
+    const srv_timings *t = &st->timings;
+    int n_new = st->n_prompt - st->n_reused, n_dec = st->n_gen > 1 ? st->n_gen - 1 : 0;
+    return json_pack("{s:i, s:f, s:f, s:i, s:f, s:f, s:i, s:i}", "prompt_n", n_new, "prompt_ms",
+                     1000 * t->prompt_s, "prompt_per_second",
+                     t->prompt_s > 0 ? n_new / t->prompt_s : 0.0, "predicted_n", st->n_gen,
+                     "predicted_ms", 1000 * t->decode_s, "predicted_per_second",
+                     t->decode_s > 0 ? n_dec / t->decode_s : 0.0, "draft_n", t->n_drafted,
+                     "draft_n_accepted", t->n_accepted);
+}
+
 /* {"id", "object", "created", "model", "choices": [choice]}, taking choice over. */
 static json_t *envelope(const srv_resp *r, const char *object, json_t *choice) {
     json_t *choices = choice ? json_pack("[o]", choice) : json_array();
@@ -615,6 +628,7 @@ bool srv_api_final(const srv_resp *r, const char *text, size_t len, const char *
     }
     json_t *o = envelope(r, object, c);
     if (o) json_object_set_new(o, "usage", usage(st));
+    if (o) json_object_set_new(o, "timings", timings(st));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     bool ok = s && srv_buf_str(out, s);
@@ -672,6 +686,7 @@ bool srv_api_chunk_end(srv_resp *r, const srv_job_state *st, srv_buf *out) {
         json_t *o = envelope(r, chunk_object(r), choice(r, true, NULL, 0, NULL, 0, false, why));
         /* usage rides on the last chunk unless the client asked for OpenAI's own chunk */
         if (o && !r->include_usage) json_object_set_new(o, "usage", usage(st));
+        if (o) json_object_set_new(o, "timings", timings(st));
         ok = emit_event(o, out);
         if (ok && r->include_usage) {
             o = envelope(r, chunk_object(r), NULL);

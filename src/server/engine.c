@@ -108,6 +108,9 @@ void srv_job_release(srv_engine *e, srv_job *j) {
 /* Ends a job (lock held): publishes the reason and wakes its readers. The caller then
  * drops the engine's reference. */
 static void job_end_locked(srv_job *j, srv_finish why, const char *error) {
+    j->timings = (srv_timings){.prompt_s = j->t_prefill,
+                               .decode_s = j->n_generated ? al_time_s() - j->t_first : 0,
+                               .n_drafted = j->n_drafted, .n_accepted = j->n_accepted};
     j->finish = why;
     j->n_gen = j->n_generated;
     if (error) snprintf(j->error, sizeof j->error, "%s", error);
@@ -188,7 +191,8 @@ bool srv_job_poll(srv_engine *e, srv_job *j, size_t from, size_t r_from, int ms,
         srv_buf_add(r_out, j->reasoning.s + r_from, j->reasoning.len - r_from);
     *st = (srv_job_state){.text_len = j->text.len, .reasoning_len = j->reasoning.len,
                           .finish = j->finish, .stop_hit = j->stop_hit, .n_prompt = j->n_prompt,
-                          .n_gen = j->n_gen, .n_reused = j->n_reused};
+                          .n_gen = j->n_gen, .n_reused = j->n_reused,
+                          .timings = j->timings};
     memcpy(st->error, j->error, sizeof st->error);
     bool news = j->text.len > from || j->reasoning.len > r_from || j->finish != SRV_FINISH_NONE;
     pthread_mutex_unlock(&e->lock);
@@ -408,7 +412,10 @@ static void slot_end(srv_engine *e, slot *s, srv_finish why, const char *error) 
 static void sample_next(srv_engine *e, slot *s, const float *logits) {
     srv_job *j = s->job;
     int32_t tok = al_sampler_sample(j->sampler, logits);
-    if (j->n_generated == 0) srv_metrics_ttft(e->metrics, al_time_s() - j->t_arrival);
+    if (j->n_generated == 0) {
+        j->t_first = al_time_s();
+        srv_metrics_ttft(e->metrics, j->t_first - j->t_arrival);
+    }
     if (tok < 0) { /* a grammar that allows no token; the sampler has no other failure */
         slot_end(e, s, SRV_FINISH_ERROR, "the output's grammar allows no token here");
         return;
@@ -563,11 +570,13 @@ static bool spec_step(srv_engine *e, slot *s) {
     }
     s->n_cached++;
     s->decoding = false;
+    j->n_drafted += k; /* counted before sample_next may end the job and publish them */
     int i = 0;
     for (;;) {
         sample_next(e, s, e->spec_logits + (size_t)i * e->n_vocab);
         if (!s->job || i == k || j->next_token != seq[1 + i]) break;
         s->cached[s->n_cached++] = seq[++i]; /* taken, and already evaluated */
+        j->n_accepted++;
         s->decoding = false;
     }
     al_draft_len_result(&s->dl, k, i);

@@ -61,6 +61,13 @@ typedef enum srv_finish {
     SRV_FINISH_ERROR,     /* evaluation failed or the server is stopping    */
 } srv_finish;
 
+/* How a job's time went, as llama.cpp's server reports it ("timings"). */
+typedef struct srv_timings {
+    double prompt_s;        /* evaluating the prompt's new tokens                  */
+    double decode_s;        /* from the first token sampled to the end             */
+    int n_drafted, n_accepted; /* speculative decoding: tokens drafted, taken       */
+} srv_timings;
+
 typedef struct srv_job srv_job;
 struct srv_job {
     /* ---- set by the submitter before srv_engine_submit, read-only after; owned ---- */
@@ -86,6 +93,8 @@ struct srv_job {
     int n_prefilled;          /* prompt tokens in the KV cache so far               */
     int n_generated;
     double t_prefill;         /* seconds spent evaluating this prompt               */
+    double t_first;           /* al_time_s() when its first token was sampled       */
+    int n_drafted, n_accepted; /* draft tokens checked for it, and taken            */
     uint64_t admitted;        /* admission order: prefill goes first come first served */
 
     /* ---- shared: only under the engine's lock ---- */
@@ -99,6 +108,7 @@ struct srv_job {
     srv_finish finish;
     const char *stop_hit;     /* the stop string that ended the reply, or NULL      */
     char error[256];          /* why, for SRV_FINISH_ERROR                          */
+    srv_timings timings;      /* set when the job ends                              */
     bool cancel;
     int refs;
 };
@@ -111,6 +121,7 @@ typedef struct srv_job_state {
     const char *stop_hit; /* the stop string that ended it (the job's), or NULL */
     int n_prompt, n_gen, n_reused;
     char error[256];
+    srv_timings timings;  /* once it has ended */
 } srv_job_state;
 
 typedef struct srv_engine srv_engine;

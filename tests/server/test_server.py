@@ -686,6 +686,12 @@ def test_spec():
                                [bodies[0], bodies[2], bodies[0], bodies[2]]))
         check(many == [want[0], want[2], want[0], want[2]], "spec: four requests at once on two "
               "sequences, each the reply it gets alone")
+        t = post(CHAT, bodies[0], base=base).json()
+        tm, plain = t.get("timings", {}), post(CHAT, bodies[0]).json().get("timings", {})
+        check(tm.get("predicted_n") == t["usage"]["completion_tokens"] and tm.get("predicted_ms", 0) > 0
+              and 0 < tm.get("draft_n_accepted", -1) <= tm.get("draft_n", 0)
+              and plain.get("draft_n") == 0 and plain.get("predicted_per_second", 0) > 0,
+              f"spec: each reply's timings count its drafts: {tm}; without drafts: {plain}")
         m = requests.get(base + "/metrics", timeout=10).text
         drafted = int(re.search(r"^anyllm_spec_draft_tokens_total (\d+)", m, re.M).group(1))
         taken = int(re.search(r"^anyllm_spec_accepted_tokens_total (\d+)", m, re.M).group(1))
