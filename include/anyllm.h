@@ -538,6 +538,28 @@ typedef struct al_draft_len {
     int max, cur, pause, skip;
 } al_draft_len;
 
+/* A draft model: a small model of the target's vocabulary (al_vocab_same) continuing
+ * the text greedily on a context of its own, which follows the text the target keeps:
+ * before each draft its cache is cut back to the tokens it shares with hist (a
+ * recurrent state may go back further; what it keeps is read back) and the rest of
+ * hist is evaluated as one batch. Not thread-safe; one per sequence. */
+typedef struct al_drafter al_drafter;
+
+/* A drafter over model m with a context of n_ctx positions (the target's). */
+al_status al_drafter_create(const al_model *m, int n_ctx, al_drafter **out);
+void al_drafter_destroy(al_drafter *d); /* NULL is a no-op */
+/* At most max tokens continuing hist [n] greedily, into out: how many (0 when the
+ * context has no room), or -1 when an evaluation failed (al_last_error says why). */
+int al_drafter_draft(al_drafter *d, const int32_t *hist, int n, int max, int32_t *out);
+/* Evaluates hist [n] (a prompt) now, so that the first draft need not. */
+al_status al_drafter_sync(al_drafter *d, const int32_t *hist, int n);
+/* Empties the drafter's context (a new text). */
+void al_drafter_reset(al_drafter *d);
+
+/* Whether two vocabularies are one: as many tokens, each with the same text. false with
+ * the first difference described in why (cap bytes) otherwise. */
+bool al_vocab_same(const al_vocab *a, const al_vocab *b, char *why, size_t cap);
+
 void al_draft_len_init(al_draft_len *d, int max);
 /* The length to draft now, at most limit (0: no draft this step). */
 int al_draft_len_next(al_draft_len *d, int limit);

@@ -55,8 +55,12 @@ typedef struct srv_params {
     long long models_memory;   /* several models: their files' bytes loaded at most;
                                   0: as much as the system says is available          */
     int idle_unload_s;         /* several models: unload one idle this long; 0: never  */
-    int draft_max;             /* n-gram drafts (serve --spec ngram) of at most this many
-                                  tokens per sequence and step; 0: none               */
+    int draft_max;             /* drafts (serve --spec ngram, --model-draft) of at most
+                                  this many tokens per sequence and step; 0: none     */
+    const al_model *draft_model; /* with draft_max: a model of the model's vocabulary
+                                  that drafts (the model given to srv_start only), or
+                                  NULL: n-gram drafts; it must outlive the server;
+                                  srv_set_draft_model sets it after srv_create         */
 } srv_params;
 
 srv_params srv_default_params(void);
@@ -75,6 +79,10 @@ al_status srv_create(const srv_params *p, srv_server **out);
  * this one's, which generates. The models must outlive the server. On failure the
  * server stays loading; srv_destroy it. */
 al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_model, int n_ctx);
+
+/* Before srv_start: drafts made by dm (p->draft_model), loaded while the server already
+ * answers 503. */
+void srv_set_draft_model(srv_server *s, const al_model *dm);
 
 /* Several models instead: names a file the server answers for as `name` (a request's
  * "model"), loaded through p->loader on the first request for it and unloaded when

@@ -63,7 +63,7 @@ static void test_harmony_calls(void) {
     srv_metrics metrics;
     srv_metrics_init(&metrics);
     srv_engine *e = NULL;
-    CHECK(srv_engine_create(m, NULL, 1, &cp, 4, 0, &metrics, &e) == AL_OK);
+    CHECK(srv_engine_create(m, NULL, 1, &cp, 4, 0, NULL, &metrics, &e) == AL_OK);
     static const struct {
         const char *reply, *text, *reasoning;
     } cases[] = {

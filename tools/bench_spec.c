@@ -87,14 +87,7 @@ static int drafter(const spec_bench *b, const al_model *m, const al_model_params
     if (!spec_same_vocab(m, *dm, why, sizeof why))
         return cli_fail("bench: --model-draft %s: its vocabulary is not the model's: %s", b->draft,
                         why);
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = n_ctx;
-    al_context *dc = NULL;
-    if ((st = al_context_create(*dm, &cp, &dc)) != AL_OK ||
-        (st = spec_init_draft(sg, b->draft_max, dc, cli_n_vocab(*dm))) != AL_OK) {
-        al_context_destroy(dc);
-        return cli_fail_status(st);
-    }
+    if ((st = spec_init_draft(sg, b->draft_max, *dm, n_ctx)) != AL_OK) return cli_fail_status(st);
     return 0;
 }
 

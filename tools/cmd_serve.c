@@ -33,6 +33,7 @@
 #include "anyllm_server.h"
 
 enum { DRAIN_POLL_MS = 50 }; /* how often a drain looks whether it is done */
+#include "spec.h"
 #include "split.h"
 
 static void serve_usage(FILE *f) {
@@ -57,6 +58,7 @@ static void serve_usage(FILE *f) {
         "                     the latest earlier occurrence of its last tokens, checked in\n"
         "                     one evaluation (the same text as without; /metrics counts the\n"
         "                     drafts); --draft-max N tokens at most (default 8)\n"
+        "  --model-draft FILE drafts with a small model of the model's vocabulary instead\n"
         "  --host ADDR        address to bind (default 127.0.0.1: this machine only)\n"
         "  --port N           TCP port (default 8080; 0 picks a free one)\n"
         "  --parallel N       sequences decoded together (default 4)\n"
@@ -134,6 +136,7 @@ typedef struct serve_opts {
     int n_models;
     const char *models_dir;
     const char *spec;    /* --spec ngram */
+    const char *draft;   /* --model-draft FILE */
     int draft_max;       /* --draft-max */
     const char *prefill_backend, *decode_backend; /* split.h */
     int n_threads;
@@ -152,7 +155,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
                                        "--chat-template", "--backend", "--replica-id",
                                        "--prefill-backend", "--decode-backend", "--models-dir",
-                                       "--models-memory", "--spec"};
+                                       "--models-memory", "--spec", "--model-draft", "-md"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -216,6 +219,7 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--models-dir")) o->models_dir = val;
         else if (!strcmp(a, "--spec")) o->spec = val;
+        else if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) o->draft = val;
         else if (!strcmp(a, "--models-memory")) {
             if (!parse_size(val, &o->p.models_memory))
                 return cli_fail("serve: --models-memory %s: expected a size in bytes, with an "
@@ -245,12 +249,18 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     o->p.allowed_hosts = o->hosts;
     if (!o->model && !o->models_dir) return cli_fail("serve: -m FILE (or --models-dir DIR) is "
                                                      "required");
-    if (o->spec && strcmp(o->spec, "ngram") && strcmp(o->spec, "none"))
-        return cli_fail("serve: --spec %s: the server drafts with ngram (or none); a draft "
-                        "model is for run, chat and bench so far", o->spec);
-    if (o->draft_max && (!o->spec || strcmp(o->spec, "ngram")))
-        return cli_fail("serve: --draft-max needs --spec ngram");
-    if (o->spec && !strcmp(o->spec, "ngram")) o->p.draft_max = o->draft_max ? o->draft_max : 8;
+    const char *kind = o->spec ? o->spec : o->draft ? "draft" : "none";
+    if (strcmp(kind, "ngram") && strcmp(kind, "draft") && strcmp(kind, "none"))
+        return cli_fail("serve: --spec %s: the kinds are ngram, draft (with --model-draft FILE) "
+                        "and none", kind);
+    if (!strcmp(kind, "draft") != (o->draft != NULL))
+        return cli_fail("serve: --model-draft FILE %s", o->draft ? "drafts by itself: it does "
+                        "not go with --spec ngram" : "is what --spec draft drafts with");
+    if (o->draft && (o->models_dir || o->n_models > 1))
+        return cli_fail("serve: --model-draft goes with one model (-m FILE), not several");
+    if (o->draft_max && !strcmp(kind, "none"))
+        return cli_fail("serve: --draft-max needs --spec ngram or --model-draft FILE");
+    if (strcmp(kind, "none")) o->p.draft_max = o->draft_max ? o->draft_max : 8;
     if (!o->p.api_key && getenv("ANYLLM_API_KEY") && *getenv("ANYLLM_API_KEY"))
         o->p.api_key = getenv("ANYLLM_API_KEY");
     if (o->p.api_key && !*o->p.api_key) return cli_fail("serve: --api-key must not be empty");
@@ -265,6 +275,7 @@ typedef struct startup {
     pthread_t main_thread;
     cli_split sp;       /* the model per phase (split.h; no contexts: the engine's) */
     al_model *m;
+    al_model *draft;    /* --model-draft, or NULL */
     srv_server *s;
     al_model_info info;
     int rc;             /* 0: serving; else the exit status (message printed) */
@@ -342,6 +353,21 @@ static int start_many(startup *u) {
     return st == AL_OK ? 0 : cli_fail_status(st);
 }
 
+/* --model-draft: the draft model, on the model's backend, of its vocabulary. */
+static int load_draft(startup *u) {
+    serve_opts *o = u->o;
+    cli_opts d = {.command = "serve", .model = o->draft, .backend = o->backend,
+                  .n_threads = o->n_threads};
+    al_status st = cli_model_load(&d, &u->draft);
+    if (st != AL_OK) return cli_fail_status(st);
+    char why[160];
+    if (!spec_same_vocab(u->m, u->draft, why, sizeof why))
+        return cli_fail("serve: --model-draft %s: its vocabulary is not the model's: %s",
+                        o->draft, why);
+    srv_set_draft_model(u->s, u->draft);
+    return 0;
+}
+
 /* Binds the port, loads the model and starts the engine; the model's training context
  * caps --ctx-size: a larger one would only allocate a cache the model cannot use. */
 static int start(startup *u) {
@@ -367,6 +393,7 @@ static int start(startup *u) {
         return cli_fail("serve: --ctx-size %d is more than the model's training context (%d "
                         "positions); use at most %d", o->p.n_ctx, n_train, n_train);
     if (!o->ctx_set && n_train > 0 && n_train < o->p.n_ctx) o->p.n_ctx = n_train;
+    if (o->draft && (rc = load_draft(u))) return rc;
     if (o->p.n_parallel > o->p.n_ctx || o->p.n_parallel > 512)
         return cli_fail("serve: --parallel %d must not exceed the context size %d (nor 512)",
                         o->p.n_parallel, o->p.n_ctx);
@@ -441,6 +468,7 @@ int cmd_serve(int argc, char **argv) {
     if (u.rc) {
         srv_destroy(u.s);
         cli_split_destroy(&u.sp);
+        al_model_destroy(u.draft);
         return u.rc;
     }
     al_model_info di = u.info;
@@ -462,5 +490,6 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "anyllm serve: stopping\n");
     srv_destroy(u.s);
     cli_split_destroy(&u.sp);
+    al_model_destroy(u.draft);
     return 0;
 }

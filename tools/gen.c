@@ -270,7 +270,7 @@ static bool step(gen_run *g, int32_t tok, float **logits, int *cap_rows, int32_t
     double t1 = cli_now_s(); /* drafting is decoding time too (a draft model's steps) */
     if (g->gp->spec) k = spec_draft(g->gp->spec, g->hist, g->n_hist, max, seq + 1);
     g->gs->t_gen += cli_now_s() - t1;
-    if (k < 0) return *st = g->gp->spec->err, false;
+    if (k < 0) return *st = AL_ERR_IO, false; /* al_last_error() says why */
     if (k + 1 > *cap_rows) {
         float *p = realloc(*logits, (size_t)(k + 1) * (size_t)g->n_vocab * sizeof(float));
         if (!p) return *st = AL_ERR_NOMEM, false;
@@ -360,7 +360,6 @@ static int load_draft(const cli_opts *o, const al_model *m, int n_ctx, spec_stat
     cli_opts d = *o;
     d.model = o->model_draft;
     al_model *dm = NULL;
-    al_context *dc = NULL;
     al_status st = cli_model_load(&d, &dm);
     if (st != AL_OK) return cli_fail_status(st);
     char why[160];
@@ -368,14 +367,10 @@ static int load_draft(const cli_opts *o, const al_model *m, int n_ctx, spec_stat
     if (!spec_same_vocab(m, dm, why, sizeof why))
         rc = cli_fail("%s: --model-draft %s: its vocabulary is not the model's: %s", o->command,
                       o->model_draft, why);
-    al_context_params cp = al_context_default_params();
-    cp.n_ctx = n_ctx;
-    if (!rc && (st = al_context_create(dm, &cp, &dc)) != AL_OK) rc = cli_fail_status(st);
-    if (!rc && (st = spec_init_draft(s, o->draft_max ? o->draft_max : 8, dc,
-                                     cli_n_vocab(dm))) != AL_OK)
+    if (!rc && (st = spec_init_draft(s, o->draft_max ? o->draft_max : 8, dm, n_ctx)) != AL_OK)
         rc = cli_fail_status(st);
     if (rc) {
-        al_context_destroy(dc);
+        spec_free(s);
         al_model_destroy(dm);
         return rc;
     }

@@ -8,9 +8,8 @@
  *     looked up in the earlier text (prompt and output), and the tokens that followed
  *     their latest earlier occurrence are the draft: text that repeats what came before
  *     (code being edited, a document quoted, a list continued) is guessed well;
- *   - a draft model: a small model of the same vocabulary continues the text greedily,
- *     on a context of its own that follows the text the model keeps (cut back to the
- *     tokens they share before each draft, the rest evaluated as one batch).
+ *   - a draft model (al_drafter): a small model of the same vocabulary continues the
+ *     text greedily, on a context of its own that follows the text the model keeps.
  * Either draft proposes its tokens with certainty, and gen.c's check draws each token
  * from the model's own distribution, keeping the draft's where the draw agrees: that is
  * the rejection rule for such a draft, so the text is the one decoding gives without
@@ -30,16 +29,10 @@ typedef enum spec_kind { SPEC_NGRAM, SPEC_DRAFT } spec_kind;
 
 typedef struct spec_state {
     spec_kind kind;
-    int draft_max;    /* --draft-max: the longest draft                       */
-    al_draft_len len; /* the length drafts have now (adapted: anyllm.h)      */
-    /* SPEC_DRAFT: the draft model's context and the tokens it holds */
-    al_context *dc;
-    al_model *draft_model; /* the caller's (gen.c loads and frees it)       */
-    int32_t *held;         /* [n_ctx] the tokens in dc's cache, in order           */
-    int n_held;
-    float *logits; /* [n_vocab] */
-    int n_vocab;
-    al_status err; /* why the last draft failed (spec_draft returned -1)   */
+    int draft_max;         /* --draft-max: the longest draft                   */
+    al_draft_len len;      /* the length drafts have now (adapted: anyllm.h)  */
+    al_drafter *drafter;   /* SPEC_DRAFT: the draft model's (anyllm.h)         */
+    al_model *draft_model; /* the caller's (gen.c loads and frees it)         */
     /* what it did, for the summary line */
     long n_drafts, n_drafted, n_accepted;
 } spec_state;
@@ -47,9 +40,9 @@ typedef struct spec_state {
 /* An n-gram drafter (nothing to free). */
 void spec_init(spec_state *s, int draft_max);
 
-/* A draft model's drafter over the context dc (n_ctx at least the main context's; the
- * state owns it from now on: spec_free). AL_ERR_NOMEM, nothing taken, on failure. */
-al_status spec_init_draft(spec_state *s, int draft_max, al_context *dc, int n_vocab);
+/* A draft model's drafter over draft, with n_ctx positions (the main context's); the
+ * state owns the drafter from now on (spec_free). */
+al_status spec_init_draft(spec_state *s, int draft_max, const al_model *draft, int n_ctx);
 void spec_free(spec_state *s);
 
 /* Whether the draft model's vocabulary is the model's: the same tokens with the same
@@ -57,8 +50,8 @@ void spec_free(spec_state *s);
 bool spec_same_vocab(const al_model *m, const al_model *draft, char *why, size_t cap);
 
 /* A draft of at most max tokens to follow hist [n] (its last token included). Returns
- * its length (0: no guess), or -1 when the draft model's evaluation failed (s->err;
- * al_last_error says why). */
+ * its length (0: no guess), or -1 when the draft model's evaluation failed
+ * (al_last_error says why). */
 int spec_draft(spec_state *s, const int32_t *hist, int n, int max, int32_t *out);
 
 /* A new text: the draft length and pauses back to the start, a draft model's context

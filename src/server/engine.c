@@ -26,7 +26,8 @@ typedef struct slot {
     bool on_decode;   /* the sequence is in dctx (handed over after its prompt) */
     int32_t *cached; /* [n_ctx] the tokens the KV cache holds, for prefix reuse */
     int n_cached;
-    al_draft_len dl; /* the length of this sequence's next n-gram draft */
+    al_draft_len dl; /* the length of this sequence's next draft */
+    al_drafter *drafter; /* with a draft model: this sequence's */
     srv_job *job;    /* NULL when free */
     bool decoding;   /* the prompt is in; job->next_token waits for the decode step */
 } slot;
@@ -44,7 +45,8 @@ struct srv_engine {
     slot *slots;
     int n_slots;
     float *logits;           /* [n_slots][n_vocab] */
-    int draft_max;           /* n-gram drafts of at most this many tokens; 0: none */
+    int draft_max;           /* drafts of at most this many tokens; 0: none */
+    const al_model *draft;   /* the draft model, or NULL: n-gram drafts */
     float *spec_logits;      /* [draft_max + 1][n_vocab] a draft's check */
     al_context **batch_ctx;  /* [n_slots] the decode step's sequences */
     int32_t *batch_tok;      /* [n_slots] */
@@ -559,7 +561,9 @@ static bool spec_step(srv_engine *e, slot *s) {
     int32_t seq[1 + SRV_DRAFT_MAX];
     int k = al_draft_len_next(&s->dl, limit);
     s->cached[base] = seq[0] = j->next_token; /* the history the draft reads ends with it */
-    if (k > 0) k = al_draft_ngram(s->cached, base + 1, k, seq + 1);
+    if (k > 0)
+        k = s->drafter ? al_drafter_draft(s->drafter, s->cached, base + 1, k, seq + 1)
+                       : al_draft_ngram(s->cached, base + 1, k, seq + 1);
     if (k <= 0 || al_context_checkpoint(seq_ctx(s)) != AL_OK) return false;
     double t0 = al_time_s();
     al_status st = al_eval(seq_ctx(s), seq, k + 1, e->spec_logits, true);
@@ -668,18 +672,21 @@ static void *engine_main(void *arg) {
 static al_status slot_contexts(srv_engine *e, slot *s, const al_context_params *params) {
     al_context_params cp = *params;
     cp.kv_shared_with = NULL;
+    al_status st = e->draft ? al_drafter_create(e->draft, cp.n_ctx, &s->drafter) : AL_OK;
+    if (st != AL_OK) return st;
     if (!e->decode_model) return al_context_create(e->model, &cp, &s->ctx);
     return al_context_create_pair(e->model, e->decode_model, &cp, &s->ctx, &s->dctx);
 }
 
 static void slot_free(slot *s) {
+    al_drafter_destroy(s->drafter);
     al_context_destroy_pair(s->ctx, s->dctx);
     free(s->cached);
 }
 
 al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
                             const al_context_params *cp, int max_queued, int draft_max,
-                            srv_metrics *metrics, srv_engine **out) {
+                            const al_model *draft, srv_metrics *metrics, srv_engine **out) {
     *out = NULL;
     const int n_ctx = cp->n_ctx;
     const al_vocab *v = al_model_vocab(m);
@@ -701,6 +708,7 @@ al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
     e->slots = calloc((size_t)n_slots, sizeof *e->slots);
     e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
     e->draft_max = draft_max < SRV_DRAFT_MAX ? draft_max : SRV_DRAFT_MAX;
+    e->draft = e->draft_max > 0 ? draft : NULL;
     if (e->draft_max > 0)
         e->spec_logits = malloc((size_t)(e->draft_max + 1) * (size_t)e->n_vocab * sizeof(float));
     e->batch_ctx = calloc((size_t)n_slots, sizeof *e->batch_ctx);

@@ -27,9 +27,10 @@
  * format their text is written into the reply.
  * A job with a grammar (response_format) samples only tokens the grammar allows and
  * ends as soon as the grammar allows nothing more.
- * With n-gram drafts (serve --spec ngram), step 4 first looks for a draft of each
- * generating slot (al_draft_ngram over the tokens its cache holds and its pending one,
- * at the length al_draft_len gives): a slot with one evaluates its pending token and
+ * With drafts (serve --spec ngram, or a draft model), step 4 first looks for a draft of
+ * each generating slot (al_draft_ngram or the slot's al_drafter over the tokens its
+ * cache holds and its pending one, at the length al_draft_len gives): a slot with one
+ * evaluates its pending token and
  * the draft as one batch of its own, the job's sampler draws from each position in
  * turn, the draft's tokens it draws are taken (they are in the cache already) and the
  * first other draw is the next pending token; the refused positions are cut from the
@@ -128,14 +129,15 @@ typedef struct srv_engine srv_engine;
 
 /* Creates n_slots contexts with cp's parameters (n_ctx positions each; n_checkpoints of
  * a recurrent state; kv_shared_with is ignored) and starts the thread. At most
- * max_queued jobs wait for a slot; more are refused. draft_max > 0 turns n-gram drafts
- * on, of at most that many tokens (up to SRV_DRAFT_MAX). With a decode model dm (the same
+ * max_queued jobs wait for a slot; more are refused. draft_max > 0 turns drafts on, of
+ * at most that many tokens (up to SRV_DRAFT_MAX): n-gram drafts, or with draft (a model
+ * of m's vocabulary, or NULL) a drafter per slot (al_drafter). With a decode model dm (the same
  * file on another backend; NULL: none) each slot has a second context on dm, made on
  * the KV memory of the first where both backends see it (kv_shared_with): prompts run
  * on m, and the sequence is handed to dm's context to generate. */
 al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
                             const al_context_params *cp, int max_queued, int draft_max,
-                            srv_metrics *metrics, srv_engine **out);
+                            const al_model *draft, srv_metrics *metrics, srv_engine **out);
 /* Ends every job (SRV_FINISH_ERROR, which wakes their readers), refuses new ones and
  * joins the thread. The engine's lock stays usable, so readers can still poll and
  * release their jobs; call this before stopping the threads that hold jobs. */

@@ -1118,6 +1118,8 @@ al_status srv_start(srv_server *s, const al_model *m, const al_model *decode_mod
     return AL_OK;
 }
 
+void srv_set_draft_model(srv_server *s, const al_model *dm) { s->p.draft_model = dm; }
+
 al_status srv_add_model(srv_server *s, const char *name, const char *path) {
     if (!s->p.loader.load || !s->p.loader.unload)
         return al_error(AL_ERR_ARG, "server: several models need a loader (srv_params.loader)");

@@ -90,7 +90,9 @@ static al_status start_engine(srv_models *ms, srv_model *e, const al_model *m, c
     cp.n_ctx = n_ctx;
     cp.n_checkpoints = p->n_checkpoints;
     srv_engine *engine;
-    al_status st = srv_engine_create(m, dm, p->n_parallel, &cp, p->n_queue, p->draft_max,
+    /* the draft model goes with the model given loaded (serve -m FILE --model-draft) */
+    const al_model *draft = e->path ? NULL : p->draft_model;
+    al_status st = srv_engine_create(m, dm, p->n_parallel, &cp, p->n_queue, p->draft_max, draft,
                                      ms->metrics, &engine);
     if (st != AL_OK) return st;
     e->m = m;

@@ -701,6 +701,21 @@ def test_spec():
         p.terminate()
         p.wait(timeout=30)
     check(p.returncode == 0, f"the --spec server stops cleanly (exit {p.returncode})")
+    # a draft model: SmolLM2 drafting for itself agrees with it on every token, so every
+    # drafted token must be taken (a drafter out of step with the text would guess wrong)
+    p, base = start_server("--model-draft", ARGS.model, "--parallel", "2")
+    try:
+        rs = [post(CHAT, b, base=base).json() for b in bodies]
+        got = [r["choices"][0]["message"]["content"] for r in rs]
+        tm = [r.get("timings", {}) for r in rs]
+        check(got == want and all(t.get("draft_n", 0) > 0 and t["draft_n_accepted"] == t["draft_n"]
+                                  for t in tm[:1] + tm[2:]),
+              f"spec: --model-draft (SmolLM2 for itself): the same replies, every drafted token "
+              f"taken: {[(t.get('draft_n'), t.get('draft_n_accepted')) for t in tm]}")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    check(p.returncode == 0, f"the --model-draft server stops cleanly (exit {p.returncode})")
 
 
 # ---- 4b. what a browser or a careless client may send (the main server) ---------------
