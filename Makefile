@@ -131,6 +131,7 @@ VK_TYPES := f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q8_1 q2_k q3_k q4_k q5_k q6_k 
 VK_MOE_TYPES := q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k mxfp4
 VK_VARIANTS := add add_rows silu_mul gelu_mul swiglu_oai scale rope copy rms_norm rms_norm_sg \
 	attention attention_sg attention_rows attention_rows_sg \
+	attention_kv attention_kv_sg attention_rows_kv attention_rows_kv_sg kv_write \
 	sigmoid_mul ssm_conv delta_net delta_net_sg \
 	$(foreach t,$(VK_TYPES),get_rows_$(t) matvec_$(t) matvec_$(t)_sg matmul_$(t) \
 	  matmul_cm_$(t) matmul_cm_emu_$(t) matmul_rows_$(t) \
@@ -162,6 +163,12 @@ $(foreach s,rms_norm attention,$(eval $(call VK_SHADER,$(s)_sg,$(s),,-DUSE_SUBGR
 # attention_rows: one token of each of several sequences (al_eval_multi)
 $(eval $(call VK_SHADER,attention_rows,attention,,-DROWS))
 $(eval $(call VK_SHADER,attention_rows_sg,attention,,-DROWS -DUSE_SUBGROUP))
+# the typed KV caches (f16, q8_0, q4_0): their reads, and the writes into them
+$(eval $(call VK_SHADER,attention_kv,attention,,-DKV))
+$(eval $(call VK_SHADER,attention_kv_sg,attention,,-DKV -DUSE_SUBGROUP))
+$(eval $(call VK_SHADER,attention_rows_kv,attention,,-DROWS -DKV))
+$(eval $(call VK_SHADER,attention_rows_kv_sg,attention,,-DROWS -DKV -DUSE_SUBGROUP))
+$(eval $(call VK_SHADER,kv_write,kv_write,,))
 $(foreach t,$(VK_TYPES),$(foreach s,get_rows matvec matmul matmul_cm matmul_rows,\
 	$(eval $(call VK_SHADER,$(s)_$(t),$(s),$(t),))))
 $(foreach t,$(VK_TYPES),$(eval $(call VK_SHADER,matvec_$(t)_sg,matvec,$(t),-DUSE_SUBGROUP)))
@@ -216,6 +223,10 @@ $(ASAN_DIR)/test_schema: $(ASAN_TOBJ)/tests/test_schema.o $(ASAN_TOBJ)/src/serve
 # chat rendering with tools, the library's JSON reader included (`make
 # build/asan/test_engine` builds the engine's test too: 30 s, so not in the suite)
 ASAN_TESTS += $(ASAN_DIR)/test_chat_tools
+# typed KV caches: the conversions, the staging of a step and the rotation
+ASAN_TESTS += $(ASAN_DIR)/test_kvcache
+# the MTP block against llama.cpp, its cache through truncations, and its refusals
+ASAN_TESTS += $(ASAN_DIR)/test_mtp
 $(ASAN_DIR)/test_engine: $(ASAN_TOBJ)/tests/test_engine.o \
 		$(ENGINE_TEST_SRC:%.c=$(ASAN_TOBJ)/%.o) $(ASAN_LIB_OBJ)
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS) -ljansson
@@ -346,7 +357,8 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		$(ASAN_ENV) sh tests/run.sh \
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
-		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/gemma3.sh tests/hybrid.sh $(ASAN_TESTS) \
+		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/kvcache.sh tests/gemma3.sh tests/hybrid.sh \
+		$(ASAN_TESTS) \
 		$(TSAN_TESTS) \
 		tests/malformed.sh \
 		tests/fuzz_run.sh tests/server.sh \

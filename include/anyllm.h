@@ -203,6 +203,7 @@ typedef struct al_model_info {
     int n_recurrent;     /* layers with a recurrent state instead of a KV cache
                             (qwen35...): see al_context_checkpoint */
     uint64_t state_bytes; /* bytes of that state, per sequence and per checkpoint */
+    int n_mtp;           /* next-token-prediction blocks al_draft_mtp can run (0 or 1) */
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -290,6 +291,15 @@ typedef struct al_gguf_tensor {
 al_status al_gguf_tensor_info(const al_gguf *g, uint64_t i, char *name, size_t name_size,
                               al_gguf_tensor *out);
 
+/* The type of a KV cache's keys or of its values (al_context_params.type_k/type_v). */
+typedef enum al_kv_type { AL_KV_F32 = 0, AL_KV_F16, AL_KV_Q8_0, AL_KV_Q4_0 } al_kv_type;
+
+/* "f32", "f16", "q8_0", "q4_0"; "?" for a value out of range. */
+const char *al_kv_type_name(al_kv_type t);
+
+/* The type named name (al_kv_type_name's names), or AL_ERR_ARG listing them. */
+al_status al_kv_type_parse(const char *name, al_kv_type *out);
+
 typedef struct al_context_params {
     int n_ctx;   /* positions the KV cache holds; 0 = al_model_default_n_ctx, or with
                     kv_shared_with that context's size */
@@ -306,19 +316,33 @@ typedef struct al_context_params {
      * oldest goes when one more is made. 0 = the default, AL_DEFAULT_CHECKPOINTS; -1 =
      * none. al_context_create counts them with the KV cache against the host's memory. */
     int n_checkpoints;
+    /* The KV cache's types for keys and values (llama.cpp's --cache-type-k/-v): f32 by
+     * default. f16 halves the cache, q8_0 takes 34 bytes per 32 values (about a
+     * quarter), q4_0 18 (about an eighth). A backend that cannot read a type refuses
+     * it at al_context_create, naming it. */
+    al_kv_type type_k, type_v;
+    /* Quantized types store each head rotated by a Hadamard transform, which spreads an
+     * outlier over the head instead of letting it set its block's scale; true stores
+     * them as they are (to measure what the rotation gives). */
+    bool kv_unrotated;
+    /* Keep the cache of the model's next-token-prediction block, for al_draft_mtp:
+     * AL_ERR_UNSUPPORTED where the file has none (al_model_info.n_mtp). Such a context
+     * is evaluated with al_eval, not al_eval_multi. */
+    bool mtp;
 } al_context_params;
 
 enum { AL_DEFAULT_CHECKPOINTS = 4 };
 
-/* Bytes of KV cache a context of n_ctx positions allocates: to check before creating
- * one (al_context_create refuses one the CPU backend's memory cannot hold). */
-uint64_t al_model_kv_bytes(const al_model *m, int n_ctx);
+/* Bytes of KV cache a context of n_ctx positions allocates with keys and values of
+ * types k and v: to check before creating one (al_context_create refuses one the CPU
+ * backend's memory cannot hold). */
+uint64_t al_model_kv_bytes(const al_model *m, int n_ctx, al_kv_type k, al_kv_type v);
 
-/* Bytes of keys and values the token at position pos reads: every layer's keys up to
- * pos, or its window's (a sliding-window layer). A decode step reads these beside
- * al_model_info.n_bytes_per_token, and at depth they are no longer small (bench-1b at
- * position 2048: 88 MiB, against 574 MiB of weights). */
-uint64_t al_model_kv_read_bytes(const al_model *m, int pos);
+/* Bytes of keys and values (of types k and v) the token at position pos reads: every
+ * layer's keys up to pos, or its window's (a sliding-window layer). A decode step reads
+ * these beside al_model_info.n_bytes_per_token, and at depth they are no longer small
+ * (bench-1b at position 2048: 88 MiB in f32, against 574 MiB of weights). */
+uint64_t al_model_kv_read_bytes(const al_model *m, int pos, al_kv_type k, al_kv_type v);
 
 /* The context a size of 0 gives: the model's training context, or less where its KV
  * cache would take more than half the memory available now (the CPU backend, which
@@ -372,6 +396,8 @@ typedef struct al_context_info {
                                  (al_context_params.kv_shared_with)                 */
     uint64_t kv_bytes_copied; /* KV bytes al_context_handoff copied into it so far:
                                  0 while every hand-off shared memory               */
+    al_kv_type type_k, type_v; /* its cache's types (al_context_params)             */
+    bool kv_rotated;          /* the quantized caches hold rotated heads            */
 } al_context_info;
 
 void al_context_get_info(const al_context *c, al_context_info *out);
@@ -559,6 +585,17 @@ void al_drafter_reset(al_drafter *d);
 /* Whether two vocabularies are one: as many tokens, each with the same text. false with
  * the first difference described in why (cap bytes) otherwise. */
 bool al_vocab_same(const al_vocab *a, const al_vocab *b, char *why, size_t cap);
+
+/* The model's own draft (--spec mtp): a file with a next-token-prediction block
+ * (Qwen3.5 / 3.6: nextn_predict_layers) predicts the token after the next from the
+ * trunk's last hidden state and the next token, and then from its own. A context
+ * made with al_context_params.mtp runs the block's attention over every position it
+ * evaluates (its own KV cache); al_draft_mtp then drafts: last is the token the model
+ * chose for position n_past (not evaluated yet), and out receives at most max greedy
+ * tokens for the positions after it. Returns how many (0 where the context has no
+ * room), or -1 on failure (al_last_error says why). The context's positions and the
+ * model's cache are unchanged. */
+int al_draft_mtp(al_context *c, int32_t last, int max, int32_t *out);
 
 void al_draft_len_init(al_draft_len *d, int max);
 /* The length to draft now, at most limit (0: no draft this step). */

@@ -33,6 +33,8 @@ typedef struct srv_params {
     int n_ctx;                 /* positions per sequence                               */
     int n_checkpoints;         /* a recurrent state's checkpoints per sequence (0: the
                                   library's default; -1: none): al_context_params     */
+    al_kv_type type_k, type_v; /* the KV cache's types (al_context_params)             */
+    bool kv_unrotated;         /* quantized caches without the Hadamard rotation       */
     int n_queue;               /* requests that may wait for a free sequence           */
     int timeout_s;             /* idle time before a connection is dropped             */
     int head_timeout_s;        /* a request's head and body must arrive within this,

@@ -15,8 +15,10 @@
 #ifndef AL_BACKEND_H
 #define AL_BACKEND_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "anyllm.h"
 
@@ -38,7 +40,56 @@ enum {
     /* the CPU's: groups of 16 rows, each group's bytes interleaved so that one read
      * streams them in the order the kernels use them (cpu/ops.h) */
     AL_LAYOUT_X16 = 1,
+    /* A KV cache's keys or values stored rotated (al_hadamard): each head's head_dim
+     * elements, in blocks of al_hadamard_n(head_dim), multiplied by the normalized
+     * Walsh-Hadamard matrix before they are quantized. The matrix is orthogonal and
+     * its own inverse, so q.k = (H q).(H k) and sum_j p_j H v_j = H sum_j p_j v_j: the
+     * attention ops rotate the queries, attend over the rotated rows as over any
+     * others, and rotate the output back. An outlier of a head then spreads over the
+     * block instead of setting the scale of its own quantization block alone. */
+    AL_LAYOUT_HADAMARD = 2,
 };
+
+enum { AL_KV_HEAD_MAX = 4096 }; /* the widest head a typed cache takes (load.c's limit) */
+
+/* The size of the Hadamard blocks of a head of head_dim elements: the largest power of
+ * two that divides it, at most 256. */
+static inline int al_hadamard_n(int head_dim) {
+    int n = 1;
+    while (n < 256 && head_dim % (2 * n) == 0) n *= 2;
+    return n;
+}
+
+/* Four floats as one value of the compiler's vector extension (SSE on any x86-64),
+ * read and written through memcpy, which takes any alignment. */
+typedef float al_f4 __attribute__((vector_size(16)));
+
+/* x = H x / sqrt(n) in place, for n a power of two: the butterflies of the fast
+ * Walsh-Hadamard transform, stride 1 first, then the scale. Every backend applies it
+ * in this order, so that all give the same bits; from stride 4 on, four butterflies
+ * at a time, the same operations on the same values. */
+static inline void al_hadamard(float *x, int n) {
+    for (int len = 1; len < n; len *= 2)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len;) {
+                if (len >= 4) {
+                    al_f4 u, w, a, b;
+                    memcpy(&u, x + j, sizeof u);
+                    memcpy(&w, x + j + len, sizeof w);
+                    a = u + w, b = u - w;
+                    memcpy(x + j, &a, sizeof a);
+                    memcpy(x + j + len, &b, sizeof b);
+                    j += 4;
+                    continue;
+                }
+                const float u = x[j], w = x[j + len];
+                x[j] = u + w;
+                x[j + len] = u - w;
+                j++;
+            }
+    const float s = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
 
 /* Rotary position embedding parameters, shared by every layer. */
 typedef struct al_rope {
@@ -143,6 +194,13 @@ typedef struct al_backend_ops {
     /* NULL, or al_model_get_dispatch_times (anyllm.h) */
     int (*dispatch_times)(const al_backend *be, al_dispatch_time *out, int max);
 
+    /* The types besides AL_TYPE_F32 that the attention ops read in a KV cache, as bits
+     * 1 << al_type (AL_TYPE_F16, AL_TYPE_Q8_0, AL_TYPE_Q4_0), with the rotated layout
+     * (AL_LAYOUT_HADAMARD). A cache of such a type is allocated as bytes (tensor_alloc
+     * of one row of floats) and described as rows of its type: the ops write k and v
+     * into it converted (quant.h's quantizers, rotated first where the layout says so)
+     * and read its rows as they are, no dequantized copy of the cache. */
+    uint32_t kv_types;
     /* Storage for activations and caches, zero-filled: ne[1] rows of ne[0] f32. */
     al_status (*tensor_alloc)(al_backend *be, int64_t n_cols, int64_t n_rows, al_tensor *out);
     void (*tensor_free)(al_backend *be, al_tensor *t);
@@ -210,7 +268,9 @@ typedef struct al_backend_ops {
                  const al_rope *rope);
     /* Writes k, v ([n_tokens][n_head_kv*head_dim]) to the caches at positions n_past ..
      * (rows p % cap, see al_attn_shape), then out[t] = softmax(q k^T * scale) v over the
-     * positions query n_past + t sees: 0 .. n_past + t, or its last `window` of them. */
+     * positions query n_past + t sees: 0 .. n_past + t, or its last `window` of them.
+     * Caches of another type than f32 (kv_types) hold k and v converted; rotated ones
+     * (AL_LAYOUT_HADAMARD) may leave q's rows rotated, as scratch. */
     void (*attention)(al_backend *be, const al_tensor *q, const al_tensor *k,
                       const al_tensor *v, al_tensor *k_cache, al_tensor *v_cache,
                       const al_attn_shape *shape, al_tensor *out);

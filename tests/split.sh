@@ -3,7 +3,7 @@
 # profile that --backend auto reads (in a temporary XDG_CACHE_HOME):
 #   - run --prefill-backend/--decode-backend: the split line, a zero-copy hand-off on a
 #     unified-memory device and a copy with ANYLLM_VK_PRETEND_DISCRETE=1, the same text
-#     either way; a bad backend name is one line
+#     either way, with an f32 and a q8_0 cache; a bad backend name is one line
 #   - --backend auto without a profile says so in one line and runs as before
 #   - bench --save-profile writes the profile, `anyllm profile` shows it, auto reads it
 #   - rigged profiles (written here) make auto choose each split, say which on one
@@ -27,17 +27,20 @@ run() { "$bin" run -m "$m" -p "$prompt" -n 6 --temp 0 -t 2 "$@"; }
 
 # ---- explicit splits ----------------------------------------------------------------
 if [ $vk = 1 ]; then
-    for pair in "cpu vulkan:0" "vulkan:0 cpu"; do
+    # the last pairs: a q8_0 cache (its typed rows shared, or copied as bytes)
+    for pair in "cpu vulkan:0" "vulkan:0 cpu" "cpu vulkan:0 q8_0" "vulkan:0 cpu q8_0"; do
         set -- $pair
-        run --prefill-backend "$1" --decode-backend "$2" >"$tmp/shared.out" 2>"$tmp/shared.err"
+        kv=${3:+-ctk $3 -ctv $3}
+        run --prefill-backend "$1" --decode-backend "$2" $kv >"$tmp/shared.out" \
+            2>"$tmp/shared.err"
         rc1=$?
-        ANYLLM_VK_PRETEND_DISCRETE=1 run --prefill-backend "$1" --decode-backend "$2" \
+        ANYLLM_VK_PRETEND_DISCRETE=1 run --prefill-backend "$1" --decode-backend "$2" $kv \
             >"$tmp/copy.out" 2>"$tmp/copy.err"; rc2=$?
         s=$(grep '^split:' "$tmp/shared.err"); c=$(grep '^split:' "$tmp/copy.err")
         if [ $rc1 = 0 ] && [ $rc2 = 0 ] && echo "$s" | grep -q 'shared memory (0 bytes copied)' &&
            echo "$c" | grep -Eq 'a copy \([1-9][0-9]* bytes copied\)' &&
            grep -q 'TTFT' "$tmp/shared.err" && cmp -s "$tmp/shared.out" "$tmp/copy.out"; then
-            ok "$1 -> $2: $s | discrete: $(echo "$c" | sed 's/.*; KV/KV/')"
+            ok "$1 -> $2${3:+ ($3 cache)}: $s | discrete: $(echo "$c" | sed 's/.*; KV/KV/')"
         else
             bad "$1 -> $2: exit $rc1/$rc2"; cat "$tmp/shared.err" "$tmp/copy.err"
         fi
@@ -137,16 +140,14 @@ near "nearest: deep in the context" 12 3000 cpu vulkan:0
 # prefix, handed back from the decode context), then /metrics; prints the text
 serve_case() {
     name=$1; shift
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     env "$@" "$bin" serve -m "$m" --port "$port" --parallel 2 -c 128 -t 2 \
         --prefill-backend vulkan:0 --decode-backend cpu >"$tmp/serve.log" 2>&1 &
     pid=$!
+    wait_health "$port"
     python3 - "$port" >"$tmp/serve.out" 2>&1 <<'PY'
-import json, sys, time, urllib.request as u
+import json, sys, urllib.request as u
 base = f"http://127.0.0.1:{sys.argv[1]}"
-for _ in range(150):
-    try: u.urlopen(base + "/health", timeout=2); break
-    except Exception: time.sleep(0.2)
 texts = []
 for _ in range(2):
     req = u.Request(base + "/v1/completions", headers={"Content-Type": "application/json"},

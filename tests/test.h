@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "format/quant.h"
@@ -109,6 +110,28 @@ static inline double test_nmse(const float *a, const float *ref, int64_t n) {
 static inline const char *test_shared_dir(void) {
     const char *s = getenv("SHARED");
     return s && *s ? s : "../shared";
+}
+
+/* The build folder: $BUILD, else build. */
+static inline const char *test_build_dir(void) {
+    const char *b = getenv("BUILD");
+    return b && *b ? b : "build";
+}
+
+/* Writes a model with `anyllm gen-model PATH FLAGS -t 2` and checks its sha256 where
+ * sha256 is not NULL; false (with a message on stderr) if either fails. */
+static inline bool test_gen_model(const char *path, const char *flags, const char *sha256) {
+    char cmd[768], line[160] = "";
+    snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s %s -t 2 >/dev/null 2>&1 && sha256sum %s",
+             test_build_dir(), path, flags, path);
+    FILE *p = popen(cmd, "r");
+    if (!p) return false;
+    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    const int rc = pclose(p);
+    if (rc == 0 && (!sha256 || !strncmp(line, sha256, 64))) return true;
+    fprintf(stderr, "  gen-model %s: exit %d, sha256 '%.64s', expected %s\n", path, rc, line,
+            sha256 ? sha256 : "any");
+    return false;
 }
 
 static inline int test_finish(void) {

@@ -75,29 +75,14 @@ static char dir[64];
 static char paths[N_MODELS][128];
 static bool have[N_MODELS];
 
-static const char *build_dir(void) {
-    const char *b = getenv("BUILD");
-    return b && *b ? b : "build";
-}
-
 /* Writes model i with gen-model and checks its sha256; false (with a message) if
  * either fails. */
 static bool make_model(int i) {
-    char cmd[512], line[160] = "";
+    char flags[384];
     snprintf(paths[i], sizeof paths[i], "%s/%s.gguf", dir, models[i].name);
-    snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s --arch %s %s --type %s -t 2 "
-             ">/dev/null 2>&1 && sha256sum %s", build_dir(), paths[i], models[i].arch,
-             models[i].flags, models[i].type, paths[i]);
-    FILE *p = popen(cmd, "r");
-    if (!p) return false;
-    if (!fgets(line, sizeof line, p)) line[0] = 0;
-    const int rc = pclose(p);
-    if (rc != 0 || strncmp(line, models[i].sha256, 64) != 0) {
-        fprintf(stderr, "  gen-model %s: exit %d, sha256 '%.64s', expected %s\n", models[i].name,
-                rc, line, models[i].sha256);
-        return false;
-    }
-    return true;
+    snprintf(flags, sizeof flags, "--arch %s %s --type %s", models[i].arch, models[i].flags,
+             models[i].type);
+    return test_gen_model(paths[i], flags, models[i].sha256);
 }
 
 /* tests/data/NAME.KIND.f32: the logits of the 48 tokens. */
@@ -473,8 +458,8 @@ static void test_kv_bytes_include_states(void) {
     /* one attention layer: 2 x 2 heads x 64 x 4 bytes a position; three recurrent
      * layers: 3 x 4 bytes x (3 x 1024 conv + 16 x 32 x 32) */
     const uint64_t kv = 2ull * 2 * 64 * 4 * 100, states = 3ull * 4 * (3 * 1024 + 16 * 32 * 32);
-    CHECK_MSG(al_model_kv_bytes(m, 100) == kv + states, "%llu vs %llu",
-              (unsigned long long)al_model_kv_bytes(m, 100), (unsigned long long)(kv + states));
+    CHECK_MSG(al_model_kv_bytes(m, 100, AL_KV_F32, AL_KV_F32) == kv + states, "%llu vs %llu",
+              (unsigned long long)al_model_kv_bytes(m, 100, AL_KV_F32, AL_KV_F32), (unsigned long long)(kv + states));
     /* the checkpoints are host memory too: a count no machine holds is refused at once,
      * naming them, where the same context with the default count is made */
     al_context_params cp = al_context_default_params();

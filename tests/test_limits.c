@@ -148,7 +148,7 @@ static void test_ctx_memory(void) {
         return;
     }
     const int n_ctx = 1 << 24;
-    uint64_t kv = model_kv_bytes(m, n_ctx);
+    uint64_t kv = model_kv_bytes(m, n_ctx, AL_KV_F32, AL_KV_F32);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && kv < (uint64_t)pages * (uint64_t)page) {
         TEST_SKIP("a KV cache of %llu bytes would fit this machine's memory",
@@ -187,7 +187,7 @@ static void test_ctx_lazy(void) {
         return;
     }
     const int n_ctx = 1 << 19;
-    uint64_t kv = model_kv_bytes(m, n_ctx);
+    uint64_t kv = model_kv_bytes(m, n_ctx, AL_KV_F32, AL_KV_F32);
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages <= 0 || kv + (1ull << 30) > (uint64_t)pages * (uint64_t)page) {
         TEST_SKIP("a KV cache of %llu MiB leaves too little free memory here",

@@ -20,6 +20,15 @@
  * nothing, where a row's position does not fit its cache. The validation layer is on
  * where it is installed and must stay silent.
  *
+ * Typed KV caches (f16, q8_0, q4_0; Hadamard-rotated or not; keys and values of
+ * different types): the attention op over prompt batches (two into a cache that holds
+ * them, then a sliding window with sinks over a ring that wraps, head size 96) and
+ * attention_rows over three sequences for 30 decode steps, against the CPU reference
+ * on the same inputs. The caches' bytes must equal the reference's, every row (the
+ * shader quantizes as quantize.c does, bit for bit), and the outputs, read through the
+ * same bytes, agree to NMSE <= 1e-9 (only the order of the sums differs). The rows
+ * carry outliers and a tie of magnitudes (+a, -a) that q4_0 breaks by order.
+ *
  * Without a Vulkan build or device, the program prints why and skips.
  */
 #include <stdlib.h>
@@ -203,6 +212,172 @@ static void test_declines(void) {
     free(h);
 }
 
+/* ---- typed KV caches (al_backend_ops.kv_types) ------------------------------------------ */
+
+/* A cache of cap rows of type as context.c makes one: bytes (one row of floats),
+ * described as rows of its type; f32 as rows of floats. Zero-filled on both sides. */
+static void cache_pair(uint32_t type, uint8_t layout, int64_t kvd, int64_t cap, pair *p) {
+    if (type == AL_TYPE_F32) {
+        act_pair(kvd, cap, NULL, p);
+        return;
+    }
+    const uint64_t rb = quant_row_bytes(type, kvd);
+    const int64_t cols = (int64_t)((rb * (uint64_t)cap + 3) / 4);
+    CHECK(g_cpu->ops->tensor_alloc(g_cpu, cols, 1, &p->cpu) == AL_OK);
+    CHECK(g_vk->ops->tensor_alloc(g_vk, cols, 1, &p->vk) == AL_OK);
+    memset(p->cpu.data, 0, rb * (uint64_t)cap);
+    al_tensor *t[2] = {&p->cpu, &p->vk};
+    for (int i = 0; i < 2; i++) {
+        t[i]->type = type, t[i]->layout = layout;
+        t[i]->ne[0] = kvd, t[i]->ne[1] = cap, t[i]->row_bytes = rb;
+    }
+    p->cols = kvd, p->rows = cap;
+}
+
+/* Rows of the Vulkan cache whose bytes differ from the CPU reference's. */
+static int cache_rows_differ(const pair *p) {
+    const uint64_t rb = p->vk.row_bytes, n = rb * (uint64_t)p->rows;
+    uint8_t *a = malloc(n);
+    g_vk->ops->tensor_read(g_vk, &p->vk, a, n);
+    int bad = 0;
+    for (int64_t r = 0; r < p->rows; r++)
+        bad += memcmp(a + r * rb, (const uint8_t *)p->cpu.data + p->cpu.offset + r * rb, rb) != 0;
+    free(a);
+    return bad;
+}
+
+typedef struct kv_case {
+    const char *name;
+    uint32_t k_type, v_type;
+    bool rotated;
+} kv_case;
+
+static const kv_case g_kv_cases[] = {
+    {"f16", AL_TYPE_F16, AL_TYPE_F16, false},
+    {"q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, false},
+    {"q8_0 rotated", AL_TYPE_Q8_0, AL_TYPE_Q8_0, true},
+    {"q4_0", AL_TYPE_Q4_0, AL_TYPE_Q4_0, false},
+    {"q4_0 rotated", AL_TYPE_Q4_0, AL_TYPE_Q4_0, true},
+    {"keys q8_0 rotated, values f16", AL_TYPE_Q8_0, AL_TYPE_F16, true},
+    {"keys f32, values q4_0 rotated", AL_TYPE_F32, AL_TYPE_Q4_0, true},
+};
+
+/* The layout of a cache of type in case kc. */
+static uint8_t kv_layout(const kv_case *kc, uint32_t type) {
+    return kc->rotated && (type == AL_TYPE_Q8_0 || type == AL_TYPE_Q4_0) ? AL_LAYOUT_HADAMARD
+                                                                          : AL_LAYOUT_ROWS;
+}
+
+/* Random rows of n floats of kvd, with an outlier in some heads' blocks (what the
+ * rotation is for) and an exact tie of magnitudes (+a and -a) in one q4_0 block. */
+static float *kv_rows(int n, int kvd, float scale) {
+    float *x = random_floats((size_t)n * (size_t)kvd, scale);
+    for (int i = 0; i < n * kvd; i += 37) x[i] *= 12.0f;
+    x[69] = 30.0f, x[73] = -30.0f; /* block 2 of row 0: the first wins */
+    return x;
+}
+
+/* One batch of n_tok positions from n_past through the attention op on both backends
+ * over caches kp and vp: the outputs agree (the same bytes read, only the order of
+ * the sums differs), and so do the caches' bytes, every row. */
+static void kv_batch(const kv_case *kc, const al_attn_shape *shape0, int n_past, int n_tok,
+                     pair *kp, pair *vp, const pair *sinks) {
+    const int qd = shape0->n_head * shape0->head_dim, kvd = shape0->n_head_kv * shape0->head_dim;
+    float *qv = random_floats((size_t)(n_tok * qd), 2.0f), *kv = kv_rows(n_tok, kvd, 2.0f);
+    float *vv = kv_rows(n_tok, kvd, 1.0f);
+    pair q, k, v, out;
+    act_pair(qd, n_tok, qv, &q);
+    act_pair(kvd, n_tok, kv, &k);
+    act_pair(kvd, n_tok, vv, &v);
+    act_pair(qd, n_tok, NULL, &out);
+    al_attn_shape s = *shape0;
+    s.n_past = n_past, s.n_tokens = n_tok;
+    s.sinks = sinks ? &sinks->cpu : NULL;
+    g_cpu->ops->attention(g_cpu, &q.cpu, &k.cpu, &v.cpu, &kp->cpu, &vp->cpu, &s, &out.cpu);
+    s.sinks = sinks ? &sinks->vk : NULL;
+    g_vk->ops->attention(g_vk, &q.vk, &k.vk, &v.vk, &kp->vk, &vp->vk, &s, &out.vk);
+    CHECK_MSG(g_vk->ops->sync(g_vk) == AL_OK, "%s: %s", kc->name, al_last_error());
+    double e = compare(&out);
+    int dk = cache_rows_differ(kp), dv = cache_rows_differ(vp);
+    CHECK_MSG(e <= 1e-9 && dk == 0 && dv == 0, "%s, window %d, positions %d..%d: NMSE %g, "
+              "cache rows differing: keys %d, values %d", kc->name, s.window, n_past,
+              n_past + n_tok - 1, e, dk, dv);
+    printf("  %s, window %d, positions %d..%d: NMSE %.2e\n", kc->name, s.window, n_past,
+           n_past + n_tok - 1, e);
+    free_pair(&q), free_pair(&k), free_pair(&v), free_pair(&out);
+    free(qv), free(kv), free(vv);
+}
+
+/* Prompts: two batches into a cache that holds them all, then a sliding window with
+ * sinks over a ring that wraps. */
+static void test_typed_prompt(void) {
+    for (size_t i = 0; i < sizeof g_kv_cases / sizeof *g_kv_cases; i++) {
+        const kv_case *kc = &g_kv_cases[i];
+        al_attn_shape s = {.n_head = 8, .n_head_kv = 2, .head_dim = 64};
+        pair kp, vp;
+        cache_pair(kc->k_type, kv_layout(kc, kc->k_type), 2 * 64, 48, &kp);
+        cache_pair(kc->v_type, kv_layout(kc, kc->v_type), 2 * 64, 48, &vp);
+        kv_batch(kc, &s, 0, 24, &kp, &vp, NULL);
+        kv_batch(kc, &s, 24, 20, &kp, &vp, NULL);
+        free_pair(&kp), free_pair(&vp);
+        /* head size 96: Hadamard blocks of 32 */
+        al_attn_shape w = {.n_head = 4, .n_head_kv = 4, .head_dim = 96, .window = 16};
+        float *sv = random_floats(4, 3.0f);
+        pair sinks;
+        act_pair(4, 1, sv, &sinks);
+        cache_pair(kc->k_type, kv_layout(kc, kc->k_type), 4 * 96, 20, &kp);
+        cache_pair(kc->v_type, kv_layout(kc, kc->v_type), 4 * 96, 20, &vp);
+        for (int p0 = 0; p0 < 40; p0 += 5) kv_batch(kc, &w, p0, 5, &kp, &vp, &sinks);
+        free_pair(&kp), free_pair(&vp), free_pair(&sinks);
+        free(sv);
+    }
+}
+
+/* Decoding: attention_rows over three sequences' typed caches (rope, then the rows
+ * written, then one KV dispatch) against backend_attention_rows on the CPU, for steps
+ * that fill the caches and then wrap a windowed ring. */
+static void test_typed_rows(void) {
+    enum { NS = 3 };
+    const int cap[NS] = {12, 20, 16}, hd = 64, nkv = 2, nh = 4, kvd = nkv * hd, qd = nh * hd;
+    for (size_t c = 0; c < sizeof g_kv_cases / sizeof *g_kv_cases; c++) {
+        const kv_case *kc = &g_kv_cases[c];
+        pair kp[NS], vp[NS];
+        al_tensor *kcpu[NS], *vcpu[NS], *kvk[NS], *vvk[NS];
+        for (int i = 0; i < NS; i++) {
+            cache_pair(kc->k_type, kv_layout(kc, kc->k_type), kvd, cap[i], &kp[i]);
+            cache_pair(kc->v_type, kv_layout(kc, kc->v_type), kvd, cap[i], &vp[i]);
+            kcpu[i] = &kp[i].cpu, vcpu[i] = &vp[i].cpu, kvk[i] = &kp[i].vk, vvk[i] = &vp[i].vk;
+        }
+        al_attn_shape s = {.n_head = nh, .n_head_kv = nkv, .head_dim = hd, .window = 12};
+        al_rope rope = {.n_rot = hd, .neox = true, .freq_base = 10000.0f, .freq_scale = 1.0f};
+        double worst = 0;
+        for (int step = 0; step < 30; step++) {
+            int32_t pos[NS] = {step, step + 3, step};
+            float *qv = random_floats((size_t)(NS * qd), 2.0f), *kv = kv_rows(NS, kvd, 2.0f);
+            float *vv = kv_rows(NS, kvd, 1.0f);
+            pair q, k, v, out;
+            act_pair(qd, NS, qv, &q), act_pair(kvd, NS, kv, &k), act_pair(kvd, NS, vv, &v);
+            act_pair(qd, NS, NULL, &out);
+            backend_attention_rows(g_cpu, &q.cpu, &k.cpu, &v.cpu, kcpu, vcpu, pos, &rope, &s,
+                                   &out.cpu);
+            CHECK_MSG(g_vk->ops->attention_rows(g_vk, &q.vk, &k.vk, &v.vk, kvk, vvk, pos, &rope,
+                                                &s, &out.vk), "%s: attention_rows declined",
+                      kc->name);
+            double e = compare(&out);
+            int differ = 0;
+            for (int i = 0; i < NS; i++)
+                differ += cache_rows_differ(&kp[i]) + cache_rows_differ(&vp[i]);
+            CHECK_MSG(e <= 1e-9 && differ == 0, "%s, step %d: NMSE %g, %d cache rows differ",
+                      kc->name, step, e, differ);
+            worst = e > worst ? e : worst;
+            free_pair(&q), free_pair(&k), free_pair(&v), free_pair(&out);
+            free(qv), free(kv), free(vv);
+        }
+        printf("  %s: 30 decode steps of 3 sequences, NMSE up to %.2e\n", kc->name, worst);
+        for (int i = 0; i < NS; i++) free_pair(&kp[i]), free_pair(&vp[i]);
+    }
+}
+
 static void check_validation(void) {
     vk_backend_stats s;
     CHECK(vk_backend_get_stats(g_vk, &s));
@@ -239,12 +414,15 @@ int main(void) {
     printf("-- %s\n", g_vk->desc);
     TEST_RUN(test_attention_rows);
     TEST_RUN(test_declines);
+    TEST_RUN(test_typed_prompt);
+    TEST_RUN(test_typed_rows);
     TEST_RUN(check_validation);
     g_vk->ops->destroy(g_vk);
     g_vs.no_subgroup = true; /* the build without subgroup arithmetic */
     if (create_vk()) {
         printf("-- without subgroup arithmetic: %s\n", g_vk->desc);
         TEST_RUN(test_attention_rows);
+        TEST_RUN(test_typed_prompt);
         TEST_RUN(check_validation);
         g_vk->ops->destroy(g_vk);
     }

@@ -110,6 +110,7 @@ int cli_load(const cli_opts *o, int n_ctx, al_model **m, al_context **c) {
     }
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
+    cli_kv_params(o, &cp);
     if ((st = al_context_create(*m, &cp, c)) != AL_OK) {
         al_model_destroy(*m);
         *m = NULL;

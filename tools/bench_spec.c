@@ -75,8 +75,13 @@ static int measure(const spec_bench *b, al_context *c, const al_vocab *v, int n_
 }
 
 /* The drafter for a loaded model: n-gram, or the draft model on a context of n_ctx. */
-static int drafter(const spec_bench *b, const al_model *m, const al_model_params *mp, int n_ctx,
-                   al_model **dm, spec_state *sg) {
+static int drafter(const spec_bench *b, const al_model *m, const al_model_params *mp,
+                   al_context *c, al_model **dm, spec_state *sg) {
+    const int n_ctx = al_context_n_ctx(c);
+    if (!strcmp(b->kind, "mtp")) {
+        spec_init_mtp(sg, b->draft_max, c);
+        return 0;
+    }
     if (strcmp(b->kind, "draft")) {
         spec_init(sg, b->draft_max);
         return 0;
@@ -110,10 +115,11 @@ static int bench_one(const spec_bench *b, const char *model, const char *backend
     }
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ids + b->n_gen + b->draft_max + 1;
+    cp.mtp = !strcmp(b->kind, "mtp");
     spec_row row = {0};
     spec_state sg = {0};
     if ((st = al_context_create(m, &cp, &c)) != AL_OK) rc = cli_fail_status(st);
-    if (!rc) rc = drafter(b, m, &mp, cp.n_ctx, &dm, &sg);
+    if (!rc) rc = drafter(b, m, &mp, c, &dm, &sg);
     if (!rc) rc = measure(b, c, v, cli_n_vocab(m), ids, n_ids, &sg, &row);
     al_model_info info;
     al_model_get_info(m, &info);
@@ -135,10 +141,9 @@ static int bench_one(const spec_bench *b, const char *model, const char *backend
 }
 
 int bench_spec(const spec_bench *b) {
-    if (strcmp(b->kind, "ngram") && strcmp(b->kind, "draft"))
-        return cli_fail("bench: --spec %s: the kinds are ngram and draft (with --model-draft "
-                        "FILE; MTP is not built yet)",
-                        b->kind);
+    if (strcmp(b->kind, "ngram") && strcmp(b->kind, "draft") && strcmp(b->kind, "mtp"))
+        return cli_fail("bench: --spec %s: the kinds are ngram, draft (with --model-draft "
+                        "FILE) and mtp (the file's next-token-prediction block)", b->kind);
     if (!strcmp(b->kind, "draft") != (b->draft != NULL))
         return cli_fail("bench: --model-draft FILE %s", b->draft
                                                             ? "drafts by itself: it does "

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "anyllm.h"
@@ -49,7 +50,18 @@ typedef struct cli_opts {
     bool no_context_shift;     /* --no-context-shift (chat): when the conversation no longer
                                   fits the context, exit instead of dropping the oldest turns */
     int ctx_checkpoints;       /* --ctx-checkpoints (chat): al_context_params.n_checkpoints */
+    al_kv_type cache_type_k;   /* --cache-type-k: al_context_params.type_k */
+    al_kv_type cache_type_v;   /* --cache-type-v */
+    bool kv_unrotated;         /* --kv-unrotated: al_context_params.kv_unrotated */
 } cli_opts;
+
+/* The KV cache options of o (--cache-type-k/-v, --kv-unrotated) into cp. */
+static inline void cli_kv_params(const cli_opts *o, al_context_params *cp) {
+    cp->type_k = o->cache_type_k;
+    cp->type_v = o->cache_type_v;
+    cp->kv_unrotated = o->kv_unrotated;
+    cp->mtp = o->spec && !strcmp(o->spec, "mtp"); /* the block's cache, for its drafts */
+}
 
 /* Prints "anyllm: MESSAGE" on one line to stderr and returns 1 (an exit status). */
 #if defined(__GNUC__)

@@ -55,6 +55,8 @@ typedef struct bench_opts {
     const char *spec, *prompt;      /* --spec KIND -f FILE: bench_spec.h */
     const char *draft;              /* --model-draft FILE */
     int draft_max;                  /* --draft-max */
+    al_kv_type ctk[MAX_LIST], ctv[MAX_LIST]; /* -ctk, -ctv: KV cache types, a row each */
+    int n_ctk, n_ctv;
 } bench_opts;
 
 typedef struct bench_result {
@@ -67,6 +69,7 @@ typedef struct bench_result {
     bool is_pp;
     int n_tokens;
     int n_depth; /* tokens in the context before the test */
+    al_kv_type type_k, type_v; /* the KV cache's */
     double load_ms;
     double ts[MAX_REPS]; /* tokens/s per repetition */
     double mean_ts, sd_ts, mean_ms;
@@ -427,9 +430,9 @@ static int run_test(const bench_opts *o, const al_model *m, al_context *c, int32
  * weights it uses and the keys and values before it, which at depth 2048 are a seventh
  * of bench-1b's reads. */
 static uint64_t tg_bytes_per_token(const al_model *m, const al_model_info *info, int depth,
-                                   int n) {
+                                   int n, al_kv_type tk, al_kv_type tv) {
     uint64_t kv = 0;
-    for (int i = 0; i < n; i++) kv += al_model_kv_read_bytes(m, depth + i);
+    for (int i = 0; i < n; i++) kv += al_model_kv_read_bytes(m, depth + i, tk, tv);
     return info->n_bytes_per_token + (n > 0 ? kv / (uint64_t)n : 0);
 }
 
@@ -443,8 +446,9 @@ static uint64_t file_size(const char *path) {
 }
 
 /* Runs every test of one model on one backend at one thread count, appending to res. */
-static int bench_model(const bench_opts *o, int mi, const char *backend, int n_threads,
+static int bench_model(const bench_opts *o, int mi, const char *backend, int n_threads, int ki,
                        bench_result *res, int *n_res, bw_probe *probe) {
+    const al_kv_type tk = o->ctk[ki], tv = o->ctv[ki];
     int max_tokens = 1;
     for (int i = 0; i < o->n_pp; i++) max_tokens = o->pp[i] > max_tokens ? o->pp[i] : max_tokens;
     for (int i = 0; i < o->n_tg; i++) max_tokens = o->tg[i] > max_tokens ? o->tg[i] : max_tokens;
@@ -460,6 +464,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     al_status st = al_model_load(o->models[mi], &mp, &m);
     al_context_params cp = al_context_default_params();
     cp.n_ctx = max_depth + max_tokens;
+    cp.type_k = tk, cp.type_v = tv;
     al_model_info info;
     if (st == AL_OK) {
         al_model_get_info(m, &info);
@@ -493,9 +498,17 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
                             .n_depth = o->depth[k / n_tests],
                             .file_bytes = file_size(o->models[mi])};
         r->n_tokens = r->is_pp ? o->pp[k % n_tests] : o->tg[k % n_tests - o->n_pp];
-        if (!r->is_pp) r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens);
+        if (!r->is_pp)
+            r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens, tk, tv);
         snprintf(r->arch, sizeof r->arch, "%s", info.arch);
-        snprintf(r->backend, sizeof r->backend, "%s", info.backend);
+        r->type_k = tk, r->type_v = tv;
+        if (tk == AL_KV_F32 && tv == AL_KV_F32)
+            snprintf(r->backend, sizeof r->backend, "%s", info.backend);
+        else if (tk == tv)
+            snprintf(r->backend, sizeof r->backend, "%s kv %s", info.backend, al_kv_type_name(tk));
+        else
+            snprintf(r->backend, sizeof r->backend, "%s kv %s/%s", info.backend,
+                     al_kv_type_name(tk), al_kv_type_name(tv));
         r->info.arch = r->arch; /* the model's own strings die with it */
         r->info.backend = r->backend;
         r->spec = backend;
@@ -610,6 +623,8 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
                r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
+        printf(", \"type_k\": \"%s\", \"type_v\": \"%s\"", al_kv_type_name(r->type_k),
+               al_kv_type_name(r->type_v));
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
         if (r->dispatches >= 0)
             printf(", \"vk_dispatches_per_token\": %.2f, \"vk_record_ms_per_token\": %.4f, "
@@ -678,6 +693,20 @@ static int plot_results(const char *path, const bench_result *res, int n) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 /* "128,512" -> {128, 512}; each in [lo, hi]. */
+/* "f32,q8_0": KV cache types (al_kv_type_parse), at most MAX_LIST. */
+static int parse_kv_list(const char *opt, const char *s, al_kv_type *out, int *n) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST) return cli_fail("bench: %s: at most %d types", opt, MAX_LIST);
+        if (al_kv_type_parse(t, &out[*n]) != AL_OK)
+            return cli_fail("bench: %s %s: %s", opt, s, al_last_error());
+        (*n)++;
+    }
+    return *n ? 0 : cli_fail("bench: %s needs a type (f32, f16, q8_0, q4_0)", opt);
+}
+
 static int parse_list(const char *opt, const char *s, int lo, int hi, int *out, int *n) {
     *n = 0;
     while (*s) {
@@ -709,6 +738,9 @@ static void bench_usage(void) {
            "                           CPU and every Vulkan device); repeat to compare\n"
            "                           side by side [cpu]\n"
            "  -o, --output FMT         md, json (llama-bench's fields) or csv [md]\n"
+           "  -ctk, --cache-type-k T,... the KV cache's keys: f32, f16, q8_0, q4_0; a row\n"
+           "                           each, the values of the same type unless -ctv [f32]\n"
+           "  -ctv, --cache-type-v T,... the values' types, paired with -ctk's\n"
            "  --plot FILE.svg          draw t/s against depth, a line per backend and test\n"
            "  --no-repack              the CPU reads the weights in place, not in its faster\n"
            "                           layout (ANYLLM_X16=0): a quicker load, a slower decode\n"
@@ -766,6 +798,10 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
             rc = parse_list(a, v, 0, 1 << 16, o->tg, &o->n_tg);
         } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
             rc = parse_list(a, v, 0, 1 << 20, o->depth, &o->n_depth);
+        } else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+                   !strcmp(a, "--cache-type-v")) {
+            const bool k = a[3] == 'k' || !strcmp(a, "--cache-type-k");
+            rc = parse_kv_list(a, v, k ? o->ctk : o->ctv, k ? &o->n_ctk : &o->n_ctv);
         } else if (!strcmp(a, "--plot")) {
             o->plot = v;
         } else if (!strcmp(a, "--spec")) {
@@ -813,6 +849,11 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
                 return cli_fail("bench: --backend all stands alone (it is every backend)");
     }
     if (!o->n_pp && !o->n_tg) return cli_fail("bench: nothing to run (-p 0 and -n 0)");
+    if (o->n_ctv && o->n_ctv != (o->n_ctk ? o->n_ctk : 1))
+        return cli_fail("bench: -ctv lists %d types and -ctk %d: they pair up, a row each",
+                        o->n_ctv, o->n_ctk ? o->n_ctk : 1);
+    if (!o->n_ctk) o->n_ctk = 1; /* f32 */
+    for (int i = 0; !o->n_ctv && i < o->n_ctk; i++) o->ctv[i] = o->ctk[i];
     return check_models(o);
 }
 
@@ -824,7 +865,8 @@ static int save_profile(const char *model, const bench_result *res, int n_res) {
     int n = 0;
     for (int i = 0; i < n_res; i++) {
         const bench_result *r = &res[i];
-        if (r->model != model || !strcmp(r->spec, "auto")) continue;
+        /* the profile is of the default cache; auto names no backend */
+        if (r->model != model || !strcmp(r->spec, "auto") || r->type_k || r->type_v) continue;
         pts[n++] = (profile_point){
             .backend = !strcmp(r->spec, "vulkan") ? "vulkan:0" : r->spec,
             .desc = r->info.backend, .is_pp = r->is_pp, .n_tokens = r->n_tokens,
@@ -854,7 +896,8 @@ int cmd_bench(int argc, char **argv) {
                          .prompt = o.prompt, .draft = o.draft};
         return bench_spec(&sb);
     }
-    int max_res = o.n_models * o.n_backends * o.n_threads * o.n_depth * (o.n_pp + o.n_tg);
+    int max_res =
+        o.n_models * o.n_backends * o.n_threads * o.n_ctk * o.n_depth * (o.n_pp + o.n_tg);
     bench_result *res = calloc((size_t)max_res, sizeof *res);
     if (!res) return cli_fail("out of memory");
     bench_env env = {0};
@@ -869,7 +912,9 @@ int cmd_bench(int argc, char **argv) {
     for (int mi = 0; !rc && mi < o.n_models; mi++)
         for (int bi = 0; !rc && bi < o.n_backends; bi++)
             for (int ti = 0; !rc && ti < o.n_threads; ti++)
-                rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], res, &n_res, &probe);
+                for (int ki = 0; !rc && ki < o.n_ctk; ki++)
+                    rc = bench_model(&o, mi, o.backends[bi], o.threads[ti], ki, res, &n_res,
+                                     &probe);
     bw_probe_stop(&probe);
     clear_line();
     struct rusage ru;

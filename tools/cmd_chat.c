@@ -289,7 +289,7 @@ int cmd_chat(const cli_opts *o) {
         rc = 1;
         goto done;
     }
-    if ((rc = gen_spec_setup(o, m, al_context_n_ctx(s.c), &s.spec, &s.specp))) goto done;
+    if ((rc = gen_spec_setup(o, m, s.decode ? s.decode : s.c, &s.spec, &s.specp))) goto done;
     /* the file's template, else the built-in format of its architecture (Gemma) */
     if ((!s.tmpl_name && (st = al_chat_template_choose(s.tmpl, mi.arch, &s.tmpl_name)) != AL_OK) ||
         (st = al_chat_render(s.tmpl_name, s.tmpl, NULL, 0, true, &probe)) != AL_OK ||

@@ -101,15 +101,23 @@ int cmd_info(const cli_opts *o) {
     else
         printf("chat template          none: %s\n", al_last_error());
     char label[64];
+    const al_kv_type tk = o->cache_type_k, tv = o->cache_type_v;
+    const uint64_t kv = al_model_kv_bytes(m, n_ctx, tk, tv);
     snprintf(label, sizeof label, "kv cache (ctx %d)", n_ctx); /* the default context */
-    print_size(label, al_model_kv_bytes(m, n_ctx));
+    print_size(label, kv);
+    /* per position: what a longer context costs; a sliding layer's ring stops growing */
+    const uint64_t per_pos = al_model_kv_bytes(m, 2, tk, tv) - al_model_kv_bytes(m, 1, tk, tv);
+    printf("kv per position        %llu bytes (keys %s, values %s%s)\n",
+           (unsigned long long)per_pos, al_kv_type_name(tk), al_kv_type_name(tv),
+           (tk == AL_KV_Q8_0 || tk == AL_KV_Q4_0 || tv == AL_KV_Q8_0 || tv == AL_KV_Q4_0) &&
+                   !o->kv_unrotated ? ", heads rotated" : "");
     /* a recurrent model's state checkpoints (chat and serve keep the default number) */
     const uint64_t ckpt = mi.n_recurrent ? (uint64_t)AL_DEFAULT_CHECKPOINTS * mi.state_bytes : 0;
     if (ckpt) {
         snprintf(label, sizeof label, "state checkpoints (%d)", AL_DEFAULT_CHECKPOINTS);
         print_size(label, ckpt);
     }
-    print_size("memory needed", mi.n_bytes + al_model_kv_bytes(m, n_ctx) + ckpt);
+    print_size("memory needed", mi.n_bytes + kv + ckpt);
     /* what bounds decoding: a mixture of experts reads only the experts a token picks */
     print_size("read per token", mi.n_bytes_per_token);
     al_model_destroy(m);
@@ -170,6 +178,7 @@ int cmd_logits(const cli_opts *o) {
     al_model_get_info(m, &mi);
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n;
+    cli_kv_params(o, &cp);
     if ((st = al_context_create(m, &cp, &c)) != AL_OK) goto done;
     logits = malloc((size_t)n * (size_t)mi.n_vocab * sizeof(float));
     if (!logits) {

@@ -98,6 +98,9 @@ static void serve_usage(FILE *f) {
         "  --ctx-checkpoints N  a model with a recurrent state (qwen35...): checkpoints of\n"
         "                     it per sequence, where a later request sharing the prompt's\n"
         "                     start goes back to (default 4, each the state's size; -1: none)\n"
+        "  -ctk, --cache-type-k T  the KV cache's keys: f32 (default), f16, q8_0 or q4_0\n"
+        "  -ctv, --cache-type-v T  its values, as -ctk\n"
+        "  --kv-unrotated     q8_0 and q4_0 caches without the Hadamard rotation of heads\n"
         "  -v, --verbose      one line per request on stderr\n");
 }
 
@@ -155,7 +158,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     static const char *const strs[] = {"-m", "--model", "--host", "--api-key", "--allowed-host",
                                        "--chat-template", "--backend", "--replica-id",
                                        "--prefill-backend", "--decode-backend", "--models-dir",
-                                       "--models-memory", "--spec", "--model-draft", "-md"};
+                                       "--models-memory", "--spec", "--model-draft", "-md",
+                                       "--cache-type-k", "-ctk", "--cache-type-v", "-ctv"};
     const struct {
         const char *name, *alt;
         int *dst;
@@ -191,6 +195,10 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             cli_no_repack();
             continue;
         }
+        if (!strcmp(a, "--kv-unrotated")) {
+            o->p.kv_unrotated = true;
+            continue;
+        }
         if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             o->p.verbose = true;
             continue;
@@ -218,6 +226,12 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
             o->models[o->n_models++] = o->model = val;
         }
         else if (!strcmp(a, "--models-dir")) o->models_dir = val;
+        else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") ||
+                 !strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv")) {
+            const bool k = !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk");
+            if (al_kv_type_parse(val, k ? &o->p.type_k : &o->p.type_v) != AL_OK)
+                return cli_fail("serve: %s %s: %s", a, val, al_last_error());
+        }
         else if (!strcmp(a, "--spec")) o->spec = val;
         else if (!strcmp(a, "--model-draft") || !strcmp(a, "-md")) o->draft = val;
         else if (!strcmp(a, "--models-memory")) {
@@ -252,7 +266,8 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     const char *kind = o->spec ? o->spec : o->draft ? "draft" : "none";
     if (strcmp(kind, "ngram") && strcmp(kind, "draft") && strcmp(kind, "none"))
         return cli_fail("serve: --spec %s: the kinds are ngram, draft (with --model-draft FILE) "
-                        "and none", kind);
+                        "and none%s", kind, strcmp(kind, "mtp") ? "" : " (mtp runs in run, chat "
+                        "and bench, not yet in serve)");
     if (!strcmp(kind, "draft") != (o->draft != NULL))
         return cli_fail("serve: --model-draft FILE %s", o->draft ? "drafts by itself: it does "
                         "not go with --spec ngram" : "is what --spec draft drafts with");
@@ -480,9 +495,10 @@ int cmd_serve(int argc, char **argv) {
                 o.p.api_key ? "; API key required" : "");
     else
         fprintf(stderr, "anyllm serve: %s on http://%s:%d/ (%s%s%s; %d sequences of %d "
-                "positions, queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s),
+                "positions, KV %s/%s, queue %d%s)\n", o.p.model_name, o.p.host, srv_port(u.s),
                 u.info.backend, u.sp.m_decode ? ", decode on " : "",
-                u.sp.m_decode ? di.backend : "", o.p.n_parallel, o.p.n_ctx, o.p.n_queue,
+                u.sp.m_decode ? di.backend : "", o.p.n_parallel, o.p.n_ctx,
+                al_kv_type_name(o.p.type_k), al_kv_type_name(o.p.type_v), o.p.n_queue,
                 o.p.api_key ? ", API key required" : "");
     do sigwait(&stop, &sig); while (sig == SIGUSR1);
     fprintf(stderr, "anyllm serve: %s\n", sig == SIGINT ? "interrupted" : "terminated");

@@ -68,6 +68,7 @@ int cmd_run(const cli_opts *o) {
     /* without -c: just what this run needs, unless -n -1 asks for all there is */
     if (o->n_ctx) cp.n_ctx = o->n_ctx;
     else if (o->n_predict >= 0) cp.n_ctx = n + o->n_predict;
+    cli_kv_params(o, &cp);
     al_status st;
     if ((rc = cli_split_contexts(&sp, &cp))) goto done;
     if ((st = al_sampler_create(&o->sampling, cli_n_vocab(m), &smp)) != AL_OK) {
@@ -80,7 +81,7 @@ int cmd_run(const cli_opts *o) {
                       al_context_n_ctx(c));
         goto done;
     }
-    if ((rc = gen_spec_setup(o, m, al_context_n_ctx(c), &spec, &specp))) goto done;
+    if ((rc = gen_spec_setup(o, m, sp.c_decode ? sp.c_decode : c, &spec, &specp))) goto done;
     fwrite(text, 1, len, stdout);
     fflush(stdout); /* before anything on stderr, when both go to one pipe */
     gen_stats gs = {0};

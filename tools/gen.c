@@ -378,22 +378,24 @@ static int load_draft(const cli_opts *o, const al_model *m, int n_ctx, spec_stat
     return 0;
 }
 
-int gen_spec_setup(const cli_opts *o, const al_model *m, int n_ctx, spec_state *s,
+int gen_spec_setup(const cli_opts *o, const al_model *m, al_context *c, spec_state *s,
                    spec_state **out) {
+    const int n_ctx = al_context_n_ctx(c);
     *out = NULL;
     const char *kind = o->spec ? o->spec : o->model_draft ? "draft" : "none";
     if (!strcmp(kind, "none")) {
         if (o->draft_max) return cli_fail("%s: --draft-max needs --spec", o->command);
         return 0;
     }
-    if (strcmp(kind, "ngram") && strcmp(kind, "draft"))
-        return cli_fail("%s: --spec %s: the kinds are ngram, draft (with --model-draft FILE) "
-                        "and none (MTP is not built yet)", o->command, kind);
+    if (strcmp(kind, "ngram") && strcmp(kind, "draft") && strcmp(kind, "mtp"))
+        return cli_fail("%s: --spec %s: the kinds are ngram, draft (with --model-draft FILE), "
+                        "mtp (the file's next-token-prediction block) and none", o->command, kind);
     if (!strcmp(kind, "draft") != (o->model_draft != NULL))
         return cli_fail("%s: --model-draft FILE %s", o->command,
                         o->model_draft ? "drafts by itself: it does not go with --spec ngram"
                                        : "is what --spec draft drafts with");
     if (!strcmp(kind, "ngram")) spec_init(s, o->draft_max ? o->draft_max : 8);
+    else if (!strcmp(kind, "mtp")) spec_init_mtp(s, o->draft_max ? o->draft_max : 8, c);
     else {
         int rc = load_draft(o, m, n_ctx, s);
         if (rc) return rc;
@@ -412,7 +414,7 @@ void gen_spec_free(spec_state *s) {
 void gen_print_spec(const spec_state *s) {
     if (!s) return;
     fprintf(stderr, "spec %s: %ld drafts, %ld tokens drafted, %ld accepted (%.1f%%)\n",
-            s->kind == SPEC_NGRAM ? "ngram" : "draft", s->n_drafts, s->n_drafted, s->n_accepted,
+            spec_kind_name(s), s->n_drafts, s->n_drafted, s->n_accepted,
             s->n_drafted ? 100.0 * s->n_accepted / s->n_drafted : 0.0);
 }
 

@@ -82,9 +82,10 @@ int cli_tokenize(const al_vocab *v, const char *text, size_t len, bool add_speci
 
 /* --spec, --model-draft and --draft-max into *s, and *out = s when speculation is asked
  * for (else NULL): a draft model is loaded as the model is (backend, threads), checked to
- * share m's vocabulary, with a context of n_ctx positions (the model's). 0 or an exit
- * status (message printed). gen_spec_free frees what it made. */
-int gen_spec_setup(const cli_opts *o, const al_model *m, int n_ctx, spec_state *s,
+ * share m's vocabulary, with a context of c's positions; --spec mtp drafts over c itself
+ * (the context that decodes, made with cli_kv_params' mtp). 0 or an exit status
+ * (message printed). gen_spec_free frees what it made. */
+int gen_spec_setup(const cli_opts *o, const al_model *m, al_context *c, spec_state *s,
                    spec_state **out);
 void gen_spec_free(spec_state *s);
 /* The drafts' line for the summary: drafts, tokens drafted and accepted. */

@@ -24,7 +24,7 @@ enum {
     C_GEN = C_RUN | C_CHAT,
 };
 
-typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_SEED } opt_kind;
+typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_SEED, K_KV } opt_kind;
 
 typedef struct opt_spec {
     const char *names; /* "-s, --seed": every spelling, the first is shown first */
@@ -102,13 +102,22 @@ static const opt_spec specs[] = {
     {"--spec", "KIND", C_GEN, K_STR, F(spec), 0, 0,
      "speculative decoding: 'ngram' drafts the continuation of the latest earlier "
      "occurrence of the last tokens (prompt and output), 'draft' a draft model "
-     "(--model-draft); the model checks a draft in one evaluation; the same tokens as "
+     "(--model-draft), 'mtp' the file's next-token-prediction block (Qwen3.5 / 3.6); the "
+     "model checks a draft in one evaluation; the same tokens as "
      "without", "none; draft with --model-draft"},
     {"--draft-max", "N", C_GEN, K_INT, F(draft_max), 1, SPEC_DRAFT_LIMIT,
      "the longest draft (--spec)", "8"},
     {"-md, --model-draft", "FILE", C_GEN, K_STR, F(model_draft), 0, 0,
      "speculative decoding with a draft model of the same vocabulary (--spec draft): it "
      "continues the text greedily and the model checks its tokens in one evaluation", "none"},
+    {"-ctk, --cache-type-k", "TYPE", C_MODEL, K_KV, F(cache_type_k), 0, 0,
+     "the KV cache's keys: f32, f16 (half the memory), q8_0 (about a quarter) or q4_0 "
+     "(about an eighth); the CPU backend reads them all", "f32"},
+    {"-ctv, --cache-type-v", "TYPE", C_MODEL, K_KV, F(cache_type_v), 0, 0,
+     "the KV cache's values, as --cache-type-k", "f32"},
+    {"--kv-unrotated", NULL, C_MODEL, K_FLAG, F(kv_unrotated), 0, 0,
+     "store q8_0 and q4_0 caches without the Hadamard rotation of each head (which "
+     "spreads outliers before rounding), to measure what it gives", "off"},
     {"--tokens", "IDS", C_LOGITS, K_STR, F(tokens), 0, 0, "token ids: 1,2,3", "required"},
     {"-o, --out", "FILE", C_LOGITS, K_STR, F(out), 0, 0,
      "where float32 [n_tokens][n_vocab] logits go", "required"},
@@ -196,6 +205,10 @@ static int set_value(cli_opts *o, const opt_spec *s, const char *a, const char *
     switch (s->kind) {
     case K_FLAG: *(bool *)(base + s->off) = true; return 0;
     case K_STR: *(const char **)(base + s->off) = val; return 0;
+    case K_KV:
+        if (al_kv_type_parse(val, (al_kv_type *)(base + s->off)) != AL_OK)
+            return cli_fail("%s %s: %s", a, val, al_last_error());
+        return 0;
     case K_FLOAT:
         if (!parse_float(val, s->lo, s->hi, (float *)(base + s->off)))
             return cli_fail("%s %s: expected a number in [%g, %g]", a, val, s->lo, s->hi);

@@ -17,6 +17,16 @@ al_status spec_init_draft(spec_state *s, int draft_max, const al_model *draft, i
     return al_drafter_create(draft, n_ctx, &s->drafter);
 }
 
+void spec_init_mtp(spec_state *s, int draft_max, al_context *c) {
+    spec_init(s, draft_max);
+    s->kind = SPEC_MTP;
+    s->mtp_ctx = c;
+}
+
+const char *spec_kind_name(const spec_state *s) {
+    return s->kind == SPEC_NGRAM ? "ngram" : s->kind == SPEC_DRAFT ? "draft" : "mtp";
+}
+
 void spec_free(spec_state *s) {
     al_drafter_destroy(s->drafter);
     s->drafter = NULL;
@@ -37,8 +47,11 @@ bool spec_same_vocab(const al_model *m, const al_model *draft, char *why, size_t
 
 int spec_draft(spec_state *s, const int32_t *hist, int n, int max, int32_t *out) {
     if ((max = al_draft_len_next(&s->len, max)) == 0) return 0;
-    return s->kind == SPEC_NGRAM ? al_draft_ngram(hist, n, max, out)
-                                 : al_drafter_draft(s->drafter, hist, n, max, out);
+    switch (s->kind) {
+    case SPEC_NGRAM: return al_draft_ngram(hist, n, max, out);
+    case SPEC_DRAFT: return al_drafter_draft(s->drafter, hist, n, max, out);
+    default: return al_draft_mtp(s->mtp_ctx, hist[n - 1], max, out);
+    }
 }
 
 void spec_restart(spec_state *s) {

@@ -9,7 +9,9 @@
  *     their latest earlier occurrence are the draft: text that repeats what came before
  *     (code being edited, a document quoted, a list continued) is guessed well;
  *   - a draft model (al_drafter): a small model of the same vocabulary continues the
- *     text greedily, on a context of its own that follows the text the model keeps.
+ *     text greedily, on a context of its own that follows the text the model keeps;
+ *   - the model's own next-token-prediction block (al_draft_mtp, Qwen3.5 / 3.6 files),
+ *     from the trunk's last hidden state and then its own.
  * Either draft proposes its tokens with certainty, and gen.c's check draws each token
  * from the model's own distribution, keeping the draft's where the draw agrees: that is
  * the rejection rule for such a draft, so the text is the one decoding gives without
@@ -25,7 +27,7 @@
 
 enum { SPEC_DRAFT_LIMIT = 64 };
 
-typedef enum spec_kind { SPEC_NGRAM, SPEC_DRAFT } spec_kind;
+typedef enum spec_kind { SPEC_NGRAM, SPEC_DRAFT, SPEC_MTP } spec_kind;
 
 typedef struct spec_state {
     spec_kind kind;
@@ -33,6 +35,7 @@ typedef struct spec_state {
     al_draft_len len;      /* the length drafts have now (adapted: anyllm.h)  */
     al_drafter *drafter;   /* SPEC_DRAFT: the draft model's (anyllm.h)         */
     al_model *draft_model; /* the caller's (gen.c loads and frees it)         */
+    al_context *mtp_ctx;   /* SPEC_MTP: the model's context, made with mtp   */
     /* what it did, for the summary line */
     long n_drafts, n_drafted, n_accepted;
 } spec_state;
@@ -44,6 +47,11 @@ void spec_init(spec_state *s, int draft_max);
  * state owns the drafter from now on (spec_free). */
 al_status spec_init_draft(spec_state *s, int draft_max, const al_model *draft, int n_ctx);
 void spec_free(spec_state *s);
+/* The model's own next-token-prediction block drafts (al_draft_mtp) over c, a context
+ * made with al_context_params.mtp. */
+void spec_init_mtp(spec_state *s, int draft_max, al_context *c);
+/* "ngram", "draft" or "mtp". */
+const char *spec_kind_name(const spec_state *s);
 
 /* Whether the draft model's vocabulary is the model's: the same tokens with the same
  * texts, and as many logits. false with why (a sentence) filled in otherwise. */

@@ -75,6 +75,7 @@ int cli_split_open(const cli_opts *o, int n_prompt, int n_ctx, cli_split *s) {
     al_context_params cp = al_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_checkpoints = o->ctx_checkpoints;
+    cli_kv_params(o, &cp);
     if (!rc) rc = cli_split_contexts(s, &cp);
     if (rc) cli_split_destroy(s);
     return rc;

@@ -198,8 +198,12 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
     cpu_attn_lane_start(a, kvh, q0, nq, LANES, mx0, sum0); /* -FLT_MAX (not -inf) or sinks */
     __m256 mx = _mm256_loadu_ps(mx0), sum = _mm256_loadu_ps(sum0);
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
+    float *stage = scratch + cpu_attn_tile_scratch(LANES, hd);
+    const cpu_attn_args *const a0 = a; /* a: the step's (cpu_attn_stage) */
+    cpu_attn_args tmp;
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
+        a = cpu_attn_stage(a0, kvh, kb, n, &tmp, stage);
         cpu_attn_key_rows(a, kvh, kb, n, st.row);
         st.n_next = cpu_attn_next_rows(a, kvh, kb, st.next);
         const __m256 mn = _mm256_max_ps(mx, attn_scores(a, kb, n, nq, qt, &st, e));
@@ -222,6 +226,7 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         }
         attn_values(a, n, nq, &st, e, ot);
     }
+    a = a0;
     if (a->ms) {
         float m_out[LANES], s_out[LANES];
         _mm256_storeu_ps(m_out, mx);
@@ -235,6 +240,47 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
         float *o = a->out + t * a->ldo + (int64_t)h * hd;
         for (int d = 0; d < hd; d++)
             o[d] = ot[j * hd + d] * inv[j];
+    }
+}
+
+/* ---- a typed cache's rows (cpu_attn_args.kv_rows) --------------------------------------- */
+
+static inline __attribute__((always_inline)) float block_scale(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* cpu_kv_rows_512 (attn_avx512.c) 8 values at a time: the same values. */
+void cpu_kv_rows_avx2(uint32_t type, const uint8_t *src, float *dst, int n) {
+    switch (type) {
+    case AL_TYPE_F16:
+        for (int i = 0; i < n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+        return;
+    case AL_TYPE_Q8_0:
+        for (int i = 0; i < n; i += 32, src += 34) {
+            const __m256 d = _mm256_set1_ps(block_scale(src));
+            for (int h = 0; h < 4; h++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(src + 2 + 8 * h));
+                _mm256_storeu_ps(dst + i + 8 * h,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+            }
+        }
+        return;
+    case AL_TYPE_Q4_0:
+        for (int i = 0; i < n; i += 32, src += 18) {
+            const __m256 d = _mm256_set1_ps(block_scale(src));
+            const __m128i q = _mm_loadu_si128((const __m128i *)(src + 2)), m = _mm_set1_epi8(0x0F);
+            const __m128i nib[2] = {_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m)};
+            for (int h = 0; h < 4; h++) {
+                const __m128i b = h & 1 ? _mm_srli_si128(nib[h / 2], 8) : nib[h / 2];
+                const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8));
+                _mm256_storeu_ps(dst + i + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
+            }
+        }
+        return;
+    default: cpu_kv_rows_ref(type, src, dst, n); return;
     }
 }
 

@@ -23,10 +23,10 @@
  * (see few_max). test_kernels compares the two bit for bit.
  */
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), \
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
                              apply_to = function)
 #elif defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #endif
 
 #include <float.h>
@@ -149,8 +149,12 @@ void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratc
                      .mx = _mm512_loadu_ps(mx0),
                      .sum = _mm512_loadu_ps(sum0)};
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
+    float *stage = scratch + cpu_attn_tile_scratch(LANES, hd);
+    const cpu_attn_args *const a0 = a; /* a: the step's (cpu_attn_stage) */
+    cpu_attn_args tmp;
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
+        a = cpu_attn_stage(a0, kvh, kb, n, &tmp, stage);
         cpu_attn_key_rows(a, kvh, kb, n, st.row);
         const __m512 mn = _mm512_max_ps(st.mx, attn_scores(a, kb, n, qt, &st, e));
         const __m512 alpha = exp512(_mm512_sub_ps(st.mx, mn));
@@ -166,6 +170,7 @@ void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratc
         }
         attn_values(a, n, &st, e, ot);
     }
+    a = a0;
     if (a->ms) {
         float m_out[LANES], s_out[LANES];
         _mm512_storeu_ps(m_out, st.mx);
@@ -402,9 +407,11 @@ INLINE void few_tile(const cpu_attn_args *a, int kvh, int q0, float *scratch, co
         st.sum[j] = j < nq ? sum0[j] : 0.0f;
     }
     memset(ot, 0, (size_t)nq * hd * sizeof(float));
+    float *stage = scratch + cpu_attn_tile_scratch(FEW, hd);
     for (int kb = begin; kb < p_end; kb += KEYS) {
         const int n = p_end - kb < KEYS ? p_end - kb : KEYS;
-        few_step(a, kvh, &st, kb, n, qs, ot, e, nq);
+        cpu_attn_args tmp;
+        few_step(cpu_attn_stage(a, kvh, kb, n, &tmp, stage), kvh, &st, kb, n, qs, ot, e, nq);
     }
     if (a->ms) cpu_attn_save_ms(a, kvh, q0, nq, st.mx, st.sum);
     float inv[LANES];
@@ -430,6 +437,50 @@ void cpu_attn_512_few(const cpu_attn_args *a, int kvh, int q0, int nq, float *sc
     case 6: few_tile(a, kvh, q0, scratch, 6); break;
     case 7: few_tile(a, kvh, q0, scratch, 7); break;
     default: few_tile(a, kvh, q0, scratch, 8); break;
+    }
+}
+
+/* ---- a typed cache's rows (cpu_attn_args.kv_rows) --------------------------------------- */
+
+/* The f16 of a block's scale, as quant.c's load_f16 gives it (exact either way). */
+INLINE float block_scale(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* quant_dequantize's values, 16 at a time: a q8_0 block is an f16 scale and 32 int8,
+ * q4_0 an f16 scale and 16 bytes whose low nibbles are elements 0-15 and high nibbles
+ * 16-31, each (nibble - 8); a value is the integer, converted exactly, times the scale:
+ * one rounding, as in the reference. */
+void cpu_kv_rows_512(uint32_t type, const uint8_t *src, float *dst, int n) {
+    switch (type) {
+    case AL_TYPE_F16:
+        for (int i = 0; i < n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 2 * i))));
+        return;
+    case AL_TYPE_Q8_0:
+        for (int i = 0; i < n; i += 32, src += 34) {
+            const __m512 d = _mm512_set1_ps(block_scale(src));
+            for (int h = 0; h < 2; h++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(src + 2 + 16 * h));
+                _mm512_storeu_ps(dst + i + 16 * h,
+                                 _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+            }
+        }
+        return;
+    case AL_TYPE_Q4_0:
+        for (int i = 0; i < n; i += 32, src += 18) {
+            const __m512 d = _mm512_set1_ps(block_scale(src));
+            const __m128i q = _mm_loadu_si128((const __m128i *)(src + 2)), m = _mm_set1_epi8(0x0F);
+            const __m128i nib[2] = {_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m)};
+            for (int h = 0; h < 2; h++) {
+                const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib[h]), _mm512_set1_epi32(8));
+                _mm512_storeu_ps(dst + i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(v), d));
+            }
+        }
+        return;
+    default: cpu_kv_rows_ref(type, src, dst, n); return;
     }
 }
 

@@ -342,6 +342,9 @@ static al_status cpu_tensor_import(al_backend *be, void *host, uint64_t n_bytes,
     return AL_OK;
 }
 
+/* The KV cache types the attention ops read (al_backend_ops.kv_types). */
+#define CPU_KV_TYPES ((1u << AL_TYPE_F16) | (1u << AL_TYPE_Q8_0) | (1u << AL_TYPE_Q4_0))
+
 /* ---- per-row ops ------------------------------------------------------------------------ */
 
 typedef enum {
@@ -643,6 +646,7 @@ static void cpu_destroy(al_backend *be) {
 static const al_backend_ops cpu_ref_ops = {
     .name = "cpu",
     .caps = AL_CAP_HOST_MEMORY,
+    .kv_types = CPU_KV_TYPES,
     .destroy = cpu_destroy,
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,
@@ -674,6 +678,7 @@ static const al_backend_ops cpu_ref_ops = {
 static const al_backend_ops cpu_fast_ops = {
     .name = "cpu",
     .caps = AL_CAP_HOST_MEMORY,
+    .kv_types = CPU_KV_TYPES,
     .destroy = cpu_destroy,
     .tensor_alloc = cpu_tensor_alloc,
     .tensor_free = cpu_tensor_free,

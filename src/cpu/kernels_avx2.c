@@ -619,6 +619,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .pack_f = cpu_pack_f_avx2,
     .mk_f = cpu_mk_f_avx2,
     .attn = cpu_attn_avx2,
+    .kv_rows = cpu_kv_rows_avx2,
     .rms_norm = cpu_rms_norm_avx2,
     .silu_mul = cpu_silu_mul_avx2,
     .gelu_mul = cpu_gelu_mul_avx2,

@@ -766,6 +766,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .pack_f = pack_f_512,
     .mk_f = mk_f_512,
     .attn = cpu_attn_512,
+    .kv_rows = cpu_kv_rows_512,
     .attn_few = cpu_attn_512_few,
     .attn_few_lanes = CPU_ATTN_FEW,
     .rms_norm = rms_norm_512,

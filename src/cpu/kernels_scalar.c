@@ -451,9 +451,11 @@ static void attn_scalar(const cpu_attn_args *a, int kvh, int q0, int nq, float *
     const int p_end = cpu_attn_tile_keys(a, q0, nq, LANES, s.lo, s.pos, &begin);
     cpu_attn_lane_start(a, kvh, q0, nq, LANES, s.mx, s.sum); /* -FLT_MAX or the sinks */
     memset(ot, 0, (size_t)hd * LANES * sizeof(float));
+    float *stage = scratch + cpu_attn_tile_scratch(LANES, hd);
     for (int kb = begin; kb < p_end; kb += CPU_ATTN_KEYS) {
         const int n = p_end - kb < CPU_ATTN_KEYS ? p_end - kb : CPU_ATTN_KEYS;
-        attn_step_scalar(a, kvh, kb, n, qt, ot, e, &s);
+        cpu_attn_args tmp;
+        attn_step_scalar(cpu_attn_stage(a, kvh, kb, n, &tmp, stage), kvh, kb, n, qt, ot, e, &s);
     }
     if (a->ms) cpu_attn_save_ms(a, kvh, q0, nq, s.mx, s.sum);
     attn_store(a, kvh, q0, nq, LANES, ot, s.sum);
@@ -529,6 +531,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .pack_f = pack_f_scalar,
     .mk_f = mk_f_scalar,
     .attn = attn_scalar,
+    .kv_rows = cpu_kv_rows_ref,
     .rms_norm = rms_norm_scalar,
     .silu_mul = silu_mul_scalar,
     .gelu_mul = gelu_mul_scalar,

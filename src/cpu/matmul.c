@@ -685,10 +685,18 @@ static cpu_attn_args attn_copy_head(const attn_job *j, int kvh, float *dst) {
     cpu_attn_args c = *a;
     c.k = dst, c.v = dst + (int64_t)n * hd;
     c.ldk = hd, c.cap = n, c.pos0 = j->copy_pos0, c.one_head = true;
+    c.kq = c.vq = NULL; /* a typed cache's rows arrive converted */
     for (int i = 0; i < n; i++) {
-        const int64_t off = cpu_attn_row_off(a, kvh, (j->copy_pos0 + i - a->pos0) % a->cap);
-        memcpy(dst + (int64_t)i * hd, a->k + off, (size_t)hd * sizeof(float));
-        memcpy(dst + (int64_t)(n + i) * hd, a->v + off, (size_t)hd * sizeof(float));
+        const int r = (j->copy_pos0 + i - a->pos0) % a->cap;
+        float *kd = dst + (int64_t)i * hd, *vd = dst + (int64_t)(n + i) * hd;
+        if (a->kq) {
+            a->kv_rows(a->k_type, a->kq + r * a->k_ldb + a->k_ldb / a->n_head_kv * kvh, kd, hd);
+            a->kv_rows(a->v_type, a->vq + r * a->v_ldb + a->v_ldb / a->n_head_kv * kvh, vd, hd);
+            continue;
+        }
+        const int64_t off = cpu_attn_row_off(a, kvh, r);
+        memcpy(kd, a->k + off, (size_t)hd * sizeof(float));
+        memcpy(vd, a->v + off, (size_t)hd * sizeof(float));
     }
     return c;
 }
@@ -865,6 +873,43 @@ static void attn_pass(cpu_backend *cb, const cpu_kernels *kern, const al_attn_sh
     if (ranges) attn_merge(j, (float *)mm_tls(cb, 0)), cb->n_attn_ranged++;
 }
 
+/* A batch's work beside the attention proper, token by token over the threads: its
+ * keys and values written into the caches (converted, rotated: for a prompt on a typed
+ * cache, a real share of the time on one thread) and its queries rotated; or (out not
+ * NULL) the output heads rotated back. Each token's rows are its own: any split gives
+ * the same bytes. */
+typedef struct kv_prep {
+    const al_tensor *q, *k, *v;
+    al_tensor *kc, *vc, *out;
+    const al_attn_shape *s;
+    bool rot_q;
+} kv_prep;
+
+static void kv_prep_part(void *arg, int ith, int nth) {
+    const kv_prep *p = arg;
+    const al_attn_shape *s = p->s;
+    for (int t = ith; t < s->n_tokens; t += nth) {
+        if (p->out) {
+            cpu_rotate_heads(p->out, t, t + 1, s->n_head, s->head_dim);
+            continue;
+        }
+        cpu_attn_write_kv_row(p->k, p->v, p->kc, p->vc, s, t);
+        if (p->rot_q) cpu_rotate_heads(p->q, t, t + 1, s->n_head, s->head_dim);
+    }
+}
+
+static void kv_prep_run(cpu_backend *cb, kv_prep *p) {
+    const bool plain = !p->out && !p->rot_q && p->kc->type == AL_TYPE_F32 &&
+                       p->vc->type == AL_TYPE_F32;
+    if (plain || p->s->n_tokens < 4) { /* copies, or a few tokens: not worth the threads */
+        kv_prep_part(p, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&cb->lock);
+    pool_run(cb->pool, kv_prep_part, p);
+    pthread_mutex_unlock(&cb->lock);
+}
+
 void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
                     al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s,
                     al_tensor *out) {
@@ -874,8 +919,11 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
         ref_attention(be, q, k, v, k_cache, v_cache, s, out);
         return;
     }
-    AL_ASSERT(k_cache->row_bytes == v_cache->row_bytes);
-    cpu_attn_write_kv(k, v, k_cache, v_cache, s);
+    kv_prep prep = {.q = q, .k = k, .v = v, .kc = k_cache, .vc = v_cache, .s = s,
+                    .rot_q = k_cache->layout == AL_LAYOUT_HADAMARD}; /* q.k = (H q).(H k) */
+    kv_prep_run(cb, &prep);
+    const bool typed = k_cache->type != AL_TYPE_F32 || v_cache->type != AL_TYPE_F32;
+    AL_ASSERT(typed || k_cache->row_bytes == v_cache->row_bytes);
     /* heads of an odd size take the portable kernel, always, so that the result of
      * a shape never depends on anything but the shape */
     if (s->head_dim % kern->attn_align) kern = &cpu_kernels_scalar;
@@ -885,9 +933,16 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
         .lanes = kern->attn_lanes,
         .a = {.q = cpu_f32_row(q, 0),
               .ldq = (int64_t)(q->row_bytes / sizeof(float)),
-              .k = cpu_f32_row(k_cache, 0),
-              .v = cpu_f32_row(v_cache, 0),
-              .ldk = (int64_t)(k_cache->row_bytes / sizeof(float)),
+              .k = typed ? NULL : cpu_f32_row(k_cache, 0),
+              .v = typed ? NULL : cpu_f32_row(v_cache, 0),
+              .ldk = typed ? 0 : (int64_t)(k_cache->row_bytes / sizeof(float)),
+              .k_type = k_cache->type,
+              .v_type = v_cache->type,
+              .kq = typed ? (const uint8_t *)k_cache->data + k_cache->offset : NULL,
+              .vq = typed ? (const uint8_t *)v_cache->data + v_cache->offset : NULL,
+              .k_ldb = (int64_t)k_cache->row_bytes,
+              .v_ldb = (int64_t)v_cache->row_bytes,
+              .kv_rows = kern->kv_rows,
               .out = cpu_f32_row(out, 0),
               .ldo = (int64_t)(out->row_bytes / sizeof(float)),
               .n_head = s->n_head,
@@ -918,4 +973,8 @@ void fast_attention(al_backend *be, const al_tensor *q, const al_tensor *k, cons
         attn_pass(cb, kern, &sp, &jp);
     }
     pthread_mutex_unlock(&cb->lock);
+    if (v_cache->layout == AL_LAYOUT_HADAMARD) { /* sum p H v = H sum p v */
+        kv_prep back = {.out = out, .s = s};
+        kv_prep_run(cb, &back);
+    }
 }

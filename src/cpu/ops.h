@@ -274,6 +274,17 @@ typedef struct cpu_attn_args {
      * during its last step, so that the next call does not start on cold rows. A hint,
      * read by no arithmetic; then_n <= CPU_ATTN_KEYS. */
     int then_kvh, then_kb, then_n;
+    /* A typed cache (backend.h: al_backend_ops.kv_types): k or v is NULL, and kq or vq
+     * holds rows of k_type or v_type, k_ldb or v_ldb bytes apart, kv head kvh at byte
+     * kvh * (its head's bytes) of a row. The kernels then read each step's keys and
+     * values through cpu_attn_stage, which converts them with kv_rows into the tile's
+     * scratch: the cache is read as it is stored, and no copy of it is made. */
+    uint32_t k_type, v_type;
+    const uint8_t *kq, *vq;
+    int64_t k_ldb, v_ldb;
+    /* n (a multiple of the type's block) elements of type from src into dst as floats,
+     * each exactly the value quant_dequantize gives */
+    void (*kv_rows)(uint32_t type, const uint8_t *src, float *dst, int n);
 } cpu_attn_args;
 
 /* Queries [q0, q0 + nq) of kv head kvh (query j is token j / G, head kvh*G + j % G,
@@ -382,9 +393,47 @@ static inline int cpu_attn_next_rows(const cpu_attn_args *a, int kvh, int kb, in
     return a->then_n > 0 ? a->then_n : 0;
 }
 
-/* Floats of per-thread scratch the attention kernels need. */
+/* Floats of per-thread scratch the attention kernels need: their tile's, then a step's
+ * keys and values from a typed cache (cpu_attn_stage). */
+static inline int64_t cpu_attn_tile_scratch(int lanes, int head_dim) {
+    return ((int64_t)lanes * (2 * head_dim + CPU_ATTN_KEYS + 8) + 15) / 16 * 16;
+}
 static inline int64_t cpu_attn_scratch(int lanes, int head_dim) {
-    return (int64_t)lanes * (2 * head_dim + CPU_ATTN_KEYS + 8);
+    return cpu_attn_tile_scratch(lanes, head_dim) + 2 * CPU_ATTN_KEYS * (int64_t)head_dim;
+}
+
+/* The step at keys [kb, kb + n) of kv head kvh as a kernel reads it: a itself where the
+ * caches are f32; for a typed cache (cpu_attn_args.kq), tmp over the step's keys and
+ * values converted into stage ([CPU_ATTN_KEYS][head_dim] keys, then values), as a copy
+ * of one head (one_head) whose row i holds position kb + i. The step's arithmetic is
+ * then that of an f32 cache holding the converted values, bit for bit. Asks the caches
+ * for the next step's rows meanwhile, as the f32 kernels do for theirs. */
+static inline const cpu_attn_args *cpu_attn_stage(const cpu_attn_args *a, int kvh, int kb, int n,
+                                                  cpu_attn_args *tmp, float *stage) {
+    if (!a->kq) return a;
+    const int hd = a->head_dim;
+    const int64_t khb = a->k_ldb / a->n_head_kv, vhb = a->v_ldb / a->n_head_kv; /* a head's */
+    const uint8_t *kp = a->kq + khb * kvh, *vp = a->vq + vhb * kvh;
+    float *ks = stage, *vs = stage + CPU_ATTN_KEYS * hd;
+    int r = (kb - a->pos0) % a->cap; /* one division per step, none per key */
+    for (int i = 0; i < n; i++) {
+        a->kv_rows(a->k_type, kp + r * a->k_ldb, ks + (int64_t)i * hd, hd);
+        a->kv_rows(a->v_type, vp + r * a->v_ldb, vs + (int64_t)i * hd, hd);
+        if (++r == a->cap) r = 0;
+    }
+    /* r is now the next step's first row (a short step is a range's last) */
+    const int end = a->key_hi > 0 ? a->key_hi : a->n_past + a->n_tokens;
+    for (int i = 0; n == CPU_ATTN_KEYS && i < CPU_ATTN_KEYS && kb + n + i < end; i++) {
+        for (int64_t b = 0; b < khb; b += 64) __builtin_prefetch(kp + r * a->k_ldb + b, 0, 2);
+        for (int64_t b = 0; b < vhb; b += 64) __builtin_prefetch(vp + r * a->v_ldb + b, 0, 2);
+        if (++r == a->cap) r = 0;
+    }
+    *tmp = *a;
+    tmp->k = ks, tmp->v = vs, tmp->ldk = hd;
+    tmp->kq = tmp->vq = NULL;
+    tmp->one_head = true, tmp->cap = CPU_ATTN_KEYS, tmp->pos0 = kb;
+    tmp->then_n = 0;
+    return tmp;
 }
 
 /* ---- gated delta-net layers (delta.c) ------------------------------------------------- */
@@ -488,6 +537,7 @@ typedef struct cpu_kernels {
     cpu_pack_f_fn pack_f;
     cpu_mk_fn mk_f;
     cpu_attn_fn attn;
+    void (*kv_rows)(uint32_t type, const uint8_t *src, float *dst, int n); /* cpu_attn_args */
     /* NULL, or a kernel for tiles of at most attn_few_lanes queries (token generation:
      * the G = n_head / n_head_kv queries of a kv head), which gives attn's bits */
     cpu_attn_fn attn_few;
@@ -522,6 +572,10 @@ void cpu_attn_avx2(const cpu_attn_args *a, int kvh, int q0, int nq, float *scrat
  * CPU_ATTN_FEW), each query with the same operations in the same order. */
 void cpu_attn_512(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
 void cpu_attn_512_few(const cpu_attn_args *a, int kvh, int q0, int nq, float *scratch);
+
+/* cpu_attn_args.kv_rows with AVX2 (attn_avx2.c) and AVX-512 (attn_avx512.c). */
+void cpu_kv_rows_avx2(uint32_t type, const uint8_t *src, float *dst, int n);
+void cpu_kv_rows_512(uint32_t type, const uint8_t *src, float *dst, int n);
 
 /* ---- AMX (kernels_amx.c) -------------------------------------------------------------- */
 
@@ -700,6 +754,15 @@ void cpu_add_scaled(float *x, const float *y, float w, int64_t n);
  * (al_attn_shape); the first step of every attention op. */
 void cpu_attn_write_kv(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
                        al_tensor *v_cache, const al_attn_shape *s);
+/* cpu_attn_write_kv of the batch's token t alone. */
+void cpu_attn_write_kv_row(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
+                           al_tensor *v_cache, const al_attn_shape *s, int t);
+/* Each of the n_heads heads of rows [t0, t1) of x rotated in place (al_hadamard in
+ * blocks of al_hadamard_n(head_dim)): the queries before a rotated cache's attention,
+ * its output after. */
+void cpu_rotate_heads(const al_tensor *x, int t0, int t1, int n_heads, int head_dim);
+/* cpu_attn_args.kv_rows by quant_dequantize. */
+void cpu_kv_rows_ref(uint32_t type, const uint8_t *src, float *dst, int n);
 /* The factor of q.k: s->scale, or 1 / sqrt(head_dim) when it is 0. */
 float cpu_attn_scale(const al_attn_shape *s);
 

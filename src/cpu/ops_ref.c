@@ -14,6 +14,7 @@
 
 #include "ops.h"
 #include "format/quant.h"
+#include "format/quantize.h"
 #include "util.h"
 
 /* Makes sure every thread has n floats of workspace. Called with the lock held. */
@@ -310,6 +311,42 @@ bool ref_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tens
 
 /* ---- attention ----------------------------------------------------------------- */
 
+void cpu_kv_rows_ref(uint32_t type, const uint8_t *src, float *dst, int n) {
+    quant_dequantize(type, src, dst, n);
+}
+
+void cpu_rotate_heads(const al_tensor *x, int t0, int t1, int n_heads, int head_dim) {
+    const int n = al_hadamard_n(head_dim);
+    for (int t = t0; t < t1; t++) {
+        float *r = cpu_f32_row(x, t);
+        for (int i = 0; i < n_heads * head_dim; i += n)
+            al_hadamard(r + i, n);
+    }
+}
+
+/* Row t of x (n_head_kv heads) into cache row `row` of its type: copied, or each head
+ * rotated (AL_LAYOUT_HADAMARD) and quantized on its own, so that a head's bytes lie at
+ * head * (its bytes) of the row. */
+static void write_kv_row(const al_tensor *x, int t, al_tensor *cache, int64_t row,
+                         const al_attn_shape *s) {
+    const int hd = s->head_dim;
+    if (cache->type == AL_TYPE_F32) {
+        memcpy(cpu_f32_row(cache, row), cpu_f32_row(x, t), (size_t)s->n_head_kv * hd * sizeof(float));
+        return;
+    }
+    const uint64_t head_bytes = quant_row_bytes(cache->type, hd);
+    uint8_t *dst = (uint8_t *)cache->data + cache->offset + row * cache->row_bytes;
+    float buf[AL_KV_HEAD_MAX];
+    AL_ASSERT(hd <= AL_KV_HEAD_MAX && head_bytes * s->n_head_kv == cache->row_bytes);
+    for (int h = 0; h < s->n_head_kv; h++) {
+        memcpy(buf, cpu_f32_row(x, t) + (int64_t)h * hd, (size_t)hd * sizeof(float));
+        if (cache->layout == AL_LAYOUT_HADAMARD)
+            for (int i = 0; i < hd; i += al_hadamard_n(hd)) al_hadamard(buf + i, al_hadamard_n(hd));
+        al_status st = quant_quantize_row(cache->type, buf, dst + h * head_bytes, hd);
+        AL_ASSERT(st == AL_OK); /* context.c allows only the types it quantizes */
+    }
+}
+
 void cpu_attn_write_kv(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
                        al_tensor *v_cache, const al_attn_shape *s) {
     const int64_t cap = k_cache->ne[1];
@@ -317,12 +354,14 @@ void cpu_attn_write_kv(const al_tensor *k, const al_tensor *v, al_tensor *k_cach
     AL_ASSERT(s->n_past + s->n_tokens <= cap ||
               (s->window > 0 && (int64_t)s->window - 1 + s->n_tokens <= cap));
     AL_ASSERT(v_cache->ne[1] == cap && s->n_head % s->n_head_kv == 0);
-    const uint64_t kv_bytes = (uint64_t)s->n_head_kv * s->head_dim * sizeof(float);
-    for (int t = 0; t < s->n_tokens; t++) {
-        const int64_t row = ((int64_t)s->n_past + t) % cap;
-        memcpy(cpu_f32_row(k_cache, row), cpu_f32_row(k, t), kv_bytes);
-        memcpy(cpu_f32_row(v_cache, row), cpu_f32_row(v, t), kv_bytes);
-    }
+    for (int t = 0; t < s->n_tokens; t++) cpu_attn_write_kv_row(k, v, k_cache, v_cache, s, t);
+}
+
+void cpu_attn_write_kv_row(const al_tensor *k, const al_tensor *v, al_tensor *k_cache,
+                           al_tensor *v_cache, const al_attn_shape *s, int t) {
+    const int64_t row = ((int64_t)s->n_past + t) % k_cache->ne[1];
+    write_kv_row(k, t, k_cache, row, s);
+    write_kv_row(v, t, v_cache, row, s);
 }
 
 float cpu_attn_scale(const al_attn_shape *s) {
@@ -340,6 +379,17 @@ typedef struct attn_job {
  * `window` of them; position j lies in cache row j % cap. The scores of one query are
  * the only n_ctx-sized buffer: no n_ctx x n_ctx matrix exists. A sink is a score with
  * no value: it takes part in the maximum and adds e^(sink - max) to the denominator. */
+/* Kv head kvh of cache row r as floats: in place where the cache is f32, else
+ * converted into buf. */
+static const float *cache_head(const al_tensor *cache, int64_t r, int kvh, int hd, float *buf) {
+    if (cache->type == AL_TYPE_F32) return cpu_f32_row(cache, r) + (int64_t)kvh * hd;
+    const uint64_t head_bytes = quant_row_bytes(cache->type, hd);
+    quant_dequantize(cache->type,
+                     (const uint8_t *)cache->data + cache->offset + r * cache->row_bytes +
+                         kvh * head_bytes, buf, hd);
+    return buf;
+}
+
 static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const al_attn_shape *s = j->s;
     const int kvh = h / (s->n_head / s->n_head_kv);
@@ -349,9 +399,9 @@ static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     const float *q = cpu_f32_row(j->q, t) + (int64_t)h * s->head_dim;
     const float scale = cpu_attn_scale(s);
     const float sink = s->sinks ? cpu_f32_row(s->sinks, 0)[h] : -INFINITY;
-    float mx = sink;
+    float mx = sink, buf[AL_KV_HEAD_MAX];
     for (int64_t i = 0; i < n_vis; i++) {
-        const float *k = cpu_f32_row(j->k_cache, (first + i) % cap) + (int64_t)kvh * s->head_dim;
+        const float *k = cache_head(j->k_cache, (first + i) % cap, kvh, s->head_dim, buf);
         scores[i] = dot_f32(q, k, s->head_dim) * scale;
         if (scores[i] > mx) mx = scores[i];
     }
@@ -364,7 +414,7 @@ static void attend_one(const attn_job *j, int64_t t, int h, float *scores) {
     float *o = cpu_f32_row(j->out, t) + (int64_t)h * s->head_dim;
     memset(o, 0, (size_t)s->head_dim * sizeof(float));
     for (int64_t i = 0; i < n_vis; i++) {
-        const float *v = cpu_f32_row(j->v_cache, (first + i) % cap) + (int64_t)kvh * s->head_dim;
+        const float *v = cache_head(j->v_cache, (first + i) % cap, kvh, s->head_dim, buf);
         float a = scores[i] * inv;
         for (int d = 0; d < s->head_dim; d++)
             o[d] += a * v[d];
@@ -383,6 +433,8 @@ void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const
                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s, al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
     cpu_attn_write_kv(k, v, k_cache, v_cache, s);
+    if (k_cache->layout == AL_LAYOUT_HADAMARD) /* q.k = (H q).(H k) */
+        cpu_rotate_heads(q, 0, s->n_tokens, s->n_head, s->head_dim);
     /* a query sees at most window positions, or all up to the batch's last */
     int64_t max_vis = (int64_t)s->n_past + s->n_tokens;
     if (s->window > 0 && s->window < max_vis) max_vis = s->window;
@@ -391,6 +443,8 @@ void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const
     attn_job j = {.cb = cb, .q = q, .k_cache = k_cache, .v_cache = v_cache, .s = s, .out = out};
     pool_run(cb->pool, attn_part, &j);
     pthread_mutex_unlock(&cb->lock);
+    if (v_cache->layout == AL_LAYOUT_HADAMARD) /* sum p H v = H sum p v */
+        cpu_rotate_heads(out, 0, s->n_tokens, s->n_head, s->head_dim);
 }
 
 /* ---- the recurrent ops of gated delta-net layers (backend.h) -------------------------- */

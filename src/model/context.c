@@ -24,15 +24,71 @@ static int layer_cap(const al_model *m, int il, int n_ctx) {
     return cap < n_ctx ? (int)cap : n_ctx;
 }
 
-/* Bytes of keys and values in rows cache rows (summed over the layers). */
-static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows) {
-    return 2ull * rows * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float);
+/* ---- the caches' types ------------------------------------------------------------------ */
+
+static const struct { const char *name; uint32_t type; } kv_types[] = {
+    [AL_KV_F32] = {"f32", AL_TYPE_F32},
+    [AL_KV_F16] = {"f16", AL_TYPE_F16},
+    [AL_KV_Q8_0] = {"q8_0", AL_TYPE_Q8_0},
+    [AL_KV_Q4_0] = {"q4_0", AL_TYPE_Q4_0},
+};
+enum { N_KV_TYPES = sizeof kv_types / sizeof *kv_types };
+
+static bool kv_type_valid(al_kv_type t) { return (unsigned)t < N_KV_TYPES; }
+
+/* The types that round values to a block's scale, which the rotation helps. */
+static bool kv_quantized(al_kv_type t) { return t == AL_KV_Q8_0 || t == AL_KV_Q4_0; }
+
+const char *al_kv_type_name(al_kv_type t) { return kv_type_valid(t) ? kv_types[t].name : "?"; }
+
+al_status al_kv_type_parse(const char *name, al_kv_type *out) {
+    for (int i = 0; name && i < N_KV_TYPES; i++)
+        if (!strcmp(name, kv_types[i].name)) {
+            if (out) *out = (al_kv_type)i;
+            return AL_OK;
+        }
+    return al_error(AL_ERR_ARG, "KV cache type '%s' is not one of f32, f16, q8_0, q4_0",
+                    name ? name : "(null)");
 }
 
-uint64_t model_kv_bytes(const al_model *m, int n_ctx) {
+/* Bytes of one cache row (every kv head) of type t. */
+static uint64_t kv_row_bytes(const al_model *m, al_kv_type t) {
+    return quant_row_bytes(kv_types[t].type, (int64_t)m->n_head_kv * m->head_dim);
+}
+
+/* Bytes of keys and values in rows cache rows (summed over the layers). */
+static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows, al_kv_type tk, al_kv_type tv) {
+    return rows * (kv_row_bytes(m, tk) + kv_row_bytes(m, tv));
+}
+
+uint64_t model_kv_bytes(const al_model *m, int n_ctx, al_kv_type tk, al_kv_type tv) {
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
-    return kv_rows_bytes(m, rows) + hybrid_state_bytes(m);
+    return kv_rows_bytes(m, rows, tk, tv) + hybrid_state_bytes(m);
+}
+
+/* Whether the context's backend reads caches of p's types, with one line saying why
+ * not: a type out of range, heads that do not divide into its blocks, a backend
+ * without it. */
+static al_status kv_types_check(const al_model *m, al_backend *be, const al_context_params *p) {
+    const al_kv_type t[2] = {p->type_k, p->type_v};
+    const char *what[2] = {"type_k", "type_v"};
+    for (int i = 0; i < 2; i++) {
+        if (!kv_type_valid(t[i]))
+            return al_error(AL_ERR_ARG, "al_context_params.%s %d is not a KV cache type (f32, "
+                            "f16, q8_0, q4_0)", what[i], (int)t[i]);
+        const uint32_t type = kv_types[t[i]].type;
+        if (type == AL_TYPE_F32) continue;
+        if (quant_row_bytes(type, m->head_dim) == 0)
+            return al_error(AL_ERR_UNSUPPORTED, "a %s KV cache stores blocks of %u values, and "
+                            "this model's heads of %d do not divide into them", kv_types[t[i]].name,
+                            quant_get_traits(type)->block_size, m->head_dim);
+        if (!(be->ops->kv_types & (1u << type)))
+            return al_error(AL_ERR_UNSUPPORTED, "%s has no %s KV cache (it keeps f32 keys and "
+                            "values); use the cpu backend or an f32 cache", be->desc[0] ? be->desc
+                            : be->ops->name, kv_types[t[i]].name);
+    }
+    return AL_OK;
 }
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -60,9 +116,11 @@ static uint64_t host_mem_available(void) {
  * is refused here, at once, rather than failing page by page later or dragging the
  * machine into swap and the OOM killer. A GPU backend checks its own heaps when it
  * allocates. */
-static al_status check_kv_memory(const al_model *m, int n_ctx, int n_ckpt) {
+static al_status check_kv_memory(const al_context *c) {
+    const al_model *m = c->m;
+    const int n_ctx = c->n_ctx, n_ckpt = c->max_ckpt;
     const bool host = m->be->ops->caps & AL_CAP_HOST_MEMORY;
-    const uint64_t kv = host ? model_kv_bytes(m, n_ctx) : 0;
+    const uint64_t kv = host ? model_kv_bytes(m, n_ctx, c->type_k, c->type_v) : 0;
     const uint64_t ckpt = (m->ad->flags & ARCH_HYBRID) ? (uint64_t)n_ckpt * hybrid_state_bytes(m) : 0;
     if (kv + ckpt == 0) return AL_OK;
     uint64_t avail = host_mem_available();
@@ -79,6 +137,36 @@ static al_status check_kv_memory(const al_model *m, int n_ctx, int n_ckpt) {
                     margin / 1048576.0, avail / 1048576.0, ckpt ? " or fewer checkpoints" : "");
 }
 
+/* Describes storage of at least cap rows of type as those rows (backend.h:
+ * al_backend_ops.kv_types). */
+static void kv_describe(al_tensor *t, uint32_t type, uint8_t layout, int64_t kvd, int64_t cap) {
+    t->type = type;
+    t->layout = layout;
+    t->ne[0] = kvd;
+    t->ne[1] = cap;
+    t->row_bytes = quant_row_bytes(type, kvd);
+}
+
+/* A cache of cap rows of type (f32, or one of the backend's kv_types). */
+static al_status kv_tensor_alloc(al_backend *be, uint32_t type, uint8_t layout, int64_t kvd,
+                                 int64_t cap, al_tensor *out) {
+    if (type == AL_TYPE_F32) return be->ops->tensor_alloc(be, kvd, cap, out);
+    const uint64_t bytes = quant_row_bytes(type, kvd) * (uint64_t)cap;
+    al_status st = be->ops->tensor_alloc(be, (int64_t)((bytes + sizeof(float) - 1) / sizeof(float)),
+                                         1, out);
+    if (st == AL_OK) kv_describe(out, type, layout, kvd, cap);
+    return st;
+}
+
+al_status model_kv_tensors(al_context *c, int64_t cap, al_tensor *k, al_tensor *v) {
+    const int64_t kvd = (int64_t)c->m->n_head_kv * c->m->head_dim;
+    const uint32_t tk = kv_types[c->type_k].type, tv = kv_types[c->type_v].type;
+    const uint8_t lk = c->kv_rotated && kv_quantized(c->type_k) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
+    const uint8_t lv = c->kv_rotated && kv_quantized(c->type_v) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
+    al_status st = kv_tensor_alloc(c->be, tk, lk, kvd, cap, k);
+    return st == AL_OK ? kv_tensor_alloc(c->be, tv, lv, kvd, cap, v) : st;
+}
+
 /* Layer il's caches over peer's memory: the pages the host sees behind peer's tensors
  * (tensor_host), imported by this context's backend (tensor_import). */
 static al_status kv_import_layer(al_context *c, const al_context *peer, int il) {
@@ -93,9 +181,13 @@ static al_status kv_import_layer(al_context *c, const al_context *peer, int il) 
                             pb->desc);
         if (!be->ops->tensor_import)
             return al_error(AL_ERR_UNSUPPORTED, "%s cannot use host memory in place", be->desc);
-        al_status st = be->ops->tensor_import(be, host, n_bytes, from[i]->ne[0], from[i]->ne[1],
-                                              to[i]);
+        const bool typed = from[i]->type != AL_TYPE_F32; /* bytes, described as its rows */
+        al_status st = be->ops->tensor_import(be, host, n_bytes,
+                                              typed ? (int64_t)(n_bytes / sizeof(float))
+                                                    : from[i]->ne[0],
+                                              typed ? 1 : from[i]->ne[1], to[i]);
         if (st != AL_OK) return st;
+        if (typed) kv_describe(to[i], from[i]->type, from[i]->layout, from[i]->ne[0], from[i]->ne[1]);
     }
     return AL_OK;
 }
@@ -112,8 +204,6 @@ static void kv_free(al_context *c) {
  * copies into. */
 static al_status kv_alloc(al_context *c, const al_context *peer) {
     const al_model *m = c->m;
-    al_backend *be = c->be;
-    const int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
     al_status st = AL_OK;
     c->k_cache = al_calloc((size_t)m->n_layer, sizeof *c->k_cache);
     c->v_cache = al_calloc((size_t)m->n_layer, sizeof *c->v_cache);
@@ -128,13 +218,11 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     }
     kv_free(c); /* the layers imported before one that could not be */
     c->kv_root = c;
-    if ((st = check_kv_memory(m, c->n_ctx, c->max_ckpt))) return st;
+    if ((st = check_kv_memory(c))) return st;
     for (int il = 0; il < m->n_layer; il++) {
         const int cap = layer_cap(m, il, c->n_ctx);
         if (cap == 0) continue;
-        if ((st = be->ops->tensor_alloc(be, kvd, cap, &c->k_cache[il])) ||
-            (st = be->ops->tensor_alloc(be, kvd, cap, &c->v_cache[il])))
-            return st;
+        if ((st = model_kv_tensors(c, cap, &c->k_cache[il], &c->v_cache[il]))) return st;
     }
     return AL_OK;
 }
@@ -183,6 +271,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
     if (m->ad->flags & ARCH_HYBRID && (st = hybrid_context_alloc(c))) return st;
+    if (c->want_mtp && (st = mtp_context_alloc(c))) return st;
     c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
     c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
     c->seq_vc = al_malloc((size_t)nb * sizeof *c->seq_vc);
@@ -197,18 +286,19 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
-uint64_t al_model_kv_bytes(const al_model *m, int n_ctx) {
-    return m && n_ctx > 0 ? model_kv_bytes(m, n_ctx) : 0;
+uint64_t al_model_kv_bytes(const al_model *m, int n_ctx, al_kv_type k, al_kv_type v) {
+    return m && n_ctx > 0 && kv_type_valid(k) && kv_type_valid(v) ? model_kv_bytes(m, n_ctx, k, v)
+                                                                   : 0;
 }
 
-uint64_t al_model_kv_read_bytes(const al_model *m, int pos) {
-    if (!m || pos < 0) return 0;
+uint64_t al_model_kv_read_bytes(const al_model *m, int pos, al_kv_type k, al_kv_type v) {
+    if (!m || pos < 0 || !kv_type_valid(k) || !kv_type_valid(v)) return 0;
     uint64_t rows = 0;
     for (int il = 0; il < m->n_layer; il++) {
         const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
         if (!m->layers[il].recr) rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
     }
-    return kv_rows_bytes(m, rows) + hybrid_state_bytes(m); /* a state is read whole per token */
+    return kv_rows_bytes(m, rows, k, v) + hybrid_state_bytes(m); /* a state is read whole per token */
 }
 
 int al_model_default_n_ctx(const al_model *m) {
@@ -216,12 +306,12 @@ int al_model_default_n_ctx(const al_model *m) {
     int n = m->n_ctx_train > 0 ? m->n_ctx_train : 4096;
     if (!(m->be->ops->caps & AL_CAP_HOST_MEMORY)) return n < 4096 ? n : 4096;
     uint64_t budget = host_mem_available() / 2;
-    if (budget == 0 || model_kv_bytes(m, n) <= budget) return n;
+    if (budget == 0 || model_kv_bytes(m, n, AL_KV_F32, AL_KV_F32) <= budget) return n;
     /* the KV cache grows with n (sliding layers stop growing at their window) */
     int lo = 1, hi = n;
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (model_kv_bytes(m, mid) <= budget) lo = mid;
+        if (model_kv_bytes(m, mid, AL_KV_F32, AL_KV_F32) <= budget) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -254,7 +344,20 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     c->n_ctx = n_ctx;
     c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
     c->max_ckpt = p.n_checkpoints < 0 ? 0 : p.n_checkpoints ? p.n_checkpoints : AL_DEFAULT_CHECKPOINTS;
-    st = context_alloc(c, peer);
+    c->type_k = p.type_k, c->type_v = p.type_v;
+    c->kv_rotated = !p.kv_unrotated && (kv_quantized(p.type_k) || kv_quantized(p.type_v));
+    if ((st = kv_types_check(m, c->be, &p)) == AL_OK && peer &&
+        (peer->type_k != c->type_k || peer->type_v != c->type_v || peer->kv_rotated != c->kv_rotated))
+        st = al_error(AL_ERR_ARG, "al_context_create: the KV cache types (%s, %s%s) differ from "
+                      "those of the context named by kv_shared_with (%s, %s%s)",
+                      al_kv_type_name(c->type_k), al_kv_type_name(c->type_v),
+                      c->kv_rotated ? ", rotated" : "", al_kv_type_name(peer->type_k),
+                      al_kv_type_name(peer->type_v), peer->kv_rotated ? ", rotated" : "");
+    c->want_mtp = p.mtp;
+    if (st == AL_OK && p.mtp && peer)
+        st = al_error(AL_ERR_UNSUPPORTED, "al_context_create: mtp with kv_shared_with (a split "
+                      "of prefill and decode) is not supported");
+    if (st == AL_OK) st = context_alloc(c, peer);
     if (st != AL_OK) {
         al_context_destroy(c);
         return st;
@@ -269,6 +372,7 @@ void al_context_destroy(al_context *c) {
     kv_free(c);
     al_free(c->k_cache);
     al_free(c->v_cache);
+    mtp_context_free(c);
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
                             &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2,
                             &c->qg, &c->ssm_qkv, &c->ssm_conv, &c->ssm_z, &c->ssm_o,
@@ -300,6 +404,7 @@ void al_context_reset(al_context *c) {
     if (!c) return;
     c->n_past = 0;
     c->n_ckpt = 0; /* a new sequence: no position of the old one is reached again */
+    mtp_truncate(c, 0);
 }
 
 al_status al_context_truncate(al_context *c, int n_past) {
@@ -318,6 +423,7 @@ al_status al_context_truncate(al_context *c, int n_past) {
         if (m->layers[il].swa && (lo > 0 ? lo : 0) + cap <= (int64_t)c->n_past - 1) n_past = 0;
     }
     c->n_past = n_past; /* later positions are overwritten by the next al_eval */
+    mtp_truncate(c, n_past);
     return AL_OK;
 }
 
@@ -409,6 +515,14 @@ al_status al_context_handoff(al_context *dst, al_context *src) {
     if (dst == src) return AL_OK;
     al_status st = same_shape(dst->m, src->m, "al_context_handoff");
     if (st != AL_OK) return st;
+    if (dst->mtp || src->mtp)
+        return al_error(AL_ERR_UNSUPPORTED, "al_context_handoff: a context keeps an MTP cache, "
+                        "which is not handed over");
+    if (dst->type_k != src->type_k || dst->type_v != src->type_v || dst->kv_rotated != src->kv_rotated)
+        return al_error(AL_ERR_ARG, "al_context_handoff: the contexts' KV cache types differ "
+                        "(%s, %s against %s, %s)", al_kv_type_name(src->type_k),
+                        al_kv_type_name(src->type_v), al_kv_type_name(dst->type_k),
+                        al_kv_type_name(dst->type_v));
     if (src->n_past > dst->n_ctx)
         return al_error(AL_ERR_ARG, "al_context_handoff: %d positions do not fit the %d of the "
                         "destination", src->n_past, dst->n_ctx);
@@ -482,7 +596,8 @@ void al_context_get_info(const al_context *c, al_context_info *out) {
     *out = (al_context_info){
         .n_ctx = c->n_ctx, .n_past = c->n_past,
         .backend = be->desc[0] ? be->desc : be->ops->name,
-        .kv_bytes = model_kv_bytes(c->m, c->n_ctx),
+        .kv_bytes = model_kv_bytes(c->m, c->n_ctx, c->type_k, c->type_v),
+        .type_k = c->type_k, .type_v = c->type_v, .kv_rotated = c->kv_rotated,
         .kv_shared = c->kv_root != c,
         .kv_bytes_copied = c->kv_bytes_copied,
     };

@@ -34,6 +34,15 @@ void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int 
     be->ops->rms_norm(be, &h, w, m->norm_eps, &h);
 }
 
+void model_kv(al_context *c, int il, al_tensor **k, al_tensor **v) {
+    if (il == c->m->n_layer) { /* the MTP block, after the trunk (mtp.c) */
+        mtp_kv(c, k, v);
+        return;
+    }
+    *k = &c->k_cache[il];
+    *v = &c->v_cache[il];
+}
+
 /* Rotary positions and attention for rows of one sequence, or of several: when seqs
  * is NULL the n rows are consecutive positions of c; otherwise row i is the next
  * position of seqs[i], attending to that sequence's own cache. */
@@ -49,8 +58,10 @@ void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al
                            .scale = m->attn_scale, .window = swa ? m->swa_window : 0,
                            .sinks = opt(&m->layers[il].t[L_SINKS])};
     if (!seqs && n > 1) {
+        al_tensor *kc, *vc;
+        model_kv(c, il, &kc, &vc);
         backend_rope_qk(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->n_past, rope);
-        op->attention(be, q, k, v, &c->k_cache[il], &c->v_cache[il], &shape, att);
+        op->attention(be, q, k, v, kc, vc, &shape, att);
         return;
     }
     /* decoding, one sequence or several: each row's rope at its sequence's position,
@@ -59,8 +70,7 @@ void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al
     for (int i = 0; i < n; i++) {
         al_context *s = seqs ? seqs[i] : c;
         c->seq_pos[i] = s->n_past;
-        c->seq_kc[i] = &s->k_cache[il];
-        c->seq_vc[i] = &s->v_cache[il];
+        model_kv(s, il, &c->seq_kc[i], &c->seq_vc[i]);
     }
     backend_attention_rows(be, q, k, v, c->seq_kc, c->seq_vc, c->seq_pos, rope, &shape, att);
 }
@@ -168,6 +178,11 @@ static void moe_block(al_context *c, int il, int n) {
     if (t[L_GATE_SHEXP].data) hybrid_shared_expert(c, il, n);
 }
 
+void model_ffn(al_context *c, int il, int n) {
+    if (c->m->n_expert) moe_block(c, il, n);
+    else ffn_block(c, il, n);
+}
+
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */
 static void soft_cap(float *logits, size_t n, float cap) {
     for (size_t i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
@@ -186,12 +201,11 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
         if (m->layers[il].recr) hybrid_recurrent_block(c, seqs, il, n);
         else if (m->ad->flags & ARCH_HYBRID) hybrid_attn_block(c, seqs, il, n);
         else attn_block(c, seqs, il, n);
-        if (m->n_expert) moe_block(c, il, n);
-        else ffn_block(c, il, n);
+        model_ffn(c, il, n);
     }
-    if (!logits) return;
+    if (!logits && !c->mtp) return;
     be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);
-    for (int r = first_row; r < n; r += LOGIT_ROWS) {
+    for (int r = first_row; logits && r < n; r += LOGIT_ROWS) {
         int nr = n - r < LOGIT_ROWS ? n - r : LOGIT_ROWS;
         al_tensor in = al_tensor_rows(&c->xb, r, nr), out = al_tensor_rows(&c->logits, 0, nr);
         float *dst = logits + (size_t)(r - first_row) * m->n_vocab;
@@ -199,6 +213,7 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
         be->ops->tensor_read(be, &out, dst, (uint64_t)nr * m->n_vocab * sizeof(float));
         if (m->softcap > 0) soft_cap(dst, (size_t)nr * m->n_vocab, m->softcap);
     }
+    if (c->mtp) mtp_catch_up(c, tokens, n); /* the block's cache, from xb's hidden states */
 }
 
 static al_status check_tokens(const al_model *m, const int32_t *tokens, int n) {
@@ -219,6 +234,9 @@ al_status al_eval_multi(al_context *const *ctxs, const int32_t *tokens, int n, f
     for (int i = 0; i < n; i++) {
         if (!ctxs[i] || ctxs[i]->m != c0->m)
             return al_error(AL_ERR_ARG, "al_eval_multi: context %d is NULL or of another model", i);
+        if (ctxs[i]->mtp)
+            return al_error(AL_ERR_UNSUPPORTED, "al_eval_multi: context %d keeps a "
+                            "next-token-prediction cache (mtp): evaluate it with al_eval", i);
         if (ctxs[i]->n_past >= ctxs[i]->n_ctx)
             return al_error(AL_ERR_ARG, "al_eval_multi: context %d is full (%d positions)", i,
                             ctxs[i]->n_ctx);

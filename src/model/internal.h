@@ -45,7 +45,10 @@ struct al_model {
     al_tensor output;      /* [n_embd] -> [n_vocab]; tok_embd when tied (the backend may
                             * hold its own copy for matmul: weight_pack) */
     bool tied;             /* output.weight is token_embd.weight */
-    layer_weights *layers; /* [n_layer] */
+    layer_weights *layers; /* [n_layer], and [n_layer] the MTP block's where mtp is set */
+    struct mtp_weights *mtp; /* the first next-token-prediction block's own tensors, or
+                              * NULL (mtp_error says why, where the file has blocks) */
+    char mtp_error[192];
     void **owned;          /* copies of tensors the file stores otherwise (model_own) */
     int n_owned;
     double load_s;         /* how long al_model_load took */
@@ -80,6 +83,10 @@ struct al_context {
     uint64_t kv_bytes_copied; /* by al_context_handoff into this context */
     al_tensor *k_cache;    /* [n_layer] each [cap][n_head_kv * head_dim], a ring (backend.h) */
     al_tensor *v_cache;    /* [n_layer] each [cap][n_head_kv * head_dim] */
+    al_kv_type type_k, type_v; /* the caches' types (al_context_params) */
+    struct mtp_state *mtp; /* al_context_params.mtp: the MTP block's cache (mtp.c) */
+    bool want_mtp;         /* al_context_params.mtp, until context_alloc makes it */
+    bool kv_rotated;       /* quantized caches hold rotated heads (AL_LAYOUT_HADAMARD) */
     al_tensor x;           /* [n_batch][n_embd] residual stream */
     al_tensor xb;          /* [n_batch][n_embd] normed input / sublayer output */
     al_tensor q;           /* [n_batch][n_head * head_dim] */
@@ -124,6 +131,15 @@ al_status model_get_u32(const al_model *m, const char *suffix, uint32_t dflt, bo
 /* A per-layer flag from ARCH.<array> or the period ARCH.<period_key> (model.c). */
 al_status model_layer_pattern(const al_model *m, const char *array, const char *period_key,
                               int dflt, bool *out);
+/* Binds tensor name of ne0 x ne1 (0: any) into *out; an optional one may be absent. */
+al_status model_bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                     al_tensor *out);
+/* Binds layer il's tensors as the architecture's table lists them. */
+al_status model_bind_layer(al_model *m, int il, layer_weights *l);
+/* Rows per view of layer slot `slot` (weight_pack): an expert's in a stacked tensor. */
+int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t);
+/* A KV cache pair of cap rows of the context's types (the MTP block's). */
+al_status model_kv_tensors(al_context *c, int64_t cap, al_tensor *k, al_tensor *v);
 /* A descriptor dimension (arch_dim) of this model. */
 int64_t model_dim(const al_model *m, arch_dim d);
 /* Replaces *t, a small weight stored in another type, by an owned f32 copy. */
@@ -141,6 +157,34 @@ void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al
 void model_project_residual(const al_model *m, al_backend *be, const al_tensor *in,
                             const al_tensor *w, const al_tensor *bias, al_tensor *x,
                             al_tensor *xb, const al_tensor *post_norm);
+
+/* The FFN of layer il over n rows of c->x (dense, or a mixture of experts). */
+void model_ffn(al_context *c, int il, int n);
+/* The caches of attention layer il of context c: the MTP block's for il == n_layer. */
+void model_kv(al_context *c, int il, al_tensor **k, al_tensor **v);
+
+/* ---- mtp.c: the next-token-prediction block ---- */
+
+/* Binds the first MTP block (layers[n_layer], which the caller allocated) and its own
+ * tensors; a file whose block cannot be used still loads, without it (mtp_error). */
+al_status mtp_bind(al_model *m);
+/* The MTP block's tensors through the backend's weight_load and weight_pack. */
+al_status mtp_load_weights(al_model *m, al_status (*load)(al_backend *, al_tensor *),
+                           al_status (*pack)(al_backend *, al_tensor *, int64_t));
+void mtp_free(al_model *m);
+/* The context's MTP state (al_context_params.mtp), or AL_ERR_UNSUPPORTED. */
+al_status mtp_context_alloc(al_context *c);
+void mtp_context_free(al_context *c);
+/* After the trunk ran n rows at positions n_past .. (its output norm in c->xb): keeps
+ * their hidden states and runs the block's attention over the rows, each token paired
+ * with the hidden state of the position before, filling its cache. */
+void mtp_catch_up(al_context *c, const int32_t *tokens, int n);
+/* The block's KV cache (model_kv). */
+void mtp_kv(al_context *c, al_tensor **k, al_tensor **v);
+/* After al_context_truncate to n_past: the hidden state the next row pairs with. */
+void mtp_truncate(al_context *c, int n_past);
+/* al_draft_mtp with each step's logits into logits [max][n_vocab] (for tests). */
+int mtp_draft_logits(al_context *c, int32_t last, int max, int32_t *out, float *logits);
 
 /* ---- model_hybrid.c ---- */
 

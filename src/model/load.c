@@ -345,6 +345,11 @@ static al_status bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, b
     return bind3(m, name, ne0, ne1, 0, optional, out);
 }
 
+al_status model_bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                     al_tensor *out) {
+    return bind(m, name, ne0, ne1, optional, out);
+}
+
 int64_t model_dim(const al_model *m, arch_dim d) {
     switch (d) {
     case D_ONE: return 0;
@@ -370,8 +375,8 @@ int64_t model_dim(const al_model *m, arch_dim d) {
 }
 
 /* Binds layer il's tensors as the architecture's table lists them. */
-static al_status bind_layer(al_model *m, int il, layer_weights *l) {
-    l->recr = m->recr && m->recr[il];
+al_status model_bind_layer(al_model *m, int il, layer_weights *l) {
+    l->recr = m->recr && il < m->n_layer && m->recr[il]; /* an MTP block attends */
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
         if (at->where != W_ALL && (at->where == W_RECR) != l->recr) continue;
@@ -418,16 +423,17 @@ static al_status bind_weights(al_model *m) {
     if ((uint64_t)m->n_layer > m->file->n_tensors)
         return al_error(AL_ERR_FORMAT, "%s: block_count %d exceeds the file's %llu tensors",
                         m->file->path, m->n_layer, (unsigned long long)m->file->n_tensors);
-    m->layers = al_calloc((size_t)m->n_layer, sizeof *m->layers);
+    m->layers = al_calloc((size_t)m->n_layer + (m->n_nextn > 0), sizeof *m->layers);
     if (!m->layers) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
     for (int il = 0; il < m->n_layer; il++)
-        if ((st = bind_layer(m, il, &m->layers[il]))) return st;
+        if ((st = model_bind_layer(m, il, &m->layers[il]))) return st;
+    if ((st = mtp_bind(m))) return st;
     return m->ad->flags & ARCH_SLIDING ? read_swa_pattern(m) : AL_OK;
 }
 
 /* Rows per view of layer slot `slot`: one expert's rows in a stacked tensor (model
  * code takes each expert as a view), else all of them. */
-static int64_t layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
+int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
         if ((int)at->slot == slot && at->ne2 != D_ONE) return model_dim(m, at->ne1);
@@ -457,11 +463,11 @@ static al_status load_weights(al_model *m, const al_model_params *p) {
             al_tensor *t = &m->layers[il].t[i];
             if (!t->data) continue;
             if (load && (st = load(be, t))) return st;
-            if (pack && (st = pack(be, t, layer_view_rows(m, i, t)))) return st;
+            if (pack && (st = pack(be, t, model_layer_view_rows(m, i, t)))) return st;
         }
         if (p->progress) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
     }
-    return AL_OK;
+    return mtp_load_weights(m, load, pack);
 }
 
 /* Whether the backend can run this model's shape (backend.h: supports). */
@@ -497,6 +503,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     m->be = NULL;
     al_free(m->layers);
     m->layers = NULL;
+    mtp_free(m);
     if ((st = bind_weights(m)) != AL_OK) return st;
     return backend_create_fallback(p->n_threads, p, &m->be);
 }
@@ -544,8 +551,10 @@ static void describe_features(al_model *m) {
             m->n_layer, m->ssm_kernel, m->ssm_k_heads, m->ssm_v_heads, m->ssm_state,
             m->ad->flags & ARCH_GDN_GROUPED ? " grouped" : "", m->rope.n_rot, m->head_dim);
     }
-    if (m->n_nextn) ADD(", %d next-token-prediction block%s (not run)", m->n_nextn,
-                        m->n_nextn > 1 ? "s" : "");
+    if (m->n_nextn && m->mtp) ADD(", %d next-token-prediction block%s (the first drafts: "
+                                  "--spec mtp)", m->n_nextn, m->n_nextn > 1 ? "s" : "");
+    else if (m->n_nextn) ADD(", %d next-token-prediction block%s (not run)", m->n_nextn,
+                             m->n_nextn > 1 ? "s" : "");
     ADD(", %s output", m->tied ? "tied" : "separate");
 #undef ADD
 }
@@ -644,6 +653,7 @@ void al_model_destroy(al_model *m) {
     for (int i = 0; i < m->n_owned; i++) al_free(m->owned[i]);
     al_free(m->owned);
     al_free(m->layers);
+    mtp_free(m);
     al_free(m->recr);
     gguf_close(m->file);
     al_free(m);
@@ -688,6 +698,7 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
     };
     for (int il = 0; il < m->n_layer; il++) out->n_recurrent += m->layers[il].recr;
     if (out->n_recurrent) out->state_bytes = hybrid_state_bytes(m);
+    out->n_mtp = m->mtp != NULL;
 }
 
 const gguf_file *model_file(const al_model *m) { return m->file; }

@@ -16,7 +16,8 @@ const gguf_file *model_file(const al_model *m);
 /* The backend the model runs on (for backend-specific reports). */
 al_backend *model_backend(const al_model *m);
 
-/* Bytes of KV cache a context of n_ctx positions needs. */
-uint64_t model_kv_bytes(const al_model *m, int n_ctx);
+/* Bytes of KV cache a context of n_ctx positions needs, keys and values of types tk
+ * and tv. */
+uint64_t model_kv_bytes(const al_model *m, int n_ctx, al_kv_type tk, al_kv_type tv);
 
 #endif /* AL_MODEL_H */

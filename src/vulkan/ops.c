@@ -766,6 +766,56 @@ static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int6
     }
 }
 
+/* ---- typed KV caches (backend.h: al_backend_ops.kv_types) ---- */
+
+/* Binds rows [0, ne[1]) of a tensor of any type; returns its offset in bytes and sets
+ * *stride to its row bytes. The KV builds read every cache so, f32 ones too. */
+static uint32_t bind_rows(const vk_backend *be, VkDescriptorBufferInfo *info, const al_tensor *t,
+                          uint32_t *stride) {
+    AL_ASSERT(t->offset % 2 == 0 && t->row_bytes % 2 == 0); /* 16-bit words (kv.glsl) */
+    *stride = (uint32_t)t->row_bytes;
+    return bind(be, info, t->data, t->offset, (uint64_t)t->ne[1] * t->row_bytes);
+}
+
+/* The rotation of a cache stored rotated (AL_LAYOUT_HADAMARD): al_hadamard's block
+ * and scale for heads of head_dim, computed as it computes them. */
+static void kv_rotation(const al_tensor *kc, const al_tensor *vc, int head_dim, vk_pc_kv *kv) {
+    const int n = al_hadamard_n(head_dim);
+    kv->k_type = kc->type, kv->v_type = vc->type;
+    kv->rot_mask = (kc->layout == AL_LAYOUT_HADAMARD ? 1u : 0u) |
+                   (vc->layout == AL_LAYOUT_HADAMARD ? 2u : 0u);
+    kv->rot_n = kv->rot_mask ? (uint32_t)n : 0;
+    kv->rot_scale = 1.0f / sqrtf((float)n);
+}
+
+/* Rows [0, n) of src into the ring `cache` at positions p0 .. p0 + n - 1: a copy into
+ * an f32 cache (copy_ring), else kv_write.comp's conversion, each head rotated first
+ * where the cache's layout says so. */
+static void write_ring(vk_backend *be, const al_tensor *src, al_tensor *cache, int64_t p0,
+                       int64_t n, const al_attn_shape *s) {
+    if (!vk_begin(be, 1, 0)) return;
+    if (cache->type == AL_TYPE_F32) {
+        copy_ring(be, src, cache, p0, n, (uint64_t)s->n_head_kv * s->head_dim * sizeof(float));
+        return;
+    }
+    const int64_t kvd = (int64_t)s->n_head_kv * s->head_dim;
+    AL_ASSERT(cache->row_bytes == quant_row_bytes(cache->type, kvd));
+    vk_hazard(be, src->data, false);
+    vk_hazard(be, cache->data, true);
+    VkDescriptorBufferInfo info[2];
+    vk_pc_kv_write pc = {.n_head_kv = (uint32_t)s->n_head_kv, .head_dim = (uint32_t)s->head_dim,
+                         .type = cache->type, .cap = (uint32_t)cache->ne[1],
+                         .pos0 = (uint32_t)p0};
+    al_tensor sv = al_tensor_rows(src, 0, n);
+    pc.src_off = bind_f32(be, &info[0], &sv, &pc.src_stride);
+    pc.dst_off = bind_rows(be, &info[1], cache, &pc.row_bytes);
+    if (cache->layout == AL_LAYOUT_HADAMARD) {
+        pc.rot_n = (uint32_t)al_hadamard_n(s->head_dim);
+        pc.rot_scale = 1.0f / sqrtf((float)pc.rot_n);
+    }
+    dispatch(be, VK_OP_KV_WRITE, 0, 0, info, &pc, sizeof pc, pc.n_head_kv, (uint32_t)n);
+}
+
 /* Whether every position a query of the batch sees is still in a ring of cap rows once
  * the batch is written (backend.h: al_attn_shape): all positions fit, or the window
  * and the batch do. */
@@ -806,10 +856,10 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
                 s->head_dim, be->sh->pl.tune.attn_max_hd);
         return;
     }
+    const bool typed = k_cache->type != AL_TYPE_F32 || v_cache->type != AL_TYPE_F32;
+    write_ring(be, k, k_cache, s->n_past, s->n_tokens, s);
+    write_ring(be, v, v_cache, s->n_past, s->n_tokens, s);
     if (!vk_begin(be, 1, 0)) return;
-    uint64_t kv_bytes = (uint64_t)s->n_head_kv * (uint64_t)s->head_dim * sizeof(float);
-    copy_ring(be, k, k_cache, s->n_past, s->n_tokens, kv_bytes);
-    copy_ring(be, v, v_cache, s->n_past, s->n_tokens, kv_bytes);
     vk_hazard(be, q->data, false);
     vk_hazard(be, k_cache->data, false);
     vk_hazard(be, v_cache->data, false);
@@ -826,10 +876,18 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     al_tensor qv = al_tensor_rows(q, 0, s->n_tokens), ov = al_tensor_rows(out, 0, s->n_tokens);
     al_tensor kv = al_tensor_rows(k_cache, 0, used), vv = al_tensor_rows(v_cache, 0, used);
     pc.q_off = bind_f32(be, &info[0], &qv, &pc.q_stride);
-    pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
-    pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
     pc.o_off = bind_f32(be, &info[3], &ov, &pc.o_stride);
     pc.has_sink = bind_sinks(be, info, s->sinks, &pc.s_off);
+    if (typed) { /* the KV build: caches in bytes, then their types */
+        vk_pc_attention_kv pk = {.a = pc};
+        pk.a.k_off = bind_rows(be, &info[1], &kv, &pk.a.k_stride);
+        pk.a.v_off = bind_rows(be, &info[2], &vv, &pk.a.v_stride);
+        kv_rotation(k_cache, v_cache, s->head_dim, &pk.kv);
+        dispatch(be, VK_OP_ATTENTION_KV, 0, 0, info, &pk, sizeof pk, pc.n_head, pc.n_tok);
+        return;
+    }
+    pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
+    pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
     dispatch(be, VK_OP_ATTENTION, 0, 0, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
 }
 
@@ -845,21 +903,22 @@ static bool row_fits(const al_attn_shape *s, int32_t pos, const al_tensor *kc,
 }
 
 /* One dispatch of attention.comp's ROWS build: rows r0 .. r0 + nr - 1 (nr <= VK_SEQ),
- * rotated where half > 0 (rope's pairs per head). */
+ * rotated where half > 0 (rope's pairs per head); its KV build where kv (typed caches,
+ * where typed (the caches' rows written and q and k rotated before: half is 0). */
 static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tensor *k,
                                const al_tensor *v, al_tensor *const *k_cache,
                                al_tensor *const *v_cache, const int32_t *pos,
                                const al_rope *rope, int half, const al_attn_shape *s,
-                               al_tensor *out, int r0, int nr) {
+                               al_tensor *out, int r0, int nr, bool typed) {
     const uint64_t cs_bytes = (uint64_t)nr * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, 6 * VK_SEQ * sizeof(uint32_t) + cs_bytes)) return;
     vk_hazard(be, q->data, false);
     vk_hazard(be, k->data, false);
     vk_hazard(be, v->data, false);
     if (s->sinks) vk_hazard(be, s->sinks->data, false);
-    for (int i = r0; i < r0 + nr; i++) {
-        vk_hazard(be, k_cache[i]->data, true);
-        vk_hazard(be, v_cache[i]->data, true);
+    for (int i = r0; i < r0 + nr; i++) { /* the KV build only reads them */
+        vk_hazard(be, k_cache[i]->data, !typed);
+        vk_hazard(be, v_cache[i]->data, !typed);
     }
     vk_hazard(be, out->data, true);
     VkDescriptorBufferInfo info[VK_ROWS_DESCRIPTORS];
@@ -869,8 +928,13 @@ static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tens
         uint32_t *e = &tb[6 * i];
         e[0] = (uint32_t)pos[j];
         e[1] = (uint32_t)k_cache[j]->ne[1];
-        e[2] = bind_f32(be, &info[6 + i], k_cache[j], &e[3]);
-        e[4] = bind_f32(be, &info[6 + VK_SEQ + i], v_cache[j], &e[5]);
+        if (typed) {
+            e[2] = bind_rows(be, &info[6 + i], k_cache[j], &e[3]);
+            e[4] = bind_rows(be, &info[6 + VK_SEQ + i], v_cache[j], &e[5]);
+        } else {
+            e[2] = bind_f32(be, &info[6 + i], k_cache[j], &e[3]);
+            e[4] = bind_f32(be, &info[6 + VK_SEQ + i], v_cache[j], &e[5]);
+        }
     }
     vk_pc_attention_rows pc = {
         .n_head = (uint32_t)s->n_head, .n_head_kv = (uint32_t)s->n_head_kv,
@@ -896,7 +960,24 @@ static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tens
     } else {
         info[6 + 2 * VK_SEQ] = info[0]; /* a valid binding the shader skips */
     }
+    if (typed) {
+        vk_pc_attention_rows_kv pk = {.a = pc};
+        kv_rotation(k_cache[r0], v_cache[r0], s->head_dim, &pk.kv);
+        dispatch(be, VK_OP_ATTENTION_ROWS_KV, 0, 0, info, &pk, sizeof pk, pc.n_head, (uint32_t)nr);
+        return;
+    }
     dispatch(be, VK_OP_ATTENTION_ROWS, 0, 0, info, &pc, sizeof pc, pc.n_head, (uint32_t)nr);
+}
+
+/* Whether the rows' caches are typed (kv_types), all of one kind: the KV build reads
+ * them with one set of types and rotations. *same is false where they differ (the op
+ * then declines, and backend_attention_rows takes them row by row). */
+static bool rows_typed(al_tensor *const *kc, al_tensor *const *vc, int n, bool *same) {
+    *same = true;
+    for (int i = 1; i < n; i++)
+        *same &= kc[i]->type == kc[0]->type && vc[i]->type == vc[0]->type &&
+                 kc[i]->layout == kc[0]->layout && vc[i]->layout == vc[0]->layout;
+    return kc[0]->type != AL_TYPE_F32 || vc[0]->type != AL_TYPE_F32;
 }
 
 /* attention.comp's ROWS build, VK_SEQ rows a dispatch: the shader rotates q and k and
@@ -918,9 +999,23 @@ bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al
         return false;
     for (int i = 0; i < n; i++)
         if (!row_fits(s, pos[i], k_cache[i], v_cache[i])) return false;
-    const int half = rope ? rope->n_rot / 2 : 0;
+    bool same;
+    const bool kv = n > 0 && rows_typed(k_cache, v_cache, n, &same);
+    if (kv && (!same || !pl->layout[VK_OP_ATTENTION_ROWS_KV])) return false;
+    int half = rope ? rope->n_rot / 2 : 0;
+    if (kv) { /* typed caches: rope, then each row's key and value converted into them */
+        al_tensor kr = al_tensor_rows(k, 0, n);
+        if (half > 0)
+            vk_op_rope_qk_rows(base, q, s->n_head, &kr, s->n_head_kv, s->head_dim, pos, rope);
+        half = 0;
+        for (int i = 0; i < n; i++) {
+            al_tensor ki = al_tensor_rows(k, i, 1), vi = al_tensor_rows(v, i, 1);
+            write_ring(be, &ki, k_cache[i], pos[i], 1, s);
+            write_ring(be, &vi, v_cache[i], pos[i], 1, s);
+        }
+    }
     for (int r0 = 0; r0 < n; r0 += VK_SEQ)
         attn_rows_dispatch(be, q, k, v, k_cache, v_cache, pos, rope, half, s, out, r0,
-                           n - r0 < VK_SEQ ? n - r0 : VK_SEQ);
+                           n - r0 < VK_SEQ ? n - r0 : VK_SEQ, kv);
     return true;
 }

@@ -72,6 +72,9 @@ static const struct {
     /* qkv, alpha, beta, dt_bias, a, state, out */
     [VK_OP_DELTA_NET] = {"delta_net", 7, 0, false, false, 0},
     [VK_OP_DELTA_NET_SG] = {"delta_net_sg", 7, 0, false, false, 0},
+    [VK_OP_ATTENTION_KV] = {"attention_kv", 5, 0, true, false, 0},
+    [VK_OP_ATTENTION_ROWS_KV] = {"attention_rows_kv", 9, 0, true, false, 0xC0u},
+    [VK_OP_KV_WRITE] = {"kv_write", 2, 0, false, false, 0}, /* the f32 rows, the cache */
 };
 
 VkDescriptorType vk_binding_type(vk_op op, int i) {
@@ -81,7 +84,7 @@ VkDescriptorType vk_binding_type(vk_op op, int i) {
 
 uint32_t vk_binding_count(vk_op op, int i) {
     if (!(g_ops[op].array_mask & (1u << i))) return 1;
-    return op == VK_OP_ATTENTION_ROWS ? VK_SEQ : VK_MULTI;
+    return op == VK_OP_ATTENTION_ROWS || op == VK_OP_ATTENTION_ROWS_KV ? VK_SEQ : VK_MULTI;
 }
 
 /* Weight types with shaders, by the suffix the Makefile gives their builds. */
@@ -218,10 +221,11 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
     /* matmul_cm.comp: the tiles in rows of 40 fp16 (floats in the emulation), 4 KiB of
      * staging */
     uint64_t cm_shared = 40ull * (t->cm_bm + t->cm_bn) * (t->coopmat == 2 ? 4 : 2) + 4096;
-    /* attention.comp: ps and red_, qs and ks, each team's softmax (teams of 64) */
+    /* attention.comp: ps and red_, qs and ks (os in the KV builds), each team's softmax
+     * (teams of 64) */
     uint32_t attn_wg = t->attn_wg > t->attn_rows_wg ? t->attn_wg : t->attn_rows_wg;
     uint64_t n_team = attn_wg > 64 ? attn_wg / 64 : 1;
-    uint64_t attn_shared = (2ull * attn_wg + 2ull * t->attn_max_hd +
+    uint64_t attn_shared = (2ull * attn_wg + 3ull * t->attn_max_hd +
                             n_team * (t->attn_max_hd + 2)) * 4;
     bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->attn_rows_wg) && pow2(t->mv_wg) &&
               t->mv_max_tok <= 8 && attn_wg <= c->max_wg &&
@@ -265,7 +269,7 @@ al_status vk_pipelines_init(vk_device *d, vk_pipelines *pl, const al_vulkan_sett
         int n = g_ops[op].n_bindings;
         /* without room for its arrays (or a way to index them) attention_rows has no
          * layout, and declines */
-        if (op == VK_OP_ATTENTION_ROWS &&
+        if ((op == VK_OP_ATTENTION_ROWS || op == VK_OP_ATTENTION_ROWS_KV) &&
             (!d->caps.dyn_index || d->caps.max_ssbo < VK_ROWS_DESCRIPTORS))
             continue;
         VkDescriptorSetLayoutBinding b[VK_MAX_BINDINGS];
@@ -312,10 +316,13 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
     case VK_OP_RMS_NORM: v[0] = t->norm_wg; *wg = v[0]; return 1;
     case VK_OP_ROPE: v[0] = t->rope_wg; *wg = v[0]; return 1;
     case VK_OP_GET_ROWS: v[0] = t->rows_wg; *wg = v[0]; return 1;
-    case VK_OP_ATTENTION: case VK_OP_ATTENTION_ROWS:
-        v[0] = op == VK_OP_ATTENTION ? t->attn_wg : t->attn_rows_wg, v[1] = t->attn_max_hd;
+    case VK_OP_ATTENTION: case VK_OP_ATTENTION_ROWS: case VK_OP_ATTENTION_KV:
+    case VK_OP_ATTENTION_ROWS_KV:
+        v[0] = op == VK_OP_ATTENTION || op == VK_OP_ATTENTION_KV ? t->attn_wg : t->attn_rows_wg;
+        v[1] = t->attn_max_hd;
         *wg = v[0];
         return 2;
+    case VK_OP_KV_WRITE: v[0] = 64, v[1] = t->attn_max_hd; *wg = v[0]; return 2;
     case VK_OP_MATVEC: case VK_OP_MATVEC_GLU: case VK_OP_MATVEC_MULTI:
         /* variant: log2 of NT, + 4 with the input norm (NORM) */
         v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << (variant & 3), v[3] = variant >> 2;

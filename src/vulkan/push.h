@@ -184,6 +184,39 @@ typedef struct vk_pc_attention_rows {
 } vk_pc_attention_rows;
 _Static_assert(sizeof(vk_pc_attention_rows) == 80, "mirror of attention.comp");
 
+/* The KV builds of attention.comp (typed caches, kv.glsl) push vk_pc_attention or
+ * vk_pc_attention_rows with cache offsets and strides in bytes, then this: each
+ * cache's al_type, the Hadamard block rot_n and its scale 1 / sqrtf(rot_n), and which
+ * caches are stored rotated (bit 0: keys, bit 1: values). */
+typedef struct vk_pc_kv {
+    uint32_t k_type, v_type, rot_n, rot_mask;
+    float rot_scale;
+} vk_pc_kv;
+typedef struct vk_pc_attention_kv {
+    vk_pc_attention a;
+    vk_pc_kv kv;
+} vk_pc_attention_kv;
+_Static_assert(sizeof(vk_pc_attention_kv) == 92, "mirror of attention.comp");
+typedef struct vk_pc_attention_rows_kv {
+    vk_pc_attention_rows a;
+    vk_pc_kv kv;
+} vk_pc_attention_rows_kv;
+_Static_assert(sizeof(vk_pc_attention_rows_kv) == 100, "mirror of attention.comp");
+
+/* kv_write.comp: n_tok rows of k or v (src, floats) into the typed cache dst, token t
+ * at row (pos0 + t) % cap of row_bytes each, from byte dst_off; each head rotated in
+ * blocks of rot_n first (0: not), rot_scale = 1 / sqrtf(rot_n). One workgroup per
+ * (kv head, token). */
+typedef struct vk_pc_kv_write {
+    uint32_t n_head_kv, head_dim, type;
+    uint32_t src_off, src_stride;
+    uint32_t dst_off, row_bytes;
+    uint32_t cap, pos0;
+    uint32_t rot_n;
+    float rot_scale;
+} vk_pc_kv_write;
+_Static_assert(sizeof(vk_pc_kv_write) == 44, "mirror of kv_write.comp");
+
 /* sigmoid_mul.comp: x[r][c] /= 1 + e^-y[r][c], x and y as for the binary ops: vk_pc_binary. */
 
 /* ssm_conv.comp: the causal convolution of n_tok positions of n_ch channels with k taps

@@ -206,6 +206,8 @@ typedef enum vk_op {
     VK_OP_MOE_MV, VK_OP_MOE_MV_GLU, VK_OP_MOE_ROWS, VK_OP_MOE_ROWS_GLU, VK_OP_MOE_SUM, /* moe.c */
     VK_OP_SIGMOID_MUL, VK_OP_SSM_CONV, /* qwen35's gate; the recurrent layers' (recurrent.c) */
     VK_OP_DELTA_NET, VK_OP_DELTA_NET_SG, /* delta_net: a lane per row; rows over shuffles */
+    /* typed KV caches (kv_types): the attention builds that read them, the rows into them */
+    VK_OP_ATTENTION_KV, VK_OP_ATTENTION_ROWS_KV, VK_OP_KV_WRITE,
     VK_OP_COUNT
 } vk_op;
 
@@ -337,6 +339,9 @@ typedef struct vk_shared {
      * device time summed per pipeline build (vk_pipeline_kind); NULL when not asked for */
     vk_prof_entry *prof;
 } vk_shared;
+
+/* The types of KV cache the attention ops read besides f32 (al_backend_ops.kv_types). */
+#define VK_KV_TYPES ((1u << AL_TYPE_F16) | (1u << AL_TYPE_Q8_0) | (1u << AL_TYPE_Q4_0))
 
 /* Buffers one barrier interval tracks: more than any command declares (attention_rows:
  * 4 reads, 17 writes) */

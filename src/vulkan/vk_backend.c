@@ -78,6 +78,7 @@ static int vk_dispatch_times(const al_backend *base, al_dispatch_time *out, int 
 static const al_backend_ops vk_ops_table = {
     .name = "vulkan",
     .caps = AL_CAP_DEVICE,
+    .kv_types = VK_KV_TYPES,
     .destroy = vk_destroy,
     .stats = vk_stats,
     .dispatch_times = vk_dispatch_times,

@@ -29,6 +29,15 @@
 // workgroup reads that cache row (the new position comes from the inputs; the one it
 // replaces in a ring is out of sight).
 //
+// The KV builds (-DKV, attention_kv and attention_rows_kv) read typed caches (kv.glsl:
+// f16, q8_0, q4_0, or f32, each side its own type, given in push constants) as 16-bit
+// words, with cache offsets and strides in bytes. ops.c has written the batch's rows
+// into them before (kv_write.comp), and the ROWS build rotated by rope before (its
+// rope_half is 0): every visible position is read from the caches. Where the keys are
+// stored rotated (AL_LAYOUT_HADAMARD, rot_mask bit 0) the query head is rotated the
+// same way in shared memory first, q.k = (H q).(H k); where the values are (bit 1),
+// the output head is rotated back before it is stored, sum p H v = H sum p v.
+//
 // Sinks (gpt-oss, has_sink = 1): head h's logit sinks[h] joins the denominator with
 // no value. It is taken as a position already seen: the running maximum starts at it
 // and the running sum at e^(sink - sink) = 1 (acc stays 0), so the rescaling below
@@ -37,6 +46,10 @@
 
 #extension GL_EXT_control_flow_attributes : require
 #include "reduce.glsl"
+#ifdef KV
+#extension GL_EXT_shader_16bit_storage : require
+#include "kv.glsl"
+#endif
 
 layout(constant_id = 1) const uint MAX_HD = 256; // head_dim at most; ops.c checks
 const uint TS = WG < 64u ? WG : 64u; // a team's invocations (WG is a power of two)
@@ -57,6 +70,10 @@ layout(push_constant) uniform Push { // vk_pc_attention_rows in push.h
     uint t_off;            // the table's first row, in uints
     uint rope_half, neox;  // rope: pairs per head (0: no rope), neox pairing
     uint cs_off;           // rope: row 0's cos and sin, in floats
+#ifdef KV
+    uint k_type, v_type, rot_n, rot_mask; // vk_pc_kv in push.h
+    float rot_scale;
+#endif
 } p;
 
 layout(binding = 0, std430) readonly buffer Q { float q[]; };
@@ -66,8 +83,15 @@ layout(binding = 3, std430) writeonly buffer O { float o[]; };
 layout(binding = 4, std430) readonly buffer S { float sinks[]; };
 // per row: position, ring rows, key cache offset and stride, value cache offset and stride
 layout(binding = 5, std430) readonly buffer T { uint tb[]; };
+#ifdef KV
+layout(binding = 6, std430) readonly buffer KC { uint16_t d[]; } kc[VK_SEQ];
+layout(binding = 7, std430) readonly buffer VC { uint16_t d[]; } vc[VK_SEQ];
+#define KW(i) kc[gl_WorkGroupID.y].d[i]
+#define VW(i) vc[gl_WorkGroupID.y].d[i]
+#else
 layout(binding = 6, std430) buffer KC { float d[]; } kc[VK_SEQ];
 layout(binding = 7, std430) buffer VC { float d[]; } vc[VK_SEQ];
+#endif
 layout(binding = 8, std430) readonly buffer CS { vec2 cs[]; };
 shared float ks[MAX_HD]; // the new key, rotated
 #define KEY(i) kc[t].d[i]
@@ -82,11 +106,22 @@ layout(push_constant) uniform Push { // vk_pc_attention in push.h
     float scale;
     uint cap, window;
     uint s_off, has_sink;
+#ifdef KV
+    uint k_type, v_type, rot_n, rot_mask; // vk_pc_kv in push.h
+    float rot_scale;
+#endif
 } p;
 
 layout(binding = 0, std430) readonly buffer Q { float q[]; };
+#ifdef KV
+layout(binding = 1, std430) readonly buffer K { uint16_t k16[]; };
+layout(binding = 2, std430) readonly buffer V { uint16_t v16[]; };
+#define KW(i) k16[i]
+#define VW(i) v16[i]
+#else
 layout(binding = 1, std430) readonly buffer K { float k[]; };
 layout(binding = 2, std430) readonly buffer V { float v[]; };
+#endif
 layout(binding = 3, std430) writeonly buffer O { float o[]; };
 layout(binding = 4, std430) readonly buffer S { float sinks[]; }; // [n_head]
 #define KEY(i) k[i]
@@ -94,6 +129,11 @@ layout(binding = 4, std430) readonly buffer S { float sinks[]; }; // [n_head]
 #endif
 
 shared float qs[MAX_HD];
+#ifdef KV
+KV_DECODE(key_at, KW)
+KV_DECODE(val_at, VW)
+shared float os[MAX_HD]; // the output head, rotated back before it is stored
+#endif
 shared float ps[WG]; // exp(score - max) of the current positions
 shared float tm[NTEAM], tl[NTEAM], tacc[NTEAM * MAX_HD]; // each team's softmax, merged
 
@@ -120,7 +160,10 @@ float team_reduce(float v, uint tid, uint lane, bool is_max) {
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     uint group = p.n_head / p.n_head_kv, kvh = h / group, hd = p.head_dim;
-#ifdef ROWS
+#if defined(ROWS) && defined(KV)
+    uint tr = p.t_off + 6 * t, pos = tb[tr], cap = tb[tr + 1];
+    uint k_off = tb[tr + 2], k_stride = tb[tr + 3], v_off = tb[tr + 4], v_stride = tb[tr + 5];
+#elif defined(ROWS)
     uint tr = p.t_off + 6 * t, pos = tb[tr], cap = tb[tr + 1];
     uint k_off = tb[tr + 2], k_stride = tb[tr + 3], v_off = tb[tr + 4], v_stride = tb[tr + 5];
     uint kn = p.k_off + t * p.k_stride + kvh * hd, vn = p.v_off + t * p.v_stride + kvh * hd;
@@ -152,12 +195,16 @@ void main() {
 #endif
     uint lo = p.window > 0 && pos >= p.window ? pos + 1 - p.window : 0;
     uint n_vis = pos + 1 - lo, row_lo = lo % cap; // visible positions lo .. pos
-#ifdef ROWS
+#if defined(ROWS) && !defined(KV)
     uint n_cached = n_vis - 1; // the last one is the new row
 #else
     uint n_cached = n_vis;
     for (uint d = tid; d < hd; d += WG) qs[d] = q[p.q_off + t * p.q_stride + h * hd + d];
     barrier();
+#endif
+#ifdef KV
+    if ((p.rot_mask & 1u) != 0u) KV_HADAMARD(qs, hd, p.rot_n, p.rot_scale)
+    uint k_hb = kv_head_bytes(p.k_type, hd), v_hb = kv_head_bytes(p.v_type, hd);
 #endif
 
     // max with NEG: m stays finite, as with the scores, even for a sink of -inf; the
@@ -171,9 +218,14 @@ void main() {
         uint i = c0 + tid; // this invocation's position is lo + i
         float s = NEG;
         if (i < n_cached) {
-            uint kb = k_off + ((row_lo + i) % cap) * k_stride + kvh * hd;
             s = 0.0;
+#ifdef KV
+            uint kb = k_off + ((row_lo + i) % cap) * k_stride + kvh * k_hb;
+            for (uint d = 0; d < hd; d++) s += qs[d] * key_at(p.k_type, kb, d);
+#else
+            uint kb = k_off + ((row_lo + i) % cap) * k_stride + kvh * hd;
             for (uint d = 0; d < hd; d++) s += qs[d] * KEY(kb + d);
+#endif
             s *= p.scale;
         }
         float m_new = max(m, team_reduce(s, tid, lane, true));
@@ -188,9 +240,16 @@ void main() {
             uint d = lane + j * TS;
             if (d >= hd) break;
             float a = acc[j] * corr;
-            uint vd = v_off + kvh * hd + d, row = row_c0;
+            uint row = row_c0;
+#ifdef KV
+            uint vd = v_off + kvh * v_hb;
+#define VALUE val_at(p.v_type, vd + row * v_stride, d)
+#else
+            uint vd = v_off + kvh * hd + d;
+#define VALUE VAL(vd + row * v_stride)
+#endif
             for (uint i2 = 0; i2 < n_c; i2++) {
-                a += ps[team * TS + i2] * VAL(vd + row * v_stride);
+                a += ps[team * TS + i2] * VALUE;
                 row = row + 1 == cap ? 0 : row + 1; // the ring wraps to row 0
             }
             acc[j] = a;
@@ -202,7 +261,11 @@ void main() {
     [[unroll]] for (uint j = 0; j < ND; j++)
         if (lane + j * TS < hd) tacc[team * MAX_HD + lane + j * TS] = acc[j];
     barrier();
+#ifndef KV
     if (team != 0) return; // no barrier follows
+#else
+    if (team == 0) { // the others wait at the barrier before the rotation
+#endif
     m = tm[0];
     for (uint g = 1; g < NTEAM; g++) m = max(m, tm[g]);
     l = 0.0;
@@ -213,7 +276,7 @@ void main() {
         [[unroll]] for (uint j = 0; j < ND; j++)
             if (lane + j * TS < hd) acc[j] += tacc[g * MAX_HD + lane + j * TS] * f;
     }
-#ifdef ROWS
+#if defined(ROWS) && !defined(KV)
     { // the new position, from the inputs: every lane scores it (hd products)
         float s = 0.0;
         for (uint d = 0; d < hd; d++) s += qs[d] * ks[d];
@@ -227,8 +290,19 @@ void main() {
     }
 #endif
     float inv = 1.0 / l;
+#ifdef KV
+    [[unroll]] for (uint j = 0; j < ND; j++) {
+        uint d = lane + j * TS;
+        if (d < hd) os[d] = acc[j] * inv;
+    }
+    } // team 0
+    barrier();
+    if ((p.rot_mask & 2u) != 0u) KV_HADAMARD(os, hd, p.rot_n, p.rot_scale)
+    for (uint d = tid; d < hd; d += WG) o[p.o_off + t * p.o_stride + h * hd + d] = os[d];
+#else
     [[unroll]] for (uint j = 0; j < ND; j++) {
         uint d = lane + j * TS;
         if (d < hd) o[p.o_off + t * p.o_stride + h * hd + d] = acc[j] * inv;
     }
+#endif
 }
