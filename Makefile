@@ -358,6 +358,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
 		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/kvcache.sh tests/gemma3.sh tests/hybrid.sh \
+		tests/glm4moe.sh \
 		$(ASAN_TESTS) \
 		$(TSAN_TESTS) \
 		tests/malformed.sh \
@@ -373,7 +374,7 @@ clean:
 # parameters, the TinyLlama shape) and build/models/bench-qwen-0.5b-Q4_0.gguf (qwen2,
 # the Qwen2-0.5B shape with a 32000-token vocabulary, tied embeddings), and the two
 # mixture-of-experts models below (bench-qwen3moe-Q4_K_M, bench-gpt-oss-MXFP4_MOE,
-# bench-qwen35moe-Q4_K_M). The output of
+# bench-qwen35moe-Q4_K_M, bench-glm4moe-Q4_K_M). The output of
 # these models is noise. They depend on the CLI order-only, so that rebuilding anyllm
 # does not regenerate them; `rm -r build/models` does.
 BENCH_1B   := --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000
@@ -388,12 +389,16 @@ BENCH_QWEN3MOE := --arch qwen3moe --dim 2048 --layers 6 --heads 32 --kv-heads 4 
 # (32 value, 16 key) from --dim
 BENCH_QWEN35MOE := --arch qwen35moe --dim 2048 --layers 4 --heads 16 --kv-heads 2 \
               --head-dim 256 --ffn 512 --vocab 32000 --experts 256 --experts-used 8 --ffn-exp 512
+# GLM-4.5-Air's layer shapes, three layers (one dense, two of 128 experts of 1408, 8 per
+# token, and a shared expert)
+BENCH_GLM4MOE := --arch glm4moe --dim 4096 --layers 3 --heads 96 --kv-heads 8 --head-dim 128 \
+              --ffn 10944 --vocab 32000 --experts 128 --experts-used 8 --ffn-exp 1408
 BENCH_GPTOSS := --arch gpt-oss --dim 2880 --layers 4 --heads 64 --kv-heads 8 --head-dim 64 \
               --ffn 2880 --vocab 32000 --experts 32 --experts-used 4 --ffn-exp 2880 --swa 128
 BENCH_MODELS := $(foreach t,Q4_0 Q8_0 Q4_K_M,$(BUILD)/models/bench-1b-$(t).gguf) \
                 $(BUILD)/models/bench-qwen-0.5b-Q4_0.gguf \
                 $(BUILD)/models/bench-qwen3moe-Q4_K_M.gguf $(BUILD)/models/bench-gpt-oss-MXFP4_MOE.gguf \
-                $(BUILD)/models/bench-qwen35moe-Q4_K_M.gguf
+                $(BUILD)/models/bench-qwen35moe-Q4_K_M.gguf $(BUILD)/models/bench-glm4moe-Q4_K_M.gguf
 .PHONY: bench-models
 bench-models: $(BENCH_MODELS)
 $(BUILD)/models/bench-1b-%.gguf: | $(BUILD)/anyllm
@@ -405,6 +410,9 @@ $(BUILD)/models/bench-qwen-0.5b-%.gguf: | $(BUILD)/anyllm
 $(BUILD)/models/bench-qwen3moe-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN3MOE) --type $*
+$(BUILD)/models/bench-glm4moe-%.gguf: | $(BUILD)/anyllm
+	@mkdir -p $(dir $@)
+	$(BUILD)/anyllm gen-model $@ $(BENCH_GLM4MOE) --type $*
 $(BUILD)/models/bench-qwen35moe-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN35MOE) --type $*

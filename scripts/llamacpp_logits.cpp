@@ -2,8 +2,11 @@
 // batch, written as float32 [n_tokens][n_vocab]. Built and run by
 // scripts/exact-llamacpp.sh against a llama.cpp tree; not part of anyllm's build.
 //
-//   llamacpp_logits MODEL.gguf OUT.f32 ID,ID,...
+//   llamacpp_logits MODEL.gguf OUT.f32 ID,ID,... [f32]
 //
+// With "f32" the KV cache holds f32 keys and values rather than llama.cpp's default f16
+// (tests/test_glm4moe.c's references: every layer attends, and f16 keys alone move F32
+// logits by an NMSE of ~1e-7).
 // The settings are the ones tests/data/exact.tsv names: CPU only, one thread, the
 // weights as the file has them (no repacking into extra buffer types), flash attention
 // off.
@@ -16,8 +19,8 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: %s MODEL.gguf OUT.f32 ID,ID,...\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && std::string(argv[4]) == "f32")) {
+        std::fprintf(stderr, "usage: %s MODEL.gguf OUT.f32 ID,ID,... [f32]\n", argv[0]);
         return 2;
     }
     std::vector<llama_token> ids;
@@ -43,6 +46,7 @@ int main(int argc, char **argv) {
     cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)n;
     cp.n_threads = cp.n_threads_batch = 1;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (argc == 5) cp.type_k = cp.type_v = GGML_TYPE_F32;
     llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         std::fprintf(stderr, "cannot create a context\n");

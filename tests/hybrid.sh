@@ -168,16 +168,7 @@ open(out, 'wb').write(d[:i] + b + d[i + len(a):])
 EOF
 }
 # a u32 value after its key: the key's bytes, the type (4), then the value
-patch_u32() { # OUT KEY VALUE
-    python3 - "$m" "$1" "$2" "$3" <<'EOF'
-import struct, sys
-src, out, key, v = sys.argv[1], sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
-d = open(src, 'rb').read()
-i = d.find(key) + len(key)
-assert struct.unpack_from('<I', d, i)[0] == 4
-open(out, 'wb').write(d[:i + 4] + struct.pack('<I', v) + d[i + 8:])
-EOF
-}
+patch_u32() { gguf_patch_u32 "$m" "$@"; } # OUT KEY VALUE
 # a key added: a bool array KEY of N entries, or a u32 (N < 0: -N); the header grows, so
 # the data section moves (to the file's alignment, 32)
 add_key() { # OUT KEY N

@@ -57,3 +57,15 @@ for _ in range(150):
     except Exception: time.sleep(0.2)
 PY
 }
+
+# gguf_patch_u32 SRC OUT KEY VALUE: SRC with the u32 value of metadata KEY replaced
+gguf_patch_u32() {
+    python3 - "$@" <<'EOF'
+import struct, sys
+src, out, key, v = sys.argv[1], sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
+d = open(src, 'rb').read()
+i = d.find(key) + len(key)
+assert struct.unpack_from('<I', d, i)[0] == 4
+open(out, 'wb').write(d[:i + 4] + struct.pack('<I', v) + d[i + 8:])
+EOF
+}

@@ -157,6 +157,31 @@ static const arch_tensor qwen3next_layer[] = {
     QWEN35_OUT,
     QWEN35_MOE,
 };
+/* glm4moe (GLM-4.5 / 4.6 and their Air versions): biased q, k and v, a per-head Q/K
+ * norm in some files, "post_attention_norm" is the FFN's input norm; the leading
+ * layers have a dense FFN, the others routed experts picked by sigmoid scores plus a
+ * per-expert bias, and an ungated shared expert */
+static const arch_tensor glm4moe_layer[] = {
+    ATTN_IN,
+    {L_BQ, "attn_q.bias", D_Q, D_ONE, false, D_ONE, W_ALL},
+    {L_BK, "attn_k.bias", D_KV, D_ONE, false, D_ONE, W_ALL},
+    {L_BV, "attn_v.bias", D_KV, D_ONE, false, D_ONE, W_ALL},
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, false, D_ONE, W_ALL},
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, false, D_ONE, W_ALL},
+    ATTN_OUT,
+    {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_DENSE},
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_MOE},
+    {L_EXP_PROBS_B, "exp_probs_b.bias", D_EXPERT, D_ONE, true, D_ONE, W_MOE},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_MOE},
+    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
+    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
+    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
+};
 #undef A
 #undef R
 #undef QWEN35_ATTN
@@ -191,6 +216,8 @@ static const arch_desc archs[] = {
     {.name = "qwen3next", .flags = ARCH_ROPE_NEOX | ARCH_HYBRID | ARCH_GDN_GROUPED | ARCH_MOE,
      .act = ACT_SILU, .norm_eps = 1e-6f, .rope_base = 10000000.0f, .layer = qwen3next_layer,
      .n_layer_tensors = N(qwen3next_layer)},
+    {.name = "glm4moe", .flags = ARCH_ROPE_NEOX | ARCH_MOE, .act = ACT_SILU, .norm_eps = 1e-5f,
+     .rope_base = 1000000.0f, .layer = glm4moe_layer, .n_layer_tensors = N(glm4moe_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {

@@ -46,6 +46,9 @@ typedef enum arch_slot {
     /* a shared expert beside the routed ones (qwen35moe): its gate logit (one per
      * token, through a sigmoid) and its gated FFN */
     L_GATE_INP_SHEXP, L_GATE_SHEXP, L_UP_SHEXP, L_DOWN_SHEXP,
+    /* glm4moe: a bias per expert added to the router's sigmoid scores to pick the
+     * experts, not to weight them (kept on the host: layer_weights.exp_probs_b) */
+    L_EXP_PROBS_B,
     L_COUNT
 } arch_slot;
 
@@ -71,8 +74,21 @@ typedef enum arch_dim {
     D_SSM_BA,     /* ssm_ba's rows: 2 n_v_heads (qwen3next) */
 } arch_dim;
 
-/* Which layers have a tensor, where an architecture mixes two kinds (ARCH_HYBRID). */
-typedef enum arch_where { W_ALL, W_ATTN, W_RECR } arch_where;
+/* Which layers have a tensor, where an architecture mixes two kinds: attention and
+ * recurrent layers (ARCH_HYBRID), or the leading dense FFN layers and the mixtures of
+ * experts after them (ARCH.leading_dense_block_count: glm4moe). */
+typedef enum arch_where { W_ALL, W_ATTN, W_RECR, W_DENSE, W_MOE } arch_where;
+
+/* Whether a layer of these kinds has a tensor of `where`. */
+static inline bool arch_where_has(arch_where where, bool recr, bool dense) {
+    switch (where) {
+    case W_ATTN: return !recr;
+    case W_RECR: return recr;
+    case W_DENSE: return dense;
+    case W_MOE: return !dense;
+    default: return true;
+    }
+}
 
 typedef struct arch_tensor {
     arch_slot slot;

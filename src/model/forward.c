@@ -123,13 +123,49 @@ static void ffn_block(al_context *c, int il, int n) {
     model_project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
+/* glm4moe's router for one token: sigmoid scores; the k largest of score + bias pick
+ * the experts (the lower index first on ties), and their plain scores, normalized
+ * where expert_norm (the sum kept above f16's smallest normal, as llama.cpp does) and
+ * times expert_scale, weight them. */
+static void route_sigmoid(const al_model *m, const float *l, const float *bias, int32_t *s,
+                          float *w) {
+    enum { MAX_EXPERT = 4096 }; /* read_moe's limit */
+    float p[MAX_EXPERT], score[MAX_EXPERT];
+    const int ne = m->n_expert, k = m->n_expert_used;
+    for (int e = 0; e < ne; e++) {
+        p[e] = 1.0f / (1.0f + expf(-l[e]));
+        score[e] = bias ? p[e] + bias[e] : p[e];
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
+            if (!taken && (best < 0 || score[e] > score[best])) best = e;
+        }
+        s[j] = best;
+        sum += w[j] = p[best];
+    }
+    if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+    for (int j = 0; j < k; j++) {
+        if (m->expert_norm) w[j] /= sum;
+        w[j] *= m->expert_scale;
+    }
+}
+
 /* Each token's experts: the n_expert_used largest router logits (the lower index
  * first on ties), weighted by a softmax over just those. That is both qwen3moe's
  * gating (a softmax over all experts, the picked weights renormalised: the full
- * denominator cancels) and gpt-oss's (top k of the raw logits, then a softmax). */
-static void route(const al_model *m, const float *logits, int n, int32_t *sel, float *sel_w) {
+ * denominator cancels) and gpt-oss's (top k of the raw logits, then a softmax).
+ * glm4moe's sigmoid router: route_sigmoid. */
+static void route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
+                  float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; m->gate_sigmoid && t < n; t++)
+        route_sigmoid(m, logits + (size_t)t * ne, m->layers[il].exp_probs_b,
+                      sel + (size_t)t * k, sel_w + (size_t)t * k);
+    for (int t = 0; !m->gate_sigmoid && t < n; t++) {
         const float *l = logits + (size_t)t * ne;
         int32_t *s = sel + (size_t)t * k;
         float *w = sel_w + (size_t)t * k;
@@ -162,7 +198,7 @@ static void moe_block(al_context *c, int il, int n) {
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
     op->matmul(be, &xb, &t[L_GATE_INP], opt(&t[L_GATE_INP_B]), &router);
     op->tensor_read(be, &router, c->router_host, (uint64_t)n * m->n_expert * sizeof(float));
-    route(m, c->router_host, n, c->sel, c->sel_w);
+    route(m, il, c->router_host, n, c->sel, c->sel_w);
     const al_moe moe = {
         .gate = &t[L_GATE_EXPS], .up = &t[L_UP_EXPS], .down = &t[L_DOWN_EXPS],
         .gate_b = opt(&t[L_GATE_EXPS_B]), .up_b = opt(&t[L_UP_EXPS_B]),
@@ -179,7 +215,7 @@ static void moe_block(al_context *c, int il, int n) {
 }
 
 void model_ffn(al_context *c, int il, int n) {
-    if (c->m->n_expert) moe_block(c, il, n);
+    if (c->m->n_expert && !c->m->layers[il].dense) moe_block(c, il, n);
     else ffn_block(c, il, n);
 }
 

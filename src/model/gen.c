@@ -45,14 +45,20 @@ typedef struct gen_opts {
     void *progress_user;
 } gen_opts;
 
+enum { GEN_GLM_DENSE = 1 }; /* glm4moe's leading dense layers */
+
 static int64_t gen_head_dim(const gen_opts *o) {
     return o->head_dim ? o->head_dim : o->dim / o->heads;
 }
 
-/* Dimensions of a head that rotate: all of them, or a quarter in a hybrid (even). */
+/* glm4moe: a leading dense layer, then experts with a sigmoid router and a shared one. */
+static bool gen_glm(const gen_opts *o) { return arch_tensor_of(o->ad, L_EXP_PROBS_B) != NULL; }
+
+/* Dimensions of a head that rotate: all of them, a quarter in a hybrid, half in
+ * glm4moe (GLM-4.5's partial_rotary_factor); even. */
 static int64_t gen_rot(const gen_opts *o) {
     const int64_t hd = gen_head_dim(o);
-    return o->full_attn ? (hd / 4 + 1) / 2 * 2 : hd;
+    return o->full_attn ? (hd / 4 + 1) / 2 * 2 : gen_glm(o) ? (hd / 2 + 1) / 2 * 2 : hd;
 }
 
 /* The sizes' ranges, as the command line gives them; 0 is "the default" for those not
@@ -252,6 +258,25 @@ static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
     return st;
 }
 
+/* glm4moe's router and layers: GLM-4.5-Air's settings (one dense layer, one shared
+ * expert, sigmoid scores normalized and scaled by 2.5). */
+static al_status gen_glm_metadata(gguf_writer *w, const gen_opts *o) {
+    char key[128];
+    const struct { const char *suffix; uint32_t v; } u32s[] = {
+        {"leading_dense_block_count", GEN_GLM_DENSE}, {"expert_shared_count", 1},
+        {"expert_gating_func", 2}};
+    al_status st = AL_OK;
+    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
+        st = gguf_writer_set_u32(w, key, u32s[i].v);
+    }
+    snprintf(key, sizeof key, "%s.expert_weights_norm", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_bool(w, key, true);
+    snprintf(key, sizeof key, "%s.expert_weights_scale", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, 2.5f);
+    return st;
+}
+
 static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     struct { const char *suffix; int64_t v; } u32s[] = {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
@@ -296,6 +321,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
     if (st == AL_OK && o->full_attn) st = gen_hybrid_metadata(w, o);
+    if (st == AL_OK && gen_glm(o)) st = gen_glm_metadata(w, o);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
     if (st == AL_OK) st = gen_vocab(w, o->vocab);
@@ -377,7 +403,7 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_SSM_STATE: return o->ssm_state;
     case D_SSM_VHEADS: return o->ssm_heads;
     case D_SSM_KERNEL: return o->ssm_conv;
-    case D_FF_SHEXP: return o->ffn;
+    case D_FF_SHEXP: return gen_glm(o) ? o->ffn_exp : o->ffn; /* glm4moe: one expert's */
     case D_SSM_QKVZ: return 2 * o->ssm_groups * o->ssm_state + 2 * o->ssm_heads * o->ssm_state;
     case D_SSM_BA: return 2 * o->ssm_heads;
     }
@@ -386,8 +412,8 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
 
 /* Whether al_gen_model writes layer tensor `at`: qwen3next's optional projections come in
  * one of two layouts (--ssm-split). */
-static bool gen_writes(const gen_opts *o, const arch_tensor *at, bool recr) {
-    if (at->where != W_ALL && (at->where == W_RECR) != recr) return false;
+static bool gen_writes(const gen_opts *o, const arch_tensor *at, bool recr, bool dense) {
+    if (!arch_where_has(at->where, recr, dense)) return false;
     if (!(o->ad->flags & ARCH_GDN_GROUPED)) return true;
     if (at->slot == L_SSM_IN) return !o->ssm_split;
     if (at->slot == L_SSM_QKV || at->slot == L_SSM_Z) return o->ssm_split;
@@ -420,9 +446,10 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     for (int64_t il = 0; il < o->layers + o->mtp; il++) {
         const int n0 = n;
         const bool recr = o->full_attn && il < o->layers && (il + 1) % o->full_attn != 0;
+        const bool dense = gen_glm(o) && il < GEN_GLM_DENSE;
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
-            if (!gen_writes(o, at, recr)) continue;
+            if (!gen_writes(o, at, recr, dense)) continue;
             const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
             char name[64];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);

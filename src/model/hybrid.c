@@ -276,9 +276,13 @@ void hybrid_shared_expert(al_context *c, int il, int n) {
     al_tensor gate = al_tensor_rows(&c->router, 0, n);
     gate.ne[0] = 1; /* one logit per row, in the router's rows */
     hb.ne[0] = hb2.ne[0] = m->n_ff_shexp;
-    op->matmul(be, &xb, &t[L_GATE_INP_SHEXP], NULL, &gate);
     backend_matmul_glu(be, &xb, &t[L_GATE_SHEXP], &t[L_UP_SHEXP], AL_GLU_SILU, &hb2, &hb);
     al_tensor y = al_tensor_rows(&c->ye, 0, n);
+    if (!t[L_GATE_INP_SHEXP].data) { /* glm4moe's: ungated, added as it is */
+        backend_matmul_add(be, &hb, &t[L_DOWN_SHEXP], NULL, &y, &x);
+        return;
+    }
+    op->matmul(be, &xb, &t[L_GATE_INP_SHEXP], NULL, &gate);
     op->matmul(be, &hb, &t[L_DOWN_SHEXP], NULL, &y);
     /* one read of the rows the logits lie in (a GPU syncs per read), not one per row */
     al_tensor rows = al_tensor_rows(&c->router, 0, n);

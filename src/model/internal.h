@@ -15,6 +15,8 @@ typedef struct layer_weights {
     al_tensor t[L_COUNT]; /* by slot (arch.h); data NULL where the file has none */
     bool swa;             /* attends to a sliding window, with the model's rope_swa */
     bool recr;            /* ARCH_HYBRID: a gated delta-net layer (no KV cache) */
+    bool dense;           /* one of the leading dense layers before the experts' (glm4moe) */
+    float *exp_probs_b;   /* [n_expert] L_EXP_PROBS_B on the host (the router runs there) */
 } layer_weights;
 
 struct al_model {
@@ -25,6 +27,12 @@ struct al_model {
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
     int n_ff_shexp;        /* the shared expert's width (qwen35moe), else 0 */
+    /* the router: softmax over the picked experts' logits (qwen3moe, gpt-oss), or
+     * sigmoid scores, picked with L_EXP_PROBS_B added, weights normalized where
+     * expert_norm and times expert_scale (glm4moe: expert_gating_func 2) */
+    bool gate_sigmoid, expert_norm;
+    float expert_scale;
+    int n_dense_lead;      /* leading layers with a dense FFN (leading_dense_block_count) */
     /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
      * and value heads of the delta rule; which layers are recurrent, read before the
      * layers are bound */

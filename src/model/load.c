@@ -219,10 +219,43 @@ static al_status read_moe(al_model *m) {
         (st = model_get_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
         (st = model_get_u32(m, "expert_feed_forward_length", 0, true, &m->n_ff_exp)))
         return st;
-    if (arch_tensor_of(m->ad, L_GATE_SHEXP) &&
+    if (arch_tensor_of(m->ad, L_GATE_INP_SHEXP) &&
         (st = model_get_u32(m, "expert_shared_feed_forward_length", (uint32_t)m->n_ff, false,
                            &m->n_ff_shexp)))
         return st;
+    /* glm4moe: gating 2 is sigmoid (1: softmax); llama.cpp takes none (0) as sigmoid */
+    int gating, shared;
+    bool norm;
+    const bool sig_dflt = arch_tensor_of(m->ad, L_EXP_PROBS_B) != NULL;
+    if ((st = model_get_u32(m, "expert_gating_func", sig_dflt ? 2 : 1, false, &gating)) ||
+        (st = model_get_u32(m, "leading_dense_block_count", 0, false, &m->n_dense_lead)) ||
+        (st = model_get_u32(m, "expert_shared_count", 0, false, &shared)) ||
+        (st = get_arch_f32(m, "expert_weights_scale", 1.0f, &m->expert_scale)))
+        return st;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch);
+    if ((st = gguf_get_bool_or(m->file, key, false, &norm))) return st;
+    if (gating == 0 && sig_dflt) gating = 2;
+    if (gating != 1 && gating != 2)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: expert_gating_func %d: softmax (1) and sigmoid "
+                        "(2) are supported", m->file->path, gating);
+    m->gate_sigmoid = gating == 2, m->expert_norm = norm;
+    if (sig_dflt && gating != 2)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: expert_gating_func %d: this architecture's "
+                        "router is sigmoid (2)", m->file->path, gating);
+    if (!(m->expert_scale > 0 && m->expert_scale < 1e6f))
+        return al_error(AL_ERR_FORMAT, "%s: expert_weights_scale %g must be positive",
+                        m->file->path, (double)m->expert_scale);
+    if (m->n_dense_lead < 0 || m->n_dense_lead > m->n_layer)
+        return al_error(AL_ERR_FORMAT, "%s: leading_dense_block_count %d exceeds block_count %d",
+                        m->file->path, m->n_dense_lead, m->n_layer);
+    /* glm4moe's shared experts: as wide as expert_shared_count experts */
+    if (arch_tensor_of(m->ad, L_EXP_PROBS_B)) {
+        if (shared < 1 || shared > 64)
+            return al_error(AL_ERR_FORMAT, "%s: expert_shared_count %d: expected 1 to 64 shared "
+                            "experts", m->file->path, shared);
+        m->n_ff_shexp = shared * m->n_ff_exp;
+    }
     if (m->n_expert <= 0 || m->n_expert > 4096 || m->n_expert_used <= 0 ||
         m->n_expert_used > m->n_expert || m->n_ff_exp <= 0 || m->n_ff_shexp < 0)
         return al_error(AL_ERR_FORMAT, "%s: expert_count %d, expert_used_count %d, "
@@ -377,14 +410,20 @@ int64_t model_dim(const al_model *m, arch_dim d) {
 /* Binds layer il's tensors as the architecture's table lists them. */
 al_status model_bind_layer(al_model *m, int il, layer_weights *l) {
     l->recr = m->recr && il < m->n_layer && m->recr[il]; /* an MTP block attends */
+    l->dense = il < m->n_dense_lead;
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
-        if (at->where != W_ALL && (at->where == W_RECR) != l->recr) continue;
+        if (!arch_where_has(at->where, l->recr, l->dense)) continue;
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
         al_status st = bind3(m, name, model_dim(m, at->ne0), model_dim(m, at->ne1),
                              model_dim(m, at->ne2), !at->required, &l->t[at->slot]);
         if (st == AL_OK && at->slot == L_SSM_CONV) st = model_own_f32(m, name, &l->t[at->slot]);
+        if (st == AL_OK && at->slot == L_EXP_PROBS_B) { /* the router's, on the host */
+            if ((st = model_own_f32(m, name, &l->t[at->slot]))) return st;
+            l->exp_probs_b = (float *)((char *)l->t[at->slot].data + l->t[at->slot].offset);
+            memset(&l->t[at->slot], 0, sizeof l->t[at->slot]);
+        }
         if (st != AL_OK) return st;
     }
     return hybrid_bind_layer(m, il, l);
@@ -510,8 +549,9 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
 
 /* ---- model ------------------------------------------------------------------------ */
 
+/* Whether the first or the last layer has the slot (glm4moe's first is dense). */
 static bool has_slot(const al_model *m, arch_slot slot) {
-    return m->layers[0].t[slot].data != NULL;
+    return m->layers[0].t[slot].data || m->layers[m->n_layer - 1].t[slot].data;
 }
 
 /* One line on what the architecture does beyond llama's blocks, for `info`. */
@@ -533,8 +573,14 @@ static void describe_features(al_model *m) {
     if (m->n_expert)
         ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
             m->n_ff_exp);
+    if (m->n_expert && m->gate_sigmoid)
+        ADD(" picked by sigmoid scores%s, weighted%s x %g", m->layers[m->n_layer - 1].exp_probs_b
+            ? " plus a bias" : "", m->expert_norm ? " normalized" : "", (double)m->expert_scale);
     if (has_slot(m, L_GATE_SHEXP))
-        ADD(" and a sigmoid-gated shared expert (width %d)", m->n_ff_shexp);
+        ADD(" and a %sshared expert (width %d)", has_slot(m, L_GATE_INP_SHEXP) ? "sigmoid-gated "
+            : "", m->n_ff_shexp);
+    if (m->n_dense_lead)
+        ADD(", a dense FFN on the first %d layer%s", m->n_dense_lead, m->n_dense_lead > 1 ? "s" : "");
     if (m->embd_scale != 1.0f) ADD(", embeddings x %.4g", (double)m->embd_scale);
     if (m->swa_window) {
         int n_swa = 0;
