@@ -61,7 +61,7 @@ fi
 # the default mode the 8-bit rounding of activations turns any perturbation, even f16's
 # (1e-6 here), into its own divergence of ~0.003, which would hide the cache's.
 kld() {
-    "$bin" perplexity -m "$1" -f "$gpl" --ctx 512 --chunks 4 -t 2 --precise -ctk "$2" -ctv "$2" \
+    "$bin" perplexity -m "$1" -f "$gpl" --ctx 512 --chunks 2 -t 2 --precise -ctk "$2" -ctv "$2" \
         $4 --kl-divergence "$tmp/base.kld" >"$tmp/kld" 2>"$tmp/err"
     mean=$(sed -nE 's/^  mean KLD +(-?[0-9.]+).*/\1/p' "$tmp/kld")
     top=$(sed -nE 's/^  same top +([0-9.]+).*/\1/p' "$tmp/kld")
@@ -88,7 +88,7 @@ if [ ! -f "$gpl" ]; then
 else
     for m in "$M" "$G"; do
         [ -f "$m" ] || { echo "skip: $m not found"; continue; }
-        "$bin" perplexity -m "$m" -f "$gpl" --ctx 512 --chunks 4 -t 2 --precise \
+        "$bin" perplexity -m "$m" -f "$gpl" --ctx 512 --chunks 2 -t 2 --precise \
             --kl-divergence-base "$tmp/base.kld" >/dev/null 2>"$tmp/err" ||
             { bad "$m: the f32 base run: $(cat "$tmp/err")"; continue; }
         kld "$m" f16 0.00001

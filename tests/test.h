@@ -134,6 +134,19 @@ static inline bool test_gen_model(const char *path, const char *flags, const cha
     return false;
 }
 
+/* The n floats of a reference file, malloc'd; NULL (with a message) where it is
+ * missing or short. */
+static inline float *test_read_f32(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    float *buf = malloc(n * sizeof(float));
+    const size_t got = f && buf ? fread(buf, sizeof(float), n, f) : 0;
+    if (f) fclose(f);
+    if (got == n) return buf;
+    fprintf(stderr, "  %s: missing or short\n", path);
+    free(buf);
+    return NULL;
+}
+
 static inline int test_finish(void) {
     printf("%d passed, %d failed, %d skipped\n", test_n_pass, test_n_fail, test_n_skip);
     return test_n_fail ? 1 : 0;

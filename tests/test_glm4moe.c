@@ -23,13 +23,10 @@
 
 #include "anyllm.h"
 #include "test.h"
+#include "tokens48.h"
 
-enum { N_TOK = 48, N_VOCAB = 512 };
+enum { N_VOCAB = 512 };
 
-static const int32_t tokens[N_TOK] = {
-    1,   168, 488, 80,  205, 336, 27,  40,  423, 277, 51,  190, 301, 32,  468, 262,
-    112, 22,  47,  225, 217, 38,  126, 49,  285, 220, 33,  426, 292, 66,  488, 117,
-    325, 324, 301, 488, 34,  298, 302, 206, 28,  502, 116, 26,  288, 442, 71,  151};
 
 #define FLAGS                                                                           \
     "--arch glm4moe --dim 256 --layers 3 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 " \
@@ -52,17 +49,7 @@ static bool have[N_MODELS];
 static float *read_ref(int i) {
     char path[256];
     snprintf(path, sizeof path, "tests/data/%s.logits.f32", models[i].name);
-    const size_t n = (size_t)N_TOK * N_VOCAB;
-    FILE *f = fopen(path, "rb");
-    float *buf = malloc(n * sizeof(float));
-    const size_t got = f && buf ? fread(buf, sizeof(float), n, f) : 0;
-    if (f) fclose(f);
-    if (got != n) {
-        fprintf(stderr, "  %s: missing or short\n", path);
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return test_read_f32(path, (size_t)N_TOK * N_VOCAB);
 }
 
 /* The logits of the 48 tokens of model i on backend, evaluated in pieces of `piece`

@@ -27,13 +27,10 @@
 
 #include "anyllm.h"
 #include "test.h"
+#include "tokens48.h"
 
-enum { N_TOK = 48, N_VOCAB = 512 };
+enum { N_VOCAB = 512 };
 
-static const int32_t tokens[N_TOK] = {
-    1,   168, 488, 80,  205, 336, 27,  40,  423, 277, 51,  190, 301, 32,  468, 262,
-    112, 22,  47,  225, 217, 38,  126, 49,  285, 220, 33,  426, 292, 66,  488, 117,
-    325, 324, 301, 488, 34,  298, 302, 206, 28,  502, 116, 26,  288, 442, 71,  151};
 
 #define SHAPE "--dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --vocab 512"
 #define MOE " --ffn 256 --experts 8 --experts-used 2 --ffn-exp 128"

@@ -123,10 +123,23 @@ static void ffn_block(al_context *c, int il, int n) {
     model_project_residual(m, be, &hb, &t[L_DOWN], NULL, &x, &xb, &t[L_FFN_POST_NORM]);
 }
 
+/* The k largest of score [ne] into s, the lower index first on ties: k is small, a
+ * selection pass per pick. */
+static void top_k(const float *score, int ne, int k, int32_t *s) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < ne; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
+            if (!taken && (best < 0 || score[e] > score[best])) best = e;
+        }
+        s[j] = best;
+    }
+}
+
 /* glm4moe's router for one token: sigmoid scores; the k largest of score + bias pick
- * the experts (the lower index first on ties), and their plain scores, normalized
- * where expert_norm (the sum kept above f16's smallest normal, as llama.cpp does) and
- * times expert_scale, weight them. */
+ * the experts, and their plain scores, normalized where expert_norm (the sum kept
+ * above f16's smallest normal, as llama.cpp does) and times expert_scale, weight them. */
 static void route_sigmoid(const al_model *m, const float *l, const float *bias, int32_t *s,
                           float *w) {
     enum { MAX_EXPERT = 4096 }; /* read_moe's limit */
@@ -136,17 +149,9 @@ static void route_sigmoid(const al_model *m, const float *l, const float *bias, 
         p[e] = 1.0f / (1.0f + expf(-l[e]));
         score[e] = bias ? p[e] + bias[e] : p[e];
     }
+    top_k(score, ne, k, s);
     float sum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < ne; e++) {
-            bool taken = false;
-            for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
-            if (!taken && (best < 0 || score[e] > score[best])) best = e;
-        }
-        s[j] = best;
-        sum += w[j] = p[best];
-    }
+    for (int j = 0; j < k; j++) sum += w[j] = p[s[j]];
     if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
     for (int j = 0; j < k; j++) {
         if (m->expert_norm) w[j] /= sum;
@@ -154,30 +159,22 @@ static void route_sigmoid(const al_model *m, const float *l, const float *bias, 
     }
 }
 
-/* Each token's experts: the n_expert_used largest router logits (the lower index
- * first on ties), weighted by a softmax over just those. That is both qwen3moe's
- * gating (a softmax over all experts, the picked weights renormalised: the full
- * denominator cancels) and gpt-oss's (top k of the raw logits, then a softmax).
- * glm4moe's sigmoid router: route_sigmoid. */
+/* Each token's experts: the n_expert_used largest router logits, weighted by a
+ * softmax over just those. That is both qwen3moe's gating (a softmax over all experts,
+ * the picked weights renormalised: the full denominator cancels) and gpt-oss's (top k
+ * of the raw logits, then a softmax). glm4moe's sigmoid router: route_sigmoid. */
 static void route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
                   float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
-    for (int t = 0; m->gate_sigmoid && t < n; t++)
-        route_sigmoid(m, logits + (size_t)t * ne, m->layers[il].exp_probs_b,
-                      sel + (size_t)t * k, sel_w + (size_t)t * k);
-    for (int t = 0; !m->gate_sigmoid && t < n; t++) {
+    for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * ne;
         int32_t *s = sel + (size_t)t * k;
         float *w = sel_w + (size_t)t * k;
-        for (int j = 0; j < k; j++) { /* k is small: a selection pass per pick */
-            int best = -1;
-            for (int e = 0; e < ne; e++) {
-                bool taken = false;
-                for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
-                if (!taken && (best < 0 || l[e] > l[best])) best = e;
-            }
-            s[j] = best;
+        if (m->gate_sigmoid) {
+            route_sigmoid(m, l, m->layers[il].exp_probs_b, s, w);
+            continue;
         }
+        top_k(l, ne, k, s);
         double sum = 0; /* s[0] holds the largest logit */
         for (int j = 0; j < k; j++) sum += w[j] = (float)exp((double)l[s[j]] - l[s[0]]);
         for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sum);
