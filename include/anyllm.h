@@ -326,8 +326,8 @@ typedef struct al_context_params {
      * them as they are (to measure what the rotation gives). */
     bool kv_unrotated;
     /* Keep the cache of the model's next-token-prediction block, for al_draft_mtp:
-     * AL_ERR_UNSUPPORTED where the file has none (al_model_info.n_mtp). Such a context
-     * is evaluated with al_eval, not al_eval_multi. */
+     * AL_ERR_UNSUPPORTED where the file has none (al_model_info.n_mtp). al_eval_multi
+     * takes such contexts only together (all with mtp, or none). */
     bool mtp;
 } al_context_params;
 

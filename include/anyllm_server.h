@@ -59,6 +59,8 @@ typedef struct srv_params {
     int idle_unload_s;         /* several models: unload one idle this long; 0: never  */
     int draft_max;             /* drafts (serve --spec ngram, --model-draft) of at most
                                   this many tokens per sequence and step; 0: none     */
+    bool mtp;                  /* with draft_max: the model's next-token-prediction
+                                  block drafts (serve --spec mtp; al_draft_mtp)        */
     const al_model *draft_model; /* with draft_max: a model of the model's vocabulary
                                   that drafts (the model given to srv_start only), or
                                   NULL: n-gram drafts; it must outlive the server;

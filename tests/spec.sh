@@ -132,7 +132,40 @@ if "$bin" gen-model "$qm" --arch qwen35 --dim 256 --layers 4 --heads 4 --kv-head
             --temp 0 --backend vulkan
     fi
     expect_error "--spec mtp, a file without the block" "$bin" run -m "$q" -p "one" -n 4 --spec mtp
-    expect_error "serve --spec mtp (not yet)" "$bin" serve -m "$qm" --spec mtp
+    # serve --spec mtp: two sequences at once (al_eval_multi keeps both blocks' caches),
+    # the texts serve gives without drafts; /metrics counts the drafts
+    serve_two() { # OUT [--spec mtp]
+        out=$1; shift
+        port=$(free_port)
+        "$bin" serve -m "$qm" --port "$port" --parallel 2 -c 256 -t 2 "$@" >"$tmp/serve.log" 2>&1 &
+        pid=$!
+        wait_health "$port"
+        python3 - "$port" >"$out" 2>&1 <<'PY'
+import json, sys, threading, urllib.request as u
+base = f"http://127.0.0.1:{sys.argv[1]}"
+prompts, out = ["one two three", "four five six seven"], [None, None]
+def go(i):
+    req = u.Request(base + "/v1/completions", headers={"Content-Type": "application/json"},
+                    data=json.dumps({"prompt": prompts[i], "max_tokens": 24, "temperature": 0,
+                                     "ignore_eos": True}).encode())
+    out[i] = json.load(u.urlopen(req, timeout=120))["choices"][0]["text"]
+ts = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+m = u.urlopen(base + "/metrics", timeout=10).read().decode()
+print(json.dumps(out))
+print(([l for l in m.splitlines() if l.startswith("anyllm_spec_drafts_total")] or ["-"])[0])
+PY
+        kill -TERM $pid
+        wait $pid
+    }
+    serve_two "$tmp/serve.plain"
+    serve_two "$tmp/serve.mtp" --spec mtp
+    if head -1 "$tmp/serve.plain" | grep -q '^\["' &&
+            [ "$(head -1 "$tmp/serve.plain")" = "$(head -1 "$tmp/serve.mtp")" ] &&
+            grep -Eq '^anyllm_spec_drafts_total [1-9]' "$tmp/serve.mtp"; then
+        ok "serve --spec mtp: two sequences at once, the texts without drafts ($(tail -1 "$tmp/serve.mtp"))"
+    else bad "serve --spec mtp: $(cat "$tmp/serve.plain" "$tmp/serve.mtp" "$tmp/serve.log" | tail -6)"; fi
     "$bin" bench -m "$qm" --spec mtp -f $P -n 24 -r 1 -t 2 >"$tmp/bench" 2>"$tmp/err"
     if grep -q '| yes |$' "$tmp/bench"; then ok "bench --spec mtp: $(grep 'yes |$' "$tmp/bench")"
     else bad "bench --spec mtp: $(cat "$tmp/bench" "$tmp/err" | tail -3)"; fi

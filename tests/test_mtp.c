@@ -14,9 +14,10 @@
  * Checked: both steps' logits against the reference (F32: nothing rounds but the order
  * of sums), on the CPU and, where there is a device, on Vulkan; the block's cache
  * follows the text through batches, token by token, a truncation and a reset (the same
- * draft as one batch gives); and the refusals: a context with mtp on a model without
- * the block, al_draft_mtp on a context made without it, al_eval_multi of such a
- * context. */
+ * draft as one batch gives); sequences decoded together (al_eval_multi) draft as
+ * each alone; and the refusals: a context with mtp on a model without the block,
+ * al_draft_mtp on a context made without it, al_eval_multi of contexts with and
+ * without. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,8 +164,45 @@ static void test_cache_follows(void) {
     al_model_destroy(m);
 }
 
+/* Sequences decoded together (al_eval_multi, as serve does) draft as each alone. */
+static void test_multi(void) {
+    if (!have[0]) return;
+    al_model *m = load(paths[0], "cpu");
+    al_context *a = m ? mtp_context(m) : NULL, *b = m ? mtp_context(m) : NULL;
+    al_context *solo = m ? mtp_context(m) : NULL;
+    if (!a || !b || !solo) {
+        CHECK_MSG(false, "%s", al_last_error());
+        al_context_destroy(a), al_context_destroy(b), al_context_destroy(solo);
+        al_model_destroy(m);
+        return;
+    }
+    /* a: tokens 0..19 then 5 more one at a time; b: tokens 20..34 then 5 more */
+    CHECK(al_eval(a, tokens, 20, NULL, false) == AL_OK);
+    CHECK(al_eval(b, tokens + 20, 15, NULL, false) == AL_OK);
+    for (int i = 0; i < 5; i++) {
+        al_context *both[2] = {a, b};
+        const int32_t next[2] = {tokens[35 + i], tokens[40 + i]};
+        CHECK(al_eval_multi(both, next, 2, NULL) == AL_OK);
+    }
+    float got[2 * N_VOCAB], want[2 * N_VOCAB];
+    int32_t out[2];
+    for (int k = 0; k < 2; k++) {
+        al_context *c = k ? b : a;
+        CHECK(mtp_draft_logits(c, tokens[45 + k], 2, out, got) == 2);
+        al_context_reset(solo);
+        CHECK(al_eval(solo, tokens + (k ? 20 : 0), k ? 15 : 20, NULL, false) == AL_OK);
+        for (int i = 0; i < 5; i++)
+            CHECK(al_eval(solo, &tokens[(k ? 40 : 35) + i], 1, NULL, false) == AL_OK);
+        CHECK(mtp_draft_logits(solo, tokens[45 + k], 2, out, want) == 2);
+        const double e = test_nmse(got, want, 2 * N_VOCAB);
+        CHECK_MSG(e <= 1e-10, "sequence %d: NMSE %.2e against the sequence alone", k, e);
+    }
+    al_context_destroy(a), al_context_destroy(b), al_context_destroy(solo);
+    al_model_destroy(m);
+}
+
 /* One line each, no crash: mtp on a model without the block; al_draft_mtp without
- * mtp, with a bad token; al_eval_multi of an mtp context. */
+ * mtp, with a bad token; al_eval_multi of an mtp context beside one without. */
 static void test_refusals(void) {
     char plain[160];
     snprintf(plain, sizeof plain, "%s/plain.gguf", dir);
@@ -189,8 +227,12 @@ static void test_refusals(void) {
     CHECK(al_context_create(mm, &cp, &c) == AL_OK);
     CHECK(al_draft_mtp(c, N_VOCAB, 4, out) == -1 && strstr(al_last_error(), "out of range"));
     CHECK(al_draft_mtp(c, 5, 0, out) == 0);
-    al_context *two[2] = {c, c};
-    CHECK(al_eval_multi(two, tokens, 1, NULL) == AL_ERR_UNSUPPORTED);
+    al_context *plain_c = NULL;
+    cp.mtp = false;
+    CHECK(al_context_create(mm, &cp, &plain_c) == AL_OK);
+    al_context *two[2] = {c, plain_c};
+    CHECK(al_eval_multi(two, tokens, 2, NULL) == AL_ERR_ARG && strstr(al_last_error(), "mtp"));
+    al_context_destroy(plain_c);
     al_model_info mi;
     al_model_get_info(mm, &mi);
     CHECK(mi.n_mtp == 1);
@@ -212,6 +254,7 @@ int main(void) {
     TEST_RUN(test_reference_cpu);
     TEST_RUN(test_reference_vulkan);
     TEST_RUN(test_cache_follows);
+    TEST_RUN(test_multi);
     TEST_RUN(test_refusals);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -58,6 +58,7 @@ static void serve_usage(FILE *f) {
         "                     the latest earlier occurrence of its last tokens, checked in\n"
         "                     one evaluation (the same text as without; /metrics counts the\n"
         "                     drafts); --draft-max N tokens at most (default 8)\n"
+        "  --spec mtp         drafts with the file's next-token-prediction block (Qwen3.5/3.6)\n"
         "  --model-draft FILE drafts with a small model of the model's vocabulary instead\n"
         "  --host ADDR        address to bind (default 127.0.0.1: this machine only)\n"
         "  --port N           TCP port (default 8080; 0 picks a free one)\n"
@@ -264,10 +265,14 @@ static int parse_serve(int argc, char **argv, serve_opts *o) {
     if (!o->model && !o->models_dir) return cli_fail("serve: -m FILE (or --models-dir DIR) is "
                                                      "required");
     const char *kind = o->spec ? o->spec : o->draft ? "draft" : "none";
-    if (strcmp(kind, "ngram") && strcmp(kind, "draft") && strcmp(kind, "none"))
-        return cli_fail("serve: --spec %s: the kinds are ngram, draft (with --model-draft FILE) "
-                        "and none%s", kind, strcmp(kind, "mtp") ? "" : " (mtp runs in run, chat "
-                        "and bench, not yet in serve)");
+    if (strcmp(kind, "ngram") && strcmp(kind, "draft") && strcmp(kind, "mtp") &&
+        strcmp(kind, "none"))
+        return cli_fail("serve: --spec %s: the kinds are ngram, draft (with --model-draft FILE), "
+                        "mtp (the file's next-token-prediction block) and none", kind);
+    o->p.mtp = !strcmp(kind, "mtp");
+    if (o->p.mtp && (o->prefill_backend || o->decode_backend))
+        return cli_fail("serve: --spec mtp does not go with --prefill-backend/--decode-backend "
+                        "(the block's cache is not handed over)");
     if (!strcmp(kind, "draft") != (o->draft != NULL))
         return cli_fail("serve: --model-draft FILE %s", o->draft ? "drafts by itself: it does "
                         "not go with --spec ngram" : "is what --spec draft drafts with");

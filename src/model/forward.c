@@ -246,7 +246,7 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
         be->ops->tensor_read(be, &out, dst, (uint64_t)nr * m->n_vocab * sizeof(float));
         if (m->softcap > 0) soft_cap(dst, (size_t)nr * m->n_vocab, m->softcap);
     }
-    if (c->mtp) mtp_catch_up(c, tokens, n); /* the block's cache, from xb's hidden states */
+    if (c->mtp) mtp_catch_up(c, seqs, tokens, n); /* the block's cache, from xb's rows */
 }
 
 static al_status check_tokens(const al_model *m, const int32_t *tokens, int n) {
@@ -267,9 +267,10 @@ al_status al_eval_multi(al_context *const *ctxs, const int32_t *tokens, int n, f
     for (int i = 0; i < n; i++) {
         if (!ctxs[i] || ctxs[i]->m != c0->m)
             return al_error(AL_ERR_ARG, "al_eval_multi: context %d is NULL or of another model", i);
-        if (ctxs[i]->mtp)
-            return al_error(AL_ERR_UNSUPPORTED, "al_eval_multi: context %d keeps a "
-                            "next-token-prediction cache (mtp): evaluate it with al_eval", i);
+        if (!ctxs[i]->mtp != !c0->mtp)
+            return al_error(AL_ERR_ARG, "al_eval_multi: context %d %s a next-token-prediction "
+                            "cache (mtp) and context 0 %s", i, ctxs[i]->mtp ? "keeps" : "lacks",
+                            c0->mtp ? "keeps one" : "does not");
         if (ctxs[i]->n_past >= ctxs[i]->n_ctx)
             return al_error(AL_ERR_ARG, "al_eval_multi: context %d is full (%d positions)", i,
                             ctxs[i]->n_ctx);

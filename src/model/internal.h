@@ -183,10 +183,11 @@ void mtp_free(al_model *m);
 /* The context's MTP state (al_context_params.mtp), or AL_ERR_UNSUPPORTED. */
 al_status mtp_context_alloc(al_context *c);
 void mtp_context_free(al_context *c);
-/* After the trunk ran n rows at positions n_past .. (its output norm in c->xb): keeps
- * their hidden states and runs the block's attention over the rows, each token paired
- * with the hidden state of the position before, filling its cache. */
-void mtp_catch_up(al_context *c, const int32_t *tokens, int n);
+/* After the trunk ran n rows at positions n_past .. (its output norm in c->xb), or
+ * with seqs one row of each of seqs at its own position (al_eval_multi): keeps their
+ * hidden states and runs the block's attention over the rows, each token paired with
+ * the hidden state of the position before, filling each sequence's block cache. */
+void mtp_catch_up(al_context *c, al_context *const *seqs, const int32_t *tokens, int n);
 /* The block's KV cache (model_kv). */
 void mtp_kv(al_context *c, al_tensor **k, al_tensor **v);
 /* After al_context_truncate to n_past: the hidden state the next row pairs with. */

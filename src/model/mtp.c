@@ -132,7 +132,7 @@ al_status mtp_context_alloc(al_context *c) {
     c->mtp = s;
     const int64_t d = m->n_embd;
     s->ring = al_malloc((size_t)MTP_RING * (size_t)d * sizeof(float));
-    s->rows = al_malloc((size_t)(c->n_batch + 1) * (size_t)d * sizeof(float));
+    s->rows = al_malloc(2 * (size_t)c->n_batch * (size_t)d * sizeof(float));
     if (!s->ring || !s->rows) return al_error(AL_ERR_NOMEM, "out of memory for the MTP block's state");
     al_status st;
     if ((st = model_kv_tensors(c, c->n_ctx, &s->k, &s->v)) ||
@@ -196,27 +196,35 @@ static void block_input(al_context *c, const int32_t *tokens, int n) {
     op->matmul(be, &cat, &w->eh_proj, NULL, &x);
 }
 
-void mtp_catch_up(al_context *c, const int32_t *tokens, int n) {
+/* The trunk's hidden state of position p (row h) into s's ring. */
+static void ring_put(mtp_state *s, int64_t d, int p, const float *h) {
+    if (p != s->ring_hi) s->ring_lo = p; /* a new run of positions */
+    memcpy(s->ring + (size_t)(p % MTP_RING) * d, h, (size_t)d * sizeof(float));
+    s->ring_hi = p + 1;
+    if (s->ring_lo < s->ring_hi - MTP_RING) s->ring_lo = s->ring_hi - MTP_RING;
+}
+
+void mtp_catch_up(al_context *c, al_context *const *seqs, const int32_t *tokens, int n) {
     const al_model *m = c->m;
     mtp_state *s = c->mtp;
     const int64_t d = m->n_embd;
-    const int p0 = c->n_past;
-    /* rows: the hidden state before each token; then the batch's own into the ring */
-    float *rows = s->rows;
-    ring_get(s, d, p0 - 1, rows);
+    /* rows [n + 1]: the trunk's output, then each token's pairing; one sequence's rows
+     * are consecutive positions, several sequences' one row each (al_eval_multi) */
+    float *out = s->rows, *in = s->rows + (size_t)n * d;
     al_tensor xb = al_tensor_rows(&c->xb, 0, n);
-    c->be->ops->tensor_read(c->be, &xb, rows + d, (uint64_t)n * d * sizeof(float));
-    if (p0 != s->ring_hi) s->ring_lo = p0; /* a new run of positions */
-    for (int i = 0; i < n; i++)
-        memcpy(s->ring + (size_t)((p0 + i) % MTP_RING) * d, rows + (size_t)(i + 1) * d,
-               (size_t)d * sizeof(float));
-    s->ring_hi = p0 + n;
-    if (s->ring_lo < s->ring_hi - MTP_RING) s->ring_lo = s->ring_hi - MTP_RING;
+    c->be->ops->tensor_read(c->be, &xb, out, (uint64_t)n * d * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        al_context *q = seqs ? seqs[i] : c;
+        const int p = q->n_past + (seqs ? 0 : i);
+        if (i == 0 || seqs) ring_get(q->mtp, d, p - 1, in + (size_t)i * d);
+        else memcpy(in + (size_t)i * d, out + (size_t)(i - 1) * d, (size_t)d * sizeof(float));
+        ring_put(q->mtp, d, p, out + (size_t)i * d);
+    }
     al_tensor h = al_tensor_rows(&s->h, 0, n);
-    c->be->ops->tensor_write(c->be, &h, rows, (uint64_t)n * d * sizeof(float));
+    c->be->ops->tensor_write(c->be, &h, in, (uint64_t)n * d * sizeof(float));
     block_input(c, tokens, n);
     /* the attention fills the block's cache; its FFN and head serve drafts alone */
-    hybrid_attn_block(c, NULL, m->n_layer, n);
+    hybrid_attn_block(c, seqs, m->n_layer, n);
 }
 
 /* The index of the largest of n logits (the first on ties). */

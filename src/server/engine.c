@@ -47,6 +47,7 @@ struct srv_engine {
     float *logits;           /* [n_slots][n_vocab] */
     int draft_max;           /* drafts of at most this many tokens; 0: none */
     const al_model *draft;   /* the draft model, or NULL: n-gram drafts */
+    bool mtp;                /* the model's own block drafts (al_draft_mtp) */
     float *spec_logits;      /* [draft_max + 1][n_vocab] a draft's check */
     al_context **batch_ctx;  /* [n_slots] the decode step's sequences */
     int32_t *batch_tok;      /* [n_slots] */
@@ -561,7 +562,8 @@ static bool spec_step(srv_engine *e, slot *s) {
     int32_t seq[1 + SRV_DRAFT_MAX];
     int k = al_draft_len_next(&s->dl, limit);
     s->cached[base] = seq[0] = j->next_token; /* the history the draft reads ends with it */
-    if (k > 0)
+    if (k > 0 && e->mtp) k = al_draft_mtp(seq_ctx(s), j->next_token, k, seq + 1);
+    else if (k > 0)
         k = s->drafter ? al_drafter_draft(s->drafter, s->cached, base + 1, k, seq + 1)
                        : al_draft_ngram(s->cached, base + 1, k, seq + 1);
     if (k <= 0 || al_context_checkpoint(seq_ctx(s)) != AL_OK) return false;
@@ -709,6 +711,7 @@ al_status srv_engine_create(const al_model *m, const al_model *dm, int n_slots,
     e->logits = malloc((size_t)n_slots * (size_t)e->n_vocab * sizeof(float));
     e->draft_max = draft_max < SRV_DRAFT_MAX ? draft_max : SRV_DRAFT_MAX;
     e->draft = e->draft_max > 0 ? draft : NULL;
+    e->mtp = e->draft_max > 0 && cp->mtp; /* the contexts keep the block's cache */
     if (e->draft_max > 0)
         e->spec_logits = malloc((size_t)(e->draft_max + 1) * (size_t)e->n_vocab * sizeof(float));
     e->batch_ctx = calloc((size_t)n_slots, sizeof *e->batch_ctx);

@@ -90,6 +90,7 @@ static al_status start_engine(srv_models *ms, srv_model *e, const al_model *m, c
     cp.n_ctx = n_ctx;
     cp.n_checkpoints = p->n_checkpoints;
     cp.type_k = p->type_k, cp.type_v = p->type_v, cp.kv_unrotated = p->kv_unrotated;
+    cp.mtp = p->draft_max > 0 && p->mtp;
     srv_engine *engine;
     /* the draft model goes with the model given loaded (serve -m FILE --model-draft) */
     const al_model *draft = e->path ? NULL : p->draft_model;
