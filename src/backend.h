@@ -91,6 +91,13 @@ static inline void al_hadamard(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= s;
 }
 
+/* One head of head_dim elements rotated as AL_LAYOUT_HADAMARD stores it: al_hadamard
+ * over each block of al_hadamard_n(head_dim). */
+static inline void al_hadamard_head(float *x, int head_dim) {
+    const int n = al_hadamard_n(head_dim);
+    for (int i = 0; i < head_dim; i += n) al_hadamard(x + i, n);
+}
+
 /* Rotary position embedding parameters, shared by every layer. */
 typedef struct al_rope {
     int n_rot;               /* leading elements of each head that rotate (even) */

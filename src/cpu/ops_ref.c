@@ -316,12 +316,8 @@ void cpu_kv_rows_ref(uint32_t type, const uint8_t *src, float *dst, int n) {
 }
 
 void cpu_rotate_heads(const al_tensor *x, int t0, int t1, int n_heads, int head_dim) {
-    const int n = al_hadamard_n(head_dim);
-    for (int t = t0; t < t1; t++) {
-        float *r = cpu_f32_row(x, t);
-        for (int i = 0; i < n_heads * head_dim; i += n)
-            al_hadamard(r + i, n);
-    }
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < n_heads; h++) al_hadamard_head(cpu_f32_row(x, t) + (int64_t)h * head_dim, head_dim);
 }
 
 /* Row t of x (n_head_kv heads) into cache row `row` of its type: copied, or each head
@@ -341,7 +337,7 @@ static void write_kv_row(const al_tensor *x, int t, al_tensor *cache, int64_t ro
     for (int h = 0; h < s->n_head_kv; h++) {
         memcpy(buf, cpu_f32_row(x, t) + (int64_t)h * hd, (size_t)hd * sizeof(float));
         if (cache->layout == AL_LAYOUT_HADAMARD)
-            for (int i = 0; i < hd; i += al_hadamard_n(hd)) al_hadamard(buf + i, al_hadamard_n(hd));
+            al_hadamard_head(buf, hd);
         al_status st = quant_quantize_row(cache->type, buf, dst + h * head_bytes, hd);
         AL_ASSERT(st == AL_OK); /* context.c allows only the types it quantizes */
     }

@@ -144,6 +144,9 @@ al_status model_bind(al_model *m, const char *name, int64_t ne0, int64_t ne1, bo
                      al_tensor *out);
 /* Binds layer il's tensors as the architecture's table lists them. */
 al_status model_bind_layer(al_model *m, int il, layer_weights *l);
+/* Layer il's tensors through the backend's weight_load and weight_pack (either NULL). */
+al_status model_load_layer(al_model *m, int il, al_status (*load)(al_backend *, al_tensor *),
+                           al_status (*pack)(al_backend *, al_tensor *, int64_t));
 /* Rows per view of layer slot `slot` (weight_pack): an expert's in a stacked tensor. */
 int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t);
 /* A KV cache pair of cap rows of the context's types (the MTP block's). */

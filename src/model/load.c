@@ -498,15 +498,22 @@ static al_status load_weights(al_model *m, const al_model_params *p) {
         return st;
     if (pack && (st = pack(be, &m->output, m->output.ne[1]))) return st;
     for (int il = 0; il < m->n_layer; il++) {
-        for (int i = 0; i < L_COUNT; i++) {
-            al_tensor *t = &m->layers[il].t[i];
-            if (!t->data) continue;
-            if (load && (st = load(be, t))) return st;
-            if (pack && (st = pack(be, t, model_layer_view_rows(m, i, t)))) return st;
-        }
+        if ((st = model_load_layer(m, il, load, pack))) return st;
         if (p->progress) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
     }
     return mtp_load_weights(m, load, pack);
+}
+
+al_status model_load_layer(al_model *m, int il, al_status (*load)(al_backend *, al_tensor *),
+                           al_status (*pack)(al_backend *, al_tensor *, int64_t)) {
+    al_status st;
+    for (int i = 0; i < L_COUNT; i++) {
+        al_tensor *t = &m->layers[il].t[i];
+        if (!t->data) continue;
+        if (load && (st = load(m->be, t))) return st;
+        if (pack && (st = pack(m->be, t, model_layer_view_rows(m, i, t)))) return st;
+    }
+    return AL_OK;
 }
 
 /* Whether the backend can run this model's shape (backend.h: supports). */

@@ -39,7 +39,8 @@ typedef struct mtp_state {
     float *ring;       /* [MTP_RING][n_embd] the trunk's normed hidden state, position p
                         * in row p % MTP_RING */
     int ring_lo, ring_hi; /* the positions [ring_lo, ring_hi) the ring holds */
-    float *rows;       /* [n_batch][n_embd] host scratch */
+    float *rows;       /* [2 n_batch][n_embd] host scratch */
+    float *logits;     /* [n_vocab] a draft step's, on the host */
 } mtp_state;
 
 /* ---- the model's side -------------------------------------------------------------------- */
@@ -93,13 +94,8 @@ al_status mtp_load_weights(al_model *m, al_status (*load)(al_backend *, al_tenso
     if (!m->mtp) return AL_OK;
     mtp_weights *w = m->mtp;
     al_backend *be = m->be;
-    al_status st;
-    for (int i = 0; i < L_COUNT; i++) {
-        al_tensor *t = &m->layers[m->n_layer].t[i];
-        if (!t->data) continue;
-        if (load && (st = load(be, t))) return st;
-        if (pack && (st = pack(be, t, model_layer_view_rows(m, i, t)))) return st;
-    }
+    al_status st = model_load_layer(m, m->n_layer, load, pack);
+    if (st != AL_OK) return st;
     al_tensor *own[] = {&w->eh_proj, &w->enorm, &w->hnorm};
     for (size_t i = 0; i < sizeof own / sizeof *own; i++)
         if (load && (st = load(be, own[i]))) return st;
@@ -133,7 +129,8 @@ al_status mtp_context_alloc(al_context *c) {
     const int64_t d = m->n_embd;
     s->ring = al_malloc((size_t)MTP_RING * (size_t)d * sizeof(float));
     s->rows = al_malloc(2 * (size_t)c->n_batch * (size_t)d * sizeof(float));
-    if (!s->ring || !s->rows) return al_error(AL_ERR_NOMEM, "out of memory for the MTP block's state");
+    s->logits = al_malloc((size_t)m->n_vocab * sizeof(float));
+    if (!s->ring || !s->rows || !s->logits) return al_error(AL_ERR_NOMEM, "out of memory for the MTP block's state");
     al_status st;
     if ((st = model_kv_tensors(c, c->n_ctx, &s->k, &s->v)) ||
         (st = be->ops->tensor_alloc(be, 2 * d, c->n_batch, &s->cat)) ||
@@ -150,6 +147,7 @@ void mtp_context_free(al_context *c) {
         if (t[i]->data) c->be->ops->tensor_free(c->be, t[i]);
     al_free(s->ring);
     al_free(s->rows);
+    al_free(s->logits);
     al_free(s);
     c->mtp = NULL;
 }
@@ -262,11 +260,7 @@ static int draft_run(al_context *c, int32_t last, int max, int32_t *out, float *
     const al_model *m = c->m;
     const int p = c->n_past;
     if (max > c->n_ctx - p - 1) max = c->n_ctx - p - 1; /* the draft's positions must fit */
-    float *logits = max > 0 ? al_malloc((size_t)m->n_vocab * sizeof(float)) : NULL;
-    if (max > 0 && !logits) {
-        al_error(AL_ERR_NOMEM, "al_draft_mtp: out of memory for logits");
-        return -1;
-    }
+    float *logits = c->mtp->logits;
     ring_get(c->mtp, m->n_embd, p - 1, c->mtp->rows);
     int n = 0;
     for (int32_t token = last; n < max; token = out[n++]) {
@@ -275,7 +269,6 @@ static int draft_run(al_context *c, int32_t last, int max, int32_t *out, float *
         if (all) memcpy(all + (size_t)n * m->n_vocab, logits, (size_t)m->n_vocab * sizeof(float));
     }
     c->n_past = p;
-    al_free(logits);
     return backend_sync(c->be) == AL_OK ? n : -1;
 }
 
