@@ -358,7 +358,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
 		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/kvcache.sh tests/gemma3.sh tests/hybrid.sh \
-		tests/glm4moe.sh \
+		tests/glm4moe.sh tests/deepseek2.sh \
 		$(ASAN_TESTS) \
 		$(TSAN_TESTS) \
 		tests/malformed.sh \
@@ -374,7 +374,7 @@ clean:
 # parameters, the TinyLlama shape) and build/models/bench-qwen-0.5b-Q4_0.gguf (qwen2,
 # the Qwen2-0.5B shape with a 32000-token vocabulary, tied embeddings), and the two
 # mixture-of-experts models below (bench-qwen3moe-Q4_K_M, bench-gpt-oss-MXFP4_MOE,
-# bench-qwen35moe-Q4_K_M, bench-glm4moe-Q4_K_M). The output of
+# bench-qwen35moe-Q4_K_M, bench-glm4moe-Q4_K_M, bench-deepseek2-Q4_K_M). The output of
 # these models is noise. They depend on the CLI order-only, so that rebuilding anyllm
 # does not regenerate them; `rm -r build/models` does.
 BENCH_1B   := --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000
@@ -393,12 +393,18 @@ BENCH_QWEN35MOE := --arch qwen35moe --dim 2048 --layers 4 --heads 16 --kv-heads 
 # token, and a shared expert)
 BENCH_GLM4MOE := --arch glm4moe --dim 4096 --layers 3 --heads 96 --kv-heads 8 --head-dim 128 \
               --ffn 10944 --vocab 32000 --experts 128 --experts-used 8 --ffn-exp 1408
+# DeepSeek-V2-Lite's layer shapes, four layers (one dense, three of 64 experts of 1408,
+# 6 per token, and two shared ones): latent attention over rows of 512 + 64 rope, heads
+# of 192 (128 + 64) and values of 128, one query matrix; a context of 8192 for depths
+BENCH_DEEPSEEK2 := --arch deepseek2 --dim 2048 --layers 4 --heads 16 --kv-heads 1 --head-dim 192 \
+              --ffn 10944 --vocab 32000 --experts 64 --experts-used 6 --ffn-exp 1408 --ctx 8192
 BENCH_GPTOSS := --arch gpt-oss --dim 2880 --layers 4 --heads 64 --kv-heads 8 --head-dim 64 \
               --ffn 2880 --vocab 32000 --experts 32 --experts-used 4 --ffn-exp 2880 --swa 128
 BENCH_MODELS := $(foreach t,Q4_0 Q8_0 Q4_K_M,$(BUILD)/models/bench-1b-$(t).gguf) \
                 $(BUILD)/models/bench-qwen-0.5b-Q4_0.gguf \
                 $(BUILD)/models/bench-qwen3moe-Q4_K_M.gguf $(BUILD)/models/bench-gpt-oss-MXFP4_MOE.gguf \
-                $(BUILD)/models/bench-qwen35moe-Q4_K_M.gguf $(BUILD)/models/bench-glm4moe-Q4_K_M.gguf
+                $(BUILD)/models/bench-qwen35moe-Q4_K_M.gguf $(BUILD)/models/bench-glm4moe-Q4_K_M.gguf \
+                $(BUILD)/models/bench-deepseek2-Q4_K_M.gguf
 .PHONY: bench-models
 bench-models: $(BENCH_MODELS)
 $(BUILD)/models/bench-1b-%.gguf: | $(BUILD)/anyllm
@@ -413,6 +419,9 @@ $(BUILD)/models/bench-qwen3moe-%.gguf: | $(BUILD)/anyllm
 $(BUILD)/models/bench-glm4moe-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_GLM4MOE) --type $*
+$(BUILD)/models/bench-deepseek2-%.gguf: | $(BUILD)/anyllm
+	@mkdir -p $(dir $@)
+	$(BUILD)/anyllm gen-model $@ $(BENCH_DEEPSEEK2) --type $*
 $(BUILD)/models/bench-qwen35moe-%.gguf: | $(BUILD)/anyllm
 	@mkdir -p $(dir $@)
 	$(BUILD)/anyllm gen-model $@ $(BENCH_QWEN35MOE) --type $*

@@ -204,6 +204,11 @@ typedef struct al_model_info {
                             (qwen35...): see al_context_checkpoint */
     uint64_t state_bytes; /* bytes of that state, per sequence and per checkpoint */
     int n_mtp;           /* next-token-prediction blocks al_draft_mtp can run (0 or 1) */
+    /* latent attention (deepseek2): the values one layer caches per position (the
+     * compressed vector and the rope key: head_dim, which the keys and values of every
+     * head share), and the values the expanded keys and values of all heads would take
+     * instead; both 0 for other architectures */
+    int kv_latent_dim, kv_expanded_dim;
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -946,6 +951,13 @@ typedef struct al_gen_params {
      * mtp next-token-prediction blocks after the trunk's (in [1, 4]; 0: none) */
     int ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn_interval, mtp;
     bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
+    /* latent attention (deepseek2) only: head_dim is a query head before absorption, of
+     * which a third (even) rotates and the rest sizes a value head; kv_lora is the
+     * cached latent vector (in [1, dim]; 0: 4 value heads' worth); q_lora > 0 (in
+     * [1, dim]) gives the low-rank query and DeepSeek-V3's router (sigmoid scores plus a
+     * bias, experts in 4 groups of which 2 are used, where experts divide by 4), 0 one
+     * query matrix and DeepSeek-V2-Lite's (softmax) */
+    int q_lora, kv_lora;
     double rope_base;        /* in (0, 1e12); 0: the architecture's */
     bool tied;               /* no output.weight: the embeddings are the output */
     bool pure;               /* as al_quantize_params.pure */

@@ -311,6 +311,10 @@ typedef struct al_backend_ops {
                       const al_tensor *beta, const al_tensor *dt_bias, const al_tensor *a,
                       al_tensor *state, bool fresh, const struct al_delta_shape *shape,
                       al_tensor *out);
+    /* dst = src, row by row: ne[0] floats per row, each tensor with its own row stride
+     * (rows may be a view of heads: latent attention's query parts). NULL: the backend
+     * runs no model that needs it. */
+    void (*copy)(al_backend *be, const al_tensor *src, al_tensor *dst);
     /* x[ids[i]] += w[i] * y[i] for the n rows of y (host arrays; the ids are distinct
      * rows of x): a mixture of experts adds each expert's weighted output to the rows
      * of the tokens routed to it. */

@@ -121,7 +121,7 @@ static inline const char *test_build_dir(void) {
 /* Writes a model with `anyllm gen-model PATH FLAGS -t 2` and checks its sha256 where
  * sha256 is not NULL; false (with a message on stderr) if either fails. */
 static inline bool test_gen_model(const char *path, const char *flags, const char *sha256) {
-    char cmd[768], line[160] = "";
+    char cmd[1280], line[160] = "";
     snprintf(cmd, sizeof cmd, "%s/anyllm gen-model %s %s -t 2 >/dev/null 2>&1 && sha256sum %s",
              test_build_dir(), path, flags, path);
     FILE *p = popen(cmd, "r");

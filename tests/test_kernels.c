@@ -753,6 +753,9 @@ static void test_attention(void) {
         {16, 2, 64, 40, 5}, {16, 1, 128, 33, 3}, {8, 2, 128, 70, 4}, {32, 8, 64, 65, 3},
         /* many tiles per kv head: each thread copies a head's keys and values first */
         {16, 4, 64, 40, 100},
+        /* latent attention's rows (mla.c): 16 query heads on one row of 512 + 64, and
+         * a smaller one in a batch */
+        {16, 1, 576, 40, 2}, {4, 1, 288, 20, 33},
     };
     static const int one_batch[] = {1000}, pieces[] = {1, 5, 2, 1000};
     for (int isa = CPU_ISA_SCALAR; isa < CPU_ISA_COUNT; isa++) {

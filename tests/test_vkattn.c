@@ -69,6 +69,9 @@ static const attn_case g_cases[] = {
     /* past 4 teams of 64 (attention.comp), and over several of its steps */
     {"long context, head size 128", 8, 2, 128, 0, false, 128, true, false, 2, {300, 129},
      {310, 140}},
+    /* the wide build: latent attention's row of 512 + 64 rope, 16 query heads on it */
+    {"latent rows of 576, rope of 64", 16, 1, 576, 0, false, 64, false, false, 2, {0, 70},
+     {8, 80}},
 };
 static const float g_factors[16] = {1.0f, 1.0f, 1.5f, 2.0f, 1.0f, 3.0f, 4.0f, 1.0f,
                                     8.0f, 1.0f, 2.5f, 1.0f, 16.0f, 1.0f, 1.0f, 32.0f};
@@ -145,6 +148,13 @@ static bool step(const attn_case *ac, seqs *s, const int32_t *pos, const pair *s
 
 static void one_case(const attn_case *ac) {
     int kvd = ac->n_head_kv * ac->head_dim;
+    const vk_backend *vb = (const vk_backend *)g_vk;
+    if ((uint32_t)ac->head_dim > vb->sh->pl.tune.attn_max_hd &&
+        vk_attn_shared(vb->sh->pl.tune.attn_rows_wg, VK_ATTN_WIDE_HD) > vb->sh->d.caps.shared_bytes) {
+        printf("  %s: the wide build's workgroups exceed the device's shared memory: the op "
+               "declines (the plain attention takes it)\n", ac->name);
+        return;
+    }
     seqs s;
     for (int i = 0; i < ac->n_seq; i++) {
         float *h = random_floats((size_t)(ac->cap[i] * kvd), 2.0f);

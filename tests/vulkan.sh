@@ -321,39 +321,39 @@ else
     skip=$((skip + 1))
 fi
 
-# a model beyond a shader's limit (head size 512; attention.comp takes 256): refused at
+# a model beyond a shader's limit (head size 640; attention.comp's wide build takes 576): refused at
 # load with one line naming the limit, before any output (`run` printed the prompt
 # first, when the limit was found at the first evaluation); `info` says it is not
 # runnable; `auto` (allowed to take lavapipe) falls back to the CPU, which runs it
-hd=$tmp/head512.gguf
-if "$bin" gen-model "$hd" --arch llama --dim 512 --layers 1 --heads 1 --kv-heads 1 --ffn 64 \
+hd=$tmp/head640.gguf
+if "$bin" gen-model "$hd" --arch llama --dim 640 --layers 1 --heads 1 --kv-heads 1 --ffn 64 \
         --vocab 300 --type F16 -t 1 >/dev/null 2>"$tmp/err"; then
-    limit="head size 512 exceeds the 256"
+    limit="head size 640 exceeds the 576"
     "$bin" run -m "$hd" -p "ab c" -n 2 --backend vulkan >"$tmp/out" 2>"$tmp/err"; rc=$?
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
             [ ! -s "$tmp/out" ] && grep -q "$limit" "$tmp/err"; then
-        ok "head size 512: run --backend vulkan fails at load: $(cat "$tmp/err")"
+        ok "head size 640: run --backend vulkan fails at load: $(cat "$tmp/err")"
     else
-        bad "head size 512: run --backend vulkan: exit $rc, stdout '$(cat "$tmp/out")'"
+        bad "head size 640: run --backend vulkan: exit $rc, stdout '$(cat "$tmp/out")'"
         cat "$tmp/err"
     fi
     "$bin" info -m "$hd" --backend vulkan >"$tmp/out" 2>&1
     if grep -q "^runnable  *no: .*$limit" "$tmp/out"; then
-        ok "head size 512: info --backend vulkan: $(grep '^runnable' "$tmp/out")"
+        ok "head size 640: info --backend vulkan: $(grep '^runnable' "$tmp/out")"
     else
-        bad "head size 512: info --backend vulkan does not say it is not runnable"
+        bad "head size 640: info --backend vulkan does not say it is not runnable"
         grep -E "^(runnable|backend)" "$tmp/out"
     fi
     "$bin" logits -m "$hd" --tokens 1,2,3,4,5 --out "$tmp/hd_cpu.f32" --backend cpu 2>"$tmp/err"
     ANYLLM_VK_AUTO_SOFTWARE=1 "$bin" logits -m "$hd" --tokens 1,2,3,4,5 --out "$tmp/hd_auto.f32" \
         --backend auto 2>"$tmp/err"; rc=$?
     if [ $rc -eq 0 ] && cmp -s "$tmp/hd_auto.f32" "$tmp/hd_cpu.f32" &&
-            grep -q "cannot run this model.*head size 512.*using the CPU" "$tmp/err"; then
-        ok "head size 512: --backend auto falls back, logits equal to --backend cpu: $(cat "$tmp/err")"
+            grep -q "cannot run this model.*head size 640.*using the CPU" "$tmp/err"; then
+        ok "head size 640: --backend auto falls back, logits equal to --backend cpu: $(cat "$tmp/err")"
     else
-        bad "head size 512: --backend auto: exit $rc"; cat "$tmp/err"
+        bad "head size 640: --backend auto: exit $rc"; cat "$tmp/err"
     fi
 else
-    bad "gen-model of a head-size-512 model failed"; cat "$tmp/err"
+    bad "gen-model of a head-size-640 model failed"; cat "$tmp/err"
 fi
 finish

@@ -78,6 +78,7 @@ typedef struct bench_result {
     double record_ms, wait_ms; /* Vulkan, per token, means: the host's recording, the */
     double gpu_ms;             /* wait for the fence, the device's time (timestamps; < 0
                                   where the queue has none) */
+    uint64_t kv_per_pos;      /* the KV cache's bytes per position (latent rows: one) */
     uint64_t bytes_per_token; /* tg: the weights a token reads and its keys and values,
                                  the mean over the tokens generated; pp: 0 */
     double bw_gbs;       /* tg: the bandwidth measured around its repetitions, mean */
@@ -500,6 +501,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
         r->n_tokens = r->is_pp ? o->pp[k % n_tests] : o->tg[k % n_tests - o->n_pp];
         if (!r->is_pp)
             r->bytes_per_token = tg_bytes_per_token(m, &info, r->n_depth, r->n_tokens, tk, tv);
+        r->kv_per_pos = al_model_kv_read_bytes(m, 1, tk, tv) - al_model_kv_read_bytes(m, 0, tk, tv);
         snprintf(r->arch, sizeof r->arch, "%s", info.arch);
         r->type_k = tk, r->type_v = tv;
         if (tk == AL_KV_F32 && tv == AL_KV_F32)
@@ -570,8 +572,8 @@ static void print_vk_costs(const bench_result *res, int n) {
 
 static void print_md(const bench_result *res, int n, const bench_env *env) {
     printf("| model | size | params | backend | threads | test | t/s | TTFT ms | load ms "
-           "| read/token | GB/s | roofline |\n");
-    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+           "| read/token | kv/pos | GB/s | roofline |\n");
+    printf("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     bool own_memory = false;
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
@@ -592,10 +594,15 @@ static void print_md(const bench_result *res, int n, const bench_env *env) {
         }
         char test[48];
         test_name(r, test, sizeof test);
-        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s | %s |\n",
+        /* the KV cache's bytes per position: what a longer context costs (latent
+         * attention: one row for every head's keys and values) */
+        char kvp[32];
+        snprintf(kvp, sizeof kvp, "%.1f KiB%s", r->kv_per_pos / 1024.0,
+                 r->info.kv_latent_dim ? " latent" : "");
+        printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %s | %.0f | %s | %s | %s | %s |\n",
                base_name(r->model), (double)r->file_bytes / (1u << 30), r->info.n_params / 1e9,
                r->info.backend, r->n_threads, test, r->mean_ts, r->sd_ts, ttft, r->load_ms, bpt,
-               gbs, roof);
+               kvp, gbs, roof);
     }
     print_vk_costs(res, n);
     if (own_memory)
@@ -623,8 +630,8 @@ static void print_json(const bench_result *res, int n, const bench_env *env) {
                r->is_pp ? r->mean_ms : 0, r->load_ms, row_gbs(r, env->bandwidth_gbs),
                r->bytes_per_token, roofline_pct(r, env->bandwidth_gbs),
                env->peak_rss_kib / 1024.0, r->info.n_bytes_copied);
-        printf(", \"type_k\": \"%s\", \"type_v\": \"%s\"", al_kv_type_name(r->type_k),
-               al_kv_type_name(r->type_v));
+        printf(", \"type_k\": \"%s\", \"type_v\": \"%s\", \"kv_bytes_per_pos\": %" PRIu64,
+               al_kv_type_name(r->type_k), al_kv_type_name(r->type_v), r->kv_per_pos);
         /* Vulkan rows: how many dispatches a token costs (fusion shows here) */
         if (r->dispatches >= 0)
             printf(", \"vk_dispatches_per_token\": %.2f, \"vk_record_ms_per_token\": %.4f, "

@@ -107,10 +107,16 @@ int cmd_info(const cli_opts *o) {
     print_size(label, kv);
     /* per position: what a longer context costs; a sliding layer's ring stops growing */
     const uint64_t per_pos = al_model_kv_bytes(m, 2, tk, tv) - al_model_kv_bytes(m, 1, tk, tv);
-    printf("kv per position        %llu bytes (keys %s, values %s%s)\n",
-           (unsigned long long)per_pos, al_kv_type_name(tk), al_kv_type_name(tv),
-           (tk == AL_KV_Q8_0 || tk == AL_KV_Q4_0 || tv == AL_KV_Q8_0 || tv == AL_KV_Q4_0) &&
-                   !o->kv_unrotated ? ", heads rotated" : "");
+    const char *rot = (tk == AL_KV_Q8_0 || tk == AL_KV_Q4_0 || tv == AL_KV_Q8_0 ||
+                       tv == AL_KV_Q4_0) && !o->kv_unrotated ? ", heads rotated" : "";
+    if (mi.kv_latent_dim) /* one row per layer holds every head's keys and values */
+        printf("kv per position        %llu bytes (latent rows of %d, %s%s: the expanded keys "
+               "and values, %d per layer, would take %.1fx)\n", (unsigned long long)per_pos,
+               mi.kv_latent_dim, al_kv_type_name(tk), rot, mi.kv_expanded_dim,
+               (double)mi.kv_expanded_dim / mi.kv_latent_dim);
+    else
+        printf("kv per position        %llu bytes (keys %s, values %s%s)\n",
+               (unsigned long long)per_pos, al_kv_type_name(tk), al_kv_type_name(tv), rot);
     /* a recurrent model's state checkpoints (chat and serve keep the default number) */
     const uint64_t ckpt = mi.n_recurrent ? (uint64_t)AL_DEFAULT_CHECKPOINTS * mi.state_bytes : 0;
     if (ckpt) {

@@ -110,12 +110,14 @@ static void gen_usage(void) {
            "         [--head-dim N] [--swa N] [--ctx N] [--seed S] [-t N] [--pure]\n"
            "         [--experts E --experts-used K --ffn-exp F] [--yarn FACTOR]\n"
            "         [--ssm-conv K --ssm-state S --ssm-heads V --ssm-groups G --full-attn-interval N]\n"
-           "         [--mtp N] [--ssm-split]\n"
+           "         [--mtp N] [--ssm-split] [--q-lora N] [--kv-lora N]\n"
            "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
            "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
            "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
            "--mtp N adds N next-token-prediction blocks to a hybrid (qwen35...); --ssm-split\n"
            "gives qwen3next the split q|k|v and z projections instead of the older ssm_in.\n"
+           "deepseek2: --head-dim is a query head before absorption (a third rotates),\n"
+           "--kv-lora the cached latent width, --q-lora a low-rank query (and V3's router).\n"
            "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
            "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
            "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
@@ -139,7 +141,7 @@ static int gen_parse_one(al_gen_params *p, int argc, char **argv, int *i) {
         {"--yarn", &p->yarn},         {"--ssm-conv", &p->ssm_conv},
         {"--ssm-state", &p->ssm_state}, {"--ssm-heads", &p->ssm_heads},
         {"--ssm-groups", &p->ssm_groups}, {"--full-attn-interval", &p->full_attn_interval},
-        {"--mtp", &p->mtp},
+        {"--mtp", &p->mtp},           {"--q-lora", &p->q_lora},     {"--kv-lora", &p->kv_lora},
     };
     if (!strcmp(a, "--tied")) return p->tied = true, 0;
     if (!strcmp(a, "--pure")) return p->pure = true, 0;

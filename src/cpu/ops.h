@@ -120,7 +120,7 @@ enum {
     CPU_MAX_ROWS = 16,      /* the largest panel (R) of any ISA */
     CPU_MAX_TILE = 8,       /* the largest activation tile (TT) of any ISA */
     CPU_ATTN_KEYS = 32,     /* keys per online-softmax step; steps start at multiples */
-    CPU_ATTN_MAX_DIM = 256, /* larger heads use the reference attention */
+    CPU_ATTN_MAX_DIM = 576, /* larger heads use the reference attention (576: latent rows) */
     CPU_ATTN_FEW = 8,       /* the most queries per tile of the AVX-512 decode kernel */
     CPU_DELTA_MAX_DIM = 512, /* the largest delta-net head (model.c refuses more) */
 };
@@ -729,6 +729,7 @@ void ref_gelu_mul(al_backend *be, al_tensor *g, const al_tensor *u);
 void ref_swiglu_oai(al_backend *be, al_tensor *g, const al_tensor *u, float alpha, float limit);
 void ref_scale(al_backend *be, al_tensor *x, float s);
 void ref_add(al_backend *be, al_tensor *x, const al_tensor *y);
+void ref_copy(al_backend *be, const al_tensor *src, al_tensor *dst);
 void ref_sigmoid_mul(al_backend *be, al_tensor *x, const al_tensor *g);
 void ref_ssm_conv(al_backend *be, const al_tensor *x, const al_tensor *w, al_tensor *state,
                   bool fresh, al_tensor *out);

@@ -128,6 +128,13 @@ void ref_add(al_backend *be, al_tensor *x, const al_tensor *y) {
     }
 }
 
+void ref_copy(al_backend *be, const al_tensor *src, al_tensor *dst) {
+    (void)be;
+    AL_ASSERT(src->ne[0] == dst->ne[0] && src->ne[1] == dst->ne[1]);
+    for (int64_t r = 0; r < src->ne[1]; r++)
+        memmove(cpu_f32_row(dst, r), cpu_f32_row(src, r), (size_t)src->ne[0] * sizeof(float));
+}
+
 void cpu_add_scaled(float *x, const float *y, float w, int64_t n) {
     for (int64_t c = 0; c < n; c++) x[c] += w * y[c];
 }

@@ -11,6 +11,11 @@
  *   qwen35  Qwen3.5 / 3.6: gated delta-net layers (a recurrent state per sequence) with
  *           a gated full-attention layer every fourth (partial neox rope).
  *   qwen35moe  qwen35 with a mixture of experts and a sigmoid-gated shared expert.
+ *   qwen3next  qwen35moe with grouped value heads (and older fused projections).
+ *   glm4moe  GLM-4.5 / 4.6: biased QKV, partial rope, a dense lead, sigmoid routing.
+ *   deepseek2  DeepSeek-V2/V3, Kimi, GLM-4.7-Flash: multi-head latent attention (one
+ *           compressed vector and one rope key cached per position), a dense lead and
+ *           experts with shared ones, softmax or sigmoid routing in groups.
  * The output projection is the token embedding when output.weight is absent, for
  * every architecture (the binder's rule, not a flag).
  */
@@ -182,6 +187,36 @@ static const arch_tensor glm4moe_layer[] = {
     {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
     {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
 };
+/* deepseek2: latent attention, whose query is low-rank where the file has
+ * q_lora_rank (attn_q_a, its norm, attn_q_b) and one matrix otherwise (attn_q: the
+ * "lite" files; the binder checks that one form is whole); its k_b and v_b stack a
+ * matrix per head. The FFN is glm4moe's without the Q/K biases' layer: a dense lead,
+ * then routed experts (picked with exp_probs_b where the file has it) and ungated
+ * shared ones. */
+static const arch_tensor deepseek2_layer[] = {
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_WQ_A, "attn_q_a.weight", D_EMBD, D_Q_LORA, false, D_ONE, W_ALL},
+    {L_Q_A_NORM, "attn_q_a_norm.weight", D_Q_LORA, D_ONE, false, D_ONE, W_ALL},
+    {L_WQ_B, "attn_q_b.weight", D_Q_LORA, D_Q_MLA, false, D_ONE, W_ALL},
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q_MLA, false, D_ONE, W_ALL},
+    {L_WKV_A_MQA, "attn_kv_a_mqa.weight", D_EMBD, D_KV_A, true, D_ONE, W_ALL},
+    {L_KV_A_NORM, "attn_kv_a_norm.weight", D_KV_LORA, D_ONE, true, D_ONE, W_ALL},
+    {L_WK_B, "attn_k_b.weight", D_NOPE, D_KV_LORA, true, D_N_HEAD, W_ALL},
+    {L_WV_B, "attn_v_b.weight", D_KV_LORA, D_V_MLA, true, D_N_HEAD, W_ALL},
+    {L_WO, "attn_output.weight", D_O_MLA, D_EMBD, true, D_ONE, W_ALL},
+    {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_DENSE},
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_MOE},
+    {L_EXP_PROBS_B, "exp_probs_b.bias", D_EXPERT, D_ONE, false, D_ONE, W_MOE},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_MOE},
+    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
+    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
+    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
+};
 #undef A
 #undef R
 #undef QWEN35_ATTN
@@ -217,7 +252,11 @@ static const arch_desc archs[] = {
      .act = ACT_SILU, .norm_eps = 1e-6f, .rope_base = 10000000.0f, .layer = qwen3next_layer,
      .n_layer_tensors = N(qwen3next_layer)},
     {.name = "glm4moe", .flags = ARCH_ROPE_NEOX | ARCH_MOE, .act = ACT_SILU, .norm_eps = 1e-5f,
-     .rope_base = 1000000.0f, .layer = glm4moe_layer, .n_layer_tensors = N(glm4moe_layer)},
+     .rope_base = 1000000.0f, .gating = 2, .sigmoid_only = true, .layer = glm4moe_layer,
+     .n_layer_tensors = N(glm4moe_layer)},
+    {.name = "deepseek2", .flags = ARCH_MOE | ARCH_MLA, .act = ACT_SILU, .norm_eps = 1e-6f,
+     .rope_base = 10000.0f, .gating = 1, .layer = deepseek2_layer,
+     .n_layer_tensors = N(deepseek2_layer)},
 };
 
 const arch_desc *arch_find(const char *name) {
@@ -236,7 +275,8 @@ const char *arch_names(char *buf, size_t size) {
 
 bool arch_slot_is_norm(arch_slot slot) {
     return slot == L_ATTN_NORM || slot == L_Q_NORM || slot == L_K_NORM ||
-           slot == L_SSM_NORM || slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
+           slot == L_SSM_NORM || slot == L_Q_A_NORM || slot == L_KV_A_NORM ||
+           slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
 }
 
 const arch_tensor *arch_tensor_of(const arch_desc *a, arch_slot slot) {

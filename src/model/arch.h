@@ -49,6 +49,12 @@ typedef enum arch_slot {
     /* glm4moe: a bias per expert added to the router's sigmoid scores to pick the
      * experts, not to weight them (kept on the host: layer_weights.exp_probs_b) */
     L_EXP_PROBS_B,
+    /* deepseek2's latent attention: the query through a low-rank bottleneck (q_a, its
+     * norm, q_b; or one attn_q.weight where the file has no q_lora_rank), the
+     * compressed key-value vector and the shared rope key in one projection, the
+     * compressed vector's norm, and per head the matrices that take the latent vector
+     * to a key's non-rotating part (k_b) and to a value (v_b) */
+    L_WQ_A, L_Q_A_NORM, L_WQ_B, L_WKV_A_MQA, L_KV_A_NORM, L_WK_B, L_WV_B,
     L_COUNT
 } arch_slot;
 
@@ -72,6 +78,10 @@ typedef enum arch_dim {
     D_FF_SHEXP,   /* the shared expert's width (expert_shared_feed_forward_length) */
     D_SSM_QKVZ,   /* ssm_in's rows: D_SSM_CONV + D_SSM_INNER (qwen3next) */
     D_SSM_BA,     /* ssm_ba's rows: 2 n_v_heads (qwen3next) */
+    /* latent attention (deepseek2): q_lora_rank, kv_lora_rank, kv_lora_rank plus the
+     * rope part, a query head's non-rotating part (qk_nope), a value head, and the
+     * query and output projections' widths: n_head (qk_nope + rope), n_head v_head */
+    D_Q_LORA, D_KV_LORA, D_KV_A, D_NOPE, D_V_MLA, D_Q_MLA, D_O_MLA,
 } arch_dim;
 
 /* Which layers have a tensor, where an architecture mixes two kinds: attention and
@@ -116,6 +126,9 @@ enum {
     /* ARCH_HYBRID whose value heads share key heads in consecutive groups (qwen3next),
      * not tiled over them (qwen35): al_delta_shape.grouped */
     ARCH_GDN_GROUPED = 1 << 5,
+    /* multi-head latent attention (deepseek2): the cache holds one compressed vector
+     * and one rope key per position, shared by every head (model/mla.c) */
+    ARCH_MLA = 1 << 6,
 };
 
 typedef struct arch_desc {
@@ -130,6 +143,10 @@ typedef struct arch_desc {
      * and no scaling */
     int swa_period;
     float rope_base_swa;
+    /* ARCH_MOE: the router's gating when ARCH.expert_gating_func is absent or 0: 1
+     * softmax, 2 sigmoid; 0 takes 1. Sigmoid-only routers (glm4moe) set sigmoid_only. */
+    int gating;
+    bool sigmoid_only;
     const arch_tensor *layer;  /* the per-layer tensors */
     int n_layer_tensors;
 } arch_desc;

@@ -58,7 +58,7 @@ static uint64_t kv_row_bytes(const al_model *m, al_kv_type t) {
 
 /* Bytes of keys and values in rows cache rows (summed over the layers). */
 static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows, al_kv_type tk, al_kv_type tv) {
-    return rows * (kv_row_bytes(m, tk) + kv_row_bytes(m, tv));
+    return rows * (kv_row_bytes(m, tk) + (m->kv_latent ? 0 : kv_row_bytes(m, tv)));
 }
 
 uint64_t model_kv_bytes(const al_model *m, int n_ctx, al_kv_type tk, al_kv_type tv) {
@@ -164,7 +164,8 @@ al_status model_kv_tensors(al_context *c, int64_t cap, al_tensor *k, al_tensor *
     const uint8_t lk = c->kv_rotated && kv_quantized(c->type_k) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
     const uint8_t lv = c->kv_rotated && kv_quantized(c->type_v) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
     al_status st = kv_tensor_alloc(c->be, tk, lk, kvd, cap, k);
-    return st == AL_OK ? kv_tensor_alloc(c->be, tv, lv, kvd, cap, v) : st;
+    if (st == AL_OK && c->m->kv_latent) *v = *k; /* the latent row is the value too */
+    return st == AL_OK && !c->m->kv_latent ? kv_tensor_alloc(c->be, tv, lv, kvd, cap, v) : st;
 }
 
 /* Layer il's caches over peer's memory: the pages the host sees behind peer's tensors
@@ -173,7 +174,7 @@ static al_status kv_import_layer(al_context *c, const al_context *peer, int il) 
     al_backend *pb = peer->be, *be = c->be;
     const al_tensor *from[2] = {&peer->k_cache[il], &peer->v_cache[il]};
     al_tensor *to[2] = {&c->k_cache[il], &c->v_cache[il]};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (c->m->kv_latent ? 1 : 2); i++) {
         uint64_t n_bytes = 0;
         void *host = pb->ops->tensor_host ? pb->ops->tensor_host(pb, from[i], &n_bytes) : NULL;
         if (!host)
@@ -189,13 +190,15 @@ static al_status kv_import_layer(al_context *c, const al_context *peer, int il) 
         if (st != AL_OK) return st;
         if (typed) kv_describe(to[i], from[i]->type, from[i]->layout, from[i]->ne[0], from[i]->ne[1]);
     }
+    if (c->m->kv_latent) c->v_cache[il] = c->k_cache[il];
     return AL_OK;
 }
 
 static void kv_free(al_context *c) {
     for (int il = 0; il < c->m->n_layer; il++) {
         if (c->k_cache && c->k_cache[il].data) c->be->ops->tensor_free(c->be, &c->k_cache[il]);
-        if (c->v_cache && c->v_cache[il].data) c->be->ops->tensor_free(c->be, &c->v_cache[il]);
+        if (c->v_cache && c->v_cache[il].data && !c->m->kv_latent)
+            c->be->ops->tensor_free(c->be, &c->v_cache[il]);
     }
 }
 
@@ -271,6 +274,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
         return st;
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
     if (m->ad->flags & ARCH_HYBRID && (st = hybrid_context_alloc(c))) return st;
+    if (m->ad->flags & ARCH_MLA && (st = mla_context_alloc(c))) return st;
     if (c->want_mtp && (st = mtp_context_alloc(c))) return st;
     c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
     c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
@@ -283,6 +287,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     if (m->n_expert > max_cols) max_cols = m->n_expert;
     if (model_dim(m, D_Q_GATE) > max_cols) max_cols = model_dim(m, D_Q_GATE);
     if (model_dim(m, D_SSM_CONV) > max_cols) max_cols = model_dim(m, D_SSM_CONV);
+    if (model_dim(m, D_Q_MLA) > max_cols) max_cols = model_dim(m, D_Q_MLA);
     return be->ops->reserve(be, max_cols, c->n_ctx);
 }
 
@@ -323,6 +328,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     *out = NULL;
     if (!m) return al_error(AL_ERR_ARG, "al_context_create: model is NULL");
     al_context_params p = params ? *params : al_context_default_params();
+    if (m->kv_latent) p.type_v = p.type_k; /* one row holds both */
     const al_context *peer = p.kv_shared_with;
     al_status st;
     if (peer && (st = same_shape(m, peer->m, "kv_shared_with")) != AL_OK) return st;
@@ -376,7 +382,7 @@ void al_context_destroy(al_context *c) {
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
                             &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2,
                             &c->qg, &c->ssm_qkv, &c->ssm_conv, &c->ssm_z, &c->ssm_o,
-                            &c->ssm_alpha, &c->ssm_beta};
+                            &c->ssm_alpha, &c->ssm_beta, &c->mla_q, &c->mla_qa, &c->mla_vo};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]->data) ops->tensor_free(c->be, scratch[i]);
     for (int il = 0; c->conv_state && il < c->m->n_layer; il++) {
@@ -502,9 +508,11 @@ static al_status copy_layer(al_context *dst, const al_context *src, int il, char
         al_tensor vs = al_tensor_rows(&src->v_cache[il], rs, n);
         al_tensor kd = al_tensor_rows(&dst->k_cache[il], rd, n);
         al_tensor vd = al_tensor_rows(&dst->v_cache[il], rd, n);
-        if ((st = model_copy_rows(dst->be, &kd, src->be, &ks, (uint64_t)n * row, tmp)) == AL_OK)
+        const bool latent = src->m->kv_latent; /* V is K */
+        if ((st = model_copy_rows(dst->be, &kd, src->be, &ks, (uint64_t)n * row, tmp)) == AL_OK &&
+            !latent)
             st = model_copy_rows(dst->be, &vd, src->be, &vs, (uint64_t)n * row, tmp);
-        *n_bytes += 2 * (uint64_t)n * row;
+        *n_bytes += (latent ? 1 : 2) * (uint64_t)n * row;
         p += n;
     }
     return st;

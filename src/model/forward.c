@@ -137,24 +137,50 @@ static void top_k(const float *score, int ne, int k, int32_t *s) {
     }
 }
 
-/* glm4moe's router for one token: sigmoid scores; the k largest of score + bias pick
- * the experts, and their plain scores, normalized where expert_norm (the sum kept
- * above f16's smallest normal, as llama.cpp does) and times expert_scale, weight them. */
-static void route_sigmoid(const al_model *m, const float *l, const float *bias, int32_t *s,
-                          float *w) {
+/* The router of deepseek2 and glm4moe for one token: the gating's probabilities (a
+ * softmax over every expert, or sigmoid scores); the k largest of probability plus
+ * bias pick the experts, from the n_group_used groups whose two best such scores sum
+ * highest where the experts come in groups; the picked probabilities, normalized where
+ * expert_norm (the sum kept above f16's smallest normal, as llama.cpp does) and times
+ * expert_scale, weight them. */
+static void route_probs(const al_model *m, const float *l, const float *bias, int32_t *s,
+                        float *w) {
     enum { MAX_EXPERT = 4096 }; /* read_moe's limit */
     float p[MAX_EXPERT], score[MAX_EXPERT];
     const int ne = m->n_expert, k = m->n_expert_used;
+    float mx = l[0];
+    for (int e = 1; e < ne; e++) mx = l[e] > mx ? l[e] : mx;
+    double sum = 0;
     for (int e = 0; e < ne; e++) {
-        p[e] = 1.0f / (1.0f + expf(-l[e]));
+        p[e] = m->gate_sigmoid ? 1.0f / (1.0f + expf(-l[e])) : expf(l[e] - mx);
+        sum += p[e];
+    }
+    for (int e = 0; e < ne; e++) {
+        if (!m->gate_sigmoid) p[e] *= (float)(1.0 / sum); /* as ggml_soft_max */
         score[e] = bias ? p[e] + bias[e] : p[e];
     }
+    if (m->n_group > 1) { /* the other groups' experts out of the running */
+        const int per = ne / m->n_group;
+        float gs[64];
+        int32_t best[64];
+        for (int g = 0; g < m->n_group; g++) {
+            int32_t two[2];
+            top_k(score + g * per, per, per < 2 ? per : 2, two);
+            gs[g] = score[g * per + two[0]] + (per < 2 ? 0.0f : score[g * per + two[1]]);
+        }
+        top_k(gs, m->n_group, m->n_group_used, best);
+        for (int g = 0; g < m->n_group; g++) {
+            bool used = false;
+            for (int j = 0; j < m->n_group_used; j++) used |= best[j] == g;
+            for (int e = 0; !used && e < per; e++) score[g * per + e] = -INFINITY;
+        }
+    }
     top_k(score, ne, k, s);
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) sum += w[j] = p[s[j]];
-    if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+    float total = 0.0f;
+    for (int j = 0; j < k; j++) total += w[j] = p[s[j]];
+    if (total < 6.103515625e-5f) total = 6.103515625e-5f;
     for (int j = 0; j < k; j++) {
-        if (m->expert_norm) w[j] /= sum;
+        if (m->expert_norm) w[j] /= total;
         w[j] *= m->expert_scale;
     }
 }
@@ -162,7 +188,7 @@ static void route_sigmoid(const al_model *m, const float *l, const float *bias, 
 /* Each token's experts: the n_expert_used largest router logits, weighted by a
  * softmax over just those. That is both qwen3moe's gating (a softmax over all experts,
  * the picked weights renormalised: the full denominator cancels) and gpt-oss's (top k
- * of the raw logits, then a softmax). glm4moe's sigmoid router: route_sigmoid. */
+ * of the raw logits, then a softmax). deepseek2's and glm4moe's: route_probs. */
 static void route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
                   float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
@@ -170,8 +196,8 @@ static void route(const al_model *m, int il, const float *logits, int n, int32_t
         const float *l = logits + (size_t)t * ne;
         int32_t *s = sel + (size_t)t * k;
         float *w = sel_w + (size_t)t * k;
-        if (m->gate_sigmoid) {
-            route_sigmoid(m, l, m->layers[il].exp_probs_b, s, w);
+        if (m->route_probs) {
+            route_probs(m, l, m->layers[il].exp_probs_b, s, w);
             continue;
         }
         top_k(l, ne, k, s);
@@ -233,6 +259,7 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     for (int il = 0; il < m->n_layer; il++) {
         if (m->layers[il].recr) hybrid_recurrent_block(c, seqs, il, n);
         else if (m->ad->flags & ARCH_HYBRID) hybrid_attn_block(c, seqs, il, n);
+        else if (m->ad->flags & ARCH_MLA) mla_attn_block(c, seqs, il, n);
         else attn_block(c, seqs, il, n);
         model_ffn(c, il, n);
     }

@@ -38,6 +38,7 @@ typedef struct gen_opts {
     int64_t ssm_conv, ssm_state, ssm_heads, ssm_groups, full_attn;
     int64_t mtp;             /* next-token-prediction blocks after the trunk's */
     bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
+    int64_t q_lora, kv_lora; /* deepseek2 (al_gen_params) */
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -45,19 +46,34 @@ typedef struct gen_opts {
     void *progress_user;
 } gen_opts;
 
-enum { GEN_GLM_DENSE = 1 }; /* glm4moe's leading dense layers */
+enum { GEN_DENSE_LEAD = 1 }; /* glm4moe's and deepseek2's leading dense layers */
 
 static int64_t gen_head_dim(const gen_opts *o) {
     return o->head_dim ? o->head_dim : o->dim / o->heads;
 }
 
 /* glm4moe: a leading dense layer, then experts with a sigmoid router and a shared one. */
-static bool gen_glm(const gen_opts *o) { return arch_tensor_of(o->ad, L_EXP_PROBS_B) != NULL; }
+static bool gen_glm(const gen_opts *o) { return o->ad->sigmoid_only; }
+
+/* deepseek2: latent attention, a leading dense layer, experts with shared ones. */
+static bool gen_mla(const gen_opts *o) { return (o->ad->flags & ARCH_MLA) != 0; }
+
+/* Leading dense layers before the experts. */
+static int64_t gen_dense_lead(const gen_opts *o) {
+    return gen_glm(o) || gen_mla(o) ? GEN_DENSE_LEAD : 0;
+}
+
+/* deepseek2's widths: the rope part of a head (a third, even), a value head (the
+ * rest) and the V3-style router (q_lora > 0). */
+static int64_t gen_mla_rot(const gen_opts *o) { return (gen_head_dim(o) / 3 + 1) / 2 * 2; }
+static int64_t gen_mla_v(const gen_opts *o) { return gen_head_dim(o) - gen_mla_rot(o); }
+static bool gen_mla_v3(const gen_opts *o) { return gen_mla(o) && o->q_lora > 0; }
 
 /* Dimensions of a head that rotate: all of them, a quarter in a hybrid, half in
  * glm4moe (GLM-4.5's partial_rotary_factor); even. */
 static int64_t gen_rot(const gen_opts *o) {
     const int64_t hd = gen_head_dim(o);
+    if (gen_mla(o)) return gen_mla_rot(o);
     return o->full_attn ? (hd / 4 + 1) / 2 * 2 : gen_glm(o) ? (hd / 2 + 1) / 2 * 2 : hd;
 }
 
@@ -77,6 +93,7 @@ static al_status gen_ranges(const gen_opts *o) {
         {"ssm_heads", o->ssm_heads, 1, 1024, false},
         {"ssm_groups", o->ssm_groups, 1, 1024, false},
         {"full_attn_interval", o->full_attn, 1, 1024, false}, {"mtp", o->mtp, 1, 4, false},
+        {"q_lora", o->q_lora, 1, o->dim, false}, {"kv_lora", o->kv_lora, 1, o->dim, false},
     };
     if (!o->arch || !o->dim || !o->layers || !o->heads || !o->kv_heads || !o->ffn || !o->vocab ||
         !o->scheme)
@@ -145,6 +162,12 @@ static al_status gen_check(gen_opts *o) {
     if (o->experts_used > o->experts)
         return al_error(AL_ERR_ARG, "experts_used %" PRId64 " exceeds experts %" PRId64,
                         o->experts_used, o->experts);
+    if ((o->q_lora || o->kv_lora) && !gen_mla(o))
+        return al_error(AL_ERR_ARG, "q_lora and kv_lora: %s has no latent attention", o->arch);
+    if (gen_mla(o) && gen_head_dim(o) < 6)
+        return al_error(AL_ERR_ARG, "head_dim %" PRId64 ": latent attention needs at least 6",
+                        gen_head_dim(o));
+    if (gen_mla(o) && !o->kv_lora) o->kv_lora = 4 * gen_mla_v(o) < o->dim ? 4 * gen_mla_v(o) : o->dim;
     if (!o->threads) o->threads = pool_n_cpus() < 256 ? pool_n_cpus() : 256;
     if (!o->ctx) o->ctx = 4096;
     return AL_OK;
@@ -161,6 +184,7 @@ static al_status gen_opts_from(const char *out, const al_gen_params *p, gen_opts
         .yarn = p->yarn, .ssm_conv = p->ssm_conv, .ssm_state = p->ssm_state,
         .ssm_heads = p->ssm_heads, .ssm_groups = p->ssm_groups,
         .full_attn = p->full_attn_interval, .mtp = p->mtp, .ssm_split = p->ssm_split,
+        .q_lora = p->q_lora, .kv_lora = p->kv_lora,
         .rope_base = p->rope_base, .tied = p->tied, .pure = p->pure, .progress = p->progress,
         .progress_user = p->progress_user};
     char names[256];
@@ -258,22 +282,47 @@ static al_status gen_hybrid_metadata(gguf_writer *w, const gen_opts *o) {
     return st;
 }
 
-/* glm4moe's router and layers: GLM-4.5-Air's settings (one dense layer, one shared
- * expert, sigmoid scores normalized and scaled by 2.5). */
-static al_status gen_glm_metadata(gguf_writer *w, const gen_opts *o) {
+/* The routers and the leading dense layers: glm4moe as GLM-4.5-Air (one dense layer,
+ * one shared expert, sigmoid scores normalized and scaled by 2.5); deepseek2 as
+ * DeepSeek-V2-Lite (two shared experts, softmax probabilities as they are) or, with
+ * q_lora, as DeepSeek-V3 (one shared expert, sigmoid scores plus a bias, normalized
+ * and scaled by 2.5, experts in 4 groups of which 2 are used). */
+static al_status gen_router_metadata(gguf_writer *w, const gen_opts *o) {
     char key[128];
-    const struct { const char *suffix; uint32_t v; } u32s[] = {
-        {"leading_dense_block_count", GEN_GLM_DENSE}, {"expert_shared_count", 1},
-        {"expert_gating_func", 2}};
+    const bool v3 = gen_mla_v3(o), sig = gen_glm(o) || v3;
+    const bool groups = v3 && o->experts % 4 == 0 && o->experts_used <= o->experts / 2;
+    const struct { const char *suffix; int64_t v; } u32s[] = {
+        {"leading_dense_block_count", GEN_DENSE_LEAD},
+        {"expert_shared_count", gen_mla(o) && !v3 ? 2 : 1}, {"expert_gating_func", sig ? 2 : 1},
+        {"expert_group_count", groups ? 4 : 0}, {"expert_group_used_count", groups ? 2 : 0}};
     al_status st = AL_OK;
     for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
         snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
-        st = gguf_writer_set_u32(w, key, u32s[i].v);
+        if (u32s[i].v) st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
     }
     snprintf(key, sizeof key, "%s.expert_weights_norm", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_bool(w, key, true);
+    if (st == AL_OK) st = gguf_writer_set_bool(w, key, sig);
     snprintf(key, sizeof key, "%s.expert_weights_scale", o->arch);
-    if (st == AL_OK) st = gguf_writer_set_f32(w, key, 2.5f);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, sig ? 2.5f : 1.0f);
+    return st;
+}
+
+/* Latent attention's sizes; the cached row is key_length (kv_lora + rope), its value
+ * part value_length, as llama.cpp's converter writes them. */
+static al_status gen_mla_metadata(gguf_writer *w, const gen_opts *o) {
+    const struct { const char *suffix; int64_t v; } u32s[] = {
+        {"attention.q_lora_rank", o->q_lora}, {"attention.kv_lora_rank", o->kv_lora},
+        {"attention.key_length", o->kv_lora + gen_mla_rot(o)},
+        {"attention.value_length", o->kv_lora}, {"attention.key_length_mla", gen_head_dim(o)},
+        {"attention.value_length_mla", gen_mla_v(o)}};
+    char key[128];
+    al_status st = AL_OK;
+    /* q_lora_rank even when 0: llama.cpp requires it but of DeepSeek-V2-Lite's own
+     * layer counts */
+    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
+        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
+    }
     return st;
 }
 
@@ -281,7 +330,8 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     struct { const char *suffix; int64_t v; } u32s[] = {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
         {"block_count", o->layers + o->mtp}, {"feed_forward_length", o->ffn},
-        {"attention.head_count", o->heads},  {"attention.head_count_kv", o->kv_heads},
+        {"attention.head_count", o->heads},
+        {"attention.head_count_kv", gen_mla(o) ? 1 : o->kv_heads},
         {"rope.dimension_count", gen_rot(o)},
     };
     char key[128];
@@ -299,10 +349,11 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", o->arch);
     if (st == AL_OK) st = gguf_writer_set_f32(w, key, o->ad->norm_eps);
     snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
-    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
+    if (st == AL_OK && gen_mla(o)) st = gen_mla_metadata(w, o);
+    else if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
     /* other readers (llama.cpp) take V's head size from n_embd / n_head without it */
     snprintf(key, sizeof key, "%s.attention.value_length", o->arch);
-    if (st == AL_OK && o->head_dim) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
+    if (st == AL_OK && o->head_dim && !gen_mla(o)) st = gguf_writer_set_u32(w, key, (uint32_t)o->head_dim);
     const struct { const char *suffix; int64_t v; } moe[] = {
         {"expert_count", o->experts}, {"expert_used_count", o->experts_used},
         {"expert_feed_forward_length", o->ffn_exp},
@@ -317,11 +368,14 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     if (st == AL_OK && o->yarn) st = gguf_writer_set_f32(w, key, (float)o->yarn);
     snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", o->arch);
     if (st == AL_OK && o->yarn) st = gguf_writer_set_u32(w, key, (uint32_t)o->ctx);
+    /* DeepSeek-V2-Lite's: 0.1 times its mscale_all_dim of 0.707 */
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", o->arch);
+    if (st == AL_OK && o->yarn && gen_mla(o)) st = gguf_writer_set_f32(w, key, 0.0707f);
     snprintf(key, sizeof key, "%s.attention.sliding_window", o->arch);
     if (st == AL_OK && o->ad->flags & ARCH_SLIDING)
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
     if (st == AL_OK && o->full_attn) st = gen_hybrid_metadata(w, o);
-    if (st == AL_OK && gen_glm(o)) st = gen_glm_metadata(w, o);
+    if (st == AL_OK && gen_dense_lead(o)) st = gen_router_metadata(w, o);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
     if (st == AL_OK) st = gen_vocab(w, o->vocab);
@@ -403,7 +457,16 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_SSM_STATE: return o->ssm_state;
     case D_SSM_VHEADS: return o->ssm_heads;
     case D_SSM_KERNEL: return o->ssm_conv;
-    case D_FF_SHEXP: return gen_glm(o) ? o->ffn_exp : o->ffn; /* glm4moe: one expert's */
+    /* glm4moe: one expert's width; deepseek2: its shared experts' */
+    case D_FF_SHEXP:
+        return gen_glm(o) || gen_mla_v3(o) ? o->ffn_exp : gen_mla(o) ? 2 * o->ffn_exp : o->ffn;
+    case D_Q_LORA: return o->q_lora;
+    case D_KV_LORA: return o->kv_lora;
+    case D_KV_A: return o->kv_lora + gen_mla_rot(o);
+    case D_NOPE: return gen_head_dim(o) - gen_mla_rot(o);
+    case D_V_MLA: return gen_mla_v(o);
+    case D_Q_MLA: return o->heads * gen_head_dim(o);
+    case D_O_MLA: return o->heads * gen_mla_v(o);
     case D_SSM_QKVZ: return 2 * o->ssm_groups * o->ssm_state + 2 * o->ssm_heads * o->ssm_state;
     case D_SSM_BA: return 2 * o->ssm_heads;
     }
@@ -414,6 +477,11 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
  * one of two layouts (--ssm-split). */
 static bool gen_writes(const gen_opts *o, const arch_tensor *at, bool recr, bool dense) {
     if (!arch_where_has(at->where, recr, dense)) return false;
+    if (gen_mla(o)) { /* one query form; V3's router bias */
+        if (at->slot == L_WQ) return !o->q_lora;
+        if (at->slot == L_WQ_A || at->slot == L_Q_A_NORM || at->slot == L_WQ_B) return o->q_lora;
+        if (at->slot == L_EXP_PROBS_B) return gen_mla_v3(o);
+    }
     if (!(o->ad->flags & ARCH_GDN_GROUPED)) return true;
     if (at->slot == L_SSM_IN) return !o->ssm_split;
     if (at->slot == L_SSM_QKV || at->slot == L_SSM_Z) return o->ssm_split;
@@ -446,7 +514,7 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     for (int64_t il = 0; il < o->layers + o->mtp; il++) {
         const int n0 = n;
         const bool recr = o->full_attn && il < o->layers && (il + 1) % o->full_attn != 0;
-        const bool dense = gen_glm(o) && il < GEN_GLM_DENSE;
+        const bool dense = il < gen_dense_lead(o);
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
             if (!gen_writes(o, at, recr, dense)) continue;

@@ -33,6 +33,21 @@ struct al_model {
     bool gate_sigmoid, expert_norm;
     float expert_scale;
     int n_dense_lead;      /* leading layers with a dense FFN (leading_dense_block_count) */
+    /* the weights are the gating's probabilities of the picked experts (deepseek2's
+     * softmax over all of them, sigmoid scores), not a softmax over the picked logits;
+     * the picks come from the n_group_used best of n_group groups where n_group > 1 */
+    bool route_probs;
+    int n_group, n_group_used;
+    /* ARCH_MLA (mla.c): q_lora_rank (0: one query matrix), kv_lora_rank, a query head's
+     * width before absorption (qk_nope + rope: key_length_mla) and a value head's
+     * (value_length_mla). head_dim is kv_lora_rank + rope: the cached row, whose first
+     * rope values are the shared rope key and the rest the normed latent vector, which
+     * is also the value (the V caches are the K caches: kv_latent) */
+    int q_lora, kv_lora, k_mla, v_mla;
+    bool kv_latent;
+    /* ARCH_MLA under YaRN without yarn_log_multiplier: the magnitude llama.cpp's rope
+     * gives the rotated part (1 + 0.1 ln factor) on top of the scale of q.k; else 1 */
+    float mla_rope_mag;
     /* ARCH_HYBRID: the convolution's taps, d_inner, a head's size (d_state), the key
      * and value heads of the delta rule; which layers are recurrent, read before the
      * layers are bound */
@@ -119,6 +134,9 @@ struct al_context {
      * layer's projections q|k|v [n_batch][conv channels], z [n_batch][d_inner], alpha
      * and beta [n_batch][n_v_heads], the convolution's output and the delta rule's */
     al_tensor qg, ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_conv, ssm_o;
+    /* ARCH_MLA: the query before absorption [n_batch][n_head k_mla], the low-rank query
+     * [n_batch][q_lora] and the heads' values [n_batch][n_head v_mla] */
+    al_tensor mla_q, mla_qa, mla_vo;
     /* [n_layer], data NULL on attention layers: the convolution's last inputs
      * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
     al_tensor *conv_state, *ssm_state;
@@ -197,6 +215,17 @@ void mtp_kv(al_context *c, al_tensor **k, al_tensor **v);
 void mtp_truncate(al_context *c, int n_past);
 /* al_draft_mtp with each step's logits into logits [max][n_vocab] (for tests). */
 int mtp_draft_logits(al_context *c, int32_t last, int max, int32_t *out, float *logits);
+
+/* ---- mla.c: multi-head latent attention (deepseek2) ---- */
+
+/* ARCH_MLA's sizes and attention scale (a no-op for other architectures); after
+ * read_head_dim, before the rope scaling. */
+al_status mla_read(al_model *m);
+/* Checks that layer il has one whole query form (low-rank or one matrix). */
+al_status mla_bind_layer(al_model *m, int il, layer_weights *l);
+/* The scratch of a context of an ARCH_MLA model. */
+al_status mla_context_alloc(al_context *c);
+void mla_attn_block(al_context *c, al_context *const *seqs, int il, int n);
 
 /* ---- model_hybrid.c ---- */
 

@@ -66,9 +66,16 @@ static al_status read_yarn(al_model *m) {
         return al_error(AL_ERR_FORMAT, "%s: YaRN factor %g, original context %d, ext_factor "
                         "%g, attn_factor %g, beta %g/%g: out of range", path, (double)factor,
                         n_orig, (double)ext, (double)attn, (double)beta_fast, (double)beta_slow);
-    if (m->rope.n_rot != m->head_dim)
+    const bool mla = m->ad->flags & ARCH_MLA;
+    if (m->rope.n_rot != m->head_dim && !mla)
         return al_error(AL_ERR_UNSUPPORTED, "%s: YaRN with %d of %d dimensions rotating is "
                         "not supported", path, m->rope.n_rot, m->head_dim);
+    /* deepseek2's files give the magnitude's factor for all dimensions as 0.1 times
+     * mscale_all_dim (yarn_log_multiplier), and its rope part then keeps its scale */
+    float log_mul = 0.0f;
+    if (mla && (st = get_arch_f32(m, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)))
+        return st;
+    log_mul /= 0.1f;
     const int n_pairs = m->rope.n_rot / 2;
     if (!(m->yarn_factors = al_malloc((size_t)n_pairs * sizeof *m->yarn_factors)))
         return al_error(AL_ERR_NOMEM, "out of memory for the YaRN factors");
@@ -85,8 +92,12 @@ static al_status read_yarn(al_model *m) {
     }
     m->rope.freq_factors = m->yarn_factors;
     m->rope.freq_scale = 1.0f;
-    const double mscale = ext > 0 ? attn * (1 + 0.1 * log(factor)) : attn;
-    m->attn_scale = (float)(mscale * mscale / sqrt((double)m->head_dim));
+    const double mscale = ext <= 0 ? attn : attn * (1 + 0.1 * (log_mul != 0 ? log_mul : 1) * log(factor));
+    /* llama.cpp's deepseek2 graph takes that magnitude for q.k, and without a log
+     * multiplier its rope gives the rotated values the same magnitude again (rope's
+     * own YaRN factor, not cancelled there) */
+    if (mla && ext > 0 && log_mul == 0) m->mla_rope_mag = (float)(1 + 0.1 * log(factor));
+    m->attn_scale = (float)(mscale * mscale / sqrt((double)(mla ? m->k_mla : m->head_dim)));
     return AL_OK;
 }
 
@@ -140,7 +151,7 @@ static al_status read_head_dim(al_model *m) {
     if (m->head_dim <= 0 || m->head_dim > 4096)
         return al_error(AL_ERR_FORMAT, "%s: attention.key_length %d is out of range [1, 4096]",
                         path, m->head_dim);
-    if (vlen != m->head_dim)
+    if (vlen != m->head_dim && !(m->ad->flags & ARCH_MLA)) /* mla_read checks its own */
         return al_error(AL_ERR_UNSUPPORTED, "%s: attention.value_length %d differs from "
                         "key_length %d, which is not supported", path, vlen, m->head_dim);
     if (m->rope.n_rot <= 0 || m->rope.n_rot > m->head_dim || m->rope.n_rot % 2)
@@ -223,11 +234,14 @@ static al_status read_moe(al_model *m) {
         (st = model_get_u32(m, "expert_shared_feed_forward_length", (uint32_t)m->n_ff, false,
                            &m->n_ff_shexp)))
         return st;
-    /* glm4moe: gating 2 is sigmoid (1: softmax); llama.cpp takes none (0) as sigmoid */
+    /* gating 1 is softmax, 2 sigmoid; none (0) is the architecture's (llama.cpp's) */
     int gating, shared;
     bool norm;
-    const bool sig_dflt = arch_tensor_of(m->ad, L_EXP_PROBS_B) != NULL;
-    if ((st = model_get_u32(m, "expert_gating_func", sig_dflt ? 2 : 1, false, &gating)) ||
+    const int dflt = m->ad->gating ? m->ad->gating : 1;
+    if ((st = model_get_u32(m, "expert_gating_func", (uint32_t)dflt, false, &gating)) ||
+        (st = model_get_u32(m, "expert_group_count", 1, false, &m->n_group)) ||
+        (st = model_get_u32(m, "expert_group_used_count", (uint32_t)m->n_group, false,
+                           &m->n_group_used)) ||
         (st = model_get_u32(m, "leading_dense_block_count", 0, false, &m->n_dense_lead)) ||
         (st = model_get_u32(m, "expert_shared_count", 0, false, &shared)) ||
         (st = get_arch_f32(m, "expert_weights_scale", 1.0f, &m->expert_scale)))
@@ -235,12 +249,13 @@ static al_status read_moe(al_model *m) {
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch);
     if ((st = gguf_get_bool_or(m->file, key, false, &norm))) return st;
-    if (gating == 0 && sig_dflt) gating = 2;
+    if (gating == 0) gating = dflt;
     if (gating != 1 && gating != 2)
         return al_error(AL_ERR_UNSUPPORTED, "%s: expert_gating_func %d: softmax (1) and sigmoid "
                         "(2) are supported", m->file->path, gating);
     m->gate_sigmoid = gating == 2, m->expert_norm = norm;
-    if (sig_dflt && gating != 2)
+    m->route_probs = m->gate_sigmoid || m->ad->gating != 0;
+    if (m->ad->sigmoid_only && gating != 2)
         return al_error(AL_ERR_UNSUPPORTED, "%s: expert_gating_func %d: this architecture's "
                         "router is sigmoid (2)", m->file->path, gating);
     if (!(m->expert_scale > 0 && m->expert_scale < 1e6f))
@@ -249,13 +264,21 @@ static al_status read_moe(al_model *m) {
     if (m->n_dense_lead < 0 || m->n_dense_lead > m->n_layer)
         return al_error(AL_ERR_FORMAT, "%s: leading_dense_block_count %d exceeds block_count %d",
                         m->file->path, m->n_dense_lead, m->n_layer);
-    /* glm4moe's shared experts: as wide as expert_shared_count experts */
-    if (arch_tensor_of(m->ad, L_EXP_PROBS_B)) {
+    /* ungated shared experts (glm4moe, deepseek2): as wide as expert_shared_count
+     * experts */
+    if (arch_tensor_of(m->ad, L_GATE_SHEXP) && !arch_tensor_of(m->ad, L_GATE_INP_SHEXP)) {
         if (shared < 1 || shared > 64)
             return al_error(AL_ERR_FORMAT, "%s: expert_shared_count %d: expected 1 to 64 shared "
                             "experts", m->file->path, shared);
         m->n_ff_shexp = shared * m->n_ff_exp;
     }
+    if (m->n_group < 1 || m->n_group > 64 || m->n_expert % m->n_group || m->n_group_used < 1 ||
+        m->n_group_used > m->n_group ||
+        (m->n_group > 1 && m->n_expert_used > m->n_group_used * (m->n_expert / m->n_group)))
+        return al_error(AL_ERR_FORMAT, "%s: expert_group_count %d, expert_group_used_count %d: "
+                        "expected groups dividing expert_count %d whose used ones hold "
+                        "expert_used_count %d", m->file->path, m->n_group, m->n_group_used,
+                        m->n_expert, m->n_expert_used);
     if (m->n_expert <= 0 || m->n_expert > 4096 || m->n_expert_used <= 0 ||
         m->n_expert_used > m->n_expert || m->n_ff_exp <= 0 || m->n_ff_shexp < 0)
         return al_error(AL_ERR_FORMAT, "%s: expert_count %d, expert_used_count %d, "
@@ -305,6 +328,7 @@ static al_status read_hparams(al_model *m) {
                         "number", path, (double)m->softcap);
     if ((st = read_moe(m))) return st;
     if ((st = hybrid_read(m))) return st;
+    if ((st = mla_read(m))) return st;
     m->rope.neox = (m->ad->flags & ARCH_ROPE_NEOX) != 0;
     m->embd_scale = m->ad->flags & ARCH_EMBD_SCALE ? sqrtf((float)m->n_embd) : 1.0f;
     if ((st = read_rope_scaling(m))) return st;
@@ -403,6 +427,13 @@ int64_t model_dim(const al_model *m, arch_dim d) {
     case D_FF_SHEXP: return m->n_ff_shexp;
     case D_SSM_QKVZ: return 2 * (int64_t)m->ssm_k_heads * m->ssm_state + 2 * (int64_t)m->ssm_inner;
     case D_SSM_BA: return 2 * (int64_t)m->ssm_v_heads;
+    case D_Q_LORA: return m->q_lora;
+    case D_KV_LORA: return m->kv_lora;
+    case D_KV_A: return (int64_t)m->kv_lora + m->rope.n_rot;
+    case D_NOPE: return (int64_t)m->k_mla - m->rope.n_rot;
+    case D_V_MLA: return m->v_mla;
+    case D_Q_MLA: return (int64_t)m->n_head * m->k_mla;
+    case D_O_MLA: return (int64_t)m->n_head * m->v_mla;
     }
     return 0;
 }
@@ -426,7 +457,8 @@ al_status model_bind_layer(al_model *m, int il, layer_weights *l) {
         }
         if (st != AL_OK) return st;
     }
-    return hybrid_bind_layer(m, il, l);
+    al_status st = mla_bind_layer(m, il, l);
+    return st == AL_OK ? hybrid_bind_layer(m, il, l) : st;
 }
 
 static al_status bind_weights(al_model *m) {
@@ -473,6 +505,14 @@ static al_status bind_weights(al_model *m) {
 /* Rows per view of layer slot `slot`: one expert's rows in a stacked tensor (model
  * code takes each expert as a view), else all of them. */
 int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
+    if (slot == L_WKV_A_MQA) { /* mla.c views the latent rows and the rope rows */
+        int64_t a = m->kv_lora, b = m->rope.n_rot;
+        while (b) {
+            const int64_t r = a % b;
+            a = b, b = r;
+        }
+        return a;
+    }
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
         if ((int)at->slot == slot && at->ne2 != D_ONE) return model_dim(m, at->ne1);
@@ -525,6 +565,9 @@ static al_status check_backend(const al_model *m) {
         .logit_rows = LOGIT_ROWS,
     };
     const al_backend_ops *op = m->be->ops;
+    if (m->ad->flags & ARCH_MLA && !op->copy)
+        return al_error(AL_ERR_UNSUPPORTED, "%s: the %s backend has no copy op yet (latent "
+                        "attention needs it)", m->file->path, op->name);
     if (m->ad->flags & ARCH_HYBRID && (!op->delta_net || !op->ssm_conv || !op->sigmoid_mul))
         return al_error(AL_ERR_UNSUPPORTED, "%s: the %s backend has no gated delta-net ops "
                         "yet (%s needs them)", m->file->path, op->name, m->arch);
@@ -580,9 +623,14 @@ static void describe_features(al_model *m) {
     if (m->n_expert)
         ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
             m->n_ff_exp);
+    if (m->n_expert && m->n_group > 1)
+        ADD(" from the best %d of %d groups,", m->n_group_used, m->n_group);
     if (m->n_expert && m->gate_sigmoid)
         ADD(" picked by sigmoid scores%s, weighted%s x %g", m->layers[m->n_layer - 1].exp_probs_b
             ? " plus a bias" : "", m->expert_norm ? " normalized" : "", (double)m->expert_scale);
+    else if (m->n_expert && m->route_probs)
+        ADD(" weighted by their softmax probability%s x %g", m->expert_norm ? " normalized" : "",
+            (double)m->expert_scale);
     if (has_slot(m, L_GATE_SHEXP))
         ADD(" and a %sshared expert (width %d)", has_slot(m, L_GATE_INP_SHEXP) ? "sigmoid-gated "
             : "", m->n_ff_shexp);
@@ -596,6 +644,10 @@ static void describe_features(al_model *m) {
             m->n_layer, (double)m->rope_swa.freq_base);
     }
     if (m->softcap > 0) ADD(", logit soft-cap %g", (double)m->softcap);
+    if (m->kv_latent)
+        ADD(", latent attention (a cached row of %d + %d rope per position; queries %s, "
+            "heads of %d/%d)", m->kv_lora, m->rope.n_rot, m->q_lora ? "low-rank" : "full",
+            m->k_mla, m->v_mla);
     if (m->ad->flags & ARCH_HYBRID) {
         int n_recr = 0;
         for (int il = 0; il < m->n_layer; il++) n_recr += m->layers[il].recr;
@@ -752,6 +804,10 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
     for (int il = 0; il < m->n_layer; il++) out->n_recurrent += m->layers[il].recr;
     if (out->n_recurrent) out->state_bytes = hybrid_state_bytes(m);
     out->n_mtp = m->mtp != NULL;
+    if (m->kv_latent) {
+        out->kv_latent_dim = m->head_dim;
+        out->kv_expanded_dim = m->n_head * (m->k_mla + m->v_mla);
+    }
 }
 
 const gguf_file *model_file(const al_model *m) { return m->file; }

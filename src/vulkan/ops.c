@@ -169,6 +169,39 @@ void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
              div_up(pc.n, be->sh->pl.tune.ew_wg * 8ull), 1);
 }
 
+/* dst = src row by row (backend.h: copy), as transfer regions: rows that follow each
+ * other on both sides go as one region. */
+void vk_op_copy(al_backend *base, const al_tensor *src, al_tensor *dst) {
+    vk_backend *be = (vk_backend *)base;
+    AL_ASSERT(src->ne[0] == dst->ne[0] && src->ne[1] == dst->ne[1]);
+    if (!vk_begin(be, 1, 0)) return;
+    const vk_buf *s = src->data, *d = dst->data;
+    vk_hazard(be, s, false);
+    vk_hazard(be, d, true);
+    const uint64_t row = (uint64_t)src->ne[0] * sizeof(float);
+    VkBufferCopy regions[64];
+    uint32_t m = 0;
+    for (int64_t r = 0; r < src->ne[1]; r++) {
+        const uint64_t so = src->offset + (uint64_t)r * src->row_bytes;
+        const uint64_t dof = dst->offset + (uint64_t)r * dst->row_bytes;
+        VkBufferCopy *last = m ? &regions[m - 1] : NULL;
+        if (last && last->srcOffset + last->size == so && last->dstOffset + last->size == dof) {
+            last->size += row;
+            continue;
+        }
+        if (m == 64) {
+            be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, d->buffer, m, regions);
+            vk_recorded(be);
+            m = 0;
+        }
+        regions[m++] = (VkBufferCopy){.srcOffset = so, .dstOffset = dof, .size = row};
+    }
+    if (m) {
+        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, d->buffer, m, regions);
+        vk_recorded(be);
+    }
+}
+
 void vk_op_add(al_backend *base, al_tensor *x, const al_tensor *y) {
     vk_pc_binary pc = {0};
     binary((vk_backend *)base, VK_OP_ADD, x, y, &pc, sizeof pc);
@@ -813,7 +846,8 @@ static void write_ring(vk_backend *be, const al_tensor *src, al_tensor *cache, i
         pc.rot_n = (uint32_t)al_hadamard_n(s->head_dim);
         pc.rot_scale = 1.0f / sqrtf((float)pc.rot_n);
     }
-    dispatch(be, VK_OP_KV_WRITE, 0, 0, info, &pc, sizeof pc, pc.n_head_kv, (uint32_t)n);
+    dispatch(be, VK_OP_KV_WRITE, 0, vk_attn_variant(&be->sh->pl.tune, s->head_dim), info, &pc,
+             sizeof pc, pc.n_head_kv, (uint32_t)n);
 }
 
 /* Whether every position a query of the batch sees is still in a ring of cap rows once
@@ -851,11 +885,15 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
                 "of %lld rows", s->n_past, s->n_tokens, s->window, (long long)cap);
         return;
     }
-    if ((uint32_t)s->head_dim > be->sh->pl.tune.attn_max_hd) {
-        vk_fail(be, AL_ERR_UNSUPPORTED, "attention: head size %d exceeds the shader's %u",
-                s->head_dim, be->sh->pl.tune.attn_max_hd);
+    const vk_tuning *tu = &be->sh->pl.tune;
+    if (s->head_dim > VK_ATTN_WIDE_HD ||
+        ((uint32_t)s->head_dim > tu->attn_max_hd &&
+         vk_attn_shared(tu->attn_wg, VK_ATTN_WIDE_HD) > be->sh->d.caps.shared_bytes)) {
+        vk_fail(be, AL_ERR_UNSUPPORTED, "attention: head size %d exceeds the shader's",
+                s->head_dim);
         return;
     }
+    const int variant = vk_attn_variant(&be->sh->pl.tune, s->head_dim);
     const bool typed = k_cache->type != AL_TYPE_F32 || v_cache->type != AL_TYPE_F32;
     write_ring(be, k, k_cache, s->n_past, s->n_tokens, s);
     write_ring(be, v, v_cache, s->n_past, s->n_tokens, s);
@@ -883,12 +921,12 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
         pk.a.k_off = bind_rows(be, &info[1], &kv, &pk.a.k_stride);
         pk.a.v_off = bind_rows(be, &info[2], &vv, &pk.a.v_stride);
         kv_rotation(k_cache, v_cache, s->head_dim, &pk.kv);
-        dispatch(be, VK_OP_ATTENTION_KV, 0, 0, info, &pk, sizeof pk, pc.n_head, pc.n_tok);
+        dispatch(be, VK_OP_ATTENTION_KV, 0, variant, info, &pk, sizeof pk, pc.n_head, pc.n_tok);
         return;
     }
     pc.k_off = bind_f32(be, &info[1], &kv, &pc.k_stride);
     pc.v_off = bind_f32(be, &info[2], &vv, &pc.v_stride);
-    dispatch(be, VK_OP_ATTENTION, 0, 0, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
+    dispatch(be, VK_OP_ATTENTION, 0, variant, info, &pc, sizeof pc, pc.n_head, pc.n_tok);
 }
 
 /* ---- attention_rows ---------------------------------------------------------------------- */
@@ -910,6 +948,7 @@ static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tens
                                al_tensor *const *v_cache, const int32_t *pos,
                                const al_rope *rope, int half, const al_attn_shape *s,
                                al_tensor *out, int r0, int nr, bool typed) {
+    const int variant = vk_attn_variant(&be->sh->pl.tune, s->head_dim);
     const uint64_t cs_bytes = (uint64_t)nr * (uint64_t)half * 2 * sizeof(float);
     if (!vk_begin(be, 1, 6 * VK_SEQ * sizeof(uint32_t) + cs_bytes)) return;
     vk_hazard(be, q->data, false);
@@ -963,10 +1002,11 @@ static void attn_rows_dispatch(vk_backend *be, const al_tensor *q, const al_tens
     if (typed) {
         vk_pc_attention_rows_kv pk = {.a = pc};
         kv_rotation(k_cache[r0], v_cache[r0], s->head_dim, &pk.kv);
-        dispatch(be, VK_OP_ATTENTION_ROWS_KV, 0, 0, info, &pk, sizeof pk, pc.n_head, (uint32_t)nr);
+        dispatch(be, VK_OP_ATTENTION_ROWS_KV, 0, variant, info, &pk, sizeof pk, pc.n_head,
+                 (uint32_t)nr);
         return;
     }
-    dispatch(be, VK_OP_ATTENTION_ROWS, 0, 0, info, &pc, sizeof pc, pc.n_head, (uint32_t)nr);
+    dispatch(be, VK_OP_ATTENTION_ROWS, 0, variant, info, &pc, sizeof pc, pc.n_head, (uint32_t)nr);
 }
 
 /* Whether the rows' caches are typed (kv_types), all of one kind: the KV build reads
@@ -995,7 +1035,9 @@ bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al
     AL_ASSERT(!s->sinks || (s->sinks->type == AL_TYPE_F32 && s->sinks->ne[0] >= s->n_head));
     AL_ASSERT(!rope || rope->n_rot <= s->head_dim);
     if (!pl->tune.fuse || !pl->tune.fuse_attn || !pl->layout[VK_OP_ATTENTION_ROWS] ||
-        (uint32_t)s->head_dim > pl->tune.attn_max_hd)
+        s->head_dim > VK_ATTN_WIDE_HD ||
+        ((uint32_t)s->head_dim > pl->tune.attn_max_hd &&
+         vk_attn_shared(pl->tune.attn_rows_wg, VK_ATTN_WIDE_HD) > be->sh->d.caps.shared_bytes))
         return false;
     for (int i = 0; i < n; i++)
         if (!row_fits(s, pos[i], k_cache[i], v_cache[i])) return false;
@@ -1003,6 +1045,14 @@ bool vk_op_attention_rows(al_backend *base, al_tensor *q, al_tensor *k, const al
     const bool kv = n > 0 && rows_typed(k_cache, v_cache, n, &same);
     if (kv && (!same || !pl->layout[VK_OP_ATTENTION_ROWS_KV])) return false;
     int half = rope ? rope->n_rot / 2 : 0;
+    /* a value cache that is the key cache (latent attention) must take the rotated key:
+     * rope before, so that the shader writes the same row to both */
+    if (half > 0 && !kv && v_cache[0]->data == k_cache[0]->data &&
+        v_cache[0]->offset == k_cache[0]->offset) {
+        al_tensor kr = al_tensor_rows(k, 0, n);
+        vk_op_rope_qk_rows(base, q, s->n_head, &kr, s->n_head_kv, s->head_dim, pos, rope);
+        half = 0;
+    }
     if (kv) { /* typed caches: rope, then each row's key and value converted into them */
         al_tensor kr = al_tensor_rows(k, 0, n);
         if (half > 0)

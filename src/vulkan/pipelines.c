@@ -224,9 +224,7 @@ static al_status check_tuning(const vk_tuning *t, const vk_caps *c) {
     /* attention.comp: ps and red_, qs and ks (os in the KV builds), each team's softmax
      * (teams of 64) */
     uint32_t attn_wg = t->attn_wg > t->attn_rows_wg ? t->attn_wg : t->attn_rows_wg;
-    uint64_t n_team = attn_wg > 64 ? attn_wg / 64 : 1;
-    uint64_t attn_shared = (2ull * attn_wg + 3ull * t->attn_max_hd +
-                            n_team * (t->attn_max_hd + 2)) * 4;
+    uint64_t attn_shared = vk_attn_shared(attn_wg, t->attn_max_hd);
     bool ok = pow2(t->norm_wg) && pow2(t->attn_wg) && pow2(t->attn_rows_wg) && pow2(t->mv_wg) &&
               t->mv_max_tok <= 8 && attn_wg <= c->max_wg &&
               t->mm_bm % t->mm_tm == 0 && t->mm_bn % t->mm_tn == 0 && t->mm_tm % 4 == 0 &&
@@ -319,10 +317,13 @@ static int spec_constants(const vk_tuning *t, vk_op op, int variant, uint32_t *v
     case VK_OP_ATTENTION: case VK_OP_ATTENTION_ROWS: case VK_OP_ATTENTION_KV:
     case VK_OP_ATTENTION_ROWS_KV:
         v[0] = op == VK_OP_ATTENTION || op == VK_OP_ATTENTION_KV ? t->attn_wg : t->attn_rows_wg;
-        v[1] = t->attn_max_hd;
+        v[1] = variant ? VK_ATTN_WIDE_HD : t->attn_max_hd;
         *wg = v[0];
         return 2;
-    case VK_OP_KV_WRITE: v[0] = 64, v[1] = t->attn_max_hd; *wg = v[0]; return 2;
+    case VK_OP_KV_WRITE:
+        v[0] = 64, v[1] = variant ? VK_ATTN_WIDE_HD : t->attn_max_hd;
+        *wg = v[0];
+        return 2;
     case VK_OP_MATVEC: case VK_OP_MATVEC_GLU: case VK_OP_MATVEC_MULTI:
         /* variant: log2 of NT, + 4 with the input norm (NORM) */
         v[0] = t->mv_wg, v[1] = t->mv_nr, v[2] = 1u << (variant & 3), v[3] = variant >> 2;

@@ -221,6 +221,10 @@ enum { VK_MAX_DESCRIPTORS = VK_ROWS_DESCRIPTORS > 1 + 3 * VK_MULTI + 1 ? VK_ROWS
 
 /* Builds of one op and type that differ in specialization constants: matvec has
  * one per token count 1, 2, 4, 8 (variant = log2), matmul_rows per 1, 4, 16. */
+/* Attention's wide build (variant 1 of the attention ops and kv_write): heads beyond
+ * the tuning's attn_max_hd up to this, latent attention's cached rows (kv_lora_rank
+ * 512 plus 64 rope); the narrow build keeps its registers for the common sizes. */
+enum { VK_ATTN_WIDE_HD = 576 };
 enum { VK_VARIANTS = 8 }; /* matvec's GLU and MULTI builds: + 4 with the input norm */
 
 typedef struct vk_pipeline {
@@ -254,6 +258,18 @@ typedef struct vk_tuning {
     uint32_t dn_wg;                       /* delta_net: invocations per workgroup */
     uint32_t dn_lanes;                    /* delta_net: lanes per state row (1: no shuffles) */
 } vk_tuning;
+
+/* The attention ops' build for heads of head_dim: the wide one (1) beyond the tuning's
+ * bound. */
+static inline int vk_attn_variant(const vk_tuning *t, int head_dim) {
+    return (uint32_t)head_dim > t->attn_max_hd ? 1 : 0;
+}
+/* attention.comp's shared memory in bytes for workgroups of wg and heads up to max_hd:
+ * ps and red_, qs and ks (os in the KV builds), each team's softmax (teams of 64). */
+static inline uint64_t vk_attn_shared(uint32_t wg, uint32_t max_hd) {
+    const uint64_t n_team = wg > 64 ? wg / 64 : 1;
+    return (2ull * wg + 3ull * max_hd + n_team * (max_hd + 2ull)) * 4;
+}
 
 /* The op of a prompt's matmul on a GPU (not cpu_rows): matmul.comp, or matmul_cm.comp
  * on cooperative matrices or their emulation. */
@@ -475,6 +491,7 @@ void vk_op_add_rows(al_backend *be, al_tensor *x, const al_tensor *y, const int3
 /* Records d = s over n bytes (a multiple of 16) with copy.comp. */
 void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n);
 void vk_op_add(al_backend *be, al_tensor *x, const al_tensor *y);
+void vk_op_copy(al_backend *be, const al_tensor *src, al_tensor *dst);
 bool vk_op_matmul_add(al_backend *be, const al_tensor *x, const al_tensor *w,
                       const al_tensor *bias, al_tensor *out);
 bool vk_op_matmul_glu(al_backend *be, const al_tensor *x, const al_tensor *wg,

@@ -103,6 +103,7 @@ static const al_backend_ops vk_ops_table = {
     .swiglu_oai = vk_op_swiglu_oai,
     .scale = vk_op_scale,
     .add = vk_op_add,
+    .copy = vk_op_copy,
     .add_rows = vk_op_add_rows,
     .sigmoid_mul = vk_op_sigmoid_mul,
     .ssm_conv = vk_op_ssm_conv,
@@ -276,9 +277,14 @@ static al_status vk_supports(al_backend *base, const al_model_shape *m) {
     const vk_caps *c = &be->sh->d.caps;
     const vk_tuning *t = &be->sh->pl.tune;
     const char *dev = c->name;
-    if ((uint32_t)m->head_dim > t->attn_max_hd)
+    /* the wide build of the plain op (the fused decode falls back to it where its
+     * workgroups' shared memory would not fit) */
+    const uint64_t wide_shared = vk_attn_shared(t->attn_wg, VK_ATTN_WIDE_HD);
+    if (m->head_dim > VK_ATTN_WIDE_HD ||
+        ((uint32_t)m->head_dim > t->attn_max_hd && wide_shared > c->shared_bytes))
         return al_error(AL_ERR_UNSUPPORTED, "Vulkan on %s: head size %d exceeds the %u of the "
-                        "attention shader", dev, m->head_dim, t->attn_max_hd);
+                        "attention shader", dev, m->head_dim,
+                        wide_shared > c->shared_bytes ? t->attn_max_hd : VK_ATTN_WIDE_HD);
     int64_t qd = (int64_t)m->n_head * m->head_dim, kvd = (int64_t)m->n_head_kv * m->head_dim;
     int64_t widest = m->n_embd > m->n_ff ? m->n_embd : m->n_ff;
     if (qd > widest) widest = qd;
