@@ -358,7 +358,7 @@ test: $(TESTS) $(BUILD)/anyllm $(ASAN_TESTS) $(TSAN_TESTS) $(ASAN_CLI) $(GEN_MAL
 		$(TESTS) tests/cli.sh tests/flags.sh tests/clang.sh tests/bench.sh tests/split.sh \
 		tests/ref_paths.sh tests/amx.sh tests/x16.sh tests/fuse.sh tests/quantize.sh tests/moe.sh \
 		tests/smollm2.sh tests/chat.sh tests/spec.sh tests/kvcache.sh tests/gemma3.sh tests/hybrid.sh \
-		tests/glm4moe.sh tests/deepseek2.sh \
+		tests/glm4moe.sh tests/deepseek2.sh tests/gemma4.sh \
 		$(ASAN_TESTS) \
 		$(TSAN_TESTS) \
 		tests/malformed.sh \

@@ -652,12 +652,14 @@ void al_sampler_set_grammar(al_sampler *s, al_grammar *g);
 /* ---- chat templates ---------------------------------------------------------------------
  * A model's tokenizer.chat_template is Jinja. anyllm does not run Jinja: it recognises
  * the common formats from the template's text and renders them in C. Formats:
- * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma", "phi3", and
- * "harmony" (gpt-oss), whose replies come on channels (al_harmony below). A template
+ * "chatml" (Qwen, SmolLM2), "llama3", "llama2", "mistral", "gemma" (Gemma 1-3),
+ * "gemma4", "phi3", "harmony" (gpt-oss), whose replies come on channels (al_harmony
+ * below), "glm45" (GLM-4.5 and 4.6) and "glm47" (GLM-4.7, 4.7-Flash). A template
  * that is not recognised is an error, never a guess; a file with no template gets its
  * architecture's built-in format where the family fixes one (al_chat_template_choose).
- * The rendered text holds no BOS. Generation ends at the format's end-of-turn token
- * (al_vocab_is_eog: <|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+ * The rendered text holds no BOS (GLM's [gMASK]<sop> is template text, and is there).
+ * Generation ends at the format's end-of-turn token (al_vocab_is_eog: <|im_end|>,
+ * <|eot_id|>, <end_of_turn>, <turn|>, ...).
  * To feed a model, use al_chat_tokenize: tokenizing the rendered text with
  * parse_special would also turn marker text inside the messages into control tokens,
  * letting a message forge turn boundaries ("<|im_end|>\n<|im_start|>system ..."). */
@@ -680,8 +682,10 @@ typedef struct al_chat_turn {
     const char *tool_call_id; /* tool: the id of the call this answers; NULL: the call at
                                  its place among the results after the last calls */
     const char *name;         /* tool: the function that answered; NULL: the answered call's */
-    const char *reasoning;    /* assistant: its chain of thought (harmony keeps it for a
-                                 turn of calls: gpt-oss needs it back between calls) */
+    const char *reasoning;    /* assistant: its chain of thought (harmony and gemma4 keep
+                                 it for a turn of calls after the last user turn: the
+                                 models need it back between calls; glm45 and glm47 for
+                                 any turn after the last user turn) */
 } al_chat_turn;
 
 typedef struct al_chat_params {
@@ -701,9 +705,9 @@ const char *al_model_chat_template(const al_model *m);
 al_status al_chat_template_detect(const char *tmpl, const char **name);
 
 /* The built-in format of an architecture (al_model_info.arch) whose model files may
- * carry no template: "gemma" for gemma, gemma2 and gemma3, "harmony" for gpt-oss, whose
- * turn formats are fixed by the model family; NULL for the others and for NULL. The
- * name is static. */
+ * carry no template: "gemma" for gemma, gemma2 and gemma3, "gemma4" for gemma4,
+ * "harmony" for gpt-oss, whose turn formats are fixed by the model family; NULL for the
+ * others and for NULL. The name is static. */
 const char *al_chat_template_builtin(const char *arch);
 
 /* The format to chat with a model in, from its template (al_model_chat_template, may be
@@ -765,6 +769,22 @@ al_status al_chat_tokenize(const al_vocab *v, const char *name, const char *tmpl
  *     drops the chain of thought of finished turns); with both, the text follows as a
  *     commentary message. A result is <|start|>functions.NAME to=assistant<|channel|>
  *     commentary<|message|>"TEXT"<|end|> (the text as a JSON string, as the template).
+ *   "gemma4", as Google's Gemma 4 template renders them (google-gemma-4-31B-it.jinja):
+ *     the system turn holds the first system message, then each tool as
+ *       <|tool>declaration:NAME{description:<|"|>...<|"|>,parameters:{...}}<tool|>
+ *     (Gemma's notation: bare keys, strings between <|"|>, keys sorted); an assistant
+ *     turn's calls come first, <|tool_call>call:NAME{key:VALUE,...}<tool_call|>, then
+ *     the results of the tool messages right after it, each <|tool_response>response:
+ *     NAME{value:<|"|>TEXT<|"|>}<tool_response|>, then its text, in one model turn; a
+ *     turn of calls with no result yet ends with <|tool_response>, and one with results
+ *     and no text stays open for the model to go on. A tool message that does not
+ *     follow a turn of calls is AL_ERR_ARG (the template would drop it).
+ *   "glm45" and "glm47", as GLM's templates render them: the tools in a system turn of
+ *     their own after [gMASK]<sop>, each tool's JSON on a line inside <tools></tools>,
+ *     with the call syntax; each call <tool_call>NAME<arg_key>KEY</arg_key><arg_value>
+ *     VALUE</arg_value>...</tool_call> (a string value as it is, others as JSON; glm45
+ *     puts newlines between the parts); each run of results <|observation|> then
+ *     <tool_response>TEXT</tool_response> per result.
  *   "llama3": the "tool" role only (its calls are text: the caller writes them).
  * Other formats give AL_ERR_UNSUPPORTED for tools or a turn's tool parts, never drop
  * them; tools or calls that are not the JSON described give AL_ERR_ARG. */
@@ -958,6 +978,12 @@ typedef struct al_gen_params {
      * bias, experts in 4 groups of which 2 are used, where experts divide by 4), 0 one
      * query matrix and DeepSeek-V2-Lite's (softmax) */
     int q_lora, kv_lora;
+    /* gemma4 only, 0 for the defaults: the sliding layers' head size (head_dim / 2),
+     * one global layer in swa_period (the architecture's: 6), the last shared_kv
+     * layers reading earlier layers' caches (none; the two layers before them must be
+     * a sliding and a global one, and their feed-forward is twice as wide), and per-
+     * layer inputs of width ple (none) */
+    int head_dim_swa, swa_period, shared_kv, ple;
     double rope_base;        /* in (0, 1e12); 0: the architecture's */
     bool tied;               /* no output.weight: the embeddings are the output */
     bool pure;               /* as al_quantize_params.pure */

@@ -15,8 +15,10 @@
 #    (241 MiB, more than a device run carries: there it is skipped unless present);
 #    qwen35, qwen35moe and qwen3next (build/test_hybrid: llama.cpp's logits, the exact
 #    result for the Q8_0 weights, the reference ops', decoding against the batch,
-#    checkpoints); glm4moe and the qwen35 MTP block against llama.cpp (test_glm4moe,
-#    test_mtp, where built or carried); typed KV caches (test_vkattn, tests/vulkan.sh)
+#    checkpoints); glm4moe, deepseek2 (latent attention: the attention shader's wide
+#    build), gemma4 and the qwen35 MTP block against llama.cpp (test_glm4moe,
+#    test_deepseek2, test_gemma4, test_mtp, where built or carried); typed KV caches
+#    (test_vkattn, tests/vulkan.sh)
 # 4. bench-1b Q4_0 (made with `anyllm gen-model` if absent): prompt and generation
 #    speed, and generation as a share of the memory-bandwidth roofline: bytes read per
 #    token / bandwidth, the bandwidth taken from the argument or measured by a
@@ -86,7 +88,7 @@ if [ -x "$bin" ] && [ -x "$BUILD/test_vulkan" ] && [ -x "$BUILD/test_vkattn" ] &
 else
     make -j"$(nproc 2>/dev/null || echo 4)" BUILD="$BUILD" "$bin" "$BUILD/test_vulkan" \
         "$BUILD/test_vkattn" "$BUILD/test_vkdelta" "$BUILD/test_hybrid" "$BUILD/test_ref" \
-        "$BUILD/test_glm4moe" "$BUILD/test_mtp" ||
+        "$BUILD/test_glm4moe" "$BUILD/test_mtp" "$BUILD/test_deepseek2" "$BUILD/test_gemma4" ||
         { echo "gpu-check: 0 passed, 1 failed (build)"; exit 1; }
 fi
 
@@ -130,6 +132,8 @@ run_opt "$BUILD/gpu-check-hybrid.log" 'vulkan|FAIL|passed' "$BUILD/test_hybrid"
 # glm4moe's logits, and the MTP block's (--spec mtp), against llama.cpp's
 run_opt "$BUILD/gpu-check-glm.log" 'vulkan|FAIL|passed' "$BUILD/test_glm4moe"
 run_opt "$BUILD/gpu-check-mtp.log" 'vulkan|FAIL|passed' "$BUILD/test_mtp"
+run_opt "$BUILD/gpu-check-ds2.log" 'vulkan|FAIL|passed' "$BUILD/test_deepseek2"
+run_opt "$BUILD/gpu-check-g4.log" 'vulkan|FAIL|passed' "$BUILD/test_gemma4"
 
 step "bench"
 model=${BENCH_MODEL:-$MODELS/bench-1b-Q4_0.gguf}

@@ -125,6 +125,7 @@ void backend_moe_ffn_plain(al_backend *be, const al_tensor *xb, const al_moe *mo
         op->matmul(be, &xe, &gate, al_tensor_row_or_null(moe->gate_b, e, &gate_b), &he);
         op->matmul(be, &xe, &up, al_tensor_row_or_null(moe->up_b, e, &up_b), &he2);
         if (moe->act == AL_MOE_SWIGLU_OAI) op->swiglu_oai(be, &he, &he2, moe->alpha, moe->limit);
+        else if (moe->act == AL_MOE_GELU) op->gelu_mul(be, &he, &he2);
         else op->silu_mul(be, &he, &he2);
         op->matmul(be, &he, &down, al_tensor_row_or_null(moe->down_b, e, &down_b), &ye);
         op->add_rows(be, x, &ye, moe->rows, moe->rows_w, n_rows);

@@ -128,6 +128,10 @@ typedef struct al_attn_shape {
      * (gpt-oss): out = sum_j e^(s_j - M) v_j / (e^(sink - M) + sum_j e^(s_j - M)),
      * M the largest of the scores and the sink. Not scaled by `scale`. */
     const struct al_tensor *sinks;
+    /* The caches already hold the batch's keys and values (a layer attending to an
+     * earlier layer's cache: gemma4's shared_kv_layers): k and v are not read and
+     * nothing is written. */
+    bool kv_written;
 } al_attn_shape;
 
 /* One gated delta-net layer's recurrence (delta_net). Per position, qkv's row holds
@@ -149,9 +153,9 @@ typedef struct al_delta_shape {
 /* The activation of a gated FFN (matmul_glu): as silu_mul, or as gelu_mul. */
 typedef enum al_glu { AL_GLU_SILU, AL_GLU_GELU } al_glu;
 
-/* The activation of a mixture of experts' gated FFN (moe_ffn): as silu_mul, or as
- * swiglu_oai with al_moe's alpha and limit. */
-typedef enum al_moe_act { AL_MOE_SILU, AL_MOE_SWIGLU_OAI } al_moe_act;
+/* The activation of a mixture of experts' gated FFN (moe_ffn): as silu_mul, as
+ * swiglu_oai with al_moe's alpha and limit, or as gelu_mul (gemma4). */
+typedef enum al_moe_act { AL_MOE_SILU, AL_MOE_SWIGLU_OAI, AL_MOE_GELU } al_moe_act;
 
 /* The routed experts of one mixture-of-experts layer, and where a batch's tokens go
  * (moe_ffn). The file stacks the experts: expert e's gate and up projections are rows

@@ -1,8 +1,8 @@
 #!/bin/sh
 # End-to-end tests of the anyllm command line: `info` on every shared GGUF file (its
 # features and chat template lines), `logits` against a reference, the chat template
-# chosen for a file without one, chat in the Harmony format, and one-line errors with a
-# non-zero exit for bad use.
+# chosen for a file without one, chat in the Harmony, Gemma 4 and GLM formats, and
+# one-line errors with a non-zero exit for bad use.
 . "$(dirname "$0")/lib.sh"
 
 if [ ! -d "$SHARED/models" ]; then
@@ -157,6 +157,20 @@ if [ $rc -eq 0 ] && grep -q "NUL byte" "$tmp/err" && [ ! -s "$tmp/out" ]; then
 else
     bad "chat with a NUL byte: rc $rc, out '$(cat "$tmp/out")', err '$(cat "$tmp/err")'"
 fi
+
+# chat in the Gemma 4 and GLM formats, named on the command line: a reply and no
+# complaint (the model writes neither; its vocabulary lacks their markers, which are
+# then text); a name that is none lists them
+for t in gemma4 glm45 glm47; do
+    printf 'Hi\n' | "$bin" chat -m "$m" --chat-template $t -n 2 --temp 0 -t 2 \
+        >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -eq 0 ] && [ ! -s "$tmp/err" ]; then ok "chat --chat-template $t"
+    else bad "chat --chat-template $t: rc $rc, $(cat "$tmp/err")"; fi
+done
+expect_error "chat --chat-template gemma5" sh -c \
+    "printf 'Hi\\n' | '$bin' chat -m '$m' --chat-template gemma5 -n 2 -t 2"
+grep -q "gemma4, phi3, harmony, glm45, glm47" "$tmp/err" ||
+    bad "the unknown template's error does not list the formats: $(cat "$tmp/err")"
 
 # chat in the Harmony format (gpt-oss) on a model that does not write it (random weights,
 # no Harmony tokens): the reply goes through the reply parser, which takes text outside

@@ -36,6 +36,7 @@ typedef struct moe_case {
     uint32_t t_gate, t_up, t_down;
     int n_embd, n_ff, n_expert, n_used;
     bool bias, oai;
+    bool gelu; /* gemma4's GELU experts (with oai false) */
 } moe_case;
 
 /* A case's weights as the file has them: [n_expert n_out][n_in] rows of a type. */
@@ -155,7 +156,8 @@ static void check_batch(al_backend *be, bool fast, const moe_case *c, const al_t
         .gate_b = c->bias ? &w[3] : NULL, .up_b = c->bias ? &w[4] : NULL,
         .down_b = c->bias ? &w[5] : NULL,
         .n_expert = c->n_expert, .n_used = c->n_used, .n_ff = c->n_ff,
-        .act = c->oai ? AL_MOE_SWIGLU_OAI : AL_MOE_SILU, .alpha = 1.702f, .limit = 7.0f,
+        .act = c->oai ? AL_MOE_SWIGLU_OAI : c->gelu ? AL_MOE_GELU : AL_MOE_SILU,
+        .alpha = 1.702f, .limit = 7.0f,
         .sel = b.sel, .sel_w = b.sel_w,
         .xe = &b.t_xe, .ye = &b.t_ye, .he = &b.t_he, .he2 = &b.t_he2,
         .rows = b.rows, .rows_w = b.rows_w, .n_scratch = n * c->n_used,
@@ -187,17 +189,19 @@ static void check_batch(al_backend *be, bool fast, const moe_case *c, const al_t
 
 static const moe_case g_cases[] = {
     /* qwen3moe: 8 of many experts */
-    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q4_K, 256, 256, 32, 8, false, false},
-    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q6_K, 512, 256, 16, 4, false, false},
-    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q5_0, 256, 128, 8, 2, false, false},
+    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q4_K, 256, 256, 32, 8, false, false, false},
+    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q6_K, 512, 256, 16, 4, false, false, false},
+    {AL_TYPE_Q4_K, AL_TYPE_Q4_K, AL_TYPE_Q5_0, 256, 128, 8, 2, false, false, false},
     /* gpt-oss: biases and the clamped SwiGLU */
-    {AL_TYPE_MXFP4, AL_TYPE_MXFP4, AL_TYPE_MXFP4, 256, 128, 16, 4, true, true},
-    {AL_TYPE_Q8_0, AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 96, 8, 2, false, false},
+    {AL_TYPE_MXFP4, AL_TYPE_MXFP4, AL_TYPE_MXFP4, 256, 128, 16, 4, true, true, false},
+    {AL_TYPE_Q8_0, AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 96, 8, 2, false, false, false},
     /* gate and up quantize their activations differently */
-    {AL_TYPE_Q4_0, AL_TYPE_Q8_0, AL_TYPE_Q5_0, 256, 128, 8, 3, true, false},
+    {AL_TYPE_Q4_0, AL_TYPE_Q8_0, AL_TYPE_Q5_0, 256, 128, 8, 3, true, false, false},
     /* a short last panel (72 = 4 x 16 + 8 rows), float down projections */
-    {AL_TYPE_Q8_0, AL_TYPE_Q8_0, AL_TYPE_F16, 256, 72, 6, 3, false, true},
-    {AL_TYPE_F32, AL_TYPE_F32, AL_TYPE_F32, 64, 40, 4, 2, true, false},
+    {AL_TYPE_Q8_0, AL_TYPE_Q8_0, AL_TYPE_F16, 256, 72, 6, 3, false, true, false},
+    {AL_TYPE_F32, AL_TYPE_F32, AL_TYPE_F32, 64, 40, 4, 2, true, false, false},
+    /* gemma4: GELU experts */
+    {AL_TYPE_Q8_0, AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 128, 8, 2, false, false, true},
 };
 enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
 

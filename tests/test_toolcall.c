@@ -1,8 +1,9 @@
 /* test_toolcall.c: the tool-call parser (src/server/toolcall.h) on a table of replies per
- * format, Hermes JSON, Qwen's XML, Llama 3's bare JSON, Mistral's [TOOL_CALLS] and
- * Harmony's pieces: text before, between and after calls, parallel calls, malformed
- * markup (unclosed and duplicated tags, arguments that are not JSON or not an object,
- * missing parts), unicode and escapes in arguments. Each reply is fed whole, cut in two
+ * format, Hermes JSON, Qwen's XML, Llama 3's bare JSON, Mistral's [TOOL_CALLS],
+ * Harmony's pieces, Gemma 4's <|tool_call>call:NAME{...} and GLM's <arg_key> calls: text
+ * before, between and after calls, parallel calls, malformed markup (unclosed and
+ * duplicated tags, arguments that are not JSON or not an object, missing parts), unicode
+ * and escapes in arguments. Each reply is fed whole, cut in two
  * at every byte, and byte by byte: the events, adjacent text merged, must be the table's
  * every time. Harmony's replies are written as the pieces al_harmony gives (channel,
  * recipient, text), cut the same way.
@@ -502,6 +503,165 @@ static const tc_case k_harmony_cases[] = {
 #undef COM
 #undef CALL
 
+/* Gemma 4: <|tool_call>call:NAME{...}<tool_call|>, arguments in Gemma's notation (strings
+ * between <|"|>), as google-gemma-4-31B-it.jinja writes them and the model replies. */
+#define Q "<|\"|>"
+#define G4(body) "<|tool_call>call:" body "<tool_call|>"
+static const tc_case k_gemma4_cases[] = {
+    {"plain text", "Hello world", "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"one call", G4("get_weather{city:" Q "Paris" Q "}"), "C0:get_weather:{\"city\":\"Paris\"}"},
+    {"two arguments", G4("get_weather{city:" Q "Paris" Q ",days:2}"),
+     "C0:get_weather:{\"city\":\"Paris\",\"days\":2}"},
+    {"text before", "Let me check.\n" G4("f{a:1}"), "T[Let me check.]C0:f:{\"a\":1}"},
+    {"text after", G4("f{a:1}") "\nDone.", "C0:f:{\"a\":1}T[Done.]"},
+    {"two calls", G4("a{}") G4("b{x:" Q "y" Q "}"), "C0:a:{}C1:b:{\"x\":\"y\"}"},
+    {"three calls, newlines between", G4("a{}") "\n" G4("b{}") "\n\n" G4("c{}"),
+     "C0:a:{}C1:b:{}C2:c:{}"},
+    {"no arguments", G4("now{}"), "C0:now:{}"},
+    {"numbers", G4("f{n:-3,d:2.5,z:0,e:1e3}"), "C0:f:{\"n\":-3,\"d\":2.5,\"z\":0,\"e\":1000.0}"},
+    {"booleans and nulls", G4("f{b:true,c:false,z:null,y:None}"),
+     "C0:f:{\"b\":true,\"c\":false,\"z\":null,\"y\":null}"},
+    {"nested", G4("f{o:{x:[1," Q "a" Q ",{y:null}]}}"),
+     "C0:f:{\"o\":{\"x\":[1,\"a\",{\"y\":null}]}}"},
+    {"an array of strings", G4("f{tags:[" Q "a" Q "," Q "b c" Q "]}"),
+     "C0:f:{\"tags\":[\"a\",\"b c\"]}"},
+    {"empty containers", G4("f{a:[],o:{}}"), "C0:f:{\"a\":[],\"o\":{}}"},
+    {"whitespace between parts", G4("f{ city : " Q "Paris" Q " ,\n days : 2 }"),
+     "C0:f:{\"city\":\"Paris\",\"days\":2}"},
+    {"blanks around the call", "<|tool_call>\n call:f{a:1} \n<tool_call|>", "C0:f:{\"a\":1}"},
+    {"a colon in the name", G4("call:f{a:1}"), "T[" G4("call:f{a:1}") "]"},
+    {"newlines in a string", G4("f{t:" Q "a\nb" Q "}"), "C0:f:{\"t\":\"a\\nb\"}"},
+    {"quotes and backslashes in a string", G4("f{q:" Q "say \"hi\" \\ ok" Q "}"),
+     "C0:f:{\"q\":\"say \\\"hi\\\" \\\\ ok\"}"},
+    {"unicode", G4("f{city:" Q "Zürich 東京 🌍" Q "}"), "C0:f:{\"city\":\"Zürich 東京 🌍\"}"},
+    {"markup inside a string", G4("f{s:" Q "{a:1}, b: [c]" Q "}"),
+     "C0:f:{\"s\":\"{a:1}, b: [c]\"}"},
+    {"quoted keys", G4("f{" Q "city" Q ":" Q "Paris" Q "}"), "C0:f:{\"city\":\"Paris\"}"},
+    {"keys with punctuation", G4("f{max_results:5,x-y:1,a.b:2}"),
+     "C0:f:{\"max_results\":5,\"x-y\":1,\"a.b\":2}"},
+    {"a dotted name", G4("ns.tool{}"), "C0:ns.tool:{}"},
+    {"unclosed, complete", "ok " "<|tool_call>call:f{a:1}", "T[ok]C0:f:{\"a\":1}"},
+    {"unclosed, cut short", "<|tool_call>call:f{a:" Q "Par",
+     "T[<|tool_call>call:f{a:" Q "Par]"},
+    {"duplicated closing tag", G4("f{}") "<tool_call|>", "C0:f:{}"},
+    {"stray closing tag in text", "a <tool_call|> b", "T[a <tool_call|> b]"},
+    {"no call: prefix", "<|tool_call>f{a:1}<tool_call|>", "T[<|tool_call>f{a:1}<tool_call|>]"},
+    {"no name", G4("{a:1}"), "T[" G4("{a:1}") "]"},
+    {"a name with a space", G4("get weather{}"), "T[" G4("get weather{}") "]"},
+    {"a bare word as a value", G4("f{city:Paris}"), "T[" G4("f{city:Paris}") "]"},
+    {"a key twice", G4("f{a:1,a:2}"), "T[" G4("f{a:1,a:2}") "]"},
+    {"something after the brace", G4("f{a:1} x"), "T[" G4("f{a:1} x") "]"},
+    {"an unterminated string", G4("f{a:" Q "x}"), "T[" G4("f{a:" Q "x}") "]"},
+    {"a missing comma", G4("f{a:1 b:2}"), "T[" G4("f{a:1 b:2}") "]"},
+    {"a trailing comma", G4("f{a:1,}"), "T[" G4("f{a:1,}") "]"},
+    {"a missing brace", G4("f{a:{b:1}"), "T[" G4("f{a:{b:1}") "]"},
+    {"JSON keys", G4("f{\"a\": 1}"), "T[" G4("f{\"a\": 1}") "]"},
+    {"a call cut by the next", "<|tool_call>call:a{}\n" G4("b{}"), "C0:a:{}C1:b:{}"},
+    {"a broken call cut by the next", "<|tool_call>call:a{x:\n" G4("b{}"),
+     "T[<|tool_call>call:a{x:\n]C0:b:{}"},
+    {"text between calls", G4("a{}") " and then " G4("b{}"), "C0:a:{}T[and then]C1:b:{}"},
+    {"a tag's start at the end", "see <|tool_ca", "T[see <|tool_ca]"},
+    {"almost a tag", "x <|tool_callx y", "T[x <|tool_callx y]"},
+    {"Hermes tags are text here", "<tool_call>{\"name\": \"f\"}</tool_call>",
+     "T[<tool_call>{\"name\": \"f\"}</tool_call>]"},
+    {"CRLF", "\r\n" G4("f{a:1}") "\r\n", "C0:f:{\"a\":1}"},
+    {"invalid UTF-8 in a string", G4("f{a:" Q "\xff" Q "}"), "T[" G4("f{a:" Q "\xff" Q "}") "]"},
+    {"an empty string", G4("f{a:" Q Q "}"), "C0:f:{\"a\":\"\"}"},
+};
+#undef G4
+#undef Q
+
+/* GLM: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>, as
+ * GLM-4.6.jinja (newlines between the parts) and GLM-4.7-Flash.jinja (none) write them;
+ * get_weather's city is a string and its days an integer (k_tools). */
+#define KV(k, v) "<arg_key>" k "</arg_key><arg_value>" v "</arg_value>"
+static const tc_case k_glm_cases[] = {
+    {"plain text", "Hello world", "T[Hello world]"},
+    {"empty reply", "", ""},
+    {"GLM-4.5 form",
+     "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+     "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\",\"days\":3}"},
+    {"GLM-4.7 form", "<tool_call>get_weather" KV("city", "Paris") KV("days", "3") "</tool_call>",
+     "C0:get_weather:{\"city\":\"Paris\",\"days\":3}"},
+    {"a string by the schema", "<tool_call>get_weather" KV("city", "123") "</tool_call>",
+     "C0:get_weather:{\"city\":\"123\"}"},
+    {"JSON-looking, a string by the schema",
+     "<tool_call>get_weather" KV("city", "[1]") "</tool_call>",
+     "C0:get_weather:{\"city\":\"[1]\"}"},
+    {"no schema: JSON values",
+     "<tool_call>other" KV("n", "42") KV("b", "true") KV("s", "hello") KV("o", "{\"a\": [1]}")
+     "</tool_call>",
+     "C0:other:{\"n\":42,\"b\":true,\"s\":\"hello\",\"o\":{\"a\":[1]}}"},
+    {"no arguments", "<tool_call>get_time</tool_call>", "C0:get_time:{}"},
+    {"no arguments, newline", "<tool_call>get_time\n</tool_call>", "C0:get_time:{}"},
+    {"reasoning and text before",
+     "<think>hmm</think>\nLet me check.\n<tool_call>f" KV("a", "1") "</tool_call>",
+     "T[<think>hmm</think>\nLet me check.]C0:f:{\"a\":1}"},
+    {"text after", "<tool_call>f</tool_call>\nDone.", "C0:f:{}T[Done.]"},
+    {"two calls, GLM-4.5",
+     "\n<tool_call>a\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n"
+     "<tool_call>b\n</tool_call>",
+     "C0:a:{\"x\":1}C1:b:{}"},
+    {"two calls, GLM-4.7", "<tool_call>a" KV("x", "1") "</tool_call><tool_call>b</tool_call>",
+     "C0:a:{\"x\":1}C1:b:{}"},
+    {"newlines inside a value", "<tool_call>note" KV("text", "line1\nline2") "</tool_call>",
+     "C0:note:{\"text\":\"line1\\nline2\"}"},
+    {"newlines around a value kept", "<tool_call>note" KV("text", "\nhi\n") "</tool_call>",
+     "C0:note:{\"text\":\"\\nhi\\n\"}"},
+    {"spaces around a number", "<tool_call>get_weather" KV("days", " 3 ") "</tool_call>",
+     "C0:get_weather:{\"days\":3}"},
+    {"an empty value", "<tool_call>f" KV("a", "") "</tool_call>", "C0:f:{\"a\":\"\"}"},
+    {"unicode", "<tool_call>f" KV("city", "Zürich 東京 🌍") "</tool_call>",
+     "C0:f:{\"city\":\"Zürich 東京 🌍\"}"},
+    {"quotes and backslashes", "<tool_call>note" KV("text", "say \"hi\" \\ ok") "</tool_call>",
+     "C0:note:{\"text\":\"say \\\"hi\\\" \\\\ ok\"}"},
+    {"markup inside a value", "<tool_call>note" KV("text", "a <b> <arg_key> c") "</tool_call>",
+     "C0:note:{\"text\":\"a <b> <arg_key> c\"}"},
+    {"a key with spaces around", "<tool_call>f<arg_key> a </arg_key><arg_value>1</arg_value>"
+                                 "</tool_call>",
+     "C0:f:{\"a\":1}"},
+    {"CRLF between parts",
+     "<tool_call>f\r\n<arg_key>a</arg_key>\r\n<arg_value>1</arg_value>\r\n</tool_call>",
+     "C0:f:{\"a\":1}"},
+    {"a dotted name", "<tool_call>ns.tool</tool_call>", "C0:ns.tool:{}"},
+    {"a key twice", "<tool_call>f" KV("a", "1") KV("a", "2") "</tool_call>",
+     "T[<tool_call>f" KV("a", "1") KV("a", "2") "</tool_call>]"},
+    {"no </arg_key>", "<tool_call>f<arg_key>a<arg_value>1</arg_value></tool_call>",
+     "T[<tool_call>f<arg_key>a<arg_value>1</arg_value></tool_call>]"},
+    {"no <arg_value>", "<tool_call>f<arg_key>a</arg_key>1</tool_call>",
+     "T[<tool_call>f<arg_key>a</arg_key>1</tool_call>]"},
+    {"no </arg_value>", "<tool_call>f<arg_key>a</arg_key><arg_value>1</tool_call>",
+     "T[<tool_call>f<arg_key>a</arg_key><arg_value>1</tool_call>]"},
+    {"words between arguments", "<tool_call>f" KV("a", "1") " and " KV("b", "2") "</tool_call>",
+     "T[<tool_call>f" KV("a", "1") " and " KV("b", "2") "</tool_call>]"},
+    {"a name with a space", "<tool_call>some words</tool_call>",
+     "T[<tool_call>some words</tool_call>]"},
+    {"a key with a space", "<tool_call>f" KV("a b", "1") "</tool_call>",
+     "T[<tool_call>f" KV("a b", "1") "</tool_call>]"},
+    {"an empty block", "<tool_call></tool_call>", "T[<tool_call></tool_call>]"},
+    {"invalid UTF-8 in a value", "<tool_call>f" KV("a", "\xff") "</tool_call>",
+     "T[<tool_call>f" KV("a", "\xff") "</tool_call>]"},
+    {"unclosed, complete", "ok\n<tool_call>f" KV("a", "1"), "T[ok]C0:f:{\"a\":1}"},
+    {"unclosed, cut short", "<tool_call>f<arg_key>a</arg_key><arg_value>Par",
+     "T[<tool_call>f<arg_key>a</arg_key><arg_value>Par]"},
+    {"duplicated closing tag", "<tool_call>f</tool_call></tool_call>", "C0:f:{}"},
+    {"stray closing tag in text", "a </tool_call> b", "T[a </tool_call> b]"},
+    {"Hermes JSON still a call",
+     "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>", "C0:f:{\"a\":1}"},
+    {"Qwen XML still a call",
+     "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+     "C0:f:{\"a\":1}"},
+    {"a call cut by the next", "<tool_call>a\n<tool_call>b</tool_call>", "C0:a:{}C1:b:{}"},
+    {"text between calls", "<tool_call>a</tool_call> and then <tool_call>b</tool_call>",
+     "C0:a:{}T[and then]C1:b:{}"},
+    {"a tag's start at the end", "see <tool_ca", "T[see <tool_ca]"},
+    {"Gemma tags are text here", "<|tool_call>call:f{}<tool_call|>",
+     "T[<|tool_call>call:f{}<tool_call|>]"},
+};
+#undef KV
+
 /* The tools of the XML cases' requests: parameter types for get_weather and note. */
 static const char k_tools[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
@@ -526,7 +686,7 @@ static void render(srv_buf *out, bool *in_text, const srv_tc_event *ev, int n) {
 }
 
 /* The mode of the table being run. */
-static enum { MODE_TAGS, MODE_BARE, MODE_MISTRAL, MODE_HARMONY } g_mode;
+static enum { MODE_TAGS, MODE_BARE, MODE_MISTRAL, MODE_HARMONY, MODE_GEMMA4, MODE_GLM } g_mode;
 
 enum { MAX_PIECES = 16 };
 
@@ -585,6 +745,8 @@ static char *parse(const json_t *tools, const char *reply, const size_t *cuts, i
     if (g_mode == MODE_BARE) srv_tc_bare(p);
     if (g_mode == MODE_MISTRAL) srv_tc_mistral(p);
     if (g_mode == MODE_HARMONY) srv_tc_harmony(p);
+    if (g_mode == MODE_GEMMA4) srv_tc_gemma4(p);
+    if (g_mode == MODE_GLM) srv_tc_glm(p);
     hpieces h;
     if (g_mode == MODE_HARMONY) decode(reply, &h);
     srv_buf out = {0};
@@ -716,6 +878,112 @@ static void test_harmony(void) {
     srv_tc_destroy(p);
 }
 
+static void test_gemma4(void) {
+    g_mode = MODE_GEMMA4;
+    run_table("Gemma 4", k_gemma4_cases, (int)(sizeof k_gemma4_cases / sizeof *k_gemma4_cases),
+              NULL);
+    g_mode = MODE_TAGS;
+    /* nesting past 64 levels: text; at 64, a call */
+    for (int depth = 63; depth <= 64; depth++) {
+        srv_buf r = {0};
+        srv_buf_str(&r, "<|tool_call>call:f{a:");
+        for (int i = 0; i < depth; i++) srv_buf_str(&r, "[");
+        for (int i = 0; i < depth; i++) srv_buf_str(&r, "]");
+        srv_buf_str(&r, "}<tool_call|>");
+        srv_tc *p = srv_tc_create_for(NULL, SRV_CALLS_GEMMA4);
+        const srv_tc_event *ev;
+        int n = 0;
+        CHECK(p && srv_tc_push(p, r.s, r.len, &ev, &n) && srv_tc_finish(p, &ev, &n));
+        CHECK_MSG(srv_tc_calls(p) == (depth < 64), "%d levels: %d calls", depth + 1,
+                  srv_tc_calls(p));
+        srv_tc_destroy(p);
+        srv_buf_free(&r);
+    }
+}
+
+static void test_glm(void) {
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    CHECK(tools != NULL);
+    g_mode = MODE_GLM;
+    run_table("GLM", k_glm_cases, (int)(sizeof k_glm_cases / sizeof *k_glm_cases), tools);
+    g_mode = MODE_TAGS;
+    /* the same blocks are text in the chatml family's mode */
+    const srv_tc_event *ev;
+    int n = 0;
+    srv_tc *p = srv_tc_create_for(tools, SRV_CALLS_TAGGED);
+    CHECK(srv_tc_push(p, "<tool_call>f</tool_call>", 24, &ev, &n) && srv_tc_finish(p, &ev, &n));
+    CHECK(srv_tc_calls(p) == 0);
+    srv_tc_destroy(p);
+    json_decref(tools);
+}
+
+/* The calls as the templates write them, and as the library renders them
+ * (test_chat_tools checks these same texts): the parser reads back the arguments they
+ * were made from, fed byte by byte. Gemma 4's keys sorted, null as None; GLM's values
+ * as they are for strings, as JSON for the rest. */
+#define RT_ARGS                                                                                    \
+    "{\"city\": \"Paris\", \"n\": 3, \"ok\": true, \"z\": null, \"list\": [1, \"a b\", {\"k\": "   \
+    "\"v\"}], \"o\": {\"deep\": {\"x\": 2.5}}, \"s\": \"quote \\\" and \\\\ and {braces}, "         \
+    "[brackets]: colon\\nnext line\", \"u\": \"Z\\u00fcrich\"}"
+#define Q "<|\"|>"
+static const char k_rt_gemma4[] =
+    "<|tool_call>call:get_weather{city:" Q "Paris" Q ",list:[1," Q "a b" Q ",{k:" Q "v" Q "}],n:3,"
+    "o:{deep:{x:2.5}},ok:true,s:" Q "quote \" and \\ and {braces}, [brackets]: colon\nnext line" Q
+    ",u:" Q "Z\xc3\xbcrich" Q ",z:None}<tool_call|><|tool_call>call:now{}<tool_call|>";
+#undef Q
+static const char k_rt_glm45[] =
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    "<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n<arg_key>ok</arg_key>\n<arg_value>true"
+    "</arg_value>\n<arg_key>z</arg_key>\n<arg_value>null</arg_value>\n<arg_key>list</arg_key>\n"
+    "<arg_value>[1, \"a b\", {\"k\": \"v\"}]</arg_value>\n<arg_key>o</arg_key>\n<arg_value>"
+    "{\"deep\": {\"x\": 2.5}}</arg_value>\n<arg_key>s</arg_key>\n<arg_value>quote \" and \\ and "
+    "{braces}, [brackets]: colon\nnext line</arg_value>\n<arg_key>u</arg_key>\n<arg_value>"
+    "Z\xc3\xbcrich</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>";
+static const char k_rt_glm47[] =
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>n"
+    "</arg_key><arg_value>3</arg_value><arg_key>ok</arg_key><arg_value>true</arg_value><arg_key>z"
+    "</arg_key><arg_value>null</arg_value><arg_key>list</arg_key><arg_value>[1, \"a b\", {\"k\": "
+    "\"v\"}]</arg_value><arg_key>o</arg_key><arg_value>{\"deep\": {\"x\": 2.5}}</arg_value>"
+    "<arg_key>s</arg_key><arg_value>quote \" and \\ and {braces}, [brackets]: colon\nnext line"
+    "</arg_value><arg_key>u</arg_key><arg_value>Z\xc3\xbcrich</arg_value></tool_call>"
+    "<tool_call>now</tool_call>";
+
+static void test_round_trip(void) {
+    static const struct {
+        const char *format, *text;
+        srv_calls how;
+    } f[] = {{"gemma4", k_rt_gemma4, SRV_CALLS_GEMMA4},
+             {"glm45", k_rt_glm45, SRV_CALLS_GLM},
+             {"glm47", k_rt_glm47, SRV_CALLS_GLM}};
+    json_t *want = json_loads(RT_ARGS, 0, NULL);
+    CHECK(want != NULL);
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        srv_tc *p = srv_tc_create_for(NULL, f[i].how);
+        const srv_tc_event *ev;
+        int n = 0, k = 0;
+        bool ok = p != NULL;
+        for (const char *c = f[i].text; ok && *c; c++) { /* byte by byte */
+            ok = srv_tc_push(p, c, 1, &ev, &n);
+            for (int e = 0; ok && e < n; e++, k++) {
+                const bool call = ev[e].kind == SRV_TC_CALL;
+                json_t *got = call ? json_loads(ev[e].arguments, 0, NULL) : NULL;
+                const bool same = call && (k == 0 ? !strcmp(ev[e].name, "get_weather") &&
+                                                        json_equal(got, want)
+                                                  : !strcmp(ev[e].name, "now") &&
+                                                        json_object_size(got) == 0);
+                CHECK_MSG(same, "%s: event %d: %s %s", f[i].format, k,
+                          call ? ev[e].name : "text", call ? ev[e].arguments : "");
+                json_decref(got);
+            }
+        }
+        CHECK(ok && srv_tc_finish(p, &ev, &n) && n == 0);
+        CHECK_MSG(k == 2 && srv_tc_calls(p) == 2, "%s: %d calls", f[i].format, srv_tc_calls(p));
+        srv_tc_destroy(p);
+    }
+    json_decref(want);
+}
+#undef RT_ARGS
+
 /* A block past SRV_TC_BLOCK_MAX is text, and so is what follows it up to the next tag;
  * a push after finish is ignored. */
 static void test_limits(void) {
@@ -752,6 +1020,9 @@ int main(void) {
     TEST_RUN(test_llama3_bare);
     TEST_RUN(test_mistral);
     TEST_RUN(test_harmony);
+    TEST_RUN(test_gemma4);
+    TEST_RUN(test_glm);
+    TEST_RUN(test_round_trip);
     TEST_RUN(test_limits);
     return test_finish();
 }

@@ -143,7 +143,8 @@ static void test_refused(void) {
         {"{\"tools\": 3}", "chatml", "tools must be an array"},
         {"{\"tools\": [{\"type\": \"code_interpreter\"}]}", "chatml", "only function tools"},
         {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "phi3",
-         "not supported with the 'phi3' chat format"},
+         "not supported with the 'phi3' chat format yet (chatml, llama3, mistral, harmony, "
+         "gemma4, glm45 and glm47 are)"},
         {"{\"tool_choice\": {\"type\": \"function\"}, \"tools\": [{\"type\": \"function\", "
          "\"function\": {\"name\": \"f\"}}]}",
          "chatml", "tool_choice must be"},
@@ -154,6 +155,9 @@ static void test_refused(void) {
         {"{\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
          "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", "mistral",
          "tool_choice 'function' is not supported with the 'mistral' chat format"},
+        {"{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+         "{\"name\": \"f\"}}]}", "glm47",
+         "tool_choice 'required' is not supported with the 'glm47' chat format"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_t *o = json_loads(cases[i].body, 0, NULL);
@@ -179,7 +183,8 @@ static void test_refused(void) {
     json_decref(msgs);
 }
 
-/* Mistral and Harmony: the turns handed to the library, field by field. */
+/* The native formats (Mistral, Harmony, Gemma 4, GLM): the turns handed to the library,
+ * field by field. */
 static void test_turns(void) {
     static const char body[] =
         "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}], "
@@ -191,8 +196,9 @@ static void test_turns(void) {
         "{\"name\": \"get_weather\", \"arguments\": \"not json\"}}]}, "
         "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"name\": \"get_weather\", "
         "\"content\": \"sunny\"}]}";
-    for (int f = 0; f < 2; f++) {
-        const char *fmt = f ? "harmony" : "mistral";
+    static const char *const formats[] = {"mistral", "harmony", "gemma4", "glm45", "glm47"};
+    for (int f = 0; f < 5; f++) {
+        const char *fmt = formats[f];
         json_t *o = json_loads(body, 0, NULL);
         srv_tools t;
         srv_error err = {0};
@@ -201,8 +207,9 @@ static void test_turns(void) {
         const char *tools = NULL;
         int n = 0, n_owned = 0;
         bool ok = o && srv_tools_parse(o, fmt, NULL, &t, &err);
-        CHECK_MSG(ok && t.mistral == !f && t.harmony == !!f && !t.xml && !t.llama3, "%s: %s", fmt,
-                  err.message);
+        CHECK_MSG(ok && t.mistral == (f == 0) && t.harmony == (f == 1) && t.gemma4 == (f == 2) &&
+                      t.glm == (f >= 3) && !t.xml && !t.llama3 && srv_tools_native(fmt),
+                  "%s: %s", fmt, err.message);
         ok = ok && srv_tools_turns(&t, fmt, json_object_get(o, "messages"), &m, &n, &tools,
                                    &owned, &n_owned, &err);
         CHECK_MSG(ok && n == 4, "%s: %s", fmt, err.message);
@@ -217,7 +224,7 @@ static void test_turns(void) {
                                   "{\"city\":\"Paris\"}},\"id\":\"call_1\"},{\"function\":{\"name\":"
                                   "\"get_weather\",\"arguments\":{\"value\":\"not json\"}}}]"),
                       "%s", m[2].tool_calls ? m[2].tool_calls : "(none)");
-            /* the chain of thought goes back to gpt-oss only: Mistral's format has none */
+            /* the chain of thought goes back, but to Mistral, whose format has none */
             CHECK(f ? m[2].reasoning && !strcmp(m[2].reasoning, "Look it up.") : !m[2].reasoning);
             CHECK(!strcmp(m[3].role, "tool") && !strcmp(m[3].content, "sunny") &&
                   !strcmp(m[3].tool_call_id, "call_1") && !strcmp(m[3].name, "get_weather"));

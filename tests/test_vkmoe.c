@@ -67,6 +67,7 @@ typedef struct moe_case {
     uint32_t t_gu, t_down;
     int n_embd, n_ff, n_expert, n_used;
     bool bias_gu, bias_down, oai;
+    bool gelu; /* gemma4's GELU experts (with oai false) */
 } moe_case;
 
 /* The weights (gate, up, down) and biases of a layer, as loaded by one backend. */
@@ -136,7 +137,8 @@ static al_moe describe(const moe_case *c, const layer *l, acts *a, const int32_t
         .gate_b = l->has_b[0] ? &l->b[0] : NULL, .up_b = l->has_b[1] ? &l->b[1] : NULL,
         .down_b = l->has_b[2] ? &l->b[2] : NULL,
         .n_expert = c->n_expert, .n_used = c->n_used, .n_ff = c->n_ff,
-        .act = c->oai ? AL_MOE_SWIGLU_OAI : AL_MOE_SILU, .alpha = 1.702f, .limit = 7.0f,
+        .act = c->oai ? AL_MOE_SWIGLU_OAI : c->gelu ? AL_MOE_GELU : AL_MOE_SILU,
+        .alpha = 1.702f, .limit = 7.0f,
         .sel = sel, .sel_w = sel_w,
         .xe = &a->xe, .ye = &a->ye, .he = &a->he, .he2 = &a->he2,
         .rows = a->rows, .rows_w = a->rows_w, .n_scratch = n_scratch,
@@ -214,11 +216,12 @@ static void one_batch(const moe_case *c, layer *lc, layer *lv, acts *ac, acts *a
 }
 
 static const moe_case g_cases[] = {
-    {"qwen3moe Q4_K/Q6_K silu", AL_TYPE_Q4_K, AL_TYPE_Q6_K, 256, 256, 16, 8, false, false, false},
-    {"gpt-oss MXFP4 bias oai", AL_TYPE_MXFP4, AL_TYPE_MXFP4, 288, 224, 12, 4, true, true, true},
-    {"Q8_0 bias silu", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 128, 8, 2, true, true, false},
-    {"Q8_0/Q5_0 n_ff 160 oai", AL_TYPE_Q8_0, AL_TYPE_Q5_0, 96, 160, 6, 3, false, false, true},
-    {"Q4_0/Q8_0 down bias", AL_TYPE_Q4_0, AL_TYPE_Q8_0, 128, 96, 5, 2, false, true, false},
+    {"qwen3moe Q4_K/Q6_K silu", AL_TYPE_Q4_K, AL_TYPE_Q6_K, 256, 256, 16, 8, false, false, false, false},
+    {"gpt-oss MXFP4 bias oai", AL_TYPE_MXFP4, AL_TYPE_MXFP4, 288, 224, 12, 4, true, true, true, false},
+    {"Q8_0 bias silu", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 128, 8, 2, true, true, false, false},
+    {"Q8_0/Q5_0 n_ff 160 oai", AL_TYPE_Q8_0, AL_TYPE_Q5_0, 96, 160, 6, 3, false, false, true, false},
+    {"Q4_0/Q8_0 down bias", AL_TYPE_Q4_0, AL_TYPE_Q8_0, 128, 96, 5, 2, false, true, false, false},
+    {"gemma4 Q8_0 gelu", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 256, 128, 8, 2, false, false, false, true},
 };
 
 static void one_case(const moe_case *c) {
@@ -240,8 +243,8 @@ static void test_moe_fused(void) {
 
 /* What the op does not fuse: float experts, a scratch of fewer rows than pairs. */
 static void test_moe_declines(void) {
-    const moe_case f16 = {"F16", AL_TYPE_F16, AL_TYPE_F16, 64, 64, 4, 2, false, false, false};
-    const moe_case q8 = {"Q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 64, 64, 4, 2, false, false, false};
+    const moe_case f16 = {"F16", AL_TYPE_F16, AL_TYPE_F16, 64, 64, 4, 2, false, false, false, false};
+    const moe_case q8 = {"Q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 64, 64, 4, 2, false, false, false, false};
     const moe_case *cases[] = {&f16, &q8};
     for (int i = 0; i < 2; i++) {
         layer lc = {0}, lv = {0};
@@ -260,7 +263,7 @@ static void test_moe_declines(void) {
 
 /* vulkan.tune fuse=0: the plain ops, for comparisons. */
 static void test_moe_fuse_off(void) {
-    const moe_case q8 = {"Q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 64, 64, 4, 2, false, false, false};
+    const moe_case q8 = {"Q8_0", AL_TYPE_Q8_0, AL_TYPE_Q8_0, 64, 64, 4, 2, false, false, false, false};
     layer lc = {0}, lv = {0};
     acts av;
     load_layer(&q8, &lc, &lv);

@@ -1422,9 +1422,11 @@ static void test_supports(void) {
                                      .max_batch = 512, .logit_rows = 16};
     CHECK(g_vk->ops->supports(g_vk, &ok_shape) == AL_OK);
     al_model_shape s = ok_shape;
-    s.head_dim = 257;
+    s.head_dim = 576; /* latent attention's rows: the shader's wide build */
+    CHECK(g_vk->ops->supports(g_vk, &s) == AL_OK);
+    s.head_dim = 577;
     CHECK(g_vk->ops->supports(g_vk, &s) == AL_ERR_UNSUPPORTED &&
-          strstr(al_last_error(), "head size 257"));
+          strstr(al_last_error(), "head size 577"));
     printf("  %s\n", al_last_error());
     s = ok_shape;
     s.n_ff = 1 << 21; /* 512 rows of it: 4 GiB, beyond any storage binding (32 bits) */

@@ -111,6 +111,7 @@ static void gen_usage(void) {
            "         [--experts E --experts-used K --ffn-exp F] [--yarn FACTOR]\n"
            "         [--ssm-conv K --ssm-state S --ssm-heads V --ssm-groups G --full-attn-interval N]\n"
            "         [--mtp N] [--ssm-split] [--q-lora N] [--kv-lora N]\n"
+           "         [--head-dim-swa N --swa-period N --shared-kv N --ple N]\n"
            "A is one of %s; --head-dim defaults to D / H (qwen3, gemma3\n"
            "and gpt-oss may differ), --swa is the sliding window (default 512); a mixture\n"
            "of experts (qwen3moe, gpt-oss) needs E experts, K used per token, of width F.\n"
@@ -118,6 +119,8 @@ static void gen_usage(void) {
            "gives qwen3next the split q|k|v and z projections instead of the older ssm_in.\n"
            "deepseek2: --head-dim is a query head before absorption (a third rotates),\n"
            "--kv-lora the cached latent width, --q-lora a low-rank query (and V3's router).\n"
+           "gemma4: the sliding layers' heads, one global layer in --swa-period, the last\n"
+           "--shared-kv layers on earlier layers' caches, per-layer inputs of width --ple.\n"
            "Writes a model of RANDOM WEIGHTS, FOR BENCHMARKS ONLY: the shapes and hyper-\n"
            "parameters are real, the output is noise. Weights ~ N(0, 0.02)-like, norms 1,\n"
            "a minimal SentencePiece-style vocabulary of V >= 259 tokens. Deterministic for\n"
@@ -142,6 +145,8 @@ static int gen_parse_one(al_gen_params *p, int argc, char **argv, int *i) {
         {"--ssm-state", &p->ssm_state}, {"--ssm-heads", &p->ssm_heads},
         {"--ssm-groups", &p->ssm_groups}, {"--full-attn-interval", &p->full_attn_interval},
         {"--mtp", &p->mtp},           {"--q-lora", &p->q_lora},     {"--kv-lora", &p->kv_lora},
+        {"--head-dim-swa", &p->head_dim_swa}, {"--swa-period", &p->swa_period},
+        {"--shared-kv", &p->shared_kv}, {"--ple", &p->ple},
     };
     if (!strcmp(a, "--tied")) return p->tied = true, 0;
     if (!strcmp(a, "--pure")) return p->pure = true, 0;

@@ -893,12 +893,13 @@ static void kv_prep_part(void *arg, int ith, int nth) {
             cpu_rotate_heads(p->out, t, t + 1, s->n_head, s->head_dim);
             continue;
         }
-        cpu_attn_write_kv_row(p->k, p->v, p->kc, p->vc, s, t);
+        if (!s->kv_written) cpu_attn_write_kv_row(p->k, p->v, p->kc, p->vc, s, t);
         if (p->rot_q) cpu_rotate_heads(p->q, t, t + 1, s->n_head, s->head_dim);
     }
 }
 
 static void kv_prep_run(cpu_backend *cb, kv_prep *p) {
+    if (!p->out && !p->rot_q && p->s->kv_written) return; /* nothing to write or rotate */
     const bool plain = !p->out && !p->rot_q && p->kc->type == AL_TYPE_F32 &&
                        p->vc->type == AL_TYPE_F32;
     if (plain || p->s->n_tokens < 4) { /* copies, or a few tokens: not worth the threads */

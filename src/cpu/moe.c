@@ -219,6 +219,8 @@ static void moe_up_panels(moe_job *j, moe_expert *x, int64_t p0, int64_t p1, voi
         const float *u = cpu_f32_row(&x->he2, t) + c0;
         if (moe->act == AL_MOE_SWIGLU_OAI)
             k->swiglu_oai(g, u, moe->alpha, moe->limit, nc);
+        else if (moe->act == AL_MOE_GELU)
+            k->gelu_mul(g, u, nc);
         else
             k->silu_mul(g, u, nc);
     }

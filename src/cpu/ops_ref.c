@@ -307,6 +307,8 @@ bool ref_moe_ffn(al_backend *be, const al_tensor *xb, const al_moe *moe, al_tens
             ref_matmul(be, &xt, &up, al_tensor_row_or_null(moe->up_b, e, &ub), &he2);
             if (moe->act == AL_MOE_SWIGLU_OAI)
                 ref_swiglu_oai(be, &he, &he2, moe->alpha, moe->limit);
+            else if (moe->act == AL_MOE_GELU)
+                ref_gelu_mul(be, &he, &he2);
             else
                 ref_silu_mul(be, &he, &he2);
             ref_matmul(be, &he, &down, al_tensor_row_or_null(moe->down_b, e, &db), &ye);
@@ -435,7 +437,7 @@ static void attn_part(void *arg, int ith, int nth) {
 void ref_attention(al_backend *be, const al_tensor *q, const al_tensor *k, const al_tensor *v,
                    al_tensor *k_cache, al_tensor *v_cache, const al_attn_shape *s, al_tensor *out) {
     cpu_backend *cb = (cpu_backend *)be;
-    cpu_attn_write_kv(k, v, k_cache, v_cache, s);
+    if (!s->kv_written) cpu_attn_write_kv(k, v, k_cache, v_cache, s);
     if (k_cache->layout == AL_LAYOUT_HADAMARD) /* q.k = (H q).(H k) */
         cpu_rotate_heads(q, 0, s->n_tokens, s->n_head, s->head_dim);
     /* a query sees at most window positions, or all up to the batch's last */

@@ -13,6 +13,9 @@
  *   qwen35moe  qwen35 with a mixture of experts and a sigmoid-gated shared expert.
  *   qwen3next  qwen35moe with grouped value heads (and older fused projections).
  *   glm4moe  GLM-4.5 / 4.6: biased QKV, partial rope, a dense lead, sigmoid routing.
+ *   gemma4  gemma3's blocks with sliding layers of their own head size and rope, values
+ *           normed, scale-free attention, the last layers reading earlier layers'
+ *           caches, per-layer inputs (E2B/E4B) and output scales.
  *   deepseek2  DeepSeek-V2/V3, Kimi, GLM-4.7-Flash: multi-head latent attention (one
  *           compressed vector and one rope key cached per position), a dense lead and
  *           experts with shared ones, softmax or sigmoid routing in groups.
@@ -217,6 +220,34 @@ static const arch_tensor deepseek2_layer[] = {
     {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
     {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
 };
+/* gemma4: as gemma3, but attn_k (and its norm) only where a layer keeps its own cache
+ * and attn_v optional (values are then the keys' projection: gemma4.c checks); the
+ * output scale and the per-layer input's tensors where the file has them */
+static const arch_tensor gemma4_layer[] = {
+    {L_ATTN_NORM, "attn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_WQ, "attn_q.weight", D_EMBD, D_Q, true, D_ONE, W_ALL},
+    {L_WK, "attn_k.weight", D_EMBD, D_KV, false, D_ONE, W_ALL},
+    {L_WV, "attn_v.weight", D_EMBD, D_KV, false, D_ONE, W_ALL},
+    {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, W_ALL},
+    {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, false, D_ONE, W_ALL},
+    ATTN_OUT,
+    {L_ATTN_POST_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    FFN,
+    {L_FFN_POST_NORM, "post_ffw_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
+    {L_OUT_SCALE, "layer_output_scale.weight", D_SCALAR, D_ONE, false, D_ONE, W_ALL},
+    {L_PLE_GATE, "inp_gate.weight", D_EMBD, D_PLE, false, D_ONE, W_ALL},
+    {L_PLE_PROJ, "proj.weight", D_PLE, D_EMBD, false, D_ONE, W_ALL},
+    {L_PLE_NORM, "post_norm.weight", D_EMBD, D_ONE, false, D_ONE, W_ALL},
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, false, D_ONE, W_ALL},
+    {L_GATE_INP_S, "ffn_gate_inp.scale", D_EMBD, D_ONE, false, D_ONE, W_ALL},
+    {L_PRE_NORM_2, "pre_ffw_norm_2.weight", D_EMBD, D_ONE, false, D_ONE, W_ALL},
+    {L_POST_NORM_1, "post_ffw_norm_1.weight", D_EMBD, D_ONE, false, D_ONE, W_ALL},
+    {L_POST_NORM_2, "post_ffw_norm_2.weight", D_EMBD, D_ONE, false, D_ONE, W_ALL},
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, false, D_EXPERT, W_ALL},
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, false, D_EXPERT, W_ALL},
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, false, D_EXPERT, W_ALL},
+    {L_DOWN_EXPS_S, "ffn_down_exps.scale", D_EXPERT, D_ONE, false, D_ONE, W_ALL},
+};
 #undef A
 #undef R
 #undef QWEN35_ATTN
@@ -254,6 +285,9 @@ static const arch_desc archs[] = {
     {.name = "glm4moe", .flags = ARCH_ROPE_NEOX | ARCH_MOE, .act = ACT_SILU, .norm_eps = 1e-5f,
      .rope_base = 1000000.0f, .gating = 2, .sigmoid_only = true, .layer = glm4moe_layer,
      .n_layer_tensors = N(glm4moe_layer)},
+    {.name = "gemma4", .flags = ARCH_ROPE_NEOX | ARCH_EMBD_SCALE | ARCH_SLIDING | ARCH_PER_LAYER,
+     .act = ACT_GELU, .norm_eps = 1e-6f, .rope_base = 1000000.0f, .swa_period = 6,
+     .rope_base_swa = 10000.0f, .layer = gemma4_layer, .n_layer_tensors = N(gemma4_layer)},
     {.name = "deepseek2", .flags = ARCH_MOE | ARCH_MLA, .act = ACT_SILU, .norm_eps = 1e-6f,
      .rope_base = 10000.0f, .gating = 1, .layer = deepseek2_layer,
      .n_layer_tensors = N(deepseek2_layer)},
@@ -276,7 +310,9 @@ const char *arch_names(char *buf, size_t size) {
 bool arch_slot_is_norm(arch_slot slot) {
     return slot == L_ATTN_NORM || slot == L_Q_NORM || slot == L_K_NORM ||
            slot == L_SSM_NORM || slot == L_Q_A_NORM || slot == L_KV_A_NORM ||
-           slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM;
+           slot == L_ATTN_POST_NORM || slot == L_FFN_NORM || slot == L_FFN_POST_NORM ||
+           slot == L_PLE_NORM || slot == L_PRE_NORM_2 || slot == L_POST_NORM_1 ||
+           slot == L_POST_NORM_2;
 }
 
 const arch_tensor *arch_tensor_of(const arch_desc *a, arch_slot slot) {

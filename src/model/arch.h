@@ -55,6 +55,13 @@ typedef enum arch_slot {
      * compressed vector's norm, and per head the matrices that take the latent vector
      * to a key's non-rotating part (k_b) and to a value (v_b) */
     L_WQ_A, L_Q_A_NORM, L_WQ_B, L_WKV_A_MQA, L_KV_A_NORM, L_WK_B, L_WV_B,
+    /* gemma4: a scalar multiplying the layer's output, and the per-layer input's gate,
+     * projection back to the embedding and its norm (the E2B/E4B files) */
+    L_OUT_SCALE, L_PLE_GATE, L_PLE_PROJ, L_PLE_NORM,
+    /* gemma4's mixture of experts beside its dense FFN (the 26B-A4B file): the router
+     * input's per-channel scale, the experts' input norm, the two outputs' norms, and a
+     * scale per expert of its output (kept on the host: layer_weights.down_exps_s) */
+    L_GATE_INP_S, L_PRE_NORM_2, L_POST_NORM_1, L_POST_NORM_2, L_DOWN_EXPS_S,
     L_COUNT
 } arch_slot;
 
@@ -82,6 +89,8 @@ typedef enum arch_dim {
      * rope part, a query head's non-rotating part (qk_nope), a value head, and the
      * query and output projections' widths: n_head (qk_nope + rope), n_head v_head */
     D_Q_LORA, D_KV_LORA, D_KV_A, D_NOPE, D_V_MLA, D_Q_MLA, D_O_MLA,
+    D_SCALAR, /* 1: a tensor of one value */
+    D_PLE,    /* gemma4: a per-layer input's width (embedding_length_per_layer_input) */
 } arch_dim;
 
 /* Which layers have a tensor, where an architecture mixes two kinds: attention and
@@ -129,6 +138,10 @@ enum {
     /* multi-head latent attention (deepseek2): the cache holds one compressed vector
      * and one rope key per position, shared by every head (model/mla.c) */
     ARCH_MLA = 1 << 6,
+    /* gemma4 (model/gemma4.c): layers sized one by one (the sliding ones' heads, the
+     * feed-forward widths), the last layers attending to earlier layers' caches,
+     * normed values, per-layer inputs and output scales */
+    ARCH_PER_LAYER = 1 << 7,
 };
 
 typedef struct arch_desc {

@@ -18,6 +18,7 @@
  * (al_context_truncate) without losing what the window needs. */
 static int layer_cap(const al_model *m, int il, int n_ctx) {
     if (m->layers[il].recr) return 0; /* a recurrent layer keeps a state instead */
+    if (m->layers[il].kv_src != il) return 0; /* it reads an earlier layer's */
     if (!m->layers[il].swa) return n_ctx;
     const int n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
     const int64_t cap = (int64_t)m->swa_window + n_batch;
@@ -51,20 +52,23 @@ al_status al_kv_type_parse(const char *name, al_kv_type *out) {
                     name ? name : "(null)");
 }
 
-/* Bytes of one cache row (every kv head) of type t. */
-static uint64_t kv_row_bytes(const al_model *m, al_kv_type t) {
-    return quant_row_bytes(kv_types[t].type, (int64_t)m->n_head_kv * m->head_dim);
+/* Bytes of one cache row of layer il (every kv head) of type t. */
+static uint64_t kv_row_bytes(const al_model *m, int il, al_kv_type t) {
+    const layer_weights *l = &m->layers[il];
+    return quant_row_bytes(kv_types[t].type, (int64_t)l->n_head_kv * l->head_dim);
 }
 
-/* Bytes of keys and values in rows cache rows (summed over the layers). */
-static uint64_t kv_rows_bytes(const al_model *m, uint64_t rows, al_kv_type tk, al_kv_type tv) {
-    return rows * (kv_row_bytes(m, tk) + (m->kv_latent ? 0 : kv_row_bytes(m, tv)));
+/* Bytes of layer il's keys and values in rows cache rows. */
+static uint64_t kv_rows_bytes(const al_model *m, int il, uint64_t rows, al_kv_type tk,
+                              al_kv_type tv) {
+    return rows * (kv_row_bytes(m, il, tk) + (m->kv_latent ? 0 : kv_row_bytes(m, il, tv)));
 }
 
 uint64_t model_kv_bytes(const al_model *m, int n_ctx, al_kv_type tk, al_kv_type tv) {
-    uint64_t rows = 0;
-    for (int il = 0; il < m->n_layer; il++) rows += (uint64_t)layer_cap(m, il, n_ctx);
-    return kv_rows_bytes(m, rows, tk, tv) + hybrid_state_bytes(m);
+    uint64_t n = 0;
+    for (int il = 0; il < m->n_layer; il++)
+        n += kv_rows_bytes(m, il, (uint64_t)layer_cap(m, il, n_ctx), tk, tv);
+    return n + hybrid_state_bytes(m);
 }
 
 /* Whether the context's backend reads caches of p's types, with one line saying why
@@ -79,10 +83,12 @@ static al_status kv_types_check(const al_model *m, al_backend *be, const al_cont
                             "f16, q8_0, q4_0)", what[i], (int)t[i]);
         const uint32_t type = kv_types[t[i]].type;
         if (type == AL_TYPE_F32) continue;
-        if (quant_row_bytes(type, m->head_dim) == 0)
-            return al_error(AL_ERR_UNSUPPORTED, "a %s KV cache stores blocks of %u values, and "
-                            "this model's heads of %d do not divide into them", kv_types[t[i]].name,
-                            quant_get_traits(type)->block_size, m->head_dim);
+        for (int il = 0; il < m->n_layer; il++)
+            if (quant_row_bytes(type, m->layers[il].head_dim) == 0)
+                return al_error(AL_ERR_UNSUPPORTED, "a %s KV cache stores blocks of %u values, "
+                                "and this model's heads of %d do not divide into them",
+                                kv_types[t[i]].name, quant_get_traits(type)->block_size,
+                                m->layers[il].head_dim);
         if (!(be->ops->kv_types & (1u << type)))
             return al_error(AL_ERR_UNSUPPORTED, "%s has no %s KV cache (it keeps f32 keys and "
                             "values); use the cpu backend or an f32 cache", be->desc[0] ? be->desc
@@ -158,8 +164,9 @@ static al_status kv_tensor_alloc(al_backend *be, uint32_t type, uint8_t layout, 
     return st;
 }
 
-al_status model_kv_tensors(al_context *c, int64_t cap, al_tensor *k, al_tensor *v) {
-    const int64_t kvd = (int64_t)c->m->n_head_kv * c->m->head_dim;
+al_status model_kv_tensors(al_context *c, int il, int64_t cap, al_tensor *k, al_tensor *v) {
+    const layer_weights *l = &c->m->layers[il];
+    const int64_t kvd = (int64_t)l->n_head_kv * l->head_dim;
     const uint32_t tk = kv_types[c->type_k].type, tv = kv_types[c->type_v].type;
     const uint8_t lk = c->kv_rotated && kv_quantized(c->type_k) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
     const uint8_t lv = c->kv_rotated && kv_quantized(c->type_v) ? AL_LAYOUT_HADAMARD : AL_LAYOUT_ROWS;
@@ -225,7 +232,7 @@ static al_status kv_alloc(al_context *c, const al_context *peer) {
     for (int il = 0; il < m->n_layer; il++) {
         const int cap = layer_cap(m, il, c->n_ctx);
         if (cap == 0) continue;
-        if ((st = model_kv_tensors(c, cap, &c->k_cache[il], &c->v_cache[il]))) return st;
+        if ((st = model_kv_tensors(c, il, cap, &c->k_cache[il], &c->v_cache[il]))) return st;
     }
     return AL_OK;
 }
@@ -257,9 +264,8 @@ static al_status context_alloc_moe(al_context *c) {
 static al_status context_alloc(al_context *c, const al_context *peer) {
     const al_model *m = c->m;
     al_backend *be = c->be;
-    int64_t nb = c->n_batch, qd = (int64_t)m->n_head * m->head_dim;
-    int64_t kvd = (int64_t)m->n_head_kv * m->head_dim;
-    const int64_t n_ff = m->n_ff > m->n_ff_shexp ? m->n_ff : m->n_ff_shexp; /* hb: either FFN */
+    int64_t nb = c->n_batch, qd = m->max_qd, kvd = m->max_kvd;
+    const int64_t n_ff = m->max_ff > m->n_ff_shexp ? m->max_ff : m->n_ff_shexp; /* hb: either FFN */
     al_status st;
     if ((st = kv_alloc(c, peer))) return st;
     if ((st = be->ops->tensor_alloc(be, m->n_embd, nb, &c->x)) ||
@@ -275,6 +281,7 @@ static al_status context_alloc(al_context *c, const al_context *peer) {
     if (m->n_expert && (st = context_alloc_moe(c))) return st;
     if (m->ad->flags & ARCH_HYBRID && (st = hybrid_context_alloc(c))) return st;
     if (m->ad->flags & ARCH_MLA && (st = mla_context_alloc(c))) return st;
+    if (m->ad->flags & ARCH_PER_LAYER && (st = gemma4_context_alloc(c))) return st;
     if (c->want_mtp && (st = mtp_context_alloc(c))) return st;
     c->seq_pos = al_malloc((size_t)nb * sizeof *c->seq_pos);
     c->seq_kc = al_malloc((size_t)nb * sizeof *c->seq_kc);
@@ -298,12 +305,13 @@ uint64_t al_model_kv_bytes(const al_model *m, int n_ctx, al_kv_type k, al_kv_typ
 
 uint64_t al_model_kv_read_bytes(const al_model *m, int pos, al_kv_type k, al_kv_type v) {
     if (!m || pos < 0 || !kv_type_valid(k) || !kv_type_valid(v)) return 0;
-    uint64_t rows = 0;
-    for (int il = 0; il < m->n_layer; il++) {
+    uint64_t n = 0;
+    for (int il = 0; il < m->n_layer; il++) { /* a layer reading another's cache reads it again */
         const bool win = m->layers[il].swa && m->swa_window > 0 && m->swa_window <= pos;
-        if (!m->layers[il].recr) rows += win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
+        const uint64_t rows = win ? (uint64_t)m->swa_window : (uint64_t)pos + 1;
+        if (!m->layers[il].recr) n += kv_rows_bytes(m, m->layers[il].kv_src, rows, k, v);
     }
-    return kv_rows_bytes(m, rows, k, v) + hybrid_state_bytes(m); /* a state is read whole per token */
+    return n + hybrid_state_bytes(m); /* a state is read whole per token */
 }
 
 int al_model_default_n_ctx(const al_model *m) {
@@ -382,7 +390,9 @@ void al_context_destroy(al_context *c) {
     al_tensor *scratch[] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2,
                             &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2,
                             &c->qg, &c->ssm_qkv, &c->ssm_conv, &c->ssm_z, &c->ssm_o,
-                            &c->ssm_alpha, &c->ssm_beta, &c->mla_q, &c->mla_qa, &c->mla_vo};
+                            &c->ssm_alpha, &c->ssm_beta, &c->mla_q, &c->mla_qa, &c->mla_vo,
+                            &c->ple_in, &c->ple_tok, &c->ple_h, &c->g4_mlp, &c->g4_in,
+                            &c->g4_moe};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]->data) ops->tensor_free(c->be, scratch[i]);
     for (int il = 0; c->conv_state && il < c->m->n_layer; il++) {
@@ -425,6 +435,7 @@ al_status al_context_truncate(al_context *c, int n_past) {
      * checkpoint, or starts over */
     if (m->ad->flags & ARCH_HYBRID && n_past < c->n_past) n_past = hybrid_restore(c, n_past);
     for (int il = 0; il < m->n_layer && n_past > 0; il++) {
+        if (!c->k_cache[il].data) continue; /* no cache of its own */
         const int64_t cap = c->k_cache[il].ne[1], lo = n_past - m->swa_window + 1;
         if (m->layers[il].swa && (lo > 0 ? lo : 0) + cap <= (int64_t)c->n_past - 1) n_past = 0;
     }

@@ -23,15 +23,25 @@
 #include "util.h"
 
 /* Per-head RMSNorm of q or k in place (the Q/K norm of qwen3 and gemma3): the rows
- * are viewed as n_heads rows of head_dim each (backend.h: rms_norm). */
+ * are viewed as n_heads rows of the norm's width each (backend.h: rms_norm). */
 void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
                       const al_tensor *w) {
-    AL_ASSERT(x->row_bytes == (uint64_t)n_heads * m->head_dim * sizeof(float));
+    const int64_t hd = w->ne[0];
+    AL_ASSERT(x->row_bytes == (uint64_t)(n_heads * hd) * sizeof(float));
     al_tensor h = *x;
-    h.ne[0] = m->head_dim;
+    h.ne[0] = hd;
     h.ne[1] = x->ne[1] * n_heads;
-    h.row_bytes = (uint64_t)m->head_dim * sizeof(float);
+    h.row_bytes = (uint64_t)hd * sizeof(float);
     be->ops->rms_norm(be, &h, w, m->norm_eps, &h);
+}
+
+al_tensor model_scratch(const al_tensor *t, int64_t ne0, int n) {
+    AL_ASSERT(ne0 <= t->ne[0] && n <= t->ne[1]);
+    al_tensor v = *t;
+    v.ne[0] = ne0;
+    v.ne[1] = n;
+    v.row_bytes = (uint64_t)ne0 * sizeof(float);
+    return v;
 }
 
 void model_kv(al_context *c, int il, al_tensor **k, al_tensor **v) {
@@ -39,8 +49,31 @@ void model_kv(al_context *c, int il, al_tensor **k, al_tensor **v) {
         mtp_kv(c, k, v);
         return;
     }
-    *k = &c->k_cache[il];
-    *v = &c->v_cache[il];
+    const int src = c->m->layers[il].kv_src; /* its own, or an earlier layer's */
+    *k = &c->k_cache[src];
+    *v = &c->v_cache[src];
+}
+
+/* A layer attending to an earlier layer's cache, which holds the batch already: its
+ * queries' rope (each row at its sequence's position), then attention alone. */
+static void attend_written(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
+                           const al_rope *rope, al_attn_shape *shape, al_tensor *att) {
+    al_backend *be = c->be;
+    if (!seqs) {
+        al_tensor *kc, *vc;
+        model_kv(c, il, &kc, &vc);
+        if (rope) be->ops->rope(be, q, shape->n_head, shape->head_dim, c->n_past, rope);
+        be->ops->attention(be, q, q, q, kc, vc, shape, att);
+        return;
+    }
+    shape->n_tokens = 1;
+    for (int i = 0; i < n; i++) {
+        al_tensor qi = al_tensor_rows(q, i, 1), ai = al_tensor_rows(att, i, 1), *kc, *vc;
+        model_kv(seqs[i], il, &kc, &vc);
+        shape->n_past = seqs[i]->n_past;
+        if (rope) be->ops->rope(be, &qi, shape->n_head, shape->head_dim, shape->n_past, rope);
+        be->ops->attention(be, &qi, &qi, &qi, kc, vc, shape, &ai);
+    }
 }
 
 /* Rotary positions and attention for rows of one sequence, or of several: when seqs
@@ -51,16 +84,22 @@ void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al
     const al_model *m = c->m;
     al_backend *be = c->be;
     const al_backend_ops *op = be->ops;
-    const bool swa = m->layers[il].swa;
+    const layer_weights *l = &m->layers[il];
+    const bool swa = l->swa;
     const al_rope *rope = swa ? &m->rope_swa : &m->rope;
-    al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = m->n_head_kv,
-                           .head_dim = m->head_dim, .n_past = c->n_past, .n_tokens = n,
+    al_attn_shape shape = {.n_head = m->n_head, .n_head_kv = l->n_head_kv,
+                           .head_dim = l->head_dim, .n_past = c->n_past, .n_tokens = n,
                            .scale = m->attn_scale, .window = swa ? m->swa_window : 0,
-                           .sinks = opt(&m->layers[il].t[L_SINKS])};
+                           .sinks = opt(&l->t[L_SINKS]),
+                           .kv_written = il < m->n_layer && l->kv_src != il};
+    if (shape.kv_written) {
+        attend_written(c, seqs, il, n, q, rope, &shape, att);
+        return;
+    }
     if (!seqs && n > 1) {
         al_tensor *kc, *vc;
         model_kv(c, il, &kc, &vc);
-        backend_rope_qk(be, q, m->n_head, k, m->n_head_kv, m->head_dim, c->n_past, rope);
+        backend_rope_qk(be, q, m->n_head, k, l->n_head_kv, l->head_dim, c->n_past, rope);
         op->attention(be, q, k, v, kc, vc, &shape, att);
         return;
     }
@@ -116,7 +155,8 @@ static void ffn_block(al_context *c, int il, int n) {
     const al_tensor *t = m->layers[il].t;
     al_backend *be = c->be;
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
-    al_tensor hb = al_tensor_rows(&c->hb, 0, n), hb2 = al_tensor_rows(&c->hb2, 0, n);
+    const int n_ff = m->layers[il].n_ff; /* its own width (gemma4) */
+    al_tensor hb = model_scratch(&c->hb, n_ff, n), hb2 = model_scratch(&c->hb2, n_ff, n);
     /* the FFN norm, gate and up projections and activation: one dispatch on a GPU */
     backend_norm_matmul_glu(be, &x, &t[L_FFN_NORM], m->norm_eps, &t[L_GATE], &t[L_UP],
                             m->ad->act == ACT_GELU ? AL_GLU_GELU : AL_GLU_SILU, &xb, &hb2, &hb);
@@ -189,9 +229,10 @@ static void route_probs(const al_model *m, const float *l, const float *bias, in
  * softmax over just those. That is both qwen3moe's gating (a softmax over all experts,
  * the picked weights renormalised: the full denominator cancels) and gpt-oss's (top k
  * of the raw logits, then a softmax). deepseek2's and glm4moe's: route_probs. */
-static void route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
-                  float *sel_w) {
+void model_route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
+                 float *sel_w) {
     const int ne = m->n_expert, k = m->n_expert_used;
+    const float *scale = m->layers[il].down_exps_s; /* gemma4: each expert's output's */
     for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * ne;
         int32_t *s = sel + (size_t)t * k;
@@ -204,7 +245,25 @@ static void route(const al_model *m, int il, const float *logits, int n, int32_t
         double sum = 0; /* s[0] holds the largest logit */
         for (int j = 0; j < k; j++) sum += w[j] = (float)exp((double)l[s[j]] - l[s[0]]);
         for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sum);
+        for (int j = 0; scale && j < k; j++) w[j] *= scale[s[j]];
     }
+}
+
+al_moe model_moe(al_context *c, int il) {
+    const al_model *m = c->m;
+    const al_tensor *t = m->layers[il].t;
+    return (al_moe){
+        .gate = &t[L_GATE_EXPS], .up = &t[L_UP_EXPS], .down = &t[L_DOWN_EXPS],
+        .gate_b = opt(&t[L_GATE_EXPS_B]), .up_b = opt(&t[L_UP_EXPS_B]),
+        .down_b = opt(&t[L_DOWN_EXPS_B]),
+        .n_expert = m->n_expert, .n_used = m->n_expert_used, .n_ff = m->n_ff_exp,
+        .act = m->ad->act == ACT_SWIGLU_OAI ? AL_MOE_SWIGLU_OAI
+               : m->ad->act == ACT_GELU    ? AL_MOE_GELU : AL_MOE_SILU,
+        .alpha = 1.702f, .limit = 7.0f,
+        .sel = c->sel, .sel_w = c->sel_w,
+        .xe = &c->xe, .ye = &c->ye, .he = &c->he, .he2 = &c->he2,
+        .rows = c->rows, .rows_w = c->rows_w, .n_scratch = c->moe_rows,
+    };
 }
 
 /* The mixture-of-experts FFN of layer il: the router's logits come to the host to pick
@@ -221,25 +280,19 @@ static void moe_block(al_context *c, int il, int n) {
     op->rms_norm(be, &x, &t[L_FFN_NORM], m->norm_eps, &xb);
     op->matmul(be, &xb, &t[L_GATE_INP], opt(&t[L_GATE_INP_B]), &router);
     op->tensor_read(be, &router, c->router_host, (uint64_t)n * m->n_expert * sizeof(float));
-    route(m, il, c->router_host, n, c->sel, c->sel_w);
-    const al_moe moe = {
-        .gate = &t[L_GATE_EXPS], .up = &t[L_UP_EXPS], .down = &t[L_DOWN_EXPS],
-        .gate_b = opt(&t[L_GATE_EXPS_B]), .up_b = opt(&t[L_UP_EXPS_B]),
-        .down_b = opt(&t[L_DOWN_EXPS_B]),
-        .n_expert = m->n_expert, .n_used = m->n_expert_used, .n_ff = m->n_ff_exp,
-        .act = m->ad->act == ACT_SWIGLU_OAI ? AL_MOE_SWIGLU_OAI : AL_MOE_SILU,
-        .alpha = 1.702f, .limit = 7.0f,
-        .sel = c->sel, .sel_w = c->sel_w,
-        .xe = &c->xe, .ye = &c->ye, .he = &c->he, .he2 = &c->he2,
-        .rows = c->rows, .rows_w = c->rows_w, .n_scratch = c->moe_rows,
-    };
+    model_route(m, il, c->router_host, n, c->sel, c->sel_w);
+    const al_moe moe = model_moe(c, il);
     backend_moe_ffn(be, &xb, &moe, &x);
     if (t[L_GATE_SHEXP].data) hybrid_shared_expert(c, il, n);
 }
 
 void model_ffn(al_context *c, int il, int n) {
-    if (c->m->n_expert && !c->m->layers[il].dense) moe_block(c, il, n);
-    else ffn_block(c, il, n);
+    if (c->m->n_expert && !c->m->layers[il].dense) {
+        if (c->m->ad->flags & ARCH_PER_LAYER) gemma4_moe_ffn(c, il, n);
+        else moe_block(c, il, n);
+    } else {
+        ffn_block(c, il, n);
+    }
 }
 
 /* logits = cap * tanh(logits / cap), on the host copy (Gemma's soft-cap). */
@@ -256,12 +309,16 @@ static void forward_rows(al_context *c, al_context *const *seqs, const int32_t *
     al_tensor x = al_tensor_rows(&c->x, 0, n), xb = al_tensor_rows(&c->xb, 0, n);
     be->ops->get_rows(be, &m->tok_embd, tokens, n, &x);
     if (m->embd_scale != 1.0f) be->ops->scale(be, &x, m->embd_scale);
+    const bool per_layer = m->ad->flags & ARCH_PER_LAYER;
+    if (per_layer) gemma4_inputs(c, tokens, n);
     for (int il = 0; il < m->n_layer; il++) {
         if (m->layers[il].recr) hybrid_recurrent_block(c, seqs, il, n);
         else if (m->ad->flags & ARCH_HYBRID) hybrid_attn_block(c, seqs, il, n);
         else if (m->ad->flags & ARCH_MLA) mla_attn_block(c, seqs, il, n);
+        else if (per_layer) gemma4_attn_block(c, seqs, il, n);
         else attn_block(c, seqs, il, n);
         model_ffn(c, il, n);
+        if (per_layer) gemma4_layer_end(c, il, n);
     }
     if (!logits && !c->mtp) return;
     be->ops->rms_norm(be, &x, &m->output_norm, m->norm_eps, &xb);

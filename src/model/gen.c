@@ -39,6 +39,7 @@ typedef struct gen_opts {
     int64_t mtp;             /* next-token-prediction blocks after the trunk's */
     bool ssm_split;          /* qwen3next: attn_qkv + attn_gate, not the older ssm_in */
     int64_t q_lora, kv_lora; /* deepseek2 (al_gen_params) */
+    int64_t head_dim_swa, swa_period, shared_kv, ple; /* gemma4 (al_gen_params) */
     double rope_base;
     bool tied, pure;
     const quant_scheme *scheme;
@@ -69,6 +70,13 @@ static int64_t gen_mla_rot(const gen_opts *o) { return (gen_head_dim(o) / 3 + 1)
 static int64_t gen_mla_v(const gen_opts *o) { return gen_head_dim(o) - gen_mla_rot(o); }
 static bool gen_mla_v3(const gen_opts *o) { return gen_mla(o) && o->q_lora > 0; }
 
+/* gemma4: layers sized one by one (arch.h: ARCH_PER_LAYER) */
+static bool gen_g4(const gen_opts *o) { return (o->ad->flags & ARCH_PER_LAYER) != 0; }
+static bool gen_swa_layer(const gen_opts *o, int64_t il) {
+    return (il + 1) % (o->swa_period ? o->swa_period : o->ad->swa_period) != 0;
+}
+static bool gen_shared(const gen_opts *o, int64_t il) { return il >= o->layers - o->shared_kv; }
+
 /* Dimensions of a head that rotate: all of them, a quarter in a hybrid, half in
  * glm4moe (GLM-4.5's partial_rotary_factor); even. */
 static int64_t gen_rot(const gen_opts *o) {
@@ -94,6 +102,9 @@ static al_status gen_ranges(const gen_opts *o) {
         {"ssm_groups", o->ssm_groups, 1, 1024, false},
         {"full_attn_interval", o->full_attn, 1, 1024, false}, {"mtp", o->mtp, 1, 4, false},
         {"q_lora", o->q_lora, 1, o->dim, false}, {"kv_lora", o->kv_lora, 1, o->dim, false},
+        {"head_dim_swa", o->head_dim_swa, 2, 4096, false},
+        {"swa_period", o->swa_period, 1, 1024, false},
+        {"shared_kv", o->shared_kv, 1, o->layers, false}, {"ple", o->ple, 1, o->dim, false},
     };
     if (!o->arch || !o->dim || !o->layers || !o->heads || !o->kv_heads || !o->ffn || !o->vocab ||
         !o->scheme)
@@ -149,10 +160,12 @@ static al_status gen_check(gen_opts *o) {
         return al_error(AL_ERR_ARG, "swa: %s has no sliding-window layers", o->arch);
     if (!o->swa) o->swa = 512;
     const bool moe = o->ad->flags & ARCH_MOE;
-    if (moe && !(o->experts && o->experts_used && o->ffn_exp))
+    const bool may = moe || o->ad->flags & ARCH_PER_LAYER; /* gemma4: experts or none */
+    if ((moe || (may && (o->experts || o->experts_used || o->ffn_exp))) &&
+        !(o->experts && o->experts_used && o->ffn_exp))
         return al_error(AL_ERR_ARG, "%s is a mixture of experts: experts, experts_used and "
                         "ffn_exp are required", o->arch);
-    if (!moe && (o->experts || o->experts_used || o->ffn_exp))
+    if (!may && (o->experts || o->experts_used || o->ffn_exp))
         return al_error(AL_ERR_ARG, "experts, experts_used and ffn_exp: %s has no experts",
                         o->arch);
     st = gen_hybrid(o);
@@ -168,6 +181,17 @@ static al_status gen_check(gen_opts *o) {
         return al_error(AL_ERR_ARG, "head_dim %" PRId64 ": latent attention needs at least 6",
                         gen_head_dim(o));
     if (gen_mla(o) && !o->kv_lora) o->kv_lora = 4 * gen_mla_v(o) < o->dim ? 4 * gen_mla_v(o) : o->dim;
+    if ((o->head_dim_swa || o->swa_period || o->shared_kv || o->ple) && !gen_g4(o))
+        return al_error(AL_ERR_ARG, "head_dim_swa, swa_period, shared_kv and ple: %s has none",
+                        o->arch);
+    if (gen_g4(o) && !o->head_dim_swa) o->head_dim_swa = (gen_head_dim(o) / 2 + 1) / 2 * 2;
+    if (gen_g4(o) && o->head_dim_swa % 2)
+        return al_error(AL_ERR_ARG, "head_dim_swa %" PRId64 " must be even", o->head_dim_swa);
+    const int64_t first = o->layers - o->shared_kv;
+    if (o->shared_kv && (first < 2 || !gen_swa_layer(o, first - 2) || gen_swa_layer(o, first - 1)))
+        return al_error(AL_ERR_ARG, "shared_kv %" PRId64 ": layers %" PRId64 " and %" PRId64
+                        " must be a sliding and a global one (swa_period)", o->shared_kv,
+                        first - 2, first - 1);
     if (!o->threads) o->threads = pool_n_cpus() < 256 ? pool_n_cpus() : 256;
     if (!o->ctx) o->ctx = 4096;
     return AL_OK;
@@ -184,7 +208,8 @@ static al_status gen_opts_from(const char *out, const al_gen_params *p, gen_opts
         .yarn = p->yarn, .ssm_conv = p->ssm_conv, .ssm_state = p->ssm_state,
         .ssm_heads = p->ssm_heads, .ssm_groups = p->ssm_groups,
         .full_attn = p->full_attn_interval, .mtp = p->mtp, .ssm_split = p->ssm_split,
-        .q_lora = p->q_lora, .kv_lora = p->kv_lora,
+        .q_lora = p->q_lora, .kv_lora = p->kv_lora, .head_dim_swa = p->head_dim_swa,
+        .swa_period = p->swa_period, .shared_kv = p->shared_kv, .ple = p->ple,
         .rope_base = p->rope_base, .tied = p->tied, .pure = p->pure, .progress = p->progress,
         .progress_user = p->progress_user};
     char names[256];
@@ -326,6 +351,37 @@ static al_status gen_mla_metadata(gguf_writer *w, const gen_opts *o) {
     return st;
 }
 
+/* gemma4's: the sliding layers' sizes and pattern (an array, as its files have it), the
+ * shared caches, the per-layer inputs' width, a soft-cap, and the feed-forward widths
+ * per layer where layers share caches (theirs twice as wide) */
+static al_status gen_g4_metadata(gguf_writer *w, const gen_opts *o) {
+    const struct { const char *suffix; int64_t v; } u32s[] = {
+        {"attention.key_length_swa", o->head_dim_swa},
+        {"attention.value_length_swa", o->head_dim_swa},
+        {"rope.dimension_count_swa", o->head_dim_swa}, {"attention.shared_kv_layers", o->shared_kv},
+        {"embedding_length_per_layer_input", o->ple}};
+    char key[128];
+    al_status st = AL_OK;
+    for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
+        st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
+    }
+    bool swa[1024];
+    int32_t ff[1024];
+    for (int64_t il = 0; il < o->layers; il++) {
+        swa[il] = gen_swa_layer(o, il);
+        ff[il] = (int32_t)(gen_shared(o, il) ? 2 * o->ffn : o->ffn);
+    }
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_array(w, key, GGUF_VT_BOOL, swa, (uint64_t)o->layers);
+    snprintf(key, sizeof key, "%s.feed_forward_length", o->arch);
+    if (st == AL_OK && o->shared_kv)
+        st = gguf_writer_set_array(w, key, GGUF_VT_I32, ff, (uint64_t)o->layers);
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", o->arch);
+    if (st == AL_OK) st = gguf_writer_set_f32(w, key, 30.0f);
+    return st;
+}
+
 static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
     struct { const char *suffix; int64_t v; } u32s[] = {
         {"context_length", o->ctx},          {"embedding_length", o->dim},
@@ -341,6 +397,8 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
         st = gguf_writer_set_str(w, "general.description", "random weights for benchmarks only, "
                                  "written by anyllm gen-model; not a language model");
     for (size_t i = 0; st == AL_OK && i < sizeof u32s / sizeof *u32s; i++) {
+        /* gemma4's widths per layer: an array (gen_g4_metadata) */
+        if (gen_g4(o) && o->shared_kv && !strcmp(u32s[i].suffix, "feed_forward_length")) continue;
         snprintf(key, sizeof key, "%s.%s", o->arch, u32s[i].suffix);
         st = gguf_writer_set_u32(w, key, (uint32_t)u32s[i].v);
     }
@@ -358,7 +416,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
         {"expert_count", o->experts}, {"expert_used_count", o->experts_used},
         {"expert_feed_forward_length", o->ffn_exp},
     };
-    for (size_t i = 0; st == AL_OK && o->ad->flags & ARCH_MOE && i < 3; i++) {
+    for (size_t i = 0; st == AL_OK && o->experts && i < 3; i++) {
         snprintf(key, sizeof key, "%s.%s", o->arch, moe[i].suffix);
         st = gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
     }
@@ -376,6 +434,7 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
         st = gguf_writer_set_u32(w, key, (uint32_t)o->swa);
     if (st == AL_OK && o->full_attn) st = gen_hybrid_metadata(w, o);
     if (st == AL_OK && gen_dense_lead(o)) st = gen_router_metadata(w, o);
+    if (st == AL_OK && gen_g4(o)) st = gen_g4_metadata(w, o);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == AL_OK) st = gguf_writer_set_u32(w, "general.file_type", o->scheme->ftype);
     if (st == AL_OK) st = gen_vocab(w, o->vocab);
@@ -384,7 +443,10 @@ static al_status gen_metadata(gguf_writer *w, const gen_opts *o) {
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-typedef enum { FILL_RANDOM, FILL_ONES, FILL_NEGATIVE } fill_kind;
+/* FILL_SCALE: 0.5 + |noise| (gemma4's output scales); FILL_ROPE: gemma4's proportional
+ * rope factors, 1 for the first half of the pairs and 1e4 (next to no turning) after;
+ * FILL_CONST: std everywhere */
+typedef enum { FILL_RANDOM, FILL_ONES, FILL_NEGATIVE, FILL_SCALE, FILL_ROPE, FILL_CONST } fill_kind;
 
 typedef struct gen_tensor {
     char name[64];
@@ -414,8 +476,10 @@ static uint64_t splitmix64(uint64_t *s) {
  * a / sqrt(6)). */
 static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
     const gen_source *g = ctx;
-    if (g->t->fill == FILL_ONES) {
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+    if (g->t->fill == FILL_ONES || g->t->fill == FILL_ROPE || g->t->fill == FILL_CONST) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = g->t->fill == FILL_CONST ? g->t->std
+                     : g->t->fill == FILL_ROPE && i >= n / 2 ? 1e4f : 1.0f;
         return;
     }
     uint64_t s = g->seed * 0xD1B54A32D192ED03ull ^ (g->id << 40) ^ (uint64_t)row;
@@ -425,6 +489,7 @@ static void gen_row(void *ctx, int64_t row, float *dst, int64_t n) {
         const uint64_t r = splitmix64(&s);
         dst[i] = ((float)(uint32_t)r + (float)(uint32_t)(r >> 32) - 4294967296.0f) * a;
         if (g->t->fill == FILL_NEGATIVE) dst[i] = -0.1f - fabsf(dst[i]);
+        if (g->t->fill == FILL_SCALE) dst[i] = 0.5f + fabsf(dst[i]);
     }
 }
 
@@ -443,6 +508,8 @@ static int gen_dims(const gen_tensor *t) {
 static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     switch (d) {
     case D_ONE: return 1;
+    case D_SCALAR: return 1;
+    case D_PLE: return o->ple;
     case D_EMBD: return o->dim;
     case D_Q: return o->heads * gen_head_dim(o);
     case D_KV: return o->kv_heads * gen_head_dim(o);
@@ -471,6 +538,34 @@ static int64_t gen_dim(const gen_opts *o, arch_dim d) {
     case D_SSM_BA: return 2 * o->ssm_heads;
     }
     return 1;
+}
+
+/* A dimension of layer il's tensors: gemma4's sliding layers have heads of their own,
+ * its shared layers a feed-forward twice as wide. */
+static int64_t gen_layer_dim(const gen_opts *o, int64_t il, arch_dim d) {
+    if (!gen_g4(o) || il >= o->layers) return gen_dim(o, d);
+    const int64_t hd = gen_swa_layer(o, il) ? o->head_dim_swa : gen_head_dim(o);
+    switch (d) {
+    case D_Q: return o->heads * hd;
+    case D_KV: return o->kv_heads * hd;
+    case D_HEAD: return hd;
+    case D_FF: return gen_shared(o, il) ? 2 * o->ffn : o->ffn;
+    default: return gen_dim(o, d);
+    }
+}
+
+/* gemma4's layer tensors: keys only where a layer keeps its cache, values only on the
+ * sliding layers (the global ones take the keys' projection), the per-layer inputs'
+ * where there are any. */
+static bool gen_g4_writes(const gen_opts *o, const arch_tensor *at, int64_t il) {
+    switch (at->slot) {
+    case L_WK: case L_K_NORM: return !gen_shared(o, il);
+    case L_WV: return !gen_shared(o, il) && gen_swa_layer(o, il);
+    case L_PLE_GATE: case L_PLE_PROJ: case L_PLE_NORM: return o->ple > 0;
+    case L_GATE_INP: case L_GATE_INP_S: case L_PRE_NORM_2: case L_POST_NORM_1: case L_POST_NORM_2:
+    case L_GATE_EXPS: case L_UP_EXPS: case L_DOWN_EXPS: case L_DOWN_EXPS_S: return o->experts > 0;
+    default: return true;
+    }
 }
 
 /* Whether al_gen_model writes layer tensor `at`: qwen3next's optional projections come in
@@ -511,22 +606,46 @@ static int gen_plan(const gen_opts *o, gen_tensor *ts, int max) {
     add_tensor(ts, &n, max, "output_norm.weight", o->dim, 1, 1, FILL_ONES, 0);
     if (!o->tied)
         add_tensor(ts, &n, max, "output.weight", o->dim, o->vocab, 1, FILL_RANDOM, 0.02f);
+    if (gen_g4(o)) { /* the global layers' rope factors, the per-layer inputs' tables */
+        bool global = false;
+        for (int64_t il = 0; il < o->layers; il++) global |= !gen_swa_layer(o, il);
+        if (global)
+            add_tensor(ts, &n, max, "rope_freqs.weight", gen_head_dim(o) / 2, 1, 1, FILL_ROPE, 0);
+        const int64_t all = o->layers * o->ple;
+        if (o->ple) {
+            add_tensor(ts, &n, max, "per_layer_token_embd.weight", all, o->vocab, 1, FILL_RANDOM,
+                       0.02f);
+            add_tensor(ts, &n, max, "per_layer_model_proj.weight", o->dim, all, 1, FILL_RANDOM,
+                       0.02f);
+            add_tensor(ts, &n, max, "per_layer_proj_norm.weight", o->ple, 1, 1, FILL_ONES, 0);
+        }
+    }
     for (int64_t il = 0; il < o->layers + o->mtp; il++) {
         const int n0 = n;
         const bool recr = o->full_attn && il < o->layers && (il + 1) % o->full_attn != 0;
         const bool dense = il < gen_dense_lead(o);
         for (int k = 0; k < o->ad->n_layer_tensors; k++) {
             const arch_tensor *at = &o->ad->layer[k];
-            if (!gen_writes(o, at, recr, dense)) continue;
+            if (!gen_writes(o, at, recr, dense) || (gen_g4(o) && !gen_g4_writes(o, at, il)))
+                continue;
             const bool norm = arch_slot_is_norm(at->slot), vec = at->ne1 == D_ONE;
             char name[64];
             snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, at->name);
             /* the decay rate a = -exp(A_log) is negative: a state that grew would
              * not be a delta-net's */
             const fill_kind fill = norm ? FILL_ONES : at->slot == L_SSM_A ? FILL_NEGATIVE
-                                                                           : FILL_RANDOM;
-            add_tensor(ts, &n, max, name, gen_dim(o, at->ne0), gen_dim(o, at->ne1),
-                       gen_dim(o, at->ne2), fill, norm ? 0 : vec ? 0.01f : 0.02f);
+                                   : at->slot == L_OUT_SCALE || at->slot == L_GATE_INP_S ||
+                                             at->slot == L_DOWN_EXPS_S ? FILL_SCALE : FILL_RANDOM;
+            add_tensor(ts, &n, max, name, gen_layer_dim(o, il, at->ne0),
+                       gen_layer_dim(o, il, at->ne1), gen_layer_dim(o, il, at->ne2), fill,
+                       norm ? 0 : vec ? 0.01f : 0.02f);
+            if (ts[n - 1].fill == FILL_SCALE) ts[n - 1].std = 0.1f;
+            /* gemma4 does not scale q.k: its trained Q/K norms do; norms of ones would
+             * give scores of sqrt(head_dim) and a softmax that any rounding tips over */
+            if (gen_g4(o) && (at->slot == L_Q_NORM || at->slot == L_K_NORM)) {
+                ts[n - 1].fill = FILL_CONST;
+                ts[n - 1].std = powf((float)gen_layer_dim(o, il, D_HEAD), -0.25f);
+            }
             if (at->slot == L_SSM_CONV || at->slot == L_SSM_A) ts[n - 1].std = 0.5f;
         }
         if (il >= o->layers) gen_plan_nextn(ts, &n, max, il, o->dim);
@@ -609,7 +728,7 @@ al_status al_gen_model(const char *out_path, const al_gen_params *p, al_gen_repo
     al_status st = gen_opts_from(out_path, p, &o);
     if (st != AL_OK) return st;
     /* the trunk's and the MTP blocks' tensors, the embeddings, the output and its norm */
-    const int max = 3 + (o.ad->n_layer_tensors + 4) * (int)(o.layers + o.mtp);
+    const int max = 7 + (o.ad->n_layer_tensors + 4) * (int)(o.layers + o.mtp);
     gen_tensor *ts = al_calloc((size_t)max, sizeof *ts);
     if (!ts) return al_error(AL_ERR_NOMEM, "out of memory for %d tensors", max);
     const int n = gen_plan(&o, ts, max);

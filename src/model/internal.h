@@ -17,6 +17,14 @@ typedef struct layer_weights {
     bool recr;            /* ARCH_HYBRID: a gated delta-net layer (no KV cache) */
     bool dense;           /* one of the leading dense layers before the experts' (glm4moe) */
     float *exp_probs_b;   /* [n_expert] L_EXP_PROBS_B on the host (the router runs there) */
+    /* the layer's shape: the model's, or its own where the architecture sizes layers
+     * one by one (gemma4: the sliding layers' heads, feed-forward widths per layer) */
+    int head_dim, n_head_kv, n_ff;
+    /* the layer whose KV cache this one attends to: itself, or an earlier layer of
+     * its kind (gemma4's shared_kv_layers), in which case it writes no keys */
+    int kv_src;
+    float out_scale;      /* gemma4's layer_output_scale, on the host (1: none) */
+    float *down_exps_s;   /* [n_expert] gemma4's L_DOWN_EXPS_S on the host, or NULL */
 } layer_weights;
 
 struct al_model {
@@ -25,6 +33,8 @@ struct al_model {
     const arch_desc *ad;
     char arch[64];
     int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    /* the largest of the layers' q and kv widths and feed-forward (scratch sizes) */
+    int64_t max_qd, max_kvd, max_ff;
     int n_expert, n_expert_used, n_ff_exp; /* ARCH_MOE: experts, used per token, width */
     int n_ff_shexp;        /* the shared expert's width (qwen35moe), else 0 */
     /* the router: softmax over the picked experts' logits (qwen3moe, gpt-oss), or
@@ -53,6 +63,7 @@ struct al_model {
      * layers are bound */
     int ssm_kernel, ssm_inner, ssm_state, ssm_k_heads, ssm_v_heads;
     int n_nextn;           /* next-token-prediction blocks after the n_layer trunk's */
+    int n_ple;             /* gemma4: a per-layer input's width (0: none) */
     bool *recr;
     float norm_eps;
     al_rope rope;          /* global layers */
@@ -69,6 +80,7 @@ struct al_model {
                             * hold its own copy for matmul: weight_pack) */
     bool tied;             /* output.weight is token_embd.weight */
     layer_weights *layers; /* [n_layer], and [n_layer] the MTP block's where mtp is set */
+    struct gemma4_weights *g4; /* gemma4's per-layer embeddings and shapes (gemma4.c) */
     struct mtp_weights *mtp; /* the first next-token-prediction block's own tensors, or
                               * NULL (mtp_error says why, where the file has blocks) */
     char mtp_error[192];
@@ -137,6 +149,12 @@ struct al_context {
     /* ARCH_MLA: the query before absorption [n_batch][n_head k_mla], the low-rank query
      * [n_batch][q_lora] and the heads' values [n_batch][n_head v_mla] */
     al_tensor mla_q, mla_qa, mla_vo;
+    /* gemma4: each token's per-layer inputs [n_batch][n_layer n_ple] and one layer's
+     * gate [n_batch][n_ple] */
+    al_tensor ple_in, ple_tok, ple_h;
+    /* gemma4's mixture of experts: the dense FFN's output and the experts' input and
+     * output, [n_batch][n_embd] each */
+    al_tensor g4_mlp, g4_in, g4_moe;
     /* [n_layer], data NULL on attention layers: the convolution's last inputs
      * [kernel - 1][conv channels] and the delta rule's matrices [n_v_heads][d_state^2] */
     al_tensor *conv_state, *ssm_state;
@@ -154,6 +172,10 @@ static inline const al_tensor *opt(const al_tensor *t) { return t->data ? t : NU
 /* ARCH.<suffix> as a u32 into *out (dflt when absent and not required). */
 al_status model_get_u32(const al_model *m, const char *suffix, uint32_t dflt, bool required,
                         int *out);
+/* ARCH.<suffix> as a u32, or element il of an array of one per layer (il = -1: the
+ * array's largest), into *out (dflt when absent and not required). */
+al_status model_get_u32_layer(const al_model *m, const char *suffix, uint32_t dflt,
+                              bool required, int il, int *out);
 /* A per-layer flag from ARCH.<array> or the period ARCH.<period_key> (model.c). */
 al_status model_layer_pattern(const al_model *m, const char *array, const char *period_key,
                               int dflt, bool *out);
@@ -167,8 +189,9 @@ al_status model_load_layer(al_model *m, int il, al_status (*load)(al_backend *, 
                            al_status (*pack)(al_backend *, al_tensor *, int64_t));
 /* Rows per view of layer slot `slot` (weight_pack): an expert's in a stacked tensor. */
 int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t);
-/* A KV cache pair of cap rows of the context's types (the MTP block's). */
-al_status model_kv_tensors(al_context *c, int64_t cap, al_tensor *k, al_tensor *v);
+/* A KV cache pair of cap rows of the context's types for layer il's heads (il =
+ * n_layer: the MTP block's). */
+al_status model_kv_tensors(al_context *c, int il, int64_t cap, al_tensor *k, al_tensor *v);
 /* A descriptor dimension (arch_dim) of this model. */
 int64_t model_dim(const al_model *m, arch_dim d);
 /* Replaces *t, a small weight stored in another type, by an owned f32 copy. */
@@ -181,6 +204,9 @@ al_status model_copy_rows(al_backend *db, al_tensor *d, al_backend *sb, const al
                           uint64_t n, char **tmp);
 void model_head_norm(const al_model *m, al_backend *be, const al_tensor *x, int n_heads,
                      const al_tensor *w);
+/* The first n rows of scratch t as rows of ne0 floats packed one after another (a
+ * layer narrower than the widest: the per-head views need rows without gaps). */
+al_tensor model_scratch(const al_tensor *t, int64_t ne0, int n);
 void model_attend_rows(al_context *c, al_context *const *seqs, int il, int n, al_tensor *q,
                        al_tensor *k, al_tensor *v, al_tensor *att);
 void model_project_residual(const al_model *m, al_backend *be, const al_tensor *in,
@@ -189,6 +215,12 @@ void model_project_residual(const al_model *m, al_backend *be, const al_tensor *
 
 /* The FFN of layer il over n rows of c->x (dense, or a mixture of experts). */
 void model_ffn(al_context *c, int il, int n);
+/* The experts each of n tokens takes and their weights, from the router's logits on
+ * the host ([n][n_expert]). */
+void model_route(const al_model *m, int il, const float *logits, int n, int32_t *sel,
+                 float *sel_w);
+/* The al_moe of layer il's experts over c's scratch (sel and sel_w filled). */
+al_moe model_moe(al_context *c, int il);
 /* The caches of attention layer il of context c: the MTP block's for il == n_layer. */
 void model_kv(al_context *c, int il, al_tensor **k, al_tensor **v);
 
@@ -215,6 +247,30 @@ void mtp_kv(al_context *c, al_tensor **k, al_tensor **v);
 void mtp_truncate(al_context *c, int n_past);
 /* al_draft_mtp with each step's logits into logits [max][n_vocab] (for tests). */
 int mtp_draft_logits(al_context *c, int32_t last, int max, int32_t *out, float *logits);
+
+/* ---- gemma4.c ---- */
+
+/* gemma4's layer shapes, shared caches and per-layer inputs' sizes (a no-op for
+ * other architectures); after the sliding layers are known, before the layers bind. */
+al_status gemma4_read(al_model *m);
+/* Layer il's shape (layer_weights.head_dim ...), before its tensors bind. */
+void gemma4_layer_shape(const al_model *m, int il, layer_weights *l);
+/* The global tensors (per-layer embeddings, the plain norm's ones) and checks of
+ * layer il's. */
+al_status gemma4_bind(al_model *m);
+al_status gemma4_bind_layer(al_model *m, int il, layer_weights *l);
+al_status gemma4_load_weights(al_model *m, al_status (*load)(al_backend *, al_tensor *),
+                              al_status (*pack)(al_backend *, al_tensor *, int64_t));
+void gemma4_free(al_model *m);
+al_status gemma4_context_alloc(al_context *c);
+/* Before the layers: each token's per-layer inputs (ple_in), from the token ids and
+ * the scaled embeddings in c->x. */
+void gemma4_inputs(al_context *c, const int32_t *tokens, int n);
+void gemma4_attn_block(al_context *c, al_context *const *seqs, int il, int n);
+/* A layer with experts: the dense FFN and the experts side by side, each normed. */
+void gemma4_moe_ffn(al_context *c, int il, int n);
+/* After the FFN: the per-layer input's residual and the layer's output scale. */
+void gemma4_layer_end(al_context *c, int il, int n);
 
 /* ---- mla.c: multi-head latent attention (deepseek2) ---- */
 

@@ -36,6 +36,30 @@ al_status model_get_u32(const al_model *m, const char *suffix, uint32_t dflt, bo
     return AL_OK;
 }
 
+al_status model_get_u32_layer(const al_model *m, const char *suffix, uint32_t dflt,
+                              bool required, int il, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    const gguf_kv *kv = gguf_find_key(m->file, key);
+    if (!kv || kv->type != GGUF_VT_ARRAY) return model_get_u32(m, suffix, dflt, required, out);
+    const uint32_t t = kv->v.arr.type;
+    if (!(m->ad->flags & ARCH_PER_LAYER) || (t != GGUF_VT_U32 && t != GGUF_VT_I32) ||
+        kv->v.arr.n == 0 || kv->v.arr.n > 4096 ||
+        (il >= 0 && (uint64_t)il >= kv->v.arr.n))
+        return al_error(AL_ERR_FORMAT, "%s: %s must be a number or an array of one per layer",
+                        m->file->path, key);
+    const uint8_t *a = kv->v.arr.data; /* the file's bytes: not aligned */
+    uint32_t v = 0, e;
+    for (uint64_t i = il >= 0 ? (uint64_t)il : 0; i < (il >= 0 ? (uint64_t)il + 1 : kv->v.arr.n); i++) {
+        memcpy(&e, a + 4 * i, sizeof e);
+        v = il >= 0 || e > v ? e : v;
+    }
+    if (v > (1u << 30))
+        return al_error(AL_ERR_FORMAT, "%s: %s = %u is out of range", m->file->path, key, v);
+    *out = (int)v;
+    return AL_OK;
+}
+
 static al_status get_arch_f32(const al_model *m, const char *suffix, float dflt, float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
@@ -224,7 +248,11 @@ static al_status read_sliding(al_model *m) {
 /* Mixture of experts (ARCH_MOE): how many experts, how many each token uses, and the
  * width of one. */
 static al_status read_moe(al_model *m) {
-    if (!(m->ad->flags & ARCH_MOE)) return AL_OK;
+    char count[128];
+    snprintf(count, sizeof count, "%s.expert_count", m->arch);
+    /* gemma4: experts where the file has them (the 26B-A4B) */
+    const bool some = m->ad->flags & ARCH_PER_LAYER && gguf_find_key(m->file, count);
+    if (!(m->ad->flags & ARCH_MOE) && !some) return AL_OK;
     al_status st;
     if ((st = model_get_u32(m, "expert_count", 0, true, &m->n_expert)) ||
         (st = model_get_u32(m, "expert_used_count", 0, true, &m->n_expert_used)) ||
@@ -293,7 +321,7 @@ static al_status read_hparams(al_model *m) {
     al_status st;
     if ((st = model_get_u32(m, "embedding_length", 0, true, &m->n_embd)) ||
         (st = model_get_u32(m, "block_count", 0, true, &m->n_layer)) ||
-        (st = model_get_u32(m, "feed_forward_length", 0, true, &m->n_ff)) ||
+        (st = model_get_u32_layer(m, "feed_forward_length", 0, true, -1, &m->n_ff)) ||
         (st = model_get_u32(m, "attention.head_count", 0, true, &m->n_head)) ||
         (st = model_get_u32(m, "context_length", 2048, false, &m->n_ctx_train)) ||
         (st = get_arch_f32(m, "attention.layer_norm_rms_epsilon", m->ad->norm_eps,
@@ -310,8 +338,8 @@ static al_status read_hparams(al_model *m) {
         return al_error(AL_ERR_FORMAT, "%s: nextn_predict_layers %d must be below block_count "
                         "%d", path, m->n_nextn, m->n_layer);
     m->n_layer -= m->n_nextn;
-    if ((st = model_get_u32(m, "attention.head_count_kv", (uint32_t)m->n_head, false,
-                           &m->n_head_kv)))
+    if ((st = model_get_u32_layer(m, "attention.head_count_kv", (uint32_t)m->n_head, false, -1,
+                                 &m->n_head_kv)))
         return st;
     if (m->n_head_kv <= 0 || m->n_head % m->n_head_kv != 0)
         return al_error(AL_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
@@ -434,21 +462,38 @@ int64_t model_dim(const al_model *m, arch_dim d) {
     case D_V_MLA: return m->v_mla;
     case D_Q_MLA: return (int64_t)m->n_head * m->k_mla;
     case D_O_MLA: return (int64_t)m->n_head * m->v_mla;
+    case D_SCALAR: return 1;
+    case D_PLE: return m->n_ple;
     }
     return 0;
+}
+
+/* A dimension of layer l's tensors: its own head size, kv heads and feed-forward
+ * width where it has them (layer_weights), else the model's. */
+static int64_t layer_dim(const al_model *m, const layer_weights *l, arch_dim d) {
+    switch (d) {
+    case D_Q: return (int64_t)m->n_head * l->head_dim;
+    case D_KV: return (int64_t)l->n_head_kv * l->head_dim;
+    case D_HEAD: return l->head_dim;
+    case D_FF: return l->n_ff;
+    default: return model_dim(m, d);
+    }
 }
 
 /* Binds layer il's tensors as the architecture's table lists them. */
 al_status model_bind_layer(al_model *m, int il, layer_weights *l) {
     l->recr = m->recr && il < m->n_layer && m->recr[il]; /* an MTP block attends */
     l->dense = il < m->n_dense_lead;
+    l->head_dim = m->head_dim, l->n_head_kv = m->n_head_kv, l->n_ff = m->n_ff, l->kv_src = il;
+    l->out_scale = 1.0f;
+    gemma4_layer_shape(m, il, l);
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
         if (!arch_where_has(at->where, l->recr, l->dense)) continue;
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, at->name);
-        al_status st = bind3(m, name, model_dim(m, at->ne0), model_dim(m, at->ne1),
-                             model_dim(m, at->ne2), !at->required, &l->t[at->slot]);
+        al_status st = bind3(m, name, layer_dim(m, l, at->ne0), layer_dim(m, l, at->ne1),
+                             layer_dim(m, l, at->ne2), !at->required, &l->t[at->slot]);
         if (st == AL_OK && at->slot == L_SSM_CONV) st = model_own_f32(m, name, &l->t[at->slot]);
         if (st == AL_OK && at->slot == L_EXP_PROBS_B) { /* the router's, on the host */
             if ((st = model_own_f32(m, name, &l->t[at->slot]))) return st;
@@ -458,6 +503,7 @@ al_status model_bind_layer(al_model *m, int il, layer_weights *l) {
         if (st != AL_OK) return st;
     }
     al_status st = mla_bind_layer(m, il, l);
+    if (st == AL_OK) st = gemma4_bind_layer(m, il, l);
     return st == AL_OK ? hybrid_bind_layer(m, il, l) : st;
 }
 
@@ -496,10 +542,22 @@ static al_status bind_weights(al_model *m) {
                         m->file->path, m->n_layer, (unsigned long long)m->file->n_tensors);
     m->layers = al_calloc((size_t)m->n_layer + (m->n_nextn > 0), sizeof *m->layers);
     if (!m->layers) return al_error(AL_ERR_NOMEM, "out of memory for %d layers", m->n_layer);
+    /* which layers slide first: gemma4 sizes them apart */
+    if (m->ad->flags & ARCH_SLIDING && (st = read_swa_pattern(m))) return st;
+    if ((st = gemma4_read(m))) return st;
     for (int il = 0; il < m->n_layer; il++)
         if ((st = model_bind_layer(m, il, &m->layers[il]))) return st;
-    if ((st = mtp_bind(m))) return st;
-    return m->ad->flags & ARCH_SLIDING ? read_swa_pattern(m) : AL_OK;
+    if ((st = mtp_bind(m)) || (st = gemma4_bind(m))) return st;
+    /* the scratch a context needs for the widest layer */
+    m->max_qd = m->max_kvd = m->max_ff = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        const layer_weights *l = &m->layers[il];
+        const int64_t qd = (int64_t)m->n_head * l->head_dim, kvd = (int64_t)l->n_head_kv * l->head_dim;
+        if (qd > m->max_qd) m->max_qd = qd;
+        if (kvd > m->max_kvd) m->max_kvd = kvd;
+        if (l->n_ff > m->max_ff) m->max_ff = l->n_ff;
+    }
+    return AL_OK;
 }
 
 /* Rows per view of layer slot `slot`: one expert's rows in a stacked tensor (model
@@ -541,6 +599,7 @@ static al_status load_weights(al_model *m, const al_model_params *p) {
         if ((st = model_load_layer(m, il, load, pack))) return st;
         if (p->progress) p->progress(p->progress_user, (il + 1.0) / m->n_layer);
     }
+    if ((st = gemma4_load_weights(m, load, pack))) return st;
     return mtp_load_weights(m, load, pack);
 }
 
@@ -558,9 +617,9 @@ al_status model_load_layer(al_model *m, int il, al_status (*load)(al_backend *, 
 
 /* Whether the backend can run this model's shape (backend.h: supports). */
 static al_status check_backend(const al_model *m) {
-    al_model_shape shape = {
-        .n_vocab = m->n_vocab, .n_embd = m->n_embd, .n_ff = m->n_ff, .n_head = m->n_head,
-        .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .n_rot = m->rope.n_rot,
+    al_model_shape shape = { /* the widest layer's (gemma4 sizes them one by one) */
+        .n_vocab = m->n_vocab, .n_embd = m->n_embd, .n_ff = (int)m->max_ff, .n_head = m->n_head,
+        .n_head_kv = m->n_head_kv, .head_dim = (int)(m->max_qd / m->n_head), .n_rot = m->rope.n_rot,
         .max_batch = MAX_BATCH,
         .logit_rows = LOGIT_ROWS,
     };
@@ -593,6 +652,7 @@ static al_status backend_and_weights(al_model *m, const al_model_params *p) {
     al_free(m->layers);
     m->layers = NULL;
     mtp_free(m);
+    gemma4_free(m);
     if ((st = bind_weights(m)) != AL_OK) return st;
     return backend_create_fallback(p->n_threads, p, &m->be);
 }
@@ -620,6 +680,7 @@ static void describe_features(al_model *m) {
     if (has_slot(m, L_ATTN_POST_NORM)) ADD(", post-attention norm");
     if (has_slot(m, L_FFN_POST_NORM)) ADD(", post-FFN norm");
     ADD(", %s FFN", m->ad->act == ACT_GELU ? "GELU-gated" : m->ad->act == ACT_SILU ? "SiLU-gated" : "clamped SwiGLU");
+    if (m->n_expert && m->ad->flags & ARCH_PER_LAYER) ADD(" and beside it an FFN"); /* gemma4 */
     if (m->n_expert)
         ADD(" of %d experts, %d per token (width %d)", m->n_expert, m->n_expert_used,
             m->n_ff_exp);
@@ -644,6 +705,19 @@ static void describe_features(al_model *m) {
             m->n_layer, (double)m->rope_swa.freq_base);
     }
     if (m->softcap > 0) ADD(", logit soft-cap %g", (double)m->softcap);
+    if (m->ad->flags & ARCH_PER_LAYER) {
+        int n_shared = 0, n_scaled = 0;
+        for (int il = 0; il < m->n_layer; il++) {
+            n_shared += m->layers[il].kv_src != il;
+            n_scaled += m->layers[il].out_scale != 1.0f;
+        }
+        int hs = m->head_dim;
+        for (int il = m->n_layer - 1; il >= 0; il--) hs = m->layers[il].swa ? m->layers[il].head_dim : hs;
+        ADD(", sliding heads of %d (%d rotating), normed values", hs, m->rope_swa.n_rot);
+        if (n_shared) ADD(", the last %d layers on earlier layers' caches", n_shared);
+        if (m->n_ple) ADD(", per-layer inputs of %d", m->n_ple);
+        if (n_scaled) ADD(", output scales on %d layers", n_scaled);
+    }
     if (m->kv_latent)
         ADD(", latent attention (a cached row of %d + %d rope per position; queries %s, "
             "heads of %d/%d)", m->kv_lora, m->rope.n_rot, m->q_lora ? "low-rank" : "full",
@@ -759,6 +833,7 @@ void al_model_destroy(al_model *m) {
     al_free(m->owned);
     al_free(m->layers);
     mtp_free(m);
+    gemma4_free(m);
     al_free(m->recr);
     gguf_close(m->file);
     al_free(m);

@@ -132,7 +132,7 @@ al_status mtp_context_alloc(al_context *c) {
     s->logits = al_malloc((size_t)m->n_vocab * sizeof(float));
     if (!s->ring || !s->rows || !s->logits) return al_error(AL_ERR_NOMEM, "out of memory for the MTP block's state");
     al_status st;
-    if ((st = model_kv_tensors(c, c->n_ctx, &s->k, &s->v)) ||
+    if ((st = model_kv_tensors(c, c->m->n_layer, c->n_ctx, &s->k, &s->v)) ||
         (st = be->ops->tensor_alloc(be, 2 * d, c->n_batch, &s->cat)) ||
         (st = be->ops->tensor_alloc(be, d, c->n_batch, &s->h)))
         return st;

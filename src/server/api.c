@@ -468,9 +468,12 @@ static bool parse_object(const srv_api *api, srv_kind kind, json_t *o, srv_reque
     else free(ids);
     if (ok && srv_tools_parsed(&tools)) {
         out->tools = json_incref(tools.tools);
-        out->calls = tools.llama3 ? SRV_CALLS_BARE : tools.mistral ? SRV_CALLS_MISTRAL
-                                                                   : SRV_CALLS_TAGGED;
-        j->control_text = tools.mistral;
+        out->calls = tools.llama3    ? SRV_CALLS_BARE
+                     : tools.mistral ? SRV_CALLS_MISTRAL
+                     : tools.gemma4  ? SRV_CALLS_GEMMA4
+                     : tools.glm     ? SRV_CALLS_GLM
+                                     : SRV_CALLS_TAGGED;
+        j->control_text = tools.mistral || tools.gemma4 || tools.glm;
         if (tools.harmony && !(j->harmony_calls = srv_tc_create(NULL)))
             ok = srv_fail(err, 500, NULL, NULL, "out of memory");
         if (j->harmony_calls) srv_tc_harmony(j->harmony_calls);

@@ -302,12 +302,21 @@ static al_status route_pieces(srv_engine *e, srv_job *j, const al_chat_piece *p,
     return AL_OK;
 }
 
-/* Mistral's call markers are control tokens, which print as nothing: a job parsed for
- * calls in its format gets their text (engine.h). */
+/* Mistral's, Gemma 4's and GLM's call markers are control tokens, which print as
+ * nothing: a job parsed for calls in these formats gets their text (engine.h). One list
+ * serves them all; another family's marker in a vocabulary is only text to the parser. */
 static bool call_marker(const srv_engine *e, const srv_job *j, int32_t tok) {
+    static const char *const markers[] = {
+        "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",        /* Mistral */
+        "<|tool_call>", "<tool_call|>", "<|\"|>",     /* Gemma 4 */
+        "<tool_call>", "</tool_call>", "<arg_key>",   /* GLM     */
+        "</arg_key>", "<arg_value>", "</arg_value>",
+    };
     if (!j->control_text || !al_vocab_is_control(e->vocab, tok)) return false;
     const char *t = al_vocab_text(e->vocab, tok);
-    return t && (!strcmp(t, "[TOOL_CALLS]") || !strcmp(t, "[ARGS]") || !strcmp(t, "[CALL_ID]"));
+    for (size_t i = 0; t && i < sizeof markers / sizeof *markers; i++)
+        if (!strcmp(t, markers[i])) return true;
+    return false;
 }
 
 /* A generated token's text into the job: through the detokenizer into the held text,

@@ -22,9 +22,9 @@
  * With tools, the messages addressed to functions.NAME are calls: the job's Harmony call
  * parser (toolcall.h) reads them from the pieces and the engine writes each into the
  * text in the tagged form, <tool_call>{"name", "arguments"}</tool_call>, which the HTTP
- * side parses as it parses chatml's, so one reader serves every format. Mistral's
- * calls start with control tokens, which print as nothing: for a job with tools in that
- * format their text is written into the reply.
+ * side parses as it parses chatml's, so one reader serves every format. Mistral's,
+ * Gemma 4's and GLM's calls are written with control tokens, which print as nothing: for
+ * a job with tools in these formats their text is written into the reply.
  * A job with a grammar (response_format) samples only tokens the grammar allows and
  * ends as soon as the grammar allows nothing more.
  * With drafts (serve --spec ngram, or a draft model), step 4 first looks for a draft of
@@ -81,8 +81,9 @@ struct srv_job {
     al_detok *detok;
     al_harmony *harmony;      /* a Harmony chat's reply parser, or NULL             */
     al_grammar *grammar;      /* what the output must match (the sampler holds it), or NULL */
-    bool control_text;        /* control tokens the Mistral call format uses ([TOOL_CALLS],
-                                 [ARGS], [CALL_ID]) are written into the text as their text */
+    bool control_text;        /* control tokens the Mistral, Gemma 4 and GLM call formats
+                                 use ([TOOL_CALLS], <|tool_call>, <|"|>, <arg_key>, ...) are
+                                 written into the text as their text */
     struct srv_tc *harmony_calls; /* a Harmony chat with tools: its calls, read from the
                                  parser's pieces and written into the text as
                                  <tool_call>{"name", "arguments"}</tool_call>, or NULL */

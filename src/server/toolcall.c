@@ -1,13 +1,13 @@
-/* toolcall.c: the tool-call parser of the chatml family, Llama 3, Mistral and Harmony
- * (the rules are in toolcall.h).
+/* toolcall.c: the tool-call parser of the chatml family, Llama 3, Mistral, Harmony,
+ * Gemma 4 and GLM (the rules are in toolcall.h).
  *
  * Two states over the reply's bytes, which all pass through `pend`:
  *   TEXT   text is released as it comes, except a tail that may be the start of the
  *          opening tag ("<tool_call>", Mistral's "[TOOL_CALLS]") and the whitespace
  *          before it, which wait for more bytes;
  *   BLOCK  pend holds the block since its opening tag; it ends at the closing tag
- *          ("</tool_call>"; Mistral has none), at a new opening tag or at the end of the
- *          reply, and is then parsed whole.
+ *          ("</tool_call>", Gemma 4's "<tool_call|>"; Mistral has none), at a new opening
+ *          tag or at the end of the reply, and is then parsed whole.
  * Each decision depends on the bytes alone, never on where a push ended, which is what
  * makes streamed and whole replies give the same events. A block is parsed only once
  * it ends, so a call's arguments come as one piece: a client of the OpenAI stream gets
@@ -21,6 +21,7 @@
 
 static const char k_open[] = "<tool_call>", k_close[] = "</tool_call>";
 static const char k_mistral[] = "[TOOL_CALLS]";
+static const char k_gemma4_open[] = "<|tool_call>", k_gemma4_close[] = "<tool_call|>";
 
 typedef struct tc_rec { /* an event, with offsets into out until the call returns */
     srv_tc_kind kind;
@@ -37,6 +38,8 @@ struct srv_tc {
     bool bare;      /* a reply of bare JSON calls is calls too (Llama 3) */
     int bare_state; /* 0 only whitespace so far, 1 JSON held to the end, 2 decided: text */
     bool mistral;   /* [TOOL_CALLS] blocks */
+    bool gemma4;    /* <|tool_call>call:NAME{...}<tool_call|> blocks */
+    bool glm;       /* <tool_call> blocks may be NAME<arg_key>K</arg_key><arg_value>... */
     bool harmony;   /* pieces of al_harmony in, not text */
     srv_buf call;   /* Harmony: the arguments of the call being read */
     char *call_to;  /* ... its recipient ("functions.NAME", call_to_len bytes), NULL: none */
@@ -146,16 +149,17 @@ static char *tag_name(const char **s, const char *end) {
     return strndup(a, (size_t)(b - a));
 }
 
-/* One XML parameter's value: a string where the tool says so or it is not JSON. */
+/* One XML parameter's value: a string where the tool says so or it is not JSON. Qwen's
+ * values (trim_nl) lose the newline their template writes at each end. */
 static json_t *param_value(const srv_tc *p, const char *fn, const char *param, const char *v,
-                           size_t n) {
-    if (n >= 2 && !memcmp(v, "\r\n", 2))
+                           size_t n, bool trim_nl) {
+    if (trim_nl && n >= 2 && !memcmp(v, "\r\n", 2))
         v += 2, n -= 2;
-    else if (n && v[0] == '\n')
+    else if (trim_nl && n && v[0] == '\n')
         v++, n--;
-    if (n >= 2 && !memcmp(v + n - 2, "\r\n", 2))
+    if (trim_nl && n >= 2 && !memcmp(v + n - 2, "\r\n", 2))
         n -= 2;
-    else if (n && v[n - 1] == '\n')
+    else if (trim_nl && n && v[n - 1] == '\n')
         n--;
     const char *type = param_type(p->tools, fn, param);
     if (!type || strcmp(type, "string")) {
@@ -177,7 +181,7 @@ static bool parse_xml(const srv_tc *p, const char *s, const char *end, char **na
         s += strlen("<parameter=");
         char *param = tag_name(&s, end);
         const char *close = param ? find(s, end, "</parameter>") : NULL;
-        json_t *v = close ? param_value(p, *name, param, s, (size_t)(close - s)) : NULL;
+        json_t *v = close ? param_value(p, *name, param, s, (size_t)(close - s), true) : NULL;
         bool ok = false;
         if (v && !json_object_get(args, param))
             ok = !json_object_set_new(args, param, v); /* takes v, also on failure */
@@ -307,6 +311,159 @@ static void mistral_block(srv_tc *p, size_t n) {
     emit_text(p, rest, (size_t)(end - rest));
 }
 
+/* ---- GLM's and Gemma 4's blocks ----------------------------------------------------------- */
+
+/* [s, end) trimmed, into a new string, when it is one word: not empty, and no whitespace,
+ * quotes, colons, braces or angle brackets inside (a function's name, a key); else NULL. */
+static char *call_name(const char *s, const char *end) {
+    s = skip_ws(s, end);
+    while (end > s && is_ws(end[-1]))
+        end--;
+    for (const char *c = s; c < end; c++)
+        if (is_ws(*c) || strchr("<>{}\":", *c)) return NULL;
+    return end > s ? strndup(s, (size_t)(end - s)) : NULL;
+}
+
+/* GLM: NAME (<arg_key>KEY</arg_key> <arg_value>VALUE</arg_value>)*, whitespace between
+ * the parts; each value as a Qwen XML parameter's, its newlines kept. */
+static bool parse_glm(const srv_tc *p, const char *s, const char *end, char **name, json_t *args) {
+    const char *key = find(s, end, "<arg_key>");
+    if (!(*name = call_name(s, key ? key : end))) return false;
+    for (s = key ? key : end;;) {
+        s = skip_ws(s, end);
+        if (s == end) return true;
+        if (!starts(s, end, "<arg_key>")) return false;
+        s += strlen("<arg_key>");
+        const char *ke = find(s, end, "</arg_key>");
+        const char *v = ke ? skip_ws(ke + strlen("</arg_key>"), end) : NULL;
+        if (!v || !starts(v, end, "<arg_value>")) return false;
+        v += strlen("<arg_value>");
+        const char *ve = find(v, end, "</arg_value>");
+        char *k = ve ? call_name(s, ke) : NULL; /* a key is a name too: one word */
+        json_t *val = k ? param_value(p, *name, k, v, (size_t)(ve - v), false) : NULL;
+        bool ok = false;
+        if (val && !json_object_get(args, k))
+            ok = !json_object_set_new(args, k, val); /* takes val, also on failure */
+        else
+            json_decref(val); /* a key twice */
+        free(k);
+        if (!ok) return false;
+        s = ve + strlen("</arg_value>");
+    }
+}
+
+/* Gemma 4 writes arguments in its own notation: {key:value,...} with bare keys, strings
+ * between <|"|> markers (no escapes), arrays [...], numbers, true, false and null (None,
+ * as its template prints null, too). Whitespace is allowed between the parts. */
+static const char k_gq[] = "<|\"|>";
+enum { G4_DEPTH_MAX = 64 };
+
+static json_t *g4_value(const char **s, const char *end, int depth);
+
+/* A quoted string at *s (its opening marker): its text, *s past the closing one. */
+static json_t *g4_string(const char **s, const char *end) {
+    const char *a = *s + strlen(k_gq), *b = find(a, end, k_gq);
+    if (!b) return NULL;
+    *s = b + strlen(k_gq);
+    return json_stringn(a, (size_t)(b - a)); /* NULL for invalid UTF-8 */
+}
+
+/* A number, true, false, null or None at *s, up to the next delimiter. */
+static json_t *g4_scalar(const char **s, const char *end) {
+    const char *a = *s, *b = a;
+    while (b < end && !is_ws(*b) && *b != ',' && *b != '}' && *b != ']')
+        b++;
+    *s = b;
+    if (b - a == 4 && !memcmp(a, "None", 4)) return json_null();
+    json_t *v = json_loadb(a, (size_t)(b - a), JSON_DECODE_ANY, NULL);
+    if (json_is_number(v) || json_is_boolean(v) || json_is_null(v)) return v;
+    json_decref(v); /* a string or container here is not Gemma's notation */
+    return NULL;
+}
+
+/* {key:value,...} at *s; keys bare (up to ':') or quoted. */
+static json_t *g4_object(const char **s, const char *end, int depth) {
+    json_t *o = json_object();
+    const char *c = skip_ws(*s + 1, end);
+    bool ok = o != NULL;
+    if (ok && c < end && *c == '}') {
+        *s = c + 1;
+        return o;
+    }
+    while (ok) {
+        char *key = NULL;
+        if (starts(c, end, k_gq)) {
+            json_t *k = g4_string(&c, end);
+            key = k ? strdup(json_string_value(k)) : NULL;
+            json_decref(k);
+        } else {
+            const char *colon = c;
+            while (colon < end && *colon != ':' && *colon != '}' && *colon != '{')
+                colon++;
+            key = colon < end && *colon == ':' ? call_name(c, colon) : NULL;
+            c = colon;
+        }
+        c = key ? skip_ws(c, end) : end;
+        json_t *v = c < end && *c == ':' ? (c = skip_ws(c + 1, end), g4_value(&c, end, depth))
+                                         : NULL;
+        if (!v || !key || json_object_get(o, key)) /* a key twice fails too */
+            ok = false, json_decref(v);
+        else
+            ok = !json_object_set_new(o, key, v); /* takes v, also on failure */
+        free(key);
+        c = skip_ws(c, end);
+        if (ok && c < end && *c == '}') {
+            *s = c + 1;
+            return o;
+        }
+        if (!(ok = ok && c < end && *c == ',')) break;
+        c = skip_ws(c + 1, end);
+    }
+    json_decref(o);
+    return NULL;
+}
+
+/* [value,...] at *s. */
+static json_t *g4_array(const char **s, const char *end, int depth) {
+    json_t *a = json_array();
+    const char *c = skip_ws(*s + 1, end);
+    bool ok = a != NULL;
+    if (ok && c < end && *c == ']') {
+        *s = c + 1;
+        return a;
+    }
+    while (ok) {
+        ok = !json_array_append_new(a, g4_value(&c, end, depth)); /* NULL: fails */
+        c = skip_ws(c, end);
+        if (ok && c < end && *c == ']') {
+            *s = c + 1;
+            return a;
+        }
+        if (!(ok = ok && c < end && *c == ',')) break;
+        c = skip_ws(c + 1, end);
+    }
+    json_decref(a);
+    return NULL;
+}
+
+static json_t *g4_value(const char **s, const char *end, int depth) {
+    if (*s >= end || depth >= G4_DEPTH_MAX) return NULL;
+    if (starts(*s, end, k_gq)) return g4_string(s, end);
+    if (**s == '{') return g4_object(s, end, depth + 1);
+    if (**s == '[') return g4_array(s, end, depth + 1);
+    return g4_scalar(s, end);
+}
+
+/* Gemma 4: call:NAME{arguments} */
+static bool parse_gemma4(const char *s, const char *end, char **name, json_t **args) {
+    if (!starts(s, end, "call:")) return false;
+    s += strlen("call:");
+    const char *brace = memchr(s, '{', (size_t)(end - s));
+    if (!brace || !(*name = call_name(s, brace))) return false;
+    *args = g4_object(&brace, end, 1);
+    return *args && skip_ws(brace, end) == end;
+}
+
 /* The block pend[0, n) (without its tags): a call, or text with its tags (closed tells
  * whether it had its closing tag; a block over SRV_TC_BLOCK_MAX is not parsed). */
 static void end_block(srv_tc *p, size_t n, bool closed) {
@@ -321,11 +478,16 @@ static void end_block(srv_tc *p, size_t n, bool closed) {
     json_t *args = NULL;
     bool ok = false;
     const bool fits = n <= SRV_TC_BLOCK_MAX;
-    if (fits && starts(s, end, "{")) {
+    if (fits && p->gemma4) {
+        ok = parse_gemma4(s, end, &name, &args);
+    } else if (fits && starts(s, end, "{")) {
         ok = parse_json(s, end, &name, &args);
     } else if (fits && starts(s, end, "<function=")) {
         args = json_object();
         ok = args && parse_xml(p, s, end, &name, args);
+    } else if (fits && p->glm) {
+        args = json_object();
+        ok = args && parse_glm(p, s, end, &name, args);
     }
     if (ok) ok = name && (text = json_dumps(args, JSON_COMPACT)) != NULL;
     if (ok) {
@@ -519,6 +681,8 @@ srv_tc *srv_tc_create_for(const json_t *tools, srv_calls how) {
     srv_tc *p = srv_tc_create(tools);
     if (p && how == SRV_CALLS_BARE) srv_tc_bare(p);
     if (p && how == SRV_CALLS_MISTRAL) srv_tc_mistral(p);
+    if (p && how == SRV_CALLS_GEMMA4) srv_tc_gemma4(p);
+    if (p && how == SRV_CALLS_GLM) srv_tc_glm(p);
     return p;
 }
 
@@ -531,6 +695,17 @@ void srv_tc_mistral(srv_tc *p) {
     p->mistral = true;
     p->open = k_mistral, p->open_len = sizeof k_mistral - 1;
     p->close = NULL, p->close_len = 0;
+}
+
+void srv_tc_gemma4(srv_tc *p) {
+    if (!p) return;
+    p->gemma4 = true;
+    p->open = k_gemma4_open, p->open_len = sizeof k_gemma4_open - 1;
+    p->close = k_gemma4_close, p->close_len = sizeof k_gemma4_close - 1;
+}
+
+void srv_tc_glm(srv_tc *p) {
+    if (p) p->glm = true;
 }
 
 void srv_tc_destroy(srv_tc *p) {

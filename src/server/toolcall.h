@@ -22,8 +22,9 @@
  * How the reply is cut into pushes does not change the result: text that may begin a
  * tag, and whitespace that may precede one, are held back until more text decides.
  *
- * Llama 3 (srv_tc_bare), Mistral (srv_tc_mistral) and Harmony (srv_tc_harmony) are
- * modes of the same parser, with the same events and the same guarantees.
+ * Llama 3 (srv_tc_bare), Mistral (srv_tc_mistral), Harmony (srv_tc_harmony), Gemma 4
+ * (srv_tc_gemma4) and GLM (srv_tc_glm) are modes of the same parser, with the same events
+ * and the same guarantees.
  */
 #ifndef AL_SERVER_TOOLCALL_H
 #define AL_SERVER_TOOLCALL_H
@@ -51,8 +52,14 @@ typedef struct srv_tc srv_tc;
 
 /* How a reply's text writes tool calls, by chat format: tags (chatml; also Harmony,
  * whose calls the engine writes as tags: engine.h), bare JSON (Llama 3), [TOOL_CALLS]
- * (Mistral). */
-typedef enum srv_calls { SRV_CALLS_TAGGED, SRV_CALLS_BARE, SRV_CALLS_MISTRAL } srv_calls;
+ * (Mistral), <|tool_call>call:NAME{...} (Gemma 4), <tool_call>NAME<arg_key>... (GLM). */
+typedef enum srv_calls {
+    SRV_CALLS_TAGGED,
+    SRV_CALLS_BARE,
+    SRV_CALLS_MISTRAL,
+    SRV_CALLS_GEMMA4,
+    SRV_CALLS_GLM,
+} srv_calls;
 
 /* srv_tc_create, then the mode of `how`. */
 srv_tc *srv_tc_create_for(const json_t *tools, srv_calls how);
@@ -81,6 +88,28 @@ void srv_tc_bare(srv_tc *p);
  * of neither form is text, "[TOOL_CALLS]" included; a blank one (the marker alone, or
  * twice in a row) is dropped. Text before the first [TOOL_CALLS] is text. */
 void srv_tc_mistral(srv_tc *p);
+
+/* Gemma 4 (before the first push): a block runs from <|tool_call> to <tool_call|> (the
+ * engine writes these control tokens' text, and <|"|>'s) and is
+ *   call:NAME{key:VALUE,...}
+ * in Gemma's notation: keys bare (or between <|"|> markers), strings between <|"|>
+ * markers taken as they are (no escapes), objects {...} and arrays [...] of the same,
+ * numbers, true, false, null (and None, as Gemma's template prints null), whitespace
+ * allowed between the parts, at most 64 levels deep; NAME (and a bare key) has no
+ * whitespace, quotes, colons, braces or angle brackets. The arguments become JSON
+ * ({"city": "Paris", "days": 2}). A block that is not this (a key twice, a bare word as a
+ * value, something after the closing brace) is text, tags included; the rules on open,
+ * cut and oversized blocks are those above. */
+void srv_tc_gemma4(srv_tc *p);
+
+/* GLM-4.5/4.6/4.7 (before the first push): a <tool_call> block may also be
+ *   NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...
+ * (whitespace allowed between the parts; GLM-4.5 writes newlines there); NAME and each
+ * KEY have no whitespace, quotes, colons, braces or angle brackets; a KEY twice is no
+ * call. A VALUE is read as an XML parameter's above, without losing newlines: a string
+ * where the tool gives its parameter the type "string" or it is not JSON, else the JSON
+ * value. JSON and XML blocks are calls too, as above. */
+void srv_tc_glm(srv_tc *p);
 
 /* Harmony (gpt-oss; before the first call): the parser reads the pieces of al_harmony
  * (srv_tc_pieces) instead of text. A run of pieces of one channel with the recipient

@@ -109,10 +109,19 @@ static bool parse_choice(json_t *body, srv_tools *t, srv_error *err) {
 /* The chat formats whose tools the library renders (al_chat_render_turns): their
  * markup is control tokens, which message text cannot hold. */
 bool srv_tools_native(const char *tmpl_name) {
-    return tmpl_name && (!strcmp(tmpl_name, "mistral") || !strcmp(tmpl_name, "harmony"));
+    static const char *const native[] = {"mistral", "harmony", "gemma4", "glm45", "glm47"};
+    for (size_t i = 0; tmpl_name && i < sizeof native / sizeof *native; i++)
+        if (!strcmp(tmpl_name, native[i])) return true;
+    return false;
 }
 
-/* The chat formats whose tool calls are written and read here. */
+/* The formats whose templates take an assistant turn's reasoning back (srv_tools_turns). */
+static bool takes_reasoning(const char *tmpl_name) {
+    return srv_tools_native(tmpl_name) && strcmp(tmpl_name, "mistral");
+}
+
+/* The chat formats whose tool calls are written and read here, as messages name them. */
+#define TOOL_FORMATS "chatml, llama3, mistral, harmony, gemma4, glm45 and glm47"
 static bool tools_format(const char *tmpl_name) {
     return tmpl_name && (!strcmp(tmpl_name, "chatml") || !strcmp(tmpl_name, "llama3") ||
                          srv_tools_native(tmpl_name));
@@ -151,7 +160,7 @@ bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_
     if (t->tools && t->choice != SRV_TOOLS_NONE && !tools_format(tmpl_name))
         return srv_fail(err, 400, "tools", "unsupported_value",
                         "tools are not supported with the "
-                        "'%s' chat format yet (chatml, llama3, mistral and harmony are)",
+                        "'%s' chat format yet (" TOOL_FORMATS " are)",
                         tmpl_name ? tmpl_name : "unknown");
     /* A grammar holds the reply to the text of its tokens, and control tokens spell
      * none: it could never let the model write [TOOL_CALLS] or <|channel|>. */
@@ -165,6 +174,8 @@ bool srv_tools_parse(json_t *body, const char *tmpl_name, const char *tmpl, srv_
     t->llama3 = tmpl_name && !strcmp(tmpl_name, "llama3");
     t->mistral = tmpl_name && !strcmp(tmpl_name, "mistral");
     t->harmony = tmpl_name && !strcmp(tmpl_name, "harmony");
+    t->gemma4 = tmpl_name && !strcmp(tmpl_name, "gemma4");
+    t->glm = tmpl_name && (!strcmp(tmpl_name, "glm45") || !strcmp(tmpl_name, "glm47"));
     t->xml = !t->llama3 && !srv_tools_native(tmpl_name) && tmpl && strstr(tmpl, "<function=");
     return true;
 }
@@ -371,8 +382,8 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
     if (uses_tools(msgs) && !tools_format(tmpl_name))
         return srv_fail(err, 400, "messages", "unsupported_value",
                         "tool calls and tool messages "
-                        "are not supported with the '%s' chat format yet (chatml, llama3, "
-                        "mistral and harmony are)",
+                        "are not supported with the '%s' chat format yet (" TOOL_FORMATS
+                        " are)",
                         tmpl_name ? tmpl_name : "unknown");
     /* their markup is control tokens: srv_tools_turns, for al_chat_tokenize_turns */
     if (srv_tools_native(tmpl_name) && (uses_tools(msgs) || srv_tools_parsed(t)))
@@ -390,7 +401,7 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
     return ok;
 }
 
-/* ---- Mistral and Harmony: turns for the library -------------------------------------------- */
+/* ---- the native formats (Mistral, Harmony, Gemma 4, GLM): turns for the library ------------ */
 
 typedef struct turns {
     al_chat_turn *m;
@@ -424,7 +435,7 @@ static bool turn_calls(json_t *calls, size_t i, turns *c, const char **out, srv_
     return *out || srv_fail(err, 500, NULL, NULL, "out of memory");
 }
 
-/* What gpt-oss reasoned before its calls, as OpenAI-style clients send it back. */
+/* What the model reasoned before its reply, as OpenAI-style clients send it back. */
 static const char *reasoning_of(json_t *m) {
     static const char *const keys[] = {"reasoning_content", "reasoning", "thinking"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
@@ -435,7 +446,7 @@ static const char *reasoning_of(json_t *m) {
 }
 
 /* One message as a turn; texts it makes are kept in c. */
-static bool one_turn(json_t *m, size_t i, bool harmony, turns *c, srv_error *err) {
+static bool one_turn(json_t *m, size_t i, bool reasoning, turns *c, srv_error *err) {
     const char *r = json_string_value(json_object_get(m, "role"));
     if (!json_is_object(m) || !r)
         return srv_fail(err, 400, "messages", "invalid_type",
@@ -465,7 +476,7 @@ static bool one_turn(json_t *m, size_t i, bool harmony, turns *c, srv_error *err
         turn.tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
         turn.name = json_string_value(json_object_get(m, "name"));
     }
-    if (assistant && harmony) turn.reasoning = reasoning_of(m);
+    if (assistant && reasoning) turn.reasoning = reasoning_of(m);
     c->m[c->n++] = turn;
     return true;
 }
@@ -474,7 +485,7 @@ bool srv_tools_turns(const srv_tools *t, const char *tmpl_name, json_t *msgs, al
                      int *n_out, const char **tools_json, char ***owned, int *n_owned,
                      srv_error *err) {
     const size_t n = json_array_size(msgs);
-    const bool harmony = tmpl_name && !strcmp(tmpl_name, "harmony");
+    const bool reasoning = takes_reasoning(tmpl_name);
     turns c = {0};
     c.m = calloc(n + 1, sizeof *c.m);
     c.owned = calloc(2 * n + 2, sizeof *c.owned); /* a text and calls per message, the tools */
@@ -485,7 +496,8 @@ bool srv_tools_turns(const srv_tools *t, const char *tmpl_name, json_t *msgs, al
         *tools_json = keep(&c, json_dumps(t->tools, JSON_COMPACT));
         ok = *tools_json || srv_fail(err, 500, NULL, NULL, "out of memory");
     }
-    for (size_t i = 0; ok && i < n; i++) ok = one_turn(json_array_get(msgs, i), i, harmony, &c, err);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = one_turn(json_array_get(msgs, i), i, reasoning, &c, err);
     *out = c.m;
     *n_out = c.n;
     *owned = c.owned;

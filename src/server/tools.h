@@ -15,12 +15,12 @@
  * Llama 3 (the llama3 format) is told to answer with a bare JSON object, {"name": ...,
  * "parameters": {...}}, which is how its history writes calls too; its tool results
  * stay messages of their own (the library renders them in Llama 3.1's ipython role).
- * Mistral and Harmony (gpt-oss) write tools, calls and results with control tokens,
- * which message text cannot hold: the library renders them (al_chat_render_turns) from
- * the turns srv_tools_turns makes; their tool_choice is auto or none (required and a
- * named function are refused with a 400: a grammar cannot make the model write a
- * control token). Other chat formats refuse tools and tool messages (400) rather than
- * drop them.
+ * Mistral, Harmony (gpt-oss), Gemma 4 and GLM (glm45, glm47) write tools, calls and
+ * results with control tokens, which message text cannot hold: the library renders them
+ * (al_chat_render_turns) from the turns srv_tools_turns makes; their tool_choice is auto
+ * or none (required and a named function are refused with a 400: a grammar cannot make
+ * the model write a control token). Other chat formats refuse tools and tool messages
+ * (400) rather than drop them.
  */
 #ifndef AL_SERVER_TOOLS_H
 #define AL_SERVER_TOOLS_H
@@ -47,6 +47,8 @@ typedef struct srv_tools {
     bool llama3;          /* Llama 3: bare JSON calls, results in the tool (ipython) role */
     bool mistral;         /* Mistral: [TOOL_CALLS] (srv_tc_mistral), rendered by the library */
     bool harmony;         /* gpt-oss: calls in al_harmony's pieces (srv_tc_harmony), ditto */
+    bool gemma4;          /* Gemma 4: <|tool_call> blocks (srv_tc_gemma4), ditto */
+    bool glm;             /* GLM-4.5/4.7: <arg_key> calls (srv_tc_glm), ditto */
 } srv_tools;
 
 /* Reads tools, tool_choice and parallel_tool_calls from the request body (every tool a
@@ -63,14 +65,14 @@ bool srv_tools_messages(const srv_tools *t, const char *tmpl_name, json_t *msgs,
                         al_chat_message **out, int *n_out, char ***owned, int *n_owned,
                         srv_error *err);
 
-/* Whether the library renders the format's tools and calls (mistral, harmony): the
- * conversation then goes through srv_tools_turns, not srv_tools_messages (which refuses
- * tools for these formats). */
+/* Whether the library renders the format's tools and calls (mistral, harmony, gemma4,
+ * glm45, glm47): the conversation then goes through srv_tools_turns, not
+ * srv_tools_messages (which refuses tools for these formats). */
 bool srv_tools_native(const char *tmpl_name);
 
-/* The messages as turns for al_chat_tokenize_turns (mistral, harmony): role, content,
+/* The messages as turns for al_chat_tokenize_turns (the native formats): role, content,
  * tool_calls (normalized: [{"id", "function": {"name", "arguments": {...}}}]),
- * tool_call_id and name of tool results, and for harmony an assistant message's
+ * tool_call_id and name of tool results, and but for mistral an assistant message's
  * reasoning_content (or "reasoning", "thinking"). *tools_json is the tools to pass as
  * al_chat_params.tools (NULL: none, as with tool_choice none). Roles and names point
  * into msgs, which must outlive the turns; *owned (n_owned strings) holds the texts made

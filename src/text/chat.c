@@ -8,32 +8,26 @@
  * architecture when that is fixed (Gemma, gpt-oss), else an error. The replies of
  * Harmony (gpt-oss), which come on channels, are parsed in harmony.c.
  *
- * Conversations with tools (al_chat_render_turns): Mistral and Harmony write tools,
- * calls and results with control tokens, so they are rendered here from the turns'
- * JSON (read by text/json.c), written as the models' own templates write them. Every
- * byte that comes from the caller (names, descriptions, arguments, results, ids) is
- * message text, which al_chat_tokenize_turns never turns into control tokens.
+ * Conversations with tools (al_chat_render_turns): Mistral, Harmony, Gemma 4 and GLM
+ * write tools, calls and results with control tokens, so they are rendered from the
+ * turns' JSON (read by text/json.c), written as the models' own templates write them:
+ * Mistral and Harmony here, Gemma 4 in chat_gemma4.c, GLM in chat_glm.c. Every byte
+ * that comes from the caller (names, descriptions, arguments, results, ids) is message
+ * text, which al_chat_tokenize_turns never turns into control tokens.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "anyllm.h"
+#include "text/chat.h"
 #include "text/json.h"
 #include "text/tokenizer.h"
 #include "util.h"
 
 /* ---- a growable string ---------------------------------------------------------- */
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool failed;     /* out of memory: further appends are ignored */
-    tok_span *spans; /* where message content was written, in order */
-    int n_spans, cap_spans;
-} strbuf;
-
-static void sb_append_n(strbuf *b, const char *s, size_t n) {
+void sb_append_n(strbuf *b, const char *s, size_t n) {
     if (b->failed) return;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
@@ -51,12 +45,12 @@ static void sb_append_n(strbuf *b, const char *s, size_t n) {
     b->s[b->len] = 0;
 }
 
-static void sb_append(strbuf *b, const char *s) { sb_append_n(b, s, strlen(s)); }
+void sb_append(strbuf *b, const char *s) { sb_append_n(b, s, strlen(s)); }
 
 /* Appends a message's text and records where it went: only the template's own text
  * may become control tokens (al_chat_tokenize). Text right after the last span extends
  * it, so JSON written piece by piece is one span. */
-static void sb_content_n(strbuf *b, const char *s, size_t n) {
+void sb_content_n(strbuf *b, const char *s, size_t n) {
     size_t at = b->len;
     sb_append_n(b, s, n);
     if (b->failed || n == 0) return;
@@ -78,14 +72,12 @@ static void sb_content_n(strbuf *b, const char *s, size_t n) {
     b->spans[b->n_spans++] = (tok_span){at, n};
 }
 
-static void sb_content(strbuf *b, const char *s) { sb_content_n(b, s, strlen(s)); }
+void sb_content(strbuf *b, const char *s) { sb_content_n(b, s, strlen(s)); }
 
-/* json_write's output as message text, or as plain text of a scratch buffer */
-static void put_content(void *b, const char *s, size_t n) { sb_content_n(b, s, n); }
-static void put_plain(void *b, const char *s, size_t n) { sb_append_n(b, s, n); }
+void sb_put_content(void *b, const char *s, size_t n) { sb_content_n(b, s, n); }
+void sb_put_plain(void *b, const char *s, size_t n) { sb_append_n(b, s, n); }
 
-/* Appends the concatenation of the NULL-terminated list of strings. */
-static void sb_cat(strbuf *b, ...) {
+void sb_cat(strbuf *b, ...) {
     va_list ap;
     va_start(ap, b);
     for (const char *s; (s = va_arg(ap, const char *));) sb_append(b, s);
@@ -94,6 +86,9 @@ static void sb_cat(strbuf *b, ...) {
 
 /* ---- recognition ------------------------------------------------------------------ */
 
+/* The formats, as error messages list them. */
+#define CHAT_NAMES "chatml, llama3, llama2, mistral, gemma, gemma4, phi3, harmony, glm45, glm47"
+
 al_status al_chat_template_detect(const char *tmpl, const char **name) {
     if (!name) return al_error(AL_ERR_ARG, "al_chat_template_detect: name is NULL");
     *name = NULL;
@@ -101,6 +96,13 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
                                          "name one with --chat-template");
     /* first: Harmony's template also writes <|end|>, which phi3's check looks for */
     if (strstr(tmpl, "<|start|>") && strstr(tmpl, "<|channel|>")) *name = "harmony";
+    /* Gemma 4's turns are <|turn>role ... <turn|>, not Gemma 1-3's <start_of_turn> */
+    else if (strstr(tmpl, "<|turn>") && strstr(tmpl, "<turn|>")) *name = "gemma4";
+    /* GLM-4.5/4.6 open an assistant turn with '\n<think></think>' (the template's
+     * escaped newline), GLM-4.7 with '</think>' alone; both write <arg_key> calls and
+     * also <|user|>, which phi3's check looks for */
+    else if (strstr(tmpl, "[gMASK]") && strstr(tmpl, "<arg_key>"))
+        *name = strstr(tmpl, "\\n<think></think>") ? "glm45" : "glm47";
     else if (strstr(tmpl, "<|im_start|>")) *name = "chatml";
     else if (strstr(tmpl, "<|start_header_id|>")) *name = "llama3";
     else if (strstr(tmpl, "<start_of_turn>")) *name = "gemma";
@@ -109,20 +111,23 @@ al_status al_chat_template_detect(const char *tmpl, const char **name) {
     else if (strstr(tmpl, "[INST]")) *name = "mistral";
     if (*name) return AL_OK;
     return al_error(AL_ERR_UNSUPPORTED, "the model's chat template is not one anyllm can "
-                    "render (chatml, llama3, llama2, mistral, gemma, phi3, harmony); name one "
-                    "with --chat-template");
+                    "render (" CHAT_NAMES "); name one with --chat-template");
 }
 
 /* Architectures whose GGUF files often carry no template, and the format their models
  * were trained on: Gemma's turn format is fixed by the model family (Google's Gemma 3
- * 270M file, for one, has no tokenizer.chat_template), and gpt-oss works only in
- * Harmony (OpenAI: "should not be used without using the harmony format"). */
+ * 270M file, for one, has no tokenizer.chat_template; Gemma 4 files say "gemma4", as
+ * llama.cpp's converter writes it), and gpt-oss works only in Harmony (OpenAI: "should
+ * not be used without using the harmony format"). GLM is no entry: glm4moe files hold
+ * GLM-4.5 and GLM-4.7, whose formats differ, and GLM-4.7-Flash's architecture is
+ * deepseek2. */
 static const struct {
     const char *arch, *name;
 } k_builtin[] = {
     {"gemma", "gemma"},
     {"gemma2", "gemma"},
     {"gemma3", "gemma"},
+    {"gemma4", "gemma4"},
     {"gpt-oss", "harmony"},
 };
 
@@ -220,23 +225,6 @@ static char *harmony_cutoff(const char *tmpl) {
 }
 
 /* ---- tools and calls: the JSON of a conversation with tools ------------------------------ */
-
-/* One call of an assistant turn, checked. */
-typedef struct chat_call {
-    const char *name;     /* decoded, NUL-terminated */
-    const json_val *args; /* an object */
-    const char *id;       /* as given, or NULL */
-    char mistral_id[10];  /* 9 letters or digits */
-} chat_call;
-
-/* What the turns' JSON says, parsed once before rendering. */
-typedef struct chat_ctx {
-    const json_val *tools; /* a non-empty array, or NULL */
-    chat_call **calls;     /* per turn: its calls (n_calls[i]), or NULL */
-    int *n_calls;
-    json_doc **docs; /* every document the values above live in */
-    int n_docs, cap_docs;
-} chat_ctx;
 
 static void ctx_free(chat_ctx *c, int n) {
     for (int i = 0; c->calls && i < n; i++) al_free(c->calls[i]);
@@ -360,20 +348,32 @@ static const char *result_fn(const chat_ctx *c, const al_chat_turn *t, int i) {
     return NULL;
 }
 
+/* Gemma 4 writes a tool result only right after the turn of calls it answers (the
+ * template's forward scan); elsewhere it would vanish: chat message i is such a result. */
+static bool gemma4_orphan(const al_chat_turn *t, const chat_ctx *c, int i) {
+    int j = i - 1;
+    while (j >= 0 && is_role(t[j].role, "tool")) j--;
+    return is_role(t[i].role, "tool") && (j < 0 || c->n_calls[j] == 0);
+}
+
 /* Checks the turns against what the format renders and parses their JSON. */
 static al_status prepare(const char *name, const al_chat_turn *t, int n, const char *tools,
                          chat_ctx *c) {
     const bool mistral = !strcmp(name, "mistral"), harmony = !strcmp(name, "harmony");
-    const bool tool_role = mistral || harmony || !strcmp(name, "llama3");
+    const bool gemma4 = !strcmp(name, "gemma4");
+    const bool glm = !strcmp(name, "glm45") || !strcmp(name, "glm47");
+    /* the formats that render tools and calls, and those that render reasoning */
+    const bool calls = mistral || harmony || gemma4 || glm, thinks = harmony || gemma4 || glm;
+    const bool tool_role = calls || !strcmp(name, "llama3");
     for (int i = 0; i < n; i++) {
         if (!t[i].role) return al_error(AL_ERR_ARG, "chat message %d has no role", i);
         if (!is_role(t[i].role, "system") && !is_role(t[i].role, "user") &&
             !is_role(t[i].role, "assistant") && !(tool_role && is_role(t[i].role, "tool")))
             return al_error(AL_ERR_ARG, "chat message %d: role '%s' is not system, user or "
                             "assistant%s", i, t[i].role, tool_role ? " or tool" : "");
-        const char *part = t[i].tool_calls && !(mistral || harmony) ? "tool_calls"
-                           : t[i].reasoning && !harmony             ? "reasoning"
-                                                                    : NULL;
+        const char *part = t[i].tool_calls && !calls  ? "tool_calls"
+                           : t[i].reasoning && !thinks ? "reasoning"
+                                                       : NULL;
         if (part)
             return al_error(AL_ERR_UNSUPPORTED, "chat message %d: the '%s' chat format does "
                             "not render %s", i, name, part);
@@ -381,9 +381,9 @@ static al_status prepare(const char *name, const al_chat_turn *t, int n, const c
             return al_error(AL_ERR_ARG, "chat message %d: only assistant messages have "
                             "tool_calls", i);
     }
-    if (tools && !(mistral || harmony))
-        return al_error(AL_ERR_UNSUPPORTED, "the '%s' chat format does not render tools (mistral "
-                        "and harmony do)", name);
+    if (tools && !calls)
+        return al_error(AL_ERR_UNSUPPORTED, "the '%s' chat format does not render tools (mistral, "
+                        "harmony, gemma4, glm45 and glm47 do)", name);
     if (tools) {
         al_status st = parse_tools(c, tools);
         if (st != AL_OK) return st;
@@ -400,6 +400,10 @@ static al_status prepare(const char *name, const al_chat_turn *t, int n, const c
         if (is_role(t[i].role, "tool") && !result_fn(c, t, i))
             return al_error(AL_ERR_ARG, "chat message %d: a tool result that answers no call "
                             "and has no name", i);
+    for (int i = 0; gemma4 && i < n; i++)
+        if (gemma4_orphan(t, c, i))
+            return al_error(AL_ERR_ARG, "chat message %d: a tool result that does not follow "
+                            "a turn of calls (gemma4 writes results after their calls)", i);
     return AL_OK;
 }
 
@@ -437,9 +441,9 @@ static void mistral_calls(strbuf *b, const chat_call *calls, int n) {
     sb_content(b, "[");
     for (int k = 0; k < n; k++) {
         sb_content(b, k ? ", {\"name\": " : "{\"name\": ");
-        json_write_str(calls[k].name, strlen(calls[k].name), put_content, b);
+        json_write_str(calls[k].name, strlen(calls[k].name), sb_put_content, b);
         sb_content(b, ", \"arguments\": ");
-        json_write(calls[k].args, put_content, b);
+        json_write(calls[k].args, sb_put_content, b);
         sb_content(b, ", \"id\": \"");
         sb_content(b, calls[k].mistral_id);
         sb_content(b, "\"}");
@@ -456,7 +460,7 @@ static void mistral_result(strbuf *b, const chat_ctx *c, const al_chat_turn *t, 
     else mistral_id(NULL, -1 - i, id); /* answers nothing known: an id of its own */
     sb_append(b, "[TOOL_RESULTS]");
     sb_content(b, "{\"content\": ");
-    json_write_str(t[i].content, strlen(t[i].content), put_content, b);
+    json_write_str(t[i].content, strlen(t[i].content), sb_put_content, b);
     sb_content(b, ", \"call_id\": \"");
     sb_content(b, id);
     sb_content(b, "\"}");
@@ -478,7 +482,7 @@ static void render_inst(strbuf *b, const chat_ctx *c, const al_chat_turn *m, int
             if (!first) sb_append(b, "<s>");
             if (c->tools && i == last_user) {
                 sb_append(b, "[AVAILABLE_TOOLS]");
-                json_write(c->tools, put_content, b);
+                json_write(c->tools, sb_put_content, b);
                 sb_append(b, "[/AVAILABLE_TOOLS]");
             }
             sb_append(b, "[INST] ");
@@ -562,7 +566,7 @@ static bool required(const json_val *schema, const char *key) {
 /* A value as Jinja prints it: a string's text, anything else as JSON. */
 static void ts_str(strbuf *b, const json_val *v) {
     if (v->type == JSON_T_STRING) sb_append_n(b, v->s, v->len);
-    else json_write(v, put_plain, b);
+    else json_write(v, sb_put_plain, b);
 }
 
 static void ts_type(strbuf *b, const json_val *spec);
@@ -656,7 +660,7 @@ static void ts_param(strbuf *b, const json_val *params, const json_val *p) {
         ts_str(b, def);
     } else if (def) {
         sb_append(b, ", // default: ");
-        json_write(def, put_plain, b);
+        json_write(def, sb_put_plain, b);
     }
     sb_append(b, ",\n");
 }
@@ -706,7 +710,7 @@ static void harmony_calls(strbuf *b, const chat_ctx *c, const al_chat_turn *m, i
         sb_append(b, "<|start|>assistant to=functions.");
         sb_content(b, c->calls[i][k].name);
         sb_append(b, "<|channel|>commentary json<|message|>");
-        json_write(c->calls[i][k].args, put_content, b);
+        json_write(c->calls[i][k].args, sb_put_content, b);
         sb_append(b, "<|call|>");
     }
 }
@@ -715,7 +719,7 @@ static void harmony_result(strbuf *b, const chat_ctx *c, const al_chat_turn *m, 
     sb_append(b, "<|start|>functions.");
     sb_content(b, result_fn(c, m, i)); /* there is one: prepare checked */
     sb_append(b, " to=assistant<|channel|>commentary<|message|>");
-    json_write_str(m[i].content, strlen(m[i].content), put_content, b);
+    json_write_str(m[i].content, strlen(m[i].content), sb_put_content, b);
     sb_append(b, "<|end|>");
 }
 
@@ -793,9 +797,12 @@ static al_status dispatch(const char *name, const char *tmpl, const chat_ctx *c,
     else if (!strcmp(name, "gemma")) render_gemma(b, m, n, gen);
     else if (!strcmp(name, "phi3")) render_phi3(b, m, n, gen);
     else if (!strcmp(name, "harmony")) render_harmony(b, tmpl, c, m, n, gen);
+    else if (!strcmp(name, "gemma4")) chat_render_gemma4(b, c, m, n, gen);
+    else if (!strcmp(name, "glm45")) chat_render_glm(b, c, m, n, gen, false);
+    else if (!strcmp(name, "glm47")) chat_render_glm(b, c, m, n, gen, true);
     else
-        return al_error(AL_ERR_UNSUPPORTED, "chat template '%s' is not known (chatml, llama3, "
-                        "llama2, mistral, gemma, phi3, harmony)", name);
+        return al_error(AL_ERR_UNSUPPORTED, "chat template '%s' is not known (" CHAT_NAMES ")",
+                        name);
     return AL_OK;
 }
 

@@ -296,6 +296,8 @@ static const char *const k_eog_texts[] = {
     "<|return|>", /* Harmony (gpt-oss): the reply is complete       */
     "<|call|>",   /* Harmony: the reply ends in a tool call         */
     "<end_of_turn>",
+    "<turn|>",          /* Gemma 4: the end of a turn                   */
+    "<|tool_response>", /* Gemma 4: the reply ends in tool calls        */
     "<|endoftext|>",
     "<|eom_id|>",
     "<EOT>",

@@ -2,7 +2,7 @@
  * decode case, in three dispatches where the plain ops take about six per expert:
  *
  *   1. moe_mm.comp, GLU build: the gate and up projections of every (token, expert)
- *      pair with their biases and the activation (SiLU or swiglu_oai) into he;
+ *      pair with their biases and the activation (SiLU, swiglu_oai or GELU) into he;
  *   2. moe_mm.comp: the down projections of every pair, with the bias, into ye;
  *   3. moe_sum.comp: each token's row of x takes its pairs' weighted rows of ye in
  *      ascending order of expert, as add_rows does expert after expert.
@@ -178,7 +178,8 @@ static bool plan(const vk_backend *be, const al_tensor *xb, const al_moe *moe,
     if (n < 1 || n > MOE_MAX_TOKENS || k < 1 || n * k > MOE_MAX_PAIRS || n * k > moe->n_scratch ||
         moe->n_expert < 1 || n_ff < 1 || x->ne[0] != n_embd || x->ne[1] < n)
         return false;
-    if (moe->act != AL_MOE_SILU && moe->act != AL_MOE_SWIGLU_OAI) return false;
+    if (moe->act != AL_MOE_SILU && moe->act != AL_MOE_SWIGLU_OAI && moe->act != AL_MOE_GELU)
+        return false;
     if (!weight_ok(moe->gate, moe->gate_b, moe->n_expert, n_embd, n_ff) ||
         !weight_ok(moe->up, moe->up_b, moe->n_expert, n_embd, n_ff) ||
         !weight_ok(moe->down, moe->down_b, moe->n_expert, n_ff, n_embd) ||

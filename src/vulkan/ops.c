@@ -895,8 +895,10 @@ void vk_op_attention(al_backend *base, const al_tensor *q, const al_tensor *k,
     }
     const int variant = vk_attn_variant(&be->sh->pl.tune, s->head_dim);
     const bool typed = k_cache->type != AL_TYPE_F32 || v_cache->type != AL_TYPE_F32;
-    write_ring(be, k, k_cache, s->n_past, s->n_tokens, s);
-    write_ring(be, v, v_cache, s->n_past, s->n_tokens, s);
+    if (!s->kv_written) {
+        write_ring(be, k, k_cache, s->n_past, s->n_tokens, s);
+        write_ring(be, v, v_cache, s->n_past, s->n_tokens, s);
+    }
     if (!vk_begin(be, 1, 0)) return;
     vk_hazard(be, q->data, false);
     vk_hazard(be, k_cache->data, false);

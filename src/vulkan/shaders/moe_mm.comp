@@ -9,7 +9,7 @@
 // slot table at st_off holds its first pair and count): a workgroup takes a slot, so
 // each weight unit is dequantized once for all the tokens routed to its expert.
 // The GLU build walks the gate w and the up projection u together and stores
-//   act(x . w + bias) * (x . u + up bias), act SiLU (glu.glsl) or gpt-oss's swiglu_oai.
+//   act(x . w + bias) * (x . u + up bias), act SiLU or GELU (glu.glsl) or gpt-oss's swiglu_oai.
 // The weights stay as the file stacks them: a dispatch binds a window of whole experts
 // [e0, ...) and each workgroup offsets into it by its slot's expert, so no expert's
 // weights are gathered or copied. Workgroups: (row groups, slots of this dispatch).
@@ -94,7 +94,7 @@ void store(uint pair, uint e, uint col, float s, float su) {
     if ((p.has_bias & 1u) != 0) s += bias[p.b_off + e * p.b_stride + col];
 #ifdef GLU
     if ((p.has_bias & 2u) != 0) su += ubias[p.ub_off + e * p.ub_stride + col];
-    s = p.act != 0 ? swiglu_oai(s, su) : silu_mul(s, su);
+    s = p.act == 1u ? swiglu_oai(s, su) : p.act == 2u ? gelu_mul(s, su) : silu_mul(s, su);
 #endif
     o[p.o_off + pair * p.o_stride + col] = s;
 }
