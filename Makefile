@@ -227,6 +227,8 @@ ASAN_TESTS += $(ASAN_DIR)/test_chat_tools
 ASAN_TESTS += $(ASAN_DIR)/test_kvcache
 # the MTP block against llama.cpp, its cache through truncations, and its refusals
 ASAN_TESTS += $(ASAN_DIR)/test_mtp
+# latent attention's views and shared caches, gemma4's per-layer shapes and caches
+ASAN_TESTS += $(ASAN_DIR)/test_deepseek2 $(ASAN_DIR)/test_gemma4
 $(ASAN_DIR)/test_engine: $(ASAN_TOBJ)/tests/test_engine.o \
 		$(ENGINE_TEST_SRC:%.c=$(ASAN_TOBJ)/%.o) $(ASAN_LIB_OBJ)
 	$(CC) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS) -ljansson

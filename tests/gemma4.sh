@@ -27,50 +27,14 @@ if grep -q '^features .*sliding heads of 64 (64 rotating), normed values, the la
 then ok "info: $(grep '^features' "$tmp/info" | cut -c24- | sed 's/.*sliding window/sliding window/')"
 else bad "info: $(grep -E '^(features|kv per)' "$tmp/info")"; fi
 
-p="one two three four five six seven eight nine ten"
-"$bin" run -m "$m" -p "$p" -n 24 --temp 0 --ignore-eos -t 2 >"$tmp/plain" 2>"$tmp/err" &&
-    "$bin" run -m "$m" -p "$p" -n 24 --temp 0 --ignore-eos -t 2 --spec ngram >"$tmp/spec" \
-        2>>"$tmp/err"
-rc=$?
-if [ $rc -eq 0 ] && [ "$(wc -c <"$tmp/plain")" -gt "${#p}" ] && cmp -s "$tmp/plain" "$tmp/spec"
-then ok "run: 24 tokens, the same with --spec ngram"
-else bad "run: rc $rc $(tail -3 "$tmp/err")"; fi
-
-if printf 'hello\n' | "$bin" chat -m "$m" -n 8 --temp 0 -t 2 >"$tmp/chat" 2>"$tmp/err"; then
-    ok "chat: one turn in the built-in gemma4 format"
-else bad "chat: $(tail -3 "$tmp/err")"; fi
-
-"$bin" perplexity -m "$m" -f README.md -c 64 --chunks 2 -t 2 -ctk q8_0 >"$tmp/ppl" 2>"$tmp/err"
-if grep -Eq '^perplexity: [0-9.]+ over' "$tmp/ppl"; then ok "$(grep '^perplexity:' "$tmp/ppl") (q8_0 cache)"
-else bad "perplexity: $(tail -3 "$tmp/err")"; fi
-
-"$bin" bench -m "$m" -p 16 -n 4 -r 1 -t 2 -o json >"$tmp/bench" 2>"$tmp/err"
-if [ "$(grep -c '"model_type": "gemma4"' "$tmp/bench")" = 2 ]; then ok "bench: a pp and a tg row"
-else bad "bench: $(tail -3 "$tmp/err")"; fi
-
-port=$(free_port)
-"$bin" serve -m "$m" --port "$port" -c 128 -t 2 >"$tmp/serve.log" 2>&1 &
-pid=$!
-wait_health "$port"
-python3 - "$port" >"$tmp/serve.out" 2>&1 <<'PY'
-import json, sys, urllib.request as u
-req = u.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions",
-                headers={"Content-Type": "application/json"},
-                data=json.dumps({"prompt": "one two", "max_tokens": 6, "temperature": 0,
-                                 "ignore_eos": True}).encode())
-print(json.load(u.urlopen(req, timeout=120))["usage"]["completion_tokens"])
-PY
-kill -TERM $pid
-wait $pid
-if [ "$(cat "$tmp/serve.out")" = 6 ]; then ok "serve: a completion of 6 tokens"
-else bad "serve: $(cat "$tmp/serve.out" "$tmp/serve.log" | tail -4)"; fi
+model_commands "$m" gemma4 "" "-ctk q8_0"
 
 # the 26B-A4B's layout: experts beside the dense FFN of each layer
 m2=$tmp/g4moe.gguf
 "$bin" gen-model "$m2" --arch gemma4 --dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 128 \
     --ffn 512 --vocab 512 --swa 16 --swa-period 2 --experts 8 --experts-used 2 --ffn-exp 128 \
     --type Q8_0 -t 2 >"$tmp/out" 2>&1 &&
-    "$bin" run -m "$m2" -p "$p" -n 16 --temp 0 --ignore-eos -t 2 >"$tmp/plain" 2>"$tmp/err" &&
+    "$bin" run -m "$m2" -p "one two three" -n 16 --temp 0 --ignore-eos -t 2 >"$tmp/plain" 2>"$tmp/err" &&
     "$bin" bench -m "$m2" -p 16 -n 4 -r 1 -t 2 -o json >"$tmp/bench" 2>>"$tmp/err"
 rc=$?
 if [ $rc -eq 0 ] && [ "$(grep -c '"model_type": "gemma4"' "$tmp/bench")" = 2 ] &&
@@ -81,10 +45,6 @@ gguf_patch_u32 "$m2" "$tmp/m5.gguf" gemma4.expert_used_count 9
 expect_error "more experts used than there are" "$asan" run -m "$tmp/m5.gguf" -p hi -n 1
 
 # malformed files: one line each naming the fault, no crash
-refused() { # NAME FILE PATTERN
-    expect_error "$1" "$asan" run -m "$2" -p hi -n 1
-    grep -q "$3" "$tmp/err" || bad "$1: the line does not name $3"
-}
 gguf_patch_u32 "$m" "$tmp/m1.gguf" gemma4.attention.shared_kv_layers 4
 refused "shared layers whose sources are two sliding layers" "$tmp/m1.gguf" shared_kv_layers
 gguf_patch_u32 "$m" "$tmp/m2.gguf" gemma4.embedding_length_per_layer_input 4096

@@ -21,49 +21,9 @@ if echo "$feat" | grep -q 'picked by sigmoid scores plus a bias, weighted normal
 then ok "info: $(echo "$feat" | cut -c24-)"
 else bad "info: $feat"; fi
 
-p="one two three four five six seven eight nine ten"
-"$bin" run -m "$m" -p "$p" -n 24 --temp 0 --ignore-eos -t 2 >"$tmp/plain" 2>"$tmp/err" &&
-    "$bin" run -m "$m" -p "$p" -n 24 --temp 0 --ignore-eos -t 2 --spec ngram >"$tmp/spec" \
-        2>>"$tmp/err"
-rc=$?
-if [ $rc -eq 0 ] && [ "$(wc -c <"$tmp/plain")" -gt "${#p}" ] && cmp -s "$tmp/plain" "$tmp/spec"
-then ok "run: 24 tokens, the same with --spec ngram"
-else bad "run: rc $rc $(tail -3 "$tmp/err")"; fi
-
-if printf 'hello\n' | "$bin" chat -m "$m" -n 8 --temp 0 -t 2 --chat-template chatml \
-        >"$tmp/chat" 2>"$tmp/err"; then ok "chat: one turn"
-else bad "chat: $(tail -3 "$tmp/err")"; fi
-
-"$bin" perplexity -m "$m" -f README.md -c 64 --chunks 2 -t 2 >"$tmp/ppl" 2>"$tmp/err"
-if grep -Eq '^perplexity: [0-9.]+ over' "$tmp/ppl"; then ok "$(grep '^perplexity:' "$tmp/ppl")"
-else bad "perplexity: $(tail -3 "$tmp/err")"; fi
-
-"$bin" bench -m "$m" -p 16 -n 4 -r 1 -t 2 -o json >"$tmp/bench" 2>"$tmp/err"
-if [ "$(grep -c '"model_type": "glm4moe"' "$tmp/bench")" = 2 ]; then ok "bench: a pp and a tg row"
-else bad "bench: $(tail -3 "$tmp/err")"; fi
-
-port=$(free_port)
-"$bin" serve -m "$m" --port "$port" -c 128 -t 2 >"$tmp/serve.log" 2>&1 &
-pid=$!
-wait_health "$port"
-python3 - "$port" >"$tmp/serve.out" 2>&1 <<'PY'
-import json, sys, urllib.request as u
-req = u.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions",
-                headers={"Content-Type": "application/json"},
-                data=json.dumps({"prompt": "one two", "max_tokens": 6, "temperature": 0,
-                                 "ignore_eos": True}).encode())
-print(json.load(u.urlopen(req, timeout=120))["usage"]["completion_tokens"])
-PY
-kill -TERM $pid
-wait $pid
-if [ "$(cat "$tmp/serve.out")" = 6 ]; then ok "serve: a completion of 6 tokens"
-else bad "serve: $(cat "$tmp/serve.out" "$tmp/serve.log" | tail -4)"; fi
+model_commands "$m" glm4moe "--chat-template chatml" ""
 
 # malformed files: one line each naming the fault, no crash
-refused() { # NAME FILE PATTERN
-    expect_error "$1" "$asan" run -m "$2" -p hi -n 1
-    grep -q "$3" "$tmp/err" || bad "$1: the line does not name $3"
-}
 gguf_patch_u32 "$m" "$tmp/m1.gguf" glm4moe.leading_dense_block_count 9
 refused "dense layers past the layers" "$tmp/m1.gguf" leading_dense_block_count
 gguf_patch_u32 "$m" "$tmp/m2.gguf" glm4moe.expert_shared_count 0

@@ -69,3 +69,56 @@ assert struct.unpack_from('<I', d, i)[0] == 4
 open(out, 'wb').write(d[:i + 4] + struct.pack('<I', v) + d[i + 8:])
 EOF
 }
+
+# model_commands MODEL ARCH CHAT_OPTS PPL_OPTS: the commands each run on a generated
+# model of a new architecture: run (and the same text with --spec ngram), chat (one
+# turn, with CHAT_OPTS), perplexity (with PPL_OPTS), bench (a pp and a tg row of ARCH)
+# and serve (a completion of 6 tokens)
+model_commands() {
+    mc_m=$1 mc_arch=$2 mc_chat=$3 mc_ppl=$4
+    mc_p="one two three four five six seven eight nine ten"
+    "$bin" run -m "$mc_m" -p "$mc_p" -n 24 --temp 0 --ignore-eos -t 2 >"$tmp/plain" 2>"$tmp/err" &&
+        "$bin" run -m "$mc_m" -p "$mc_p" -n 24 --temp 0 --ignore-eos -t 2 --spec ngram \
+            >"$tmp/spec" 2>>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(wc -c <"$tmp/plain")" -gt "${#mc_p}" ] &&
+            cmp -s "$tmp/plain" "$tmp/spec"
+    then ok "run: 24 tokens, the same with --spec ngram"
+    else bad "run: rc $rc $(tail -3 "$tmp/err")"; fi
+    # shellcheck disable=SC2086 # the options are words
+    if printf 'hello\n' | "$bin" chat -m "$mc_m" -n 8 --temp 0 -t 2 $mc_chat >"$tmp/chat" \
+            2>"$tmp/err"; then ok "chat: one turn ${mc_chat:-in the built-in format}"
+    else bad "chat: $(tail -3 "$tmp/err")"; fi
+    # shellcheck disable=SC2086
+    "$bin" perplexity -m "$mc_m" -f README.md -c 64 --chunks 2 -t 2 $mc_ppl >"$tmp/ppl" \
+        2>"$tmp/err"
+    if grep -Eq '^perplexity: [0-9.]+ over' "$tmp/ppl"; then ok "$(grep '^perplexity:' "$tmp/ppl") $mc_ppl"
+    else bad "perplexity: $(tail -3 "$tmp/err")"; fi
+    "$bin" bench -m "$mc_m" -p 16 -n 4 -r 1 -t 2 -o json >"$tmp/bench" 2>"$tmp/err"
+    if [ "$(grep -c "\"model_type\": \"$mc_arch\"" "$tmp/bench")" = 2 ]; then
+        ok "bench: a pp and a tg row"
+    else bad "bench: $(tail -3 "$tmp/err")"; fi
+    mc_port=$(free_port)
+    "$bin" serve -m "$mc_m" --port "$mc_port" -c 128 -t 2 >"$tmp/serve.log" 2>&1 &
+    mc_pid=$!
+    wait_health "$mc_port"
+    python3 - "$mc_port" >"$tmp/serve.out" 2>&1 <<'PY'
+import json, sys, urllib.request as u
+req = u.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps({"prompt": "one two", "max_tokens": 6, "temperature": 0,
+                                 "ignore_eos": True}).encode())
+print(json.load(u.urlopen(req, timeout=120))["usage"]["completion_tokens"])
+PY
+    kill -TERM $mc_pid
+    wait $mc_pid
+    if [ "$(cat "$tmp/serve.out")" = 6 ]; then ok "serve: a completion of 6 tokens"
+    else bad "serve: $(cat "$tmp/serve.out" "$tmp/serve.log" | tail -4)"; fi
+}
+
+# refused NAME FILE PATTERN: `run` on a malformed FILE fails with one line that names
+# PATTERN, under ASan where it is built ($asan)
+refused() {
+    expect_error "$1" "$asan" run -m "$2" -p hi -n 1
+    grep -q "$3" "$tmp/err" || bad "$1: the line does not name $3"
+}

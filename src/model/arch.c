@@ -45,6 +45,23 @@
     {L_Q_NORM, "attn_q_norm.weight", D_HEAD, D_ONE, true, D_ONE, W_ALL},       \
     {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, true, D_ONE, W_ALL}
 
+/* The routed experts and the ungated shared ones of glm4moe and deepseek2 (only in the
+ * layers after the dense lead), the router's bias required or not */
+#define ROUTED_SHARED(probs_b_required)                                          \
+    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_MOE},        \
+    {L_EXP_PROBS_B, "exp_probs_b.bias", D_EXPERT, D_ONE, probs_b_required, D_ONE, W_MOE}, \
+    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},   \
+    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},       \
+    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_MOE},   \
+    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},  \
+    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},      \
+    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE}
+/* the dense lead's FFN */
+#define DENSE_LEAD                                                               \
+    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},                  \
+    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},                      \
+    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_DENSE}
+
 /* A mixture-of-experts FFN: the router and each expert's gate, up and down, stacked */
 #define MOE_FFN                                                            \
     {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},           \
@@ -178,17 +195,8 @@ static const arch_tensor glm4moe_layer[] = {
     {L_K_NORM, "attn_k_norm.weight", D_HEAD, D_ONE, false, D_ONE, W_ALL},
     ATTN_OUT,
     {L_FFN_NORM, "post_attention_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
-    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
-    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_DENSE},
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_MOE},
-    {L_EXP_PROBS_B, "exp_probs_b.bias", D_EXPERT, D_ONE, true, D_ONE, W_MOE},
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_MOE},
-    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
-    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
-    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
+    DENSE_LEAD,
+    ROUTED_SHARED(true),
 };
 /* deepseek2: latent attention, whose query is low-rank where the file has
  * q_lora_rank (attn_q_a, its norm, attn_q_b) and one matrix otherwise (attn_q: the
@@ -208,17 +216,8 @@ static const arch_tensor deepseek2_layer[] = {
     {L_WV_B, "attn_v_b.weight", D_KV_LORA, D_V_MLA, true, D_N_HEAD, W_ALL},
     {L_WO, "attn_output.weight", D_O_MLA, D_EMBD, true, D_ONE, W_ALL},
     {L_FFN_NORM, "ffn_norm.weight", D_EMBD, D_ONE, true, D_ONE, W_ALL},
-    {L_GATE, "ffn_gate.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
-    {L_UP, "ffn_up.weight", D_EMBD, D_FF, true, D_ONE, W_DENSE},
-    {L_DOWN, "ffn_down.weight", D_FF, D_EMBD, true, D_ONE, W_DENSE},
-    {L_GATE_INP, "ffn_gate_inp.weight", D_EMBD, D_EXPERT, true, D_ONE, W_MOE},
-    {L_EXP_PROBS_B, "exp_probs_b.bias", D_EXPERT, D_ONE, false, D_ONE, W_MOE},
-    {L_GATE_EXPS, "ffn_gate_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
-    {L_UP_EXPS, "ffn_up_exps.weight", D_EMBD, D_FF_EXP, true, D_EXPERT, W_MOE},
-    {L_DOWN_EXPS, "ffn_down_exps.weight", D_FF_EXP, D_EMBD, true, D_EXPERT, W_MOE},
-    {L_GATE_SHEXP, "ffn_gate_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
-    {L_UP_SHEXP, "ffn_up_shexp.weight", D_EMBD, D_FF_SHEXP, true, D_ONE, W_MOE},
-    {L_DOWN_SHEXP, "ffn_down_shexp.weight", D_FF_SHEXP, D_EMBD, true, D_ONE, W_MOE},
+    DENSE_LEAD,
+    ROUTED_SHARED(false),
 };
 /* gemma4: as gemma3, but attn_k (and its norm) only where a layer keeps its own cache
  * and attn_v optional (values are then the keys' projection: gemma4.c checks); the
@@ -250,6 +249,8 @@ static const arch_tensor gemma4_layer[] = {
 };
 #undef A
 #undef R
+#undef ROUTED_SHARED
+#undef DENSE_LEAD
 #undef QWEN35_ATTN
 #undef QWEN35_CONV
 #undef QWEN35_OUT

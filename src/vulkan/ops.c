@@ -169,37 +169,46 @@ void vk_copy_shader(vk_backend *be, const vk_buf *s, vk_buf *d, uint64_t n) {
              div_up(pc.n, be->sh->pl.tune.ew_wg * 8ull), 1);
 }
 
-/* dst = src row by row (backend.h: copy), as transfer regions: rows that follow each
- * other on both sides go as one region. */
+/* Buffer-to-buffer copies gathered into regions, 64 to a command: one that continues
+ * the last on both sides extends it. kv: each command counts as a KV copy (stats). */
+typedef struct copy_batch {
+    const vk_buf *s;
+    vk_buf *d;
+    bool kv;
+    uint32_t n;
+    VkBufferCopy r[64];
+} copy_batch;
+
+static void batch_flush(vk_backend *be, copy_batch *b) {
+    if (!b->n) return;
+    be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, b->s->buffer, b->d->buffer, b->n, b->r);
+    vk_recorded(be);
+    if (b->kv) vk_count_kv_copy(be);
+    b->n = 0;
+}
+
+static void batch_add(vk_backend *be, copy_batch *b, uint64_t so, uint64_t dof, uint64_t size) {
+    VkBufferCopy *last = b->n ? &b->r[b->n - 1] : NULL;
+    if (last && last->srcOffset + last->size == so && last->dstOffset + last->size == dof) {
+        last->size += size;
+        return;
+    }
+    if (b->n == 64) batch_flush(be, b);
+    b->r[b->n++] = (VkBufferCopy){.srcOffset = so, .dstOffset = dof, .size = size};
+}
+
+/* dst = src row by row (backend.h: copy), as transfer regions. */
 void vk_op_copy(al_backend *base, const al_tensor *src, al_tensor *dst) {
     vk_backend *be = (vk_backend *)base;
     AL_ASSERT(src->ne[0] == dst->ne[0] && src->ne[1] == dst->ne[1]);
     if (!vk_begin(be, 1, 0)) return;
-    const vk_buf *s = src->data, *d = dst->data;
-    vk_hazard(be, s, false);
-    vk_hazard(be, d, true);
-    const uint64_t row = (uint64_t)src->ne[0] * sizeof(float);
-    VkBufferCopy regions[64];
-    uint32_t m = 0;
-    for (int64_t r = 0; r < src->ne[1]; r++) {
-        const uint64_t so = src->offset + (uint64_t)r * src->row_bytes;
-        const uint64_t dof = dst->offset + (uint64_t)r * dst->row_bytes;
-        VkBufferCopy *last = m ? &regions[m - 1] : NULL;
-        if (last && last->srcOffset + last->size == so && last->dstOffset + last->size == dof) {
-            last->size += row;
-            continue;
-        }
-        if (m == 64) {
-            be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, d->buffer, m, regions);
-            vk_recorded(be);
-            m = 0;
-        }
-        regions[m++] = (VkBufferCopy){.srcOffset = so, .dstOffset = dof, .size = row};
-    }
-    if (m) {
-        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, d->buffer, m, regions);
-        vk_recorded(be);
-    }
+    copy_batch b = {.s = src->data, .d = dst->data};
+    vk_hazard(be, b.s, false);
+    vk_hazard(be, b.d, true);
+    for (int64_t r = 0; r < src->ne[1]; r++)
+        batch_add(be, &b, src->offset + (uint64_t)r * src->row_bytes,
+                  dst->offset + (uint64_t)r * dst->row_bytes, (uint64_t)src->ne[0] * sizeof(float));
+    batch_flush(be, &b);
 }
 
 void vk_op_add(al_backend *base, al_tensor *x, const al_tensor *y) {
@@ -770,33 +779,14 @@ bool vk_op_rope_qk_rows(al_backend *base, al_tensor *q, int n_head, al_tensor *k
  * other in both go as one region, so a batch is one region, or two where it wraps. */
 static void copy_ring(vk_backend *be, const al_tensor *src, al_tensor *dst, int64_t p0, int64_t n,
                       uint64_t kv_bytes) {
-    const vk_buf *s = src->data, *dd = dst->data;
-    int64_t cap = dst->ne[1];
-    vk_hazard(be, s, false);
-    vk_hazard(be, dd, true);
-    VkBufferCopy regions[64];
-    uint32_t m = 0;
-    for (int64_t t = 0; t < n; t++) {
-        uint64_t so = src->offset + (uint64_t)t * src->row_bytes;
-        uint64_t d0 = dst->offset + (uint64_t)((p0 + t) % cap) * dst->row_bytes;
-        VkBufferCopy *last = m ? &regions[m - 1] : NULL;
-        if (last && last->srcOffset + last->size == so && last->dstOffset + last->size == d0) {
-            last->size += kv_bytes; /* rows packed back to back on both sides */
-            continue;
-        }
-        if (m == 64) {
-            be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
-            vk_recorded(be);
-            vk_count_kv_copy(be);
-            m = 0;
-        }
-        regions[m++] = (VkBufferCopy){.srcOffset = so, .dstOffset = d0, .size = kv_bytes};
-    }
-    if (m) {
-        be->sh->d.fn.vkCmdCopyBuffer(be->s.cmd, s->buffer, dd->buffer, m, regions);
-        vk_recorded(be);
-        vk_count_kv_copy(be);
-    }
+    copy_batch b = {.s = src->data, .d = dst->data, .kv = true};
+    const int64_t cap = dst->ne[1];
+    vk_hazard(be, b.s, false);
+    vk_hazard(be, b.d, true);
+    for (int64_t t = 0; t < n; t++)
+        batch_add(be, &b, src->offset + (uint64_t)t * src->row_bytes,
+                  dst->offset + (uint64_t)((p0 + t) % cap) * dst->row_bytes, kv_bytes);
+    batch_flush(be, &b);
 }
 
 /* ---- typed KV caches (backend.h: al_backend_ops.kv_types) ---- */
