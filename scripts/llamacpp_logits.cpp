@@ -7,6 +7,9 @@
 // With "f32" the KV cache holds f32 keys and values rather than llama.cpp's default f16
 // (tests/test_glm4moe.c's references: every layer attends, and f16 keys alone move F32
 // logits by an NMSE of ~1e-7).
+// tests/test_gemma4.c's references come from a build whose ggml-cpu has its GELU lookup
+// table off (the `#define GGML_GELU_FP16` of ggml/src/ggml-cpu/vec.h removed): the table
+// rounds GELU's input and output to f16, 2e-7 to 6e-7 of NMSE on those files.
 // The settings are the ones tests/data/exact.tsv names: CPU only, one thread, the
 // weights as the file has them (no repacking into extra buffer types), flash attention
 // off.

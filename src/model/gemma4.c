@@ -171,6 +171,12 @@ al_status gemma4_load_weights(al_model *m, al_status (*load)(al_backend *, al_te
     return pack ? pack(m->be, &g->ple_proj, g->ple_proj.ne[1]) : AL_OK;
 }
 
+uint64_t gemma4_bytes_per_token(const al_model *m) {
+    if (!per_layer(m) || !m->n_ple) return 0;
+    const struct gemma4_weights *g = m->g4;
+    return g->ple_embd.row_bytes + g->ple_proj.row_bytes * (uint64_t)g->ple_proj.ne[1];
+}
+
 void gemma4_free(al_model *m) {
     al_free(m->g4);
     m->g4 = NULL;

@@ -262,6 +262,9 @@ al_status gemma4_bind_layer(al_model *m, int il, layer_weights *l);
 al_status gemma4_load_weights(al_model *m, al_status (*load)(al_backend *, al_tensor *),
                               al_status (*pack)(al_backend *, al_tensor *, int64_t));
 void gemma4_free(al_model *m);
+/* The bytes of gemma4's own global weights a token reads: the per-layer inputs' row and
+ * projection (0 for other architectures). */
+uint64_t gemma4_bytes_per_token(const al_model *m);
 al_status gemma4_context_alloc(al_context *c);
 /* Before the layers: each token's per-layer inputs (ple_in), from the token ids and
  * the scaled embeddings in c->x. */

@@ -856,7 +856,7 @@ static uint64_t bytes_per_token(const al_model *m) {
             /* a token reads only the experts it is routed to */
             n += expert ? b / (uint64_t)m->n_expert * (uint64_t)m->n_expert_used : b;
         }
-    return n;
+    return n + gemma4_bytes_per_token(m);
 }
 
 void al_model_get_info(const al_model *m, al_model_info *out) {
