@@ -209,6 +209,9 @@ typedef struct al_model_info {
      * head share), and the values the expanded keys and values of all heads would take
      * instead; both 0 for other architectures */
     int kv_latent_dim, kv_expanded_dim;
+    /* latent attention: bytes of the f32 weights made at load for prompts' expanded form
+     * (al_context_params.mla_expand_min), beside the file's */
+    uint64_t mla_expand_bytes;
 } al_model_info;
 
 void al_model_get_info(const al_model *m, al_model_info *out);
@@ -334,9 +337,18 @@ typedef struct al_context_params {
      * AL_ERR_UNSUPPORTED where the file has none (al_model_info.n_mtp). al_eval_multi
      * takes such contexts only together (all with mtp, or none). */
     bool mtp;
+    /* Latent attention (deepseek2): batches of at least this many tokens attend in the
+     * expanded form, each head's keys and values made from the cached latent rows
+     * (fewer operations per score), shorter ones and decoding in the absorbed form,
+     * over the latent rows themselves. 0 = AL_MLA_EXPAND_MIN; -1 = never (to compare).
+     * The expanded form takes f32 caches and scratch for one head's keys and values of
+     * the context's positions, at most AL_MLA_EXPAND_MAX_BYTES: prompts past the
+     * positions that fit take the absorbed form (al_context_info.mla_expand_rows). */
+    int mla_expand_min;
 } al_context_params;
 
-enum { AL_DEFAULT_CHECKPOINTS = 4 };
+enum { AL_DEFAULT_CHECKPOINTS = 4, AL_MLA_EXPAND_MIN = 192 };
+#define AL_MLA_EXPAND_MAX_BYTES ((uint64_t)512 << 20)
 
 /* Bytes of KV cache a context of n_ctx positions allocates with keys and values of
  * types k and v: to check before creating one (al_context_create refuses one the CPU
@@ -403,6 +415,9 @@ typedef struct al_context_info {
                                  0 while every hand-off shared memory               */
     al_kv_type type_k, type_v; /* its cache's types (al_context_params)             */
     bool kv_rotated;          /* the quantized caches hold rotated heads            */
+    /* latent attention: the fewest tokens of a batch that take the expanded form, and
+     * the positions its scratch holds (0: never taken, al_context_params.mla_expand_min) */
+    int mla_expand_min, mla_expand_rows;
 } al_context_info;
 
 void al_context_get_info(const al_context *c, al_context_info *out);

@@ -3,7 +3,7 @@
 # (random weights, DeepSeek-V3's layout at a small size; test_deepseek2.c holds its
 # logits to llama.cpp's): info's latent cache, run with and without n-gram drafts,
 # chat, perplexity, bench (the latent rows are all a decoded token reads of the cache)
-# and serve each run on it; malformed files (ranks larger than the embedding, no
+# and serve each run on it; --mla-expand's two forms; malformed files (ranks larger than the embedding, no
 # shared expert, groups that do not divide the experts, the older attn_kv_b layout, a
 # missing k_b) are refused with one line, under ASan where it is built.
 . "$(dirname "$0")/lib.sh"
@@ -26,6 +26,12 @@ if grep -q '^features .*latent attention (a cached row of 256 + 32 rope' "$tmp/i
         grep -q '^kv per position        918 bytes (latent rows of 288, q8_0' "$tmp/info8"
 then ok "info: $(grep '^kv per position' "$tmp/info" | cut -c24-)"
 else bad "info: $(grep -E '^(features|kv per)' "$tmp/info" "$tmp/info8")"; fi
+# the expanded form's f32 weights: k_b transposed and v_b, 4 heads of 64 x 256 each, 3
+# layers: 1.5 MiB; a q8_0 cache never takes it
+if grep -q '^prompt attention       expanded for batches of 192 tokens or more; .* take 1.5 MiB' "$tmp/info" &&
+        grep -q '^prompt attention       absorbed only (the expanded form takes an f32 cache)' "$tmp/info8"
+then ok "info: $(grep '^prompt attention' "$tmp/info" | cut -c24-)"
+else bad "info: $(grep -E '^prompt attention' "$tmp/info" "$tmp/info8")"; fi
 
 model_commands "$m" deepseek2 "--chat-template glm47" "-ctk q8_0"
 
@@ -44,6 +50,31 @@ PY
 )
 if echo "$res" | grep -q '^bench: read/token'; then ok "$res"
 else bad "bench: $res $(tail -3 "$tmp/err")"; fi
+
+# --mla-expand: a prompt of 40 tokens in the expanded form (batches of 2 or more) and in
+# the absorbed form (never), --precise (the default rounds the absorbed form's
+# activations to 8 bits): the same logits within rounding, not the same bits (the
+# option reaches the context); a value below -1 is refused
+ids=$(seq -s, 1 40)
+"$bin" logits -m "$m" --tokens "$ids" -o "$tmp/le" --mla-expand 2 --precise -t 2 >"$tmp/err" 2>&1 &&
+    "$bin" logits -m "$m" --tokens "$ids" -o "$tmp/la" --mla-expand -1 --precise -t 2 >>"$tmp/err" 2>&1
+res=$(python3 - "$tmp/le" "$tmp/la" 2>&1 <<'PY'
+import struct, sys
+e, a = (open(p, 'rb').read() for p in sys.argv[1:3])
+assert len(e) == len(a) == 40 * 512 * 4, (len(e), len(a))
+e, a = (struct.unpack(f'{len(x) // 4}f', x) for x in (e, a))
+num = sum((x - y) ** 2 for x, y in zip(e, a)); den = sum(y * y for y in a)
+assert 0 < num / den < 1e-6, num / den
+print(f"--mla-expand 2 against -1: NMSE {num / den:.1e}")
+PY
+)
+if echo "$res" | grep -q '^--mla-expand 2 against'; then ok "$res"
+else bad "logits --mla-expand: $res $(tail -3 "$tmp/err")"; fi
+if "$bin" logits -m "$m" --tokens 1,2 -o "$tmp/lx" --mla-expand -2 >"$tmp/out" 2>&1; then
+    bad "--mla-expand -2 was taken"
+elif [ "$(wc -l <"$tmp/out")" -eq 1 ] && grep -q -- '--mla-expand' "$tmp/out"; then
+    ok "--mla-expand -2 refused: $(cat "$tmp/out")"
+else bad "--mla-expand -2: $(cat "$tmp/out")"; fi
 
 # malformed files: one line each naming the fault, no crash
 gguf_patch_u32 "$m" "$tmp/m1.gguf" deepseek2.attention.kv_lora_rank 4096

@@ -31,6 +31,7 @@ enum { GEN_REF_MAX = 8 };
 static struct {
     const gen_ref_model *models;
     int n, n_vocab, n_ctx;
+    int mla_expand_min; /* al_context_params' for the contexts below */
     char dir[64];
     char paths[GEN_REF_MAX][128];
     bool have[GEN_REF_MAX];
@@ -77,6 +78,7 @@ static inline bool gen_ref_logits(int i, const char *backend, int piece, al_kv_t
     al_context_params cp = al_context_default_params();
     cp.n_ctx = g_ref.n_ctx;
     cp.type_k = cp.type_v = kv;
+    cp.mla_expand_min = g_ref.mla_expand_min;
     bool ok = m && al_context_create(m, &cp, &c) == AL_OK;
     for (int t = 0; ok && t < N_TOK; t += piece) {
         const int n = N_TOK - t < piece ? N_TOK - t : piece;

@@ -20,7 +20,9 @@
  * Vulkan; token by token and in chunks against the batch (the decode path reads the
  * latent rows the batch wrote); two sequences decoded together (al_eval_multi) as each
  * alone; the cache's bytes: one latent row per position and layer, keys and values
- * both; a q8_0 latent cache near the f32 one. */
+ * both; a q8_0 latent cache near the f32 one; the expanded form of prompts (every
+ * head's keys and values made from the latent rows) against the same references, the
+ * absorbed form and decoding after it, and when a context takes it. */
 #include "gen_ref.h"
 
 enum { N_VOCAB = 512, N_LAYER = 3, ROW = 288, N_CTX = 64 };
@@ -77,6 +79,79 @@ static void test_cache_bytes(void) {
     al_model_destroy(m);
 }
 
+/* The expanded form, taken here by batches of 2 tokens or more: the references hold
+ * (llama.cpp attends in the absorbed form), within the bars of exact arithmetic, since
+ * the expansion's f32 weights round no activation where llama.cpp rounds the absorbed
+ * form's; the CPU's default is then nearer --precise than in the absorbed form; and a
+ * prompt in pieces (pieces of 1 decode in the absorbed form over the rows the expanded
+ * batches wrote) gives the batch's logits within rounding. */
+static void test_expanded(void) {
+    printf("     the expanded form, batches of 2 tokens or more:\n");
+    g_ref.mla_expand_min = 2;
+    for (int i = 0; i < N_MODELS; i++) {
+        gen_ref_case(i, "cpu", models[i].max_nmse_exact);
+        gen_ref_case(i, "cpu:precise", models[i].max_nmse_exact);
+    }
+    gen_ref_pieces(0, "cpu", 1e-10);
+    gen_ref_pieces(1, "cpu", 1e-10);
+    if (al_gpu_count() > 0) {
+        for (int i = 0; i < N_MODELS; i++) gen_ref_case(i, "vulkan", models[i].max_nmse_exact);
+        gen_ref_pieces(1, "vulkan", 1e-10);
+    }
+    const size_t nl = (size_t)N_TOK * N_VOCAB;
+    float *exact = malloc(nl * sizeof(float)), *expanded = malloc(nl * sizeof(float));
+    float *absorbed = malloc(nl * sizeof(float));
+    bool ok = gen_ref_logits(2, "cpu:precise", N_TOK, AL_KV_F32, exact) &&
+              gen_ref_logits(2, "cpu", N_TOK, AL_KV_F32, expanded);
+    g_ref.mla_expand_min = -1;
+    ok = ok && gen_ref_logits(2, "cpu", N_TOK, AL_KV_F32, absorbed);
+    CHECK(ok);
+    if (ok) {
+        const double e = test_nmse(expanded, exact, (int64_t)nl);
+        const double a = test_nmse(absorbed, exact, (int64_t)nl);
+        printf("     %s, the default against --precise: expanded %.2e, absorbed %.2e\n",
+               models[2].name, e, a);
+        CHECK_MSG(e < a, "expanded %.2e, absorbed %.2e", e, a);
+    }
+    free(exact), free(expanded), free(absorbed);
+    g_ref.mla_expand_min = 0;
+}
+
+/* Which contexts take the expanded form: f32 caches, by default batches of
+ * AL_MLA_EXPAND_MIN tokens, over every position (the scratch is far below its bound
+ * here); not a q8_0 cache, whose rows a matmul cannot read, nor -1; below -1 is refused. */
+static void test_expand_params(void) {
+    al_model *m = gen_ref_load(0, "cpu");
+    CHECK(m != NULL);
+    if (!m) return;
+    static const struct {
+        int min;
+        al_kv_type k;
+        int want_min, want_rows;
+    } cases[] = {{0, AL_KV_F32, AL_MLA_EXPAND_MIN, N_CTX}, {7, AL_KV_F32, 7, N_CTX},
+                 {-1, AL_KV_F32, 0, 0}, {0, AL_KV_Q8_0, 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        al_context *c = NULL;
+        al_context_params cp = al_context_default_params();
+        cp.n_ctx = N_CTX;
+        cp.type_k = cases[i].k;
+        cp.mla_expand_min = cases[i].min;
+        CHECK(al_context_create(m, &cp, &c) == AL_OK);
+        al_context_info ci;
+        al_context_get_info(c, &ci);
+        CHECK_MSG(ci.mla_expand_min == cases[i].want_min && ci.mla_expand_rows == cases[i].want_rows,
+                  "mla_expand_min %d, %s: got %d and %d rows", cases[i].min,
+                  al_kv_type_name(cases[i].k), ci.mla_expand_min, ci.mla_expand_rows);
+        al_context_destroy(c);
+    }
+    al_context *c = NULL;
+    al_context_params cp = al_context_default_params();
+    cp.mla_expand_min = -2;
+    CHECK(al_context_create(m, &cp, &c) == AL_ERR_ARG && c == NULL);
+    CHECK(strstr(al_last_error(), "mla_expand_min -2") != NULL);
+    al_model_destroy(m);
+}
+
 /* The lite model: the V3 router's groups turn a near tie at one position of the 48
  * (an expert of another group) on the cache's rounding, a jump of its own. */
 static void test_q8_cache(void) { gen_ref_q8_cache(0, 5e-4); }
@@ -90,6 +165,8 @@ int main(void) {
     TEST_RUN(test_multi);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_q8_cache);
+    TEST_RUN(test_expanded);
+    TEST_RUN(test_expand_params);
     gen_ref_teardown();
     return test_finish();
 }

@@ -157,6 +157,9 @@ static void test_match(void) {
         {"root ::= (\"cat\" | \"car\" | \"cart\") \"!\"", "cars", 0},
         {"root ::= a b\n# a comment\na ::= \"1\"\n  | \"2\"\nb ::= [.]?", "2.", 3},
         {"root ::= .{2}", "\xc3\xa9\xe2\x98\x83", 3},
+        {"root ::= ...", "a\xc3\xa9", 1}, /* no character class: no ranges at all */
+        {"root ::= ...", "a\xc3\xa9" "b", 3},
+        {"root ::= ...", "a\xc3\xa9" "bc", 0},
         {"root ::= \"\\u00e9\" [\\u2600-\\u26ff]", "\xc3\xa9\xe2\x98\x83", 3},
         {"root ::= \"\\u00e9\" [\\u2600-\\u26ff]", "\xc3\xa9\xe2\x9c\x93", 0},
         {JSONISH, "{\"a\": 1, \"b\": {\"c\": [\"x\"]}}", 0},

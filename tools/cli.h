@@ -53,13 +53,15 @@ typedef struct cli_opts {
     al_kv_type cache_type_k;   /* --cache-type-k: al_context_params.type_k */
     al_kv_type cache_type_v;   /* --cache-type-v */
     bool kv_unrotated;         /* --kv-unrotated: al_context_params.kv_unrotated */
+    int mla_expand;            /* --mla-expand: al_context_params.mla_expand_min */
 } cli_opts;
 
-/* The KV cache options of o (--cache-type-k/-v, --kv-unrotated) into cp. */
+/* The KV cache options of o (--cache-type-k/-v, --kv-unrotated, --mla-expand) into cp. */
 static inline void cli_kv_params(const cli_opts *o, al_context_params *cp) {
     cp->type_k = o->cache_type_k;
     cp->type_v = o->cache_type_v;
     cp->kv_unrotated = o->kv_unrotated;
+    cp->mla_expand_min = o->mla_expand;
     cp->mtp = o->spec && !strcmp(o->spec, "mtp"); /* the block's cache, for its drafts */
 }
 

@@ -57,6 +57,7 @@ typedef struct bench_opts {
     int draft_max;                  /* --draft-max */
     al_kv_type ctk[MAX_LIST], ctv[MAX_LIST]; /* -ctk, -ctv: KV cache types, a row each */
     int n_ctk, n_ctv;
+    int mla_expand;                 /* --mla-expand: al_context_params.mla_expand_min */
 } bench_opts;
 
 typedef struct bench_result {
@@ -466,6 +467,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     al_context_params cp = al_context_default_params();
     cp.n_ctx = max_depth + max_tokens;
     cp.type_k = tk, cp.type_v = tv;
+    cp.mla_expand_min = o->mla_expand;
     al_model_info info;
     if (st == AL_OK) {
         al_model_get_info(m, &info);
@@ -748,6 +750,8 @@ static void bench_usage(void) {
            "  -ctk, --cache-type-k T,... the KV cache's keys: f32, f16, q8_0, q4_0; a row\n"
            "                           each, the values of the same type unless -ctv [f32]\n"
            "  -ctv, --cache-type-v T,... the values' types, paired with -ctk's\n"
+           "  --mla-expand N           latent attention (deepseek2): batches of at least N\n"
+           "                           tokens take the expanded form; -1: never [192]\n"
            "  --plot FILE.svg          draw t/s against depth, a line per backend and test\n"
            "  --no-repack              the CPU reads the weights in place, not in its faster\n"
            "                           layout (ANYLLM_X16=0): a quicker load, a slower decode\n"
@@ -817,6 +821,10 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o) {
             o->draft = v;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             o->prompt = v;
+        } else if (!strcmp(a, "--mla-expand")) {
+            int me[MAX_LIST], n_me;
+            rc = parse_list(a, v, -1, 1 << 24, me, &n_me);
+            o->mla_expand = me[0];
         } else if (!strcmp(a, "--draft-max")) {
             int dm[MAX_LIST], n_dm;
             rc = parse_list(a, v, 1, SPEC_DRAFT_LIMIT, dm, &n_dm);

@@ -119,6 +119,10 @@ static const opt_spec specs[] = {
     {"--kv-unrotated", NULL, C_MODEL, K_FLAG, F(kv_unrotated), 0, 0,
      "store q8_0 and q4_0 caches without the Hadamard rotation of each head (which "
      "spreads outliers before rounding), to measure what it gives", "off"},
+    {"--mla-expand", "N", C_MODEL, K_INT, F(mla_expand), -1, 1 << 24,
+     "latent attention (deepseek2): batches of at least N tokens attend over each head's "
+     "keys and values made from the cached rows, shorter ones over the rows themselves; "
+     "-1: never", "192"},
     {"--tokens", "IDS", C_LOGITS, K_STR, F(tokens), 0, 0, "token ids: 1,2,3", "required"},
     {"-o, --out", "FILE", C_LOGITS, K_STR, F(out), 0, 0,
      "where float32 [n_tokens][n_vocab] logits go", "required"},

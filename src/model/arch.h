@@ -53,8 +53,9 @@ typedef enum arch_slot {
      * norm, q_b; or one attn_q.weight where the file has no q_lora_rank), the
      * compressed key-value vector and the shared rope key in one projection, the
      * compressed vector's norm, and per head the matrices that take the latent vector
-     * to a key's non-rotating part (k_b) and to a value (v_b) */
-    L_WQ_A, L_Q_A_NORM, L_WQ_B, L_WKV_A_MQA, L_KV_A_NORM, L_WK_B, L_WV_B,
+     * to a key's non-rotating part (k_b) and to a value (v_b); made at load for the
+     * expanded form of prompts (mla.c), k_b transposed and v_b, both f32 */
+    L_WQ_A, L_Q_A_NORM, L_WQ_B, L_WKV_A_MQA, L_KV_A_NORM, L_WK_B, L_WV_B, L_WK_B_T, L_WV_B_F32,
     /* gemma4: a scalar multiplying the layer's output, and the per-layer input's gate,
      * projection back to the embedding and its norm (the E2B/E4B files) */
     L_OUT_SCALE, L_PLE_GATE, L_PLE_PROJ, L_PLE_NORM,

@@ -347,6 +347,9 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     if (n_ctx == 0) n_ctx = peer ? peer->n_ctx : al_model_default_n_ctx(m);
     if (n_ctx <= 0 || n_ctx > (1 << 24))
         return al_error(AL_ERR_ARG, "context size %d is out of range [1, %d]", n_ctx, 1 << 24);
+    if (p.mla_expand_min < -1)
+        return al_error(AL_ERR_ARG, "al_context_create: mla_expand_min %d: expected -1 (never), "
+                        "0 (the default) or a number of tokens", p.mla_expand_min);
     al_context *c = al_calloc(1, sizeof *c);
     if (!c) return al_error(AL_ERR_NOMEM, "out of memory creating a context");
     c->m = m;
@@ -359,6 +362,7 @@ al_status al_context_create(const al_model *m, const al_context_params *params,
     c->n_batch = n_ctx < MAX_BATCH ? n_ctx : MAX_BATCH;
     c->max_ckpt = p.n_checkpoints < 0 ? 0 : p.n_checkpoints ? p.n_checkpoints : AL_DEFAULT_CHECKPOINTS;
     c->type_k = p.type_k, c->type_v = p.type_v;
+    c->mla_expand_min = p.mla_expand_min;
     c->kv_rotated = !p.kv_unrotated && (kv_quantized(p.type_k) || kv_quantized(p.type_v));
     if ((st = kv_types_check(m, c->be, &p)) == AL_OK && peer &&
         (peer->type_k != c->type_k || peer->type_v != c->type_v || peer->kv_rotated != c->kv_rotated))
@@ -391,6 +395,7 @@ void al_context_destroy(al_context *c) {
                             &c->logits, &c->router, &c->xe, &c->ye, &c->he, &c->he2,
                             &c->qg, &c->ssm_qkv, &c->ssm_conv, &c->ssm_z, &c->ssm_o,
                             &c->ssm_alpha, &c->ssm_beta, &c->mla_q, &c->mla_qa, &c->mla_vo,
+                            &c->mla_ke, &c->mla_ve,
                             &c->ple_in, &c->ple_tok, &c->ple_h, &c->g4_mlp, &c->g4_in,
                             &c->g4_moe};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
@@ -619,5 +624,7 @@ void al_context_get_info(const al_context *c, al_context_info *out) {
         .type_k = c->type_k, .type_v = c->type_v, .kv_rotated = c->kv_rotated,
         .kv_shared = c->kv_root != c,
         .kv_bytes_copied = c->kv_bytes_copied,
+        .mla_expand_min = c->mla_rows ? c->mla_expand_min : 0,
+        .mla_expand_rows = c->mla_rows,
     };
 }

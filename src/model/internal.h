@@ -149,6 +149,11 @@ struct al_context {
     /* ARCH_MLA: the query before absorption [n_batch][n_head k_mla], the low-rank query
      * [n_batch][q_lora] and the heads' values [n_batch][n_head v_mla] */
     al_tensor mla_q, mla_qa, mla_vo;
+    /* ARCH_MLA, the expanded form of prompts (mla.c): one head's keys and values
+     * [mla_rows][k_mla], the values padded to k_mla; data NULL where not used */
+    al_tensor mla_ke, mla_ve;
+    int mla_rows;          /* positions they hold (0: the expanded form is off) */
+    int mla_expand_min;    /* prompts of at least this many tokens take it */
     /* gemma4: each token's per-layer inputs [n_batch][n_layer n_ple] and one layer's
      * gate [n_batch][n_ple] */
     al_tensor ple_in, ple_tok, ple_h;

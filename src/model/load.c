@@ -571,6 +571,8 @@ int64_t model_layer_view_rows(const al_model *m, int slot, const al_tensor *t) {
         }
         return a;
     }
+    if (slot == L_WK_B_T) return m->k_mla - m->rope.n_rot; /* a head's keys */
+    if (slot == L_WV_B_F32) return m->v_mla;
     for (int i = 0; i < m->ad->n_layer_tensors; i++) {
         const arch_tensor *at = &m->ad->layer[i];
         if ((int)at->slot == slot && at->ne2 != D_ONE) return model_dim(m, at->ne1);
@@ -852,7 +854,9 @@ static uint64_t bytes_per_token(const al_model *m) {
         for (int i = 0; i < L_COUNT; i++) {
             const bool expert = m->n_expert && (i == L_GATE_EXPS || i == L_UP_EXPS ||
                                                   i == L_DOWN_EXPS);
-            const uint64_t b = tensor_bytes(&m->layers[il].t[i]);
+            /* the expanded form's copies serve prompts only (mla.c) */
+            const bool prompt = i == L_WK_B_T || i == L_WV_B_F32;
+            const uint64_t b = prompt ? 0 : tensor_bytes(&m->layers[il].t[i]);
             /* a token reads only the experts it is routed to */
             n += expert ? b / (uint64_t)m->n_expert * (uint64_t)m->n_expert_used : b;
         }
@@ -882,6 +886,12 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
     if (m->kv_latent) {
         out->kv_latent_dim = m->head_dim;
         out->kv_expanded_dim = m->n_head * (m->k_mla + m->v_mla);
+        for (int il = 0; il < m->n_layer; il++) {
+            const al_tensor *t = m->layers[il].t;
+            out->mla_expand_bytes += tensor_bytes(&t[L_WK_B_T]);
+            /* an F32 file's v_b serves as it is */
+            if (t[L_WV_B_F32].data != t[L_WV_B].data) out->mla_expand_bytes += tensor_bytes(&t[L_WV_B_F32]);
+        }
     }
 }
 

@@ -173,6 +173,7 @@ static int utf8_step(utf8_state *u, uint8_t b, uint32_t *cp) {
 /* Whether set holds some code point in [lo, hi]. */
 static bool set_meets(const g_rules *r, int32_t set, uint32_t lo, uint32_t hi) {
     const g_set *s = &r->sets[set];
+    if (s->n == 0) return s->negate; /* as g_set_has */
     const uint32_t *rg = r->ranges + 2 * s->first;
     if (!s->negate) {
         for (int32_t i = 0; i < s->n; i++)

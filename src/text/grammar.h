@@ -46,6 +46,7 @@ void g_rules_free(g_rules *r);
 
 static inline bool g_set_has(const g_rules *r, int32_t set, uint32_t c) {
     const g_set *s = &r->sets[set];
+    if (s->n == 0) return s->negate; /* '.': a grammar of those alone has no ranges */
     const uint32_t *rg = r->ranges + 2 * s->first;
     bool in = false;
     for (int32_t i = 0; i < s->n && !in; i++) in = c >= rg[2 * i] && c <= rg[2 * i + 1];
