@@ -165,6 +165,10 @@ typedef struct al_model_params {
      * build without Vulkan ignores .vulkan). */
     al_cpu_settings cpu;
     al_vulkan_settings vulkan;
+    /* Latent attention (deepseek2): no f32 copies of k_b and v_b for the expanded form
+     * of prompts (al_context_params.mla_expand_min), which saves their memory
+     * (al_model_info.mla_expand_bytes); every batch then attends in the absorbed form. */
+    bool mla_absorbed;
 } al_model_params;
 
 /* The defaults of every field: a caller starts from these and changes what it needs

@@ -27,11 +27,13 @@ if grep -q '^features .*latent attention (a cached row of 256 + 32 rope' "$tmp/i
 then ok "info: $(grep '^kv per position' "$tmp/info" | cut -c24-)"
 else bad "info: $(grep -E '^(features|kv per)' "$tmp/info" "$tmp/info8")"; fi
 # the expanded form's f32 weights: k_b transposed and v_b, 4 heads of 64 x 256 each, 3
-# layers: 1.5 MiB; a q8_0 cache never takes it
+# layers: 1.5 MiB; a q8_0 cache never takes it; --mla-expand -1 makes none
+"$bin" info -m "$m" --mla-expand -1 >"$tmp/info_a" 2>&1
 if grep -q '^prompt attention       expanded for batches of 192 tokens or more; .* take 1.5 MiB' "$tmp/info" &&
-        grep -q '^prompt attention       absorbed only (the expanded form takes an f32 cache)' "$tmp/info8"
+        grep -q '^prompt attention       absorbed only (the expanded form takes an f32 cache)' "$tmp/info8" &&
+        grep -q '^prompt attention       absorbed only (--mla-expand -1); .* take 0.0 MiB' "$tmp/info_a"
 then ok "info: $(grep '^prompt attention' "$tmp/info" | cut -c24-)"
-else bad "info: $(grep -E '^prompt attention' "$tmp/info" "$tmp/info8")"; fi
+else bad "info: $(grep -E '^prompt attention' "$tmp/info" "$tmp/info8" "$tmp/info_a")"; fi
 
 model_commands "$m" deepseek2 "--chat-template glm47" "-ctk q8_0"
 

@@ -119,7 +119,8 @@ static void test_expanded(void) {
 
 /* Which contexts take the expanded form: f32 caches, by default batches of
  * AL_MLA_EXPAND_MIN tokens, over every position (the scratch is far below its bound
- * here); not a q8_0 cache, whose rows a matmul cannot read, nor -1; below -1 is refused. */
+ * here); not a q8_0 cache, whose rows a matmul cannot read, nor -1; below -1 is refused;
+ * none of a model loaded with mla_absorbed, which makes no copies of k_b and v_b. */
 static void test_expand_params(void) {
     al_model *m = gen_ref_load(0, "cpu");
     CHECK(m != NULL);
@@ -149,6 +150,24 @@ static void test_expand_params(void) {
     cp.mla_expand_min = -2;
     CHECK(al_context_create(m, &cp, &c) == AL_ERR_ARG && c == NULL);
     CHECK(strstr(al_last_error(), "mla_expand_min -2") != NULL);
+    /* the f32 copies: k_b transposed (4 heads of 64 x 256 per layer) and, the file's v_b
+     * being F32 already, nothing more; a model loaded without them never expands */
+    al_model_info mi;
+    al_model_get_info(m, &mi);
+    CHECK_MSG(mi.mla_expand_bytes == N_LAYER * 4 * 64 * 256 * sizeof(float), "%llu bytes",
+              (unsigned long long)mi.mla_expand_bytes);
+    al_model_destroy(m);
+    al_model_params mp = al_model_default_params();
+    mp.mla_absorbed = true;
+    CHECK(al_model_load(g_ref.paths[0], &mp, &m) == AL_OK);
+    al_model_get_info(m, &mi);
+    cp.mla_expand_min = 2;
+    cp.n_ctx = N_CTX;
+    CHECK(mi.mla_expand_bytes == 0 && al_context_create(m, &cp, &c) == AL_OK);
+    al_context_info ci;
+    al_context_get_info(c, &ci);
+    CHECK(ci.mla_expand_rows == 0 && ci.mla_expand_min == 0);
+    al_context_destroy(c);
     al_model_destroy(m);
 }
 

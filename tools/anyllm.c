@@ -89,6 +89,7 @@ al_status cli_model_load(const cli_opts *o, al_model **m) {
     cli_settings_from_env(&mp);
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
+    mp.mla_absorbed = o->mla_expand < 0;
     progress pr;
     progress_start(&pr, "loading", "%", 100);
     mp.progress = load_progress;

@@ -460,6 +460,7 @@ static int bench_model(const bench_opts *o, int mi, const char *backend, int n_t
     cli_settings_from_env(&mp);
     mp.n_threads = n_threads;
     mp.backend = backend;
+    mp.mla_absorbed = o->mla_expand < 0;
     al_model *m = NULL;
     al_context *c = NULL;
     double t0 = cli_now_s();

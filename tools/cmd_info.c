@@ -73,6 +73,7 @@ int cmd_info(const cli_opts *o) {
     cli_settings_from_env(&mp);
     mp.n_threads = 1;
     mp.backend = o->backend;
+    mp.mla_absorbed = o->mla_expand < 0;
     double t0 = cli_now_s();
     st = al_model_load(o->model, &mp, &m);
     if (st != AL_OK) {
@@ -114,17 +115,18 @@ int cmd_info(const cli_opts *o) {
                "and values, %d per layer, would take %.1fx)\n", (unsigned long long)per_pos,
                mi.kv_latent_dim, al_kv_type_name(tk), rot, mi.kv_expanded_dim,
                (double)mi.kv_expanded_dim / mi.kv_latent_dim);
-    if (mi.mla_expand_bytes) { /* what the expanded form of prompts costs besides scratch */
+    if (mi.kv_latent_dim) { /* the form of prompts' attention, and what it costs */
         char when[96];
-        if (o->mla_expand < 0 || tk != AL_KV_F32)
-            snprintf(when, sizeof when, "absorbed only (%s)", tk != AL_KV_F32
-                     ? "the expanded form takes an f32 cache" : "--mla-expand -1");
+        if (!mi.mla_expand_bytes || tk != AL_KV_F32)
+            snprintf(when, sizeof when, "absorbed only (%s)",
+                     o->mla_expand < 0     ? "--mla-expand -1"
+                     : tk != AL_KV_F32     ? "the expanded form takes an f32 cache"
+                                           : "values wider than keys");
         else
             snprintf(when, sizeof when, "expanded for batches of %d tokens or more",
                      o->mla_expand ? o->mla_expand : AL_MLA_EXPAND_MIN);
         printf("prompt attention       %s; the expanded form's f32 k_b and v_b take %.1f MiB\n",
-               when,
-               mi.mla_expand_bytes / 1048576.0);
+               when, mi.mla_expand_bytes / 1048576.0);
     }
     else
         printf("kv per position        %llu bytes (keys %s, values %s%s)\n",
@@ -186,6 +188,7 @@ int cmd_logits(const cli_opts *o) {
     cli_settings_from_env(&mp);
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
+    mp.mla_absorbed = o->mla_expand < 0;
     al_model *m = NULL;
     al_context *c = NULL;
     float *logits = NULL;

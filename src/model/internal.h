@@ -55,6 +55,7 @@ struct al_model {
      * is also the value (the V caches are the K caches: kv_latent) */
     int q_lora, kv_lora, k_mla, v_mla;
     bool kv_latent;
+    bool mla_absorbed;     /* al_model_params': no weights for the expanded form */
     /* ARCH_MLA under YaRN without yarn_log_multiplier: the magnitude llama.cpp's rope
      * gives the rotated part (1 + 0.1 ln factor) on top of the scale of q.k; else 1 */
     float mla_rope_mag;

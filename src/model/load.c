@@ -808,6 +808,7 @@ al_status al_model_load(const char *path, const al_model_params *params, al_mode
     al_model *m = al_calloc(1, sizeof *m);
     if (!m) return al_error(AL_ERR_NOMEM, "out of memory loading %s", path);
     al_status st;
+    m->mla_absorbed = p.mla_absorbed;
     if ((st = gguf_open(path, &m->file)) || (st = read_arch(m)) || (st = read_hparams(m)) ||
         (st = bind_weights(m)) || (st = backend_and_weights(m, &p)))
         goto fail;

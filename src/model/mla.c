@@ -78,7 +78,7 @@ static bool expandable(const al_model *m) {
  * [n_head * kv_lora][nope]), and v_b where the file stores another type. */
 static al_status mla_expand_weight(al_model *m, int il, layer_weights *l) {
     const al_tensor *kb = &l->t[L_WK_B], *vb = &l->t[L_WV_B];
-    if (!expandable(m) || !kb->data || !vb->data) return AL_OK;
+    if (!expandable(m) || m->mla_absorbed || !kb->data || !vb->data) return AL_OK;
     const int64_t nope = m->k_mla - m->rope.n_rot, kvr = m->kv_lora, nh = m->n_head;
     float *kt = al_malloc((size_t)(nh * nope * kvr) * sizeof *kt);
     float *row = al_malloc((size_t)nope * sizeof *row);
@@ -130,7 +130,8 @@ al_status mla_context_alloc(al_context *c) {
     /* The expanded form needs f32 caches, whose latent rows a matmul reads as they are,
      * and scratch for one head's keys and values of the positions it attends to (see
      * AL_MLA_EXPAND_MAX_BYTES). */
-    if (!expandable(m) || c->type_k != AL_KV_F32 || c->mla_expand_min < 0) return AL_OK;
+    if (!m->layers[0].t[L_WK_B_T].data || c->type_k != AL_KV_F32 || c->mla_expand_min < 0)
+        return AL_OK;
     const int64_t per_pos = 2 * (int64_t)m->k_mla * (int64_t)sizeof(float);
     int64_t rows = (int64_t)AL_MLA_EXPAND_MAX_BYTES / per_pos;
     if (rows > c->n_ctx) rows = c->n_ctx;
