@@ -54,7 +54,8 @@ typedef enum arch_slot {
      * compressed key-value vector and the shared rope key in one projection, the
      * compressed vector's norm, and per head the matrices that take the latent vector
      * to a key's non-rotating part (k_b) and to a value (v_b); made at load for the
-     * expanded form of prompts (mla.c), k_b transposed and v_b, both f32 */
+     * expanded form of prompts (mla.c), k_b transposed and v_b, both f32 (v_b's copy
+     * only where the file's is not) */
     L_WQ_A, L_Q_A_NORM, L_WQ_B, L_WKV_A_MQA, L_KV_A_NORM, L_WK_B, L_WV_B, L_WK_B_T, L_WV_B_F32,
     /* gemma4: a scalar multiplying the layer's output, and the per-layer input's gate,
      * projection back to the embedding and its norm (the E2B/E4B files) */

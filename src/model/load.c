@@ -887,12 +887,9 @@ void al_model_get_info(const al_model *m, al_model_info *out) {
     if (m->kv_latent) {
         out->kv_latent_dim = m->head_dim;
         out->kv_expanded_dim = m->n_head * (m->k_mla + m->v_mla);
-        for (int il = 0; il < m->n_layer; il++) {
-            const al_tensor *t = m->layers[il].t;
-            out->mla_expand_bytes += tensor_bytes(&t[L_WK_B_T]);
-            /* an F32 file's v_b serves as it is */
-            if (t[L_WV_B_F32].data != t[L_WV_B].data) out->mla_expand_bytes += tensor_bytes(&t[L_WV_B_F32]);
-        }
+        for (int il = 0; il < m->n_layer; il++)
+            out->mla_expand_bytes += tensor_bytes(&m->layers[il].t[L_WK_B_T]) +
+                                     tensor_bytes(&m->layers[il].t[L_WV_B_F32]);
     }
 }
 

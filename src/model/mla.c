@@ -97,6 +97,7 @@ static al_status mla_expand_weight(al_model *m, int il, layer_weights *l) {
     if (st != AL_OK) return st;
     l->t[L_WK_B_T] = (al_tensor){.type = AL_TYPE_F32, .ne = {kvr, nh * nope}, .data = kt,
                                  .row_bytes = (uint64_t)kvr * sizeof(float)};
+    if (vb->type == AL_TYPE_F32) return AL_OK; /* the file's serves (expanded_attention) */
     l->t[L_WV_B_F32] = *vb;
     snprintf(what, sizeof what, "blk.%d.attn_v_b.weight", il);
     return model_own_f32(m, what, &l->t[L_WV_B_F32]);
@@ -217,9 +218,10 @@ static void expanded_attention(al_context *c, int il, int n, const al_tensor *qf
     /* the scratch's cap holds every position: rows are positions, as in a cache */
     al_attn_shape shape = {.n_head = 1, .n_head_kv = 1, .head_dim = kw, .n_past = c->n_past,
                            .n_tokens = n, .scale = m->attn_scale, .kv_written = true};
+    const al_tensor *vb = t[L_WV_B_F32].data ? &t[L_WV_B_F32] : &t[L_WV_B];
     for (int h = 0; h < nh; h++) {
         const al_tensor wk = al_tensor_rows(&t[L_WK_B_T], (int64_t)h * nope, nope);
-        const al_tensor wv = al_tensor_rows(&t[L_WV_B_F32], (int64_t)h * vw, vw);
+        const al_tensor wv = al_tensor_rows(vb, (int64_t)h * vw, vw);
         op->matmul(be, &lat, &wk, NULL, &kn);
         op->matmul(be, &lat, &wv, NULL, &vh);
         al_tensor qh = cols(&q, (int64_t)h * kw, kw), ah = cols(&att, (int64_t)h * kw, kw);
