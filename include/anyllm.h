@@ -345,14 +345,12 @@ typedef struct al_context_params {
      * expanded form, each head's keys and values made from the cached latent rows
      * (fewer operations per score), shorter ones and decoding in the absorbed form,
      * over the latent rows themselves. 0 = AL_MLA_EXPAND_MIN; -1 = never (to compare).
-     * The expanded form takes f32 caches and scratch for one head's keys and values of
-     * the context's positions, at most AL_MLA_EXPAND_MAX_BYTES: prompts past the
-     * positions that fit take the absorbed form (al_context_info.mla_expand_rows). */
+     * The expanded form takes f32 caches, and scratch for one head's keys and values of
+     * the context's positions (less than one layer's cache). */
     int mla_expand_min;
 } al_context_params;
 
 enum { AL_DEFAULT_CHECKPOINTS = 4, AL_MLA_EXPAND_MIN = 192 };
-#define AL_MLA_EXPAND_MAX_BYTES ((uint64_t)512 << 20)
 
 /* Bytes of KV cache a context of n_ctx positions allocates with keys and values of
  * types k and v: to check before creating one (al_context_create refuses one the CPU

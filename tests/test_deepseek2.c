@@ -118,9 +118,9 @@ static void test_expanded(void) {
 }
 
 /* Which contexts take the expanded form: f32 caches, by default batches of
- * AL_MLA_EXPAND_MIN tokens, over every position (the scratch is far below its bound
- * here); not a q8_0 cache, whose rows a matmul cannot read, nor -1; below -1 is refused;
- * none of a model loaded with mla_absorbed, which makes no copies of k_b and v_b. */
+ * AL_MLA_EXPAND_MIN tokens, over every position; not a q8_0 cache, whose rows a matmul
+ * cannot read, nor -1; below -1 is refused; none of a model loaded with mla_absorbed,
+ * which makes no copies of k_b and v_b. */
 static void test_expand_params(void) {
     al_model *m = gen_ref_load(0, "cpu");
     CHECK(m != NULL);

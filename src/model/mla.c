@@ -129,18 +129,15 @@ al_status mla_context_alloc(al_context *c) {
         return al_error(AL_ERR_UNSUPPORTED, "the %s backend has no copy op (latent attention "
                         "needs it)", be->ops->name);
     /* The expanded form needs f32 caches, whose latent rows a matmul reads as they are,
-     * and scratch for one head's keys and values of the positions it attends to (see
-     * AL_MLA_EXPAND_MAX_BYTES). */
-    if (!m->layers[0].t[L_WK_B_T].data || c->type_k != AL_KV_F32 || c->mla_expand_min < 0)
+     * and scratch for one head's keys and values of every position: 2 k_mla floats per
+     * position, less than one layer's latent row (kv_lora + rope) takes in the cache. */
+    if (!m->layers[0].t[L_WK_B_T].data || c->type_k != AL_KV_F32 || c->mla_expand_min < 0 ||
+        (int64_t)m->n_head * m->k_mla > c->q.ne[0]) /* its queries lie over the absorbed */
         return AL_OK;
-    const int64_t per_pos = 2 * (int64_t)m->k_mla * (int64_t)sizeof(float);
-    int64_t rows = (int64_t)AL_MLA_EXPAND_MAX_BYTES / per_pos;
-    if (rows > c->n_ctx) rows = c->n_ctx;
-    if (rows < nb || (int64_t)m->n_head * m->k_mla > c->q.ne[0]) return AL_OK;
-    if ((st = be->ops->tensor_alloc(be, m->k_mla, rows, &c->mla_ke)) ||
-        (st = be->ops->tensor_alloc(be, m->k_mla, rows, &c->mla_ve)))
+    if ((st = be->ops->tensor_alloc(be, m->k_mla, c->n_ctx, &c->mla_ke)) ||
+        (st = be->ops->tensor_alloc(be, m->k_mla, c->n_ctx, &c->mla_ve)))
         return st;
-    c->mla_rows = (int)rows;
+    c->mla_rows = c->n_ctx;
     if (!c->mla_expand_min) c->mla_expand_min = AL_MLA_EXPAND_MIN;
     return AL_OK;
 }
@@ -258,7 +255,7 @@ void mla_attn_block(al_context *c, al_context *const *seqs, int il, int n) {
         op->matmul(be, &qa, &t[L_WQ_B], NULL, &qf);
     }
     op->rms_norm(be, &k_c, &t[L_KV_A_NORM], m->norm_eps, &k_c);
-    if (!seqs && c->mla_rows && n >= c->mla_expand_min && c->mla_rows >= c->n_past + n) {
+    if (!seqs && c->mla_rows && n >= c->mla_expand_min) {
         expanded_attention(c, il, n, &qf, &k, &vo);
         model_project_residual(m, be, &vo, &t[L_WO], NULL, &x, &xb, &t[L_ATTN_POST_NORM]);
         return;
